@@ -1,0 +1,38 @@
+# idemops — the two commands that matter: `make run` and `make test`.
+GO ?= go
+PKGS := ./...
+
+.PHONY: run test test-race bench vet fmt generate check build
+
+## run: start the whole thing (private PostgreSQL, demo traffic, console)
+run:
+	$(GO) run ./cmd/idemops demo
+
+## build: build the binaries into ./bin
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## test: all tests against one private PostgreSQL cluster shared by every package
+test:
+	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -timeout 10m $(PKGS)
+
+## test-race: the claim core under the race detector
+test-race:
+	$(GO) run ./cmd/withpg -- $(GO) test -race -count=1 ./claim/...
+
+## bench: benchmarks against their baselines, one run each
+bench:
+	$(GO) run ./cmd/withpg -- $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout 60m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -l -w .
+
+generate:
+	$(GO) tool templ generate
+
+## check: what CI checks besides the tests
+check: vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -1,0 +1,80 @@
+package claim
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors a caller may need to tell apart. Adapters (httpidem, the console, the CLI) translate
+// them into HTTP statuses or exit codes in one place each.
+var (
+	// ErrInvalidKey: the key is empty, longer than 255 characters, or not printable ASCII.
+	ErrInvalidKey = errors.New("invalid idempotency key")
+	// ErrInvalidScope: the tenant or operation is empty, too long, or holds a '|'.
+	ErrInvalidScope = errors.New("invalid tenant or operation")
+	// ErrInvalidIntent: the request body is not a JSON object, or lacks a declared field.
+	ErrInvalidIntent = errors.New("invalid request intent")
+	// ErrMismatch: the key was used before with a different intent.
+	ErrMismatch = errors.New("idempotency key reused with a different request")
+	// ErrLeaseLost: the holder's lease was taken over (or the key changed); nothing was written.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrNotFound: no key with that identity.
+	ErrNotFound = errors.New("idempotency key not found")
+	// ErrNotReplayable: the key is not in a state the requested transition accepts.
+	ErrNotReplayable = errors.New("key not in a state that allows this")
+	// ErrSnapshotTooLarge: a response body over the snapshot limit.
+	ErrSnapshotTooLarge = errors.New("response snapshot too large")
+)
+
+// FieldError says which input was wrong and why; it wraps one of the sentinel errors above.
+type FieldError struct {
+	Field  string
+	Reason string
+	Kind   error
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+func (e *FieldError) Unwrap() error { return e.Kind }
+
+func fieldErr(kind error, field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}
+}
+
+// Failure is an Operation's verdict that an attempt failed. Retryable failures leave the key
+// failed_retryable (the next attempt with the same intent claims it again); final ones are
+// replayed to every later request. Snapshot, when set, is the response to replay.
+type Failure struct {
+	Code      string
+	Detail    string
+	Retryable bool
+	Snapshot  *Snapshot
+}
+
+func (f *Failure) Error() string {
+	kind := "final"
+	if f.Retryable {
+		kind = "retryable"
+	}
+	return fmt.Sprintf("%s failure %s: %s", kind, f.Code, f.Detail)
+}
+
+// FinalFailure builds a failure that must not be retried (invalid input, insufficient funds).
+func FinalFailure(code, detail string, snap *Snapshot) *Failure {
+	return &Failure{Code: code, Detail: detail, Snapshot: snap}
+}
+
+// RetryableFailure builds a failure that the next attempt may retry (timeouts, 5xx).
+func RetryableFailure(code, detail string) *Failure {
+	return &Failure{Code: code, Detail: detail, Retryable: true}
+}
+
+// asFailure sorts any error from Execute: a *Failure keeps its verdict; anything else is
+// ambiguous (the call may have reached downstream), so it is retryable and the next attempt
+// must look downstream up first.
+func asFailure(err error) *Failure {
+	var f *Failure
+	if errors.As(err, &f) {
+		return f
+	}
+	return &Failure{Code: "execute_error", Detail: err.Error(), Retryable: true}
+}

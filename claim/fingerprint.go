@@ -1,0 +1,289 @@
+package claim
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// FingerprintVersion names the canonicalizer below. Stored beside every fingerprint, so that a
+// future canonicalizer can recompute old fingerprints from the stored canonical request.
+const FingerprintVersion = 1
+
+// MaxIntentBytes bounds a request intent before canonicalization.
+const MaxIntentBytes = 1 << 20
+
+// IntentSpec says which parts of an operation's request carry intent.
+type IntentSpec struct {
+	// Ignore lists fields that carry no intent (request time, trace id, client clock); dotted
+	// paths reach into nested objects ("meta.trace_id").
+	Ignore []string
+	// Only, when set, keeps just these fields (dotted paths) and drops the rest.
+	Only []string
+	// NaturalKey, when set, makes the identity come from these domain fields instead of a
+	// client key (a like: user_id + article_id).
+	NaturalKey []string
+	// AmountField and CurrencyField, when set, are copied to amount_minor and currency (the
+	// amount must be an integer number of minor units).
+	AmountField, CurrencyField string
+}
+
+// Intent is a request reduced to what carries intent, in canonical form.
+type Intent struct {
+	Canonical   []byte // canonical JSON
+	Fingerprint string // hex SHA-256 of Canonical
+	Version     int
+	Amount      *int64
+	Currency    string
+	NaturalKey  string
+	fields      map[string]any
+}
+
+// Canonicalize parses raw (a JSON object), drops the fields spec says carry no intent and
+// renders the rest canonically: keys sorted, no insignificant whitespace, numbers in one
+// decimal form (100, 100.0 and 1e2 are equal), strings NFC-normalized and trimmed.
+func Canonicalize(raw []byte, spec IntentSpec) (*Intent, error) {
+	if len(raw) > MaxIntentBytes {
+		return nil, fieldErr(ErrInvalidIntent, "request", "is %d bytes, at most %d allowed", len(raw), MaxIntentBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fieldErr(ErrInvalidIntent, "request", "is not valid JSON: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fieldErr(ErrInvalidIntent, "request", "has data after the JSON value")
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fieldErr(ErrInvalidIntent, "request", "must be a JSON object")
+	}
+	norm, err := normalize(obj, "")
+	if err != nil {
+		return nil, err
+	}
+	obj = norm.(map[string]any)
+	if len(spec.Only) > 0 {
+		kept := map[string]any{}
+		for _, p := range spec.Only {
+			if val, ok := lookupPath(obj, p); ok {
+				setPath(kept, p, val)
+			}
+		}
+		obj = kept
+	}
+	for _, p := range spec.Ignore {
+		deletePath(obj, p)
+	}
+	var buf bytes.Buffer
+	writeCanonical(&buf, obj)
+	sum := sha256.Sum256(buf.Bytes())
+	in := &Intent{Canonical: buf.Bytes(), Fingerprint: hex.EncodeToString(sum[:]), Version: FingerprintVersion, fields: obj}
+	if err := in.extract(spec); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func (in *Intent) extract(spec IntentSpec) error {
+	if spec.AmountField != "" {
+		v, ok := lookupPath(in.fields, spec.AmountField)
+		n, isNum := v.(canonicalNumber)
+		if !ok || !isNum {
+			return fieldErr(ErrInvalidIntent, spec.AmountField, "must be an integer amount in minor units")
+		}
+		a, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return fieldErr(ErrInvalidIntent, spec.AmountField, "must be an integer amount in minor units, got %s", n)
+		}
+		in.Amount = &a
+	}
+	if spec.CurrencyField != "" {
+		v, _ := lookupPath(in.fields, spec.CurrencyField)
+		s, ok := v.(string)
+		if !ok || len(s) != 3 {
+			return fieldErr(ErrInvalidIntent, spec.CurrencyField, "must be a three-letter ISO 4217 code")
+		}
+		in.Currency = strings.ToUpper(s)
+	}
+	if len(spec.NaturalKey) > 0 {
+		parts := make([]string, len(spec.NaturalKey))
+		for i, p := range spec.NaturalKey {
+			v, ok := lookupPath(in.fields, p)
+			if !ok || v == nil {
+				return fieldErr(ErrInvalidIntent, p, "is required: it is part of the operation's natural key")
+			}
+			var b bytes.Buffer
+			writeCanonical(&b, v)
+			parts[i] = strings.Trim(b.String(), `"`)
+		}
+		k := strings.Join(parts, "|")
+		if ValidateKey(k) != nil {
+			sum := sha256.Sum256([]byte(k))
+			k = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		in.NaturalKey = k
+	}
+	return nil
+}
+
+// canonicalNumber is a JSON number already in canonical decimal form.
+type canonicalNumber string
+
+// normalize turns strings into NFC-trimmed form and numbers into canonical ones, recursively.
+func normalize(v any, path string) (any, error) {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, val := range t {
+			nk := norm.NFC.String(strings.TrimSpace(k))
+			n, err := normalize(val, path+"."+nk)
+			if err != nil {
+				return nil, err
+			}
+			out[nk] = n
+		}
+		return out, nil
+	case []any:
+		for i := range t {
+			n, err := normalize(t[i], fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			t[i] = n
+		}
+		return t, nil
+	case string:
+		return norm.NFC.String(strings.TrimSpace(t)), nil
+	case json.Number:
+		n, err := canonicalDecimal(string(t))
+		if err != nil {
+			return nil, fieldErr(ErrInvalidIntent, strings.TrimPrefix(path, "."), "%v", err)
+		}
+		return n, nil
+	default:
+		return t, nil
+	}
+}
+
+// canonicalDecimal renders a JSON number exactly: no exponent, no trailing fractional zeros,
+// no "-0". Exponents are bounded so a tiny input cannot expand into a huge string.
+func canonicalDecimal(s string) (canonicalNumber, error) {
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		return "", fmt.Errorf("number %q does not parse", s)
+	}
+	if _, exp, found := strings.Cut(strings.ToLower(s), "e"); found {
+		e, err := strconv.Atoi(exp)
+		if err != nil || e > 400 || e < -400 {
+			return "", fmt.Errorf("number %q is out of range", s)
+		}
+	}
+	if r.IsInt() {
+		return canonicalNumber(r.Num().String()), nil
+	}
+	// A JSON decimal is a finite decimal fraction: find the digits it needs.
+	for prec := 1; prec <= 800; prec++ {
+		str := r.FloatString(prec)
+		back, _ := new(big.Rat).SetString(str)
+		if back.Cmp(r) == 0 {
+			return canonicalNumber(str), nil
+		}
+	}
+	return "", fmt.Errorf("number %q has too many digits", s)
+}
+
+func writeCanonical(buf *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		buf.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeString(buf, k)
+			buf.WriteByte(':')
+			writeCanonical(buf, t[k])
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeCanonical(buf, e)
+		}
+		buf.WriteByte(']')
+	case string:
+		writeString(buf, t)
+	case canonicalNumber:
+		buf.WriteString(string(t))
+	case bool:
+		buf.WriteString(strconv.FormatBool(t))
+	case nil:
+		buf.WriteString("null")
+	}
+}
+
+func writeString(buf *bytes.Buffer, s string) {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	buf.Truncate(buf.Len() - 1) // Encode appends a newline
+}
+
+func lookupPath(obj map[string]any, path string) (any, bool) {
+	parts := strings.Split(path, ".")
+	var cur any = obj
+	for _, p := range parts {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func setPath(obj map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := obj[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			obj[p] = next
+		}
+		obj = next
+	}
+	obj[parts[len(parts)-1]] = v
+}
+
+func deletePath(obj map[string]any, path string) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := obj[p].(map[string]any)
+		if !ok {
+			return
+		}
+		obj = next
+	}
+	delete(obj, parts[len(parts)-1])
+}

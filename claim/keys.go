@@ -1,0 +1,105 @@
+package claim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Key is one row of idempotency_keys, as readers (the console, the daemon) see it.
+type Key struct {
+	ID                 int64
+	Tenant             string
+	Operation          string
+	Key                string
+	KeyDigest          string
+	Fingerprint        string
+	FingerprintVersion int
+	Request            json.RawMessage
+	State              State
+	Version            int64
+	LeaseOwner         *string
+	LeaseExpiresAt     *time.Time
+	LeaseExpired       bool
+	Attempts           int
+	DownstreamKey      string
+	AmountMinor        *int64
+	Currency           *string
+	ResponseStatus     *int
+	ResponseHeaders    json.RawMessage
+	ResponseBody       []byte
+	ResourceID         *string
+	ErrorCode          *string
+	ErrorDetail        *string
+	NotFoundAt         *time.Time
+	LookupFailures     int
+	NeedsAttention     bool
+	LegalHold          bool
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	CompletedAt        *time.Time
+	ResponseExpiresAt  *time.Time
+	ExpiresAt          *time.Time
+}
+
+// KeyColumns is the select list that fills a Key.
+const KeyColumns = `id, tenant, operation, key, key_digest, fingerprint, fingerprint_version, request::text AS request,
+	state, version, lease_owner, lease_expires_at, COALESCE(lease_expires_at < now(), false) AS lease_expired,
+	attempts, downstream_key, amount_minor, currency, response_status, response_headers::text AS response_headers,
+	response_body, resource_id, error_code, error_detail, not_found_at, lookup_failures, needs_attention, legal_hold,
+	created_at, updated_at, completed_at, response_expires_at, expires_at`
+
+// Replayable says whether an operator or the daemon may drive the key again: it failed
+// retryably, or it is processing and nobody holds a live lease.
+func (k *Key) Replayable() bool {
+	return k.State == StateFailedRetryable || (k.State == StateProcessing && k.LeaseExpired)
+}
+
+// Get reads one key by id. ErrNotFound when there is none. Callers that serve operators must
+// check the operator may see k.Tenant.
+func (s *Store) Get(ctx context.Context, id int64) (*Key, error) {
+	var ks []Key
+	if err := s.db.WithContext(ctx).Raw(`SELECT `+KeyColumns+` FROM idempotency_keys WHERE id = ?`, id).Scan(&ks).Error; err != nil {
+		return nil, fmt.Errorf("get key %d: %w", id, err)
+	}
+	if len(ks) == 0 {
+		return nil, fmt.Errorf("key %d: %w", id, ErrNotFound)
+	}
+	return &ks[0], nil
+}
+
+// Event is one entry of a key's history.
+type Event struct {
+	ID     int64
+	KeyID  int64
+	At     time.Time
+	Kind   string
+	Actor  string
+	Detail json.RawMessage
+}
+
+// History returns a key's events, oldest first (bounded by limit, at most 1000).
+func (s *Store) History(ctx context.Context, keyID int64, limit int) ([]Event, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	var evs []Event
+	err := s.db.WithContext(ctx).Raw(`SELECT id, key_id, at, kind, actor, detail::text AS detail
+		FROM key_events WHERE key_id = ? ORDER BY id LIMIT ?`, keyID, limit).Scan(&evs).Error
+	if err != nil {
+		return nil, fmt.Errorf("history of key %d: %w", keyID, err)
+	}
+	return evs, nil
+}
+
+// RecordEvent appends an event that records no transition (an operator's downstream check, a
+// reveal): the key's history is the one timeline of everything that touched it.
+func (s *Store) RecordEvent(ctx context.Context, keyID int64, kind, actor string, detail map[string]any) error {
+	b, _ := json.Marshal(detail)
+	if err := s.db.WithContext(ctx).Exec(`INSERT INTO key_events (key_id, kind, actor, detail) VALUES (?, ?, ?, ?)`,
+		keyID, kind, actor, string(b)).Error; err != nil {
+		return fmt.Errorf("record %s on key %d: %w", kind, keyID, err)
+	}
+	return nil
+}

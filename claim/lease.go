@@ -1,0 +1,296 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// takenOver is what a takeover's compare-and-set returns.
+type takenOver struct {
+	ID         int64
+	Token      string
+	Attempt    int
+	NotFoundAt *time.Time
+}
+
+// takeoverSQL moves a key whose earlier attempt ended (failed_retryable) or stalled (expired
+// lease) to a new holder. The version compare makes concurrent takers race safely: exactly one
+// update matches.
+const takeoverSQL = `
+WITH u AS (
+    UPDATE idempotency_keys
+    SET state = 'processing', lease_owner = ?, lease_token = ?, lease_expires_at = now() + ? * interval '1 millisecond',
+        attempts = attempts + 1, version = version + 1, updated_at = now()
+    WHERE id = ? AND version = ?
+      AND (state = 'failed_retryable' OR (state = 'processing' AND lease_expires_at < now()))
+    RETURNING id, lease_token::text AS token, attempts AS attempt, not_found_at, state
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail)
+    SELECT id, 'taken_over', ?, jsonb_build_object('attempt', attempt, 'owner', ?::text) FROM u
+)
+SELECT id, token, attempt, not_found_at FROM u`
+
+func (s *Store) takeover(ctx context.Context, db *gorm.DB, id, version int64, actor, owner string) (*Lease, error) {
+	var rows []takenOver
+	err := db.WithContext(ctx).Raw(takeoverSQL, owner, newToken(), s.cfg.LeaseTTL.Milliseconds(), id, version,
+		actor, owner).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("takeover key %d: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	r := rows[0]
+	return &Lease{KeyID: r.ID, Token: r.Token, Attempt: r.Attempt, NotFoundAt: r.NotFoundAt, Actor: actor}, nil
+}
+
+// takeoverBatchSQL takes over up to n processing keys whose lease expired, oldest expiry first.
+// The partial index idempotency_keys_reclaim_idx serves the scan; SKIP LOCKED lets replicas split
+// the work without waiting on each other; each key gets its own fresh token.
+const takeoverBatchSQL = `
+WITH picked AS (
+    SELECT id FROM idempotency_keys
+    WHERE state = 'processing' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT ?
+    FOR UPDATE SKIP LOCKED
+), u AS (
+    UPDATE idempotency_keys k
+    SET lease_owner = ?, lease_token = gen_random_uuid(), lease_expires_at = now() + ? * interval '1 millisecond',
+        attempts = k.attempts + 1, version = k.version + 1, updated_at = now()
+    FROM picked WHERE k.id = picked.id
+    RETURNING k.id, k.tenant, k.operation, k.key, k.key_digest, k.downstream_key, k.request::text AS request,
+              k.amount_minor, k.currency, k.lease_token::text AS token, k.attempts AS attempt, k.not_found_at
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail)
+    SELECT id, 'taken_over', ?, jsonb_build_object('attempt', attempt, 'owner', ?::text) FROM u
+)
+SELECT * FROM u ORDER BY id`
+
+type batchRow struct {
+	ID            int64
+	Tenant        string
+	Operation     string
+	Key           string
+	KeyDigest     string
+	DownstreamKey string
+	Request       string
+	AmountMinor   *int64
+	Currency      *string
+	Token         string
+	Attempt       int
+	NotFoundAt    *time.Time
+}
+
+// TakeoverExpired takes over up to limit processing keys whose lease has expired, on behalf of
+// actor (the daemon's reclaimer). Each returned lease has Takeover set: its holder must ask
+// downstream before anything else (Drive does).
+func (s *Store) TakeoverExpired(ctx context.Context, limit int, actor string) ([]*Lease, error) {
+	if limit <= 0 || limit > 10000 {
+		return nil, fmt.Errorf("takeover batch size %d out of range 1..10000", limit)
+	}
+	var rows []batchRow
+	err := s.db.WithContext(ctx).Raw(takeoverBatchSQL, limit, s.cfg.Owner, s.cfg.LeaseTTL.Milliseconds(),
+		actor, s.cfg.Owner).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("takeover expired leases: %w", err)
+	}
+	out := make([]*Lease, len(rows))
+	for i, r := range rows {
+		out[i] = &Lease{KeyID: r.ID, Tenant: r.Tenant, Operation: r.Operation, Key: r.Key, Digest: r.KeyDigest,
+			DownstreamKey: r.DownstreamKey, Intent: []byte(r.Request), Amount: r.AmountMinor, Currency: deref(r.Currency),
+			Token: r.Token, Attempt: r.Attempt, Takeover: true, NotFoundAt: r.NotFoundAt, Actor: actor}
+	}
+	return out, nil
+}
+
+// Takeover takes one key over by id on behalf of actor (an operator's replay, a reconciliation
+// fix): allowed for failed_retryable keys and processing keys whose lease expired; otherwise
+// ErrNotReplayable. The returned lease must check downstream first.
+func (s *Store) Takeover(ctx context.Context, keyID int64, actor string) (*Lease, error) {
+	k, err := s.Get(ctx, keyID)
+	if err != nil {
+		return nil, err
+	}
+	if !k.Replayable() {
+		return nil, fmt.Errorf("takeover key %d in state %s: %w", keyID, k.State, ErrNotReplayable)
+	}
+	l, err := s.takeover(ctx, s.db, k.ID, k.Version, actor, s.cfg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("takeover key %d: %w", keyID, ErrLeaseLost)
+	}
+	l.Tenant, l.Operation, l.Key, l.Digest = k.Tenant, k.Operation, k.Key, k.KeyDigest
+	l.DownstreamKey, l.Intent, l.Amount, l.Currency = k.DownstreamKey, k.Request, k.AmountMinor, deref(k.Currency)
+	l.Takeover, l.Retry = k.State == StateProcessing, k.State == StateFailedRetryable
+	return l, nil
+}
+
+// holderWrite runs a compare-and-set on the lease token with its event in the same statement,
+// and turns "no row matched" into ErrLeaseLost.
+func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
+	if tx == nil {
+		tx = s.db
+	}
+	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
+    WHERE id = ? AND lease_token = ? AND state = 'processing' RETURNING id
+), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ?, ?, ? FROM u)
+SELECT id FROM u`
+	all := append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
+	var ids []int64
+	if err := tx.WithContext(ctx).Raw(q, all...).Scan(&ids).Error; err != nil {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Renew extends the lease by the TTL. ErrLeaseLost means someone else holds the key now: stop.
+func (s *Store) Renew(ctx context.Context, l *Lease) error {
+	var ids []int64
+	err := s.db.WithContext(ctx).Raw(`UPDATE idempotency_keys SET lease_expires_at = now() + ? * interval '1 millisecond'
+		WHERE id = ? AND lease_token = ? AND state = 'processing' RETURNING id`,
+		s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token).Scan(&ids).Error
+	if err != nil {
+		return fmt.Errorf("renew %s: %w", l.Digest, err)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("renew %s: %w", l.Digest, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Complete records the snapshot and moves the key to completed, in tx (the caller's transaction,
+// so business rows and the key commit together; nil uses the store's handle).
+func (s *Store) Complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snapshot) error {
+	return s.complete(ctx, tx, l, snap, "completed", "")
+}
+
+func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snapshot, kind, detail string) error {
+	if snap == nil {
+		return fmt.Errorf("complete %s: nil snapshot", l.Digest)
+	}
+	if len(snap.Body) > s.cfg.MaxSnapshotBytes {
+		return fmt.Errorf("complete %s: body of %d bytes: %w", l.Digest, len(snap.Body), ErrSnapshotTooLarge)
+	}
+	snap = snap.filtered()
+	if detail == "" {
+		detail = detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", l.Attempt)
+	}
+	return s.holderWrite(ctx, tx, l, "complete",
+		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+		 response_status = ?, response_headers = ?, response_body = ?, resource_id = NULLIF(?, ''),
+		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
+		 completed_at = now(), response_expires_at = now() + ? * interval '1 second', expires_at = now() + ? * interval '1 second'`,
+		[]any{snap.Status, string(snap.headersJSON()), snap.Body, snap.ResourceID,
+			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
+		kind, detail)
+}
+
+// Fail records a failed attempt in tx (nil: the store's handle). Final failures (with their
+// snapshot, if any) are replayed to later requests; retryable ones are claimed again by the next
+// attempt with the same intent.
+func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) error {
+	state := StateFailedFinal
+	if f.Retryable {
+		state = StateFailedRetryable
+	}
+	snap := &Snapshot{}
+	if f.Snapshot != nil {
+		snap = f.Snapshot.filtered()
+		if len(snap.Body) > s.cfg.MaxSnapshotBytes {
+			return fmt.Errorf("fail %s: body of %d bytes: %w", l.Digest, len(snap.Body), ErrSnapshotTooLarge)
+		}
+	}
+	var status, headers any
+	if f.Snapshot != nil {
+		status, headers = snap.Status, string(snap.headersJSON())
+	}
+	return s.holderWrite(ctx, tx, l, "fail",
+		`state = ?, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+		 error_code = ?, error_detail = ?, response_status = ?, response_headers = ?, response_body = ?,
+		 resource_id = COALESCE(NULLIF(?, ''), resource_id), not_found_at = NULL,
+		 completed_at = CASE WHEN ? = 'failed_final' THEN now() END,
+		 response_expires_at = now() + ? * interval '1 second', expires_at = now() + ? * interval '1 second'`,
+		[]any{string(state), f.Code, f.Detail, status, headers, snap.Body, snap.ResourceID, string(state),
+			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
+		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt))
+}
+
+// Release gives the key up after a failure before any externally visible change. A first claim
+// leaves no record at all (the next attempt starts afresh); a later attempt returns the key to
+// failed_retryable, since an earlier attempt may have reached downstream.
+func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
+	if !l.MustCheckDownstream() && l.Attempt == 1 {
+		res := s.db.WithContext(ctx).Exec(`DELETE FROM idempotency_keys WHERE id = ? AND lease_token = ? AND state = 'processing'`,
+			l.KeyID, l.Token)
+		if res.Error != nil {
+			return fmt.Errorf("release %s: %w", l.Digest, res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("release %s: %w", l.Digest, ErrLeaseLost)
+		}
+		return nil
+	}
+	return s.holderWrite(ctx, nil, l, "release",
+		`state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+		 error_code = 'released', error_detail = ?`, []any{reason},
+		"released", detailJSON("reason", reason, "attempt", l.Attempt))
+}
+
+// RecordDownstreamNotFound records a downstream not-found and parks the key (processing, no
+// holder) until the quarantine has passed since the first one, so that the next taker looks
+// again. It returns how long until that second look.
+func (s *Store) RecordDownstreamNotFound(ctx context.Context, l *Lease) (time.Duration, error) {
+	first := time.Now()
+	if l.NotFoundAt != nil {
+		first = *l.NotFoundAt
+	}
+	wait := time.Until(first.Add(s.cfg.Quarantine))
+	if wait < time.Second {
+		wait = time.Second
+	}
+	err := s.holderWrite(ctx, nil, l, "record not-found",
+		`lease_owner = NULL, lease_token = NULL, not_found_at = COALESCE(not_found_at, now()),
+		 lease_expires_at = COALESCE(not_found_at, now()) + ? * interval '1 millisecond'`,
+		[]any{s.cfg.Quarantine.Milliseconds()},
+		"downstream_not_found", detailJSON("quarantine_s", s.cfg.Quarantine.Seconds(), "attempt", l.Attempt))
+	return wait, err
+}
+
+// RecordLookupError records that downstream could not answer and parks the key until a backoff
+// has passed; after LookupAttempts failures in a row the key is flagged "needs attention".
+func (s *Store) RecordLookupError(ctx context.Context, l *Lease, lookupErr error) (time.Duration, error) {
+	var failures []int
+	if err := s.db.WithContext(ctx).Raw(`SELECT lookup_failures FROM idempotency_keys WHERE id = ?`, l.KeyID).
+		Scan(&failures).Error; err != nil {
+		return 0, fmt.Errorf("record lookup error %s: %w", l.Digest, err)
+	}
+	n := 1
+	if len(failures) == 1 {
+		n = failures[0] + 1
+	}
+	backoff := s.cfg.LookupBackoff << min(n-1, 6)
+	backoff = min(backoff, 5*time.Minute)
+	attention := n >= s.cfg.LookupAttempts
+	err := s.holderWrite(ctx, nil, l, "record lookup error",
+		`lease_owner = NULL, lease_token = NULL, lookup_failures = lookup_failures + 1,
+		 needs_attention = needs_attention OR ?, lease_expires_at = now() + ? * interval '1 millisecond'`,
+		[]any{attention, backoff.Milliseconds()},
+		"lookup_failed", detailJSON("error", lookupErr.Error(), "failures", n, "needs_attention", attention))
+	return backoff, err
+}
+
+// markExecuting records that this attempt is about to execute: the not-found proof is used up,
+// so a crash during execution forces the next taker to prove absence afresh.
+func (s *Store) markExecuting(ctx context.Context, l *Lease) error {
+	return s.holderWrite(ctx, nil, l, "mark executing", `not_found_at = NULL`, nil,
+		"executing", detailJSON("attempt", l.Attempt))
+}

@@ -1,0 +1,52 @@
+package claim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// OutboxMessage is an external action staged in the business transaction. The daemon's relay
+// sends it after commit, carrying DownstreamKey so the receiver dedupes a resend.
+type OutboxMessage struct {
+	KeyID         int64
+	Operation     string
+	DownstreamKey string
+	Payload       json.RawMessage
+}
+
+// Enqueue writes an outbox row in tx, the caller's transaction, so the action exists exactly when
+// the business change does. Enqueuing the same (operation, downstream key) twice keeps one row.
+func Enqueue(ctx context.Context, tx *gorm.DB, m OutboxMessage) error {
+	if m.Operation == "" || m.DownstreamKey == "" || !json.Valid(m.Payload) {
+		return fmt.Errorf("enqueue: operation, downstream key and a JSON payload are required")
+	}
+	var keyID any
+	if m.KeyID != 0 {
+		keyID = m.KeyID
+	}
+	err := tx.WithContext(ctx).Exec(`INSERT INTO outbox (key_id, operation, downstream_key, payload) VALUES (?, ?, ?, ?)
+		ON CONFLICT (operation, downstream_key) DO NOTHING`, keyID, m.Operation, m.DownstreamKey, string(m.Payload)).Error
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", m.Operation, err)
+	}
+	return nil
+}
+
+// ConsumeOnce records, in tx, that consumer has handled the message for businessKey (an order
+// id, not the message id: a redelivery under a new message id must still be skipped). It reports
+// whether this is the first time; on false the caller skips the business update. Acknowledge the
+// message only after tx commits.
+func ConsumeOnce(ctx context.Context, tx *gorm.DB, consumer, businessKey, messageID string) (bool, error) {
+	if consumer == "" || businessKey == "" {
+		return false, fmt.Errorf("consume: consumer and business key are required")
+	}
+	res := tx.WithContext(ctx).Exec(`INSERT INTO consumed_messages (consumer, business_key, message_id) VALUES (?, ?, ?)
+		ON CONFLICT (consumer, business_key) DO NOTHING`, consumer, businessKey, messageID)
+	if res.Error != nil {
+		return false, fmt.Errorf("consume %s: %w", consumer, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}

@@ -1,0 +1,199 @@
+package claim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Document is what downstream holds for a downstream key: the result of an Execute, or of a
+// Lookup that found it.
+type Document struct {
+	// ResourceID names the created resource (a charge id).
+	ResourceID string
+	// Failure is set when downstream has the document but it failed (declined); the key then
+	// fails with this verdict instead of completing.
+	Failure *Failure
+	// Body is downstream's own representation, for Apply.
+	Body json.RawMessage
+}
+
+// Operation is one business action idempotency keys protect. Implementations live in
+// downstream/ (a registry by name); the claim logic drives them.
+type Operation interface {
+	// Name is the operation part of a key's scope.
+	Name() string
+	// Intent says which request fields carry intent.
+	Intent() IntentSpec
+	// Execute performs the action downstream, sending l.DownstreamKey. A *Failure sorts the
+	// error; any other error is ambiguous and treated as retryable.
+	Execute(ctx context.Context, l *Lease) (*Document, error)
+	// Lookup asks downstream, read-only, for the document under l.DownstreamKey: (nil, nil) when
+	// downstream answers "not found"; an error when it cannot answer.
+	Lookup(ctx context.Context, l *Lease) (*Document, error)
+	// Apply writes the business rows for doc in tx and returns the response snapshot; it runs in
+	// the transaction that completes the key.
+	Apply(ctx context.Context, tx *gorm.DB, l *Lease, doc *Document) (*Snapshot, error)
+}
+
+// Redriver is implemented by Operations whose keys the daemon may execute again once downstream
+// has twice said "not found" a quarantine apart. Others become failed_retryable instead, for the
+// client's own retry.
+type Redriver interface {
+	Redrive() bool
+}
+
+// Run is the whole path of a request: claim → (when an earlier attempt may have reached
+// downstream: look it up first) → execute → apply + complete in one transaction, renewing the
+// lease while it works. Everyone — services, the daemon, reconciliation fixes, operators — goes
+// through here or through Drive.
+func (s *Store) Run(ctx context.Context, op Operation, req Request) (*Outcome, error) {
+	req.Operation = op.Name()
+	req.Spec = op.Intent()
+	out, err := s.Claim(ctx, req)
+	if err != nil || out.Kind != Acquired {
+		return out, err
+	}
+	return s.Drive(ctx, op, out.Lease, DriveOptions{Execute: true})
+}
+
+// DriveOptions says what a holder may do once absence downstream is proven.
+type DriveOptions struct {
+	// Execute: run the operation once downstream has twice said "not found" a quarantine apart
+	// (client retries, operator replays). When false (the daemon), the key becomes
+	// failed_retryable instead, unless the Operation opts into redrive.
+	Execute bool
+}
+
+// Drive takes an acquired lease to its end. Fresh claims execute at once; takeovers and retries
+// ask downstream first: found → complete (or fail) from downstream's document, executing
+// nothing; not found → execute only on the second not-found a quarantine after the first;
+// cannot answer → the key is parked with a backoff and, after a few tries, flagged.
+func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (*Outcome, error) {
+	ctx, stop := s.keepRenewed(ctx, l)
+	defer stop()
+	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest}
+
+	if l.MustCheckDownstream() {
+		doc, err := op.Lookup(ctx, l)
+		switch {
+		case err != nil:
+			wait, rerr := s.RecordLookupError(ctx, l, err)
+			if rerr != nil {
+				return nil, rerr
+			}
+			out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+			return out, nil
+		case doc != nil:
+			return s.finish(ctx, op, l, doc, true)
+		}
+		proven := l.NotFoundAt != nil && time.Since(*l.NotFoundAt) >= s.cfg.Quarantine
+		if !proven {
+			wait, err := s.RecordDownstreamNotFound(ctx, l)
+			if err != nil {
+				return nil, err
+			}
+			out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+			return out, nil
+		}
+		redrive := false
+		if r, ok := op.(Redriver); ok {
+			redrive = r.Redrive()
+		}
+		if !opt.Execute && !redrive {
+			f := RetryableFailure("downstream_not_found", "downstream twice said not found; the client may retry")
+			if err := s.Fail(ctx, nil, l, f); err != nil {
+				return nil, err
+			}
+			out.Kind, out.State, out.Failure = Failed, StateFailedRetryable, f
+			return out, nil
+		}
+		if err := s.markExecuting(ctx, l); err != nil {
+			return nil, err
+		}
+	}
+
+	doc, err := op.Execute(ctx, l)
+	if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) {
+		return nil, fmt.Errorf("execute %s: %w", l.Digest, ErrLeaseLost)
+	}
+	if err != nil {
+		f := asFailure(err)
+		// The key's record must outlive a cancelled request context.
+		if ferr := s.Fail(context.WithoutCancel(ctx), nil, l, f); ferr != nil {
+			return nil, ferr
+		}
+		out.Kind, out.Failure, out.Snapshot = Failed, f, f.Snapshot
+		out.State = StateFailedFinal
+		if f.Retryable {
+			out.State = StateFailedRetryable
+		}
+		return out, nil
+	}
+	return s.finish(ctx, op, l, doc, false)
+}
+
+// finish applies a downstream document: a failed one fails the key with its verdict; a
+// successful one runs Apply and Complete in one transaction.
+func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Document, recovered bool) (*Outcome, error) {
+	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest, ResourceID: doc.ResourceID}
+	ctx = context.WithoutCancel(ctx) // downstream acted: record it even if the caller went away
+	if doc.Failure != nil {
+		if err := s.Fail(ctx, nil, l, doc.Failure); err != nil {
+			return nil, err
+		}
+		out.Kind, out.Failure, out.Snapshot = Failed, doc.Failure, doc.Failure.Snapshot
+		out.State = StateFailedFinal
+		if doc.Failure.Retryable {
+			out.State = StateFailedRetryable
+		}
+		return out, nil
+	}
+	kind, event := Completed, "completed"
+	if recovered {
+		kind, event = Recovered, "recovered_from_downstream"
+	}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		snap, err := op.Apply(ctx, tx, l, doc)
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", l.Digest, err)
+		}
+		out.Snapshot = snap
+		return s.complete(ctx, tx, l, snap, event, detailJSON("status", snap.Status, "resource_id", snap.ResourceID,
+			"attempt", l.Attempt, "recovered", recovered))
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Kind, out.State = kind, StateCompleted
+	return out, nil
+}
+
+// keepRenewed renews l every TTL/3 until stop is called; if the lease is lost, the returned
+// context is cancelled with ErrLeaseLost as its cause so the work stops.
+func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.Renew(ctx, l); errors.Is(err, ErrLeaseLost) {
+					cancel(ErrLeaseLost)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { close(done); cancel(nil) }
+}

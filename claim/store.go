@@ -1,0 +1,431 @@
+package claim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// State is where a key stands.
+type State string
+
+const (
+	StateProcessing      State = "processing"
+	StateCompleted       State = "completed"
+	StateFailedRetryable State = "failed_retryable"
+	StateFailedFinal     State = "failed_final"
+)
+
+// Config tunes a Store. Zero fields take the defaults in one place, withDefaults.
+type Config struct {
+	// Owner names this process in lease_owner (default host:pid).
+	Owner string
+	// LeaseTTL is how long a claim holds the key without renewal (default 30 s); the holder
+	// renews every LeaseTTL/3.
+	LeaseTTL time.Duration
+	// Quarantine separates the two downstream not-founds that prove an earlier attempt never
+	// arrived (default 30 s).
+	Quarantine time.Duration
+	// LookupAttempts is how many failed downstream lookups flag a key "needs attention"
+	// (default 5); LookupBackoff is the first pause after one (default 5 s, doubling, ≤ 5 min).
+	LookupAttempts int
+	LookupBackoff  time.Duration
+	// DigestSecret keys the HMAC of key digests; at least 16 bytes.
+	DigestSecret []byte
+	// KeepResponse and KeepKey are the default retention periods set when a key reaches a
+	// final state (defaults 72 h and 30 days); retention policies may change them later.
+	KeepResponse, KeepKey time.Duration
+	// MaxSnapshotBytes bounds a stored response body (default 64 KiB).
+	MaxSnapshotBytes int
+	Logger           *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.Quarantine == 0 {
+		c.Quarantine = 30 * time.Second
+	}
+	if c.LookupAttempts == 0 {
+		c.LookupAttempts = 5
+	}
+	if c.LookupBackoff == 0 {
+		c.LookupBackoff = 5 * time.Second
+	}
+	if c.KeepResponse == 0 {
+		c.KeepResponse = 72 * time.Hour
+	}
+	if c.KeepKey == 0 {
+		c.KeepKey = 30 * 24 * time.Hour
+	}
+	if c.MaxSnapshotBytes == 0 {
+		c.MaxSnapshotBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case len(c.DigestSecret) < 16:
+		return c, errors.New("claim: DigestSecret must be at least 16 bytes")
+	case c.LeaseTTL < time.Second:
+		return c, errors.New("claim: LeaseTTL must be at least 1s")
+	case c.KeepResponse > c.KeepKey:
+		return c, errors.New("claim: KeepResponse must not exceed KeepKey")
+	}
+	return c, nil
+}
+
+// Store is the one claim logic. Services, the daemon, reconciliation fixes and operators all go
+// through its methods; nothing else writes idempotency_keys.
+type Store struct {
+	db  *gorm.DB
+	cfg Config
+}
+
+// NewStore validates cfg and returns a Store on db.
+func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, cfg: cfg}, nil
+}
+
+// Config returns the effective configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+// DB returns the handle the store writes through.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+// Digest is the log-safe digest of a key under this deployment's secret.
+func (s *Store) Digest(tenant, operation, key string) string {
+	return Digest(s.cfg.DigestSecret, tenant, operation, key)
+}
+
+// Request is one attempt to perform an operation under an idempotency key.
+type Request struct {
+	// Tenant is the authenticated caller, taken from the verified credential by the caller of
+	// Claim — never from a header or body field the client controls.
+	Tenant    string
+	Operation string
+	// Key is the client's idempotency key; empty for natural-key operations.
+	Key string
+	// Intent is the request body (a JSON object).
+	Intent json.RawMessage
+	// Spec says which fields carry intent; Run takes it from the Operation.
+	Spec IntentSpec
+	// Actor is recorded on every event: service:NAME, daemon, operator:NAME.
+	Actor string
+}
+
+// Kind is the outcome of a claim or a run.
+type Kind string
+
+const (
+	// Acquired: the caller holds the lease and may proceed (Run does the rest).
+	Acquired Kind = "acquired"
+	// Replay: the key is completed or failed_final; Snapshot (and Failure) are its answer.
+	Replay Kind = "replay"
+	// InProgress: another attempt holds the key; retry after RetryAfter.
+	InProgress Kind = "in_progress"
+	// Mismatch: the key was used with a different intent (ErrMismatch).
+	Mismatch Kind = "mismatch"
+	// Expired: the key's response was purged by retention; only the tombstone remains.
+	Expired Kind = "expired"
+	// Completed: this run executed the operation and completed the key.
+	Completed Kind = "completed"
+	// Recovered: downstream already had the document; the key was completed from it without
+	// executing anything.
+	Recovered Kind = "recovered"
+	// Failed: this run's attempt failed; Failure says how.
+	Failed Kind = "failed"
+)
+
+// Outcome is what Claim or Run answers.
+type Outcome struct {
+	Kind       Kind
+	KeyID      int64
+	Digest     string
+	State      State
+	Lease      *Lease        // Acquired
+	Snapshot   *Snapshot     // Replay, Completed, Recovered, and Failed/Replay of a failure that stored one
+	Failure    *Failure      // Failed, and Replay of failed_final
+	ResourceID string        // Replay, Expired, Completed, Recovered
+	RetryAfter time.Duration // InProgress
+}
+
+// Lease is the right to write a key, held by whoever acquired it. Every write through a Lease is
+// a compare-and-set on Token: once another party takes the key over, the old holder's writes
+// fail with ErrLeaseLost and change nothing.
+type Lease struct {
+	KeyID         int64
+	Tenant        string
+	Operation     string
+	Key           string
+	Digest        string
+	DownstreamKey string
+	Intent        json.RawMessage // canonical intent
+	Amount        *int64
+	Currency      string
+	Token         string
+	Attempt       int
+	// Takeover: an earlier attempt's lease expired; it may have reached downstream.
+	Takeover bool
+	// Retry: the key was failed_retryable; an earlier attempt may have reached downstream.
+	Retry bool
+	// NotFoundAt is the first downstream not-found recorded for this key, if any.
+	NotFoundAt *time.Time
+	Actor      string
+}
+
+// MustCheckDownstream says whether an earlier attempt may have reached downstream, so that the
+// holder has to look the document up before executing.
+func (l *Lease) MustCheckDownstream() bool { return l.Takeover || l.Retry }
+
+// prepared is a validated request.
+type prepared struct {
+	Request
+	intent *Intent
+	digest string
+	dkey   string
+}
+
+func (s *Store) prepare(req Request) (*prepared, error) {
+	if err := validateScope(req.Tenant, req.Operation); err != nil {
+		return nil, err
+	}
+	in, err := Canonicalize(req.Intent, req.Spec)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Spec.NaturalKey) > 0 {
+		if req.Key != "" {
+			return nil, fieldErr(ErrInvalidKey, "key", "operation %s uses a natural key; do not send one", req.Operation)
+		}
+		req.Key = in.NaturalKey
+	} else if err := ValidateKey(req.Key); err != nil {
+		return nil, err
+	}
+	if req.Actor == "" {
+		req.Actor = "service:" + req.Operation
+	}
+	return &prepared{
+		Request: req,
+		intent:  in,
+		digest:  s.Digest(req.Tenant, req.Operation, req.Key),
+		dkey:    DownstreamKey(req.Tenant, req.Operation, req.Key),
+	}, nil
+}
+
+func newToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+func detailJSON(kv ...any) string {
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// claimSQL is the claim: one atomic insert guarded by the unique constraint on (tenant,
+// operation, key), with its history event in the same statement. Never "select, then insert".
+const claimSQL = `
+WITH ins AS (
+    INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+        request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency)
+    VALUES (?, ?, ?, ?, ?, ?, ?, 'processing', ?, ?, now() + ? * interval '1 millisecond', ?, ?, NULLIF(?, ''))
+    ON CONFLICT (tenant, operation, key) DO NOTHING
+    RETURNING id
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail)
+    SELECT id, 'claimed', ?, ? FROM ins
+)
+SELECT id FROM ins`
+
+// Claim takes the key for req, or says why not. Acquired leases must end in Complete, Fail,
+// Release or one of the lookup records; Run does all of that.
+func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
+	p, err := s.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	// Bounded: each round either inserts, answers from the existing row, or loses a race to a
+	// concurrent transition (or purge) of that row and reads it again.
+	for round := 0; round < 5; round++ {
+		token := newToken()
+		var ids []int64
+		err := s.db.WithContext(ctx).Raw(claimSQL,
+			p.Tenant, p.Operation, p.Key, p.digest, p.intent.Fingerprint, p.intent.Version,
+			string(p.intent.Canonical), s.cfg.Owner, token, s.cfg.LeaseTTL.Milliseconds(), p.dkey,
+			p.intent.Amount, p.intent.Currency,
+			p.Actor, detailJSON("attempt", 1, "owner", s.cfg.Owner),
+		).Scan(&ids).Error
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: %w", p.digest, err)
+		}
+		if len(ids) == 1 {
+			return &Outcome{Kind: Acquired, KeyID: ids[0], Digest: p.digest, State: StateProcessing,
+				Lease: p.lease(ids[0], token, 1, false, false, nil)}, nil
+		}
+		out, err := s.answerExisting(ctx, p)
+		if errors.Is(err, errRaced) {
+			continue
+		}
+		return out, err
+	}
+	return nil, fmt.Errorf("claim %s: the key kept changing under concurrent writers", p.digest)
+}
+
+var errRaced = errors.New("raced")
+
+func (p *prepared) lease(id int64, token string, attempt int, takeover, retry bool, notFoundAt *time.Time) *Lease {
+	return &Lease{KeyID: id, Tenant: p.Tenant, Operation: p.Operation, Key: p.Key, Digest: p.digest,
+		DownstreamKey: p.dkey, Intent: p.intent.Canonical, Amount: p.intent.Amount, Currency: p.intent.Currency,
+		Token: token, Attempt: attempt, Takeover: takeover, Retry: retry, NotFoundAt: notFoundAt, Actor: p.Actor}
+}
+
+// existingRow is what a claim that lost the insert needs to know of the row that won.
+type existingRow struct {
+	ID                 int64
+	Fingerprint        string
+	FingerprintVersion int
+	Request            string
+	State              State
+	Version            int64
+	LeaseExpired       bool
+	LeaseRemainingMs   int64
+	ResponseStatus     *int
+	ResponseHeaders    []byte
+	ResponseBody       []byte
+	ResourceID         *string
+	ErrorCode          *string
+	ErrorDetail        *string
+	ResponseExpired    bool
+	NotFoundAt         *time.Time
+}
+
+const existingSQL = `
+SELECT id, fingerprint, fingerprint_version, request::text AS request, state, version,
+       COALESCE(lease_expires_at < now(), false) AS lease_expired,
+       COALESCE((extract(epoch FROM lease_expires_at - now()) * 1000)::bigint, 0) AS lease_remaining_ms,
+       response_status, response_headers, response_body, resource_id, error_code, error_detail,
+       (response_expires_at IS NOT NULL AND response_expires_at < now()) OR
+       (response_status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
+       not_found_at
+FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`
+
+// answerExisting answers a claim whose insert met an existing row: the loser of a claim race
+// reads the row and answers from it; it never executes.
+func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, error) {
+	var rows []existingRow
+	if err := s.db.WithContext(ctx).Raw(existingSQL, p.Tenant, p.Operation, p.Key).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("claim %s: read existing: %w", p.digest, err)
+	}
+	if len(rows) == 0 {
+		return nil, errRaced // purged between the insert and the read
+	}
+	r := rows[0]
+	out := &Outcome{KeyID: r.ID, Digest: p.digest, State: r.State}
+	if !sameIntent(r, p.intent) {
+		s.event(ctx, s.db, r.ID, "mismatch_rejected", p.Actor, detailJSON("fingerprint", p.intent.Fingerprint))
+		out.Kind = Mismatch
+		return out, nil
+	}
+	if r.ResourceID != nil {
+		out.ResourceID = *r.ResourceID
+	}
+	switch r.State {
+	case StateCompleted, StateFailedFinal:
+		if r.ResponseExpired {
+			out.Kind = Expired
+			return out, nil
+		}
+		out.Kind = Replay
+		out.Snapshot = r.snapshot()
+		if r.State == StateFailedFinal {
+			out.Failure = &Failure{Code: deref(r.ErrorCode), Detail: deref(r.ErrorDetail), Snapshot: out.Snapshot}
+		}
+		return out, nil
+	case StateProcessing:
+		if !r.LeaseExpired {
+			out.Kind = InProgress
+			out.RetryAfter = retryAfter(time.Duration(r.LeaseRemainingMs) * time.Millisecond)
+			return out, nil
+		}
+	}
+	// failed_retryable, or processing with an expired lease: take it over.
+	lease, err := s.takeover(ctx, s.db, r.ID, r.Version, p.Actor, s.cfg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if lease == nil {
+		return nil, errRaced
+	}
+	retry := r.State == StateFailedRetryable
+	full := p.lease(r.ID, lease.Token, lease.Attempt, !retry, retry, lease.NotFoundAt)
+	out.Kind, out.State, out.Lease = Acquired, StateProcessing, full
+	return out, nil
+}
+
+// sameIntent compares fingerprints, recomputing the stored one when it was made by another
+// canonicalizer version (the stored request is canonical JSON, so this is exact).
+func sameIntent(r existingRow, in *Intent) bool {
+	if r.FingerprintVersion == in.Version {
+		return r.Fingerprint == in.Fingerprint
+	}
+	again, err := Canonicalize([]byte(r.Request), IntentSpec{})
+	return err == nil && again.Fingerprint == in.Fingerprint
+}
+
+func (r existingRow) snapshot() *Snapshot {
+	if r.ResponseStatus == nil {
+		return nil
+	}
+	snap := &Snapshot{Status: *r.ResponseStatus, Body: r.ResponseBody, ResourceID: deref(r.ResourceID)}
+	if len(r.ResponseHeaders) > 0 {
+		_ = json.Unmarshal(r.ResponseHeaders, &snap.Headers)
+	}
+	return snap
+}
+
+func retryAfter(remaining time.Duration) time.Duration {
+	if remaining < time.Second {
+		return time.Second
+	}
+	return remaining.Round(time.Second)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (s *Store) event(ctx context.Context, db *gorm.DB, keyID int64, kind, actor, detail string) {
+	if err := db.WithContext(ctx).Exec(`INSERT INTO key_events (key_id, kind, actor, detail) VALUES (?, ?, ?, ?)`,
+		keyID, kind, actor, detail).Error; err != nil {
+		s.cfg.Logger.Warn("key event not recorded", "key_id", keyID, "kind", kind, "err", err)
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/migrations"
+)
+
+// database is an open store plus whatever must be stopped with it.
+type database struct {
+	DB      *gorm.DB
+	URL     string
+	cluster *pglocal.Cluster
+}
+
+func (d *database) Close() {
+	if sqlDB, err := d.DB.DB(); err == nil {
+		sqlDB.Close()
+	}
+	if d.cluster != nil {
+		d.cluster.Stop()
+	}
+}
+
+// flagOrEnv returns the flag's value if set, else the environment variable, else the default.
+func flagOrEnv(cmd *cobra.Command, flag, env string) string {
+	f := cmd.Flag(flag)
+	if f != nil && f.Changed {
+		return f.Value.String()
+	}
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	if f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// openDatabase connects to --database-url / DATABASE_URL, or starts the private cluster when
+// allowPrivate and neither is set. With migrate, pending migrations are applied first.
+func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate bool) (*database, error) {
+	d := &database{URL: flagOrEnv(cmd, "database-url", "DATABASE_URL")}
+	if d.URL == "" {
+		if !allowPrivate {
+			return nil, usagef("no database: set DATABASE_URL or --database-url")
+		}
+		dir := flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")
+		logPath := filepath.Join(filepath.Dir(dir), "postgres.log")
+		_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
+		logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		c, err := pglocal.Start(ctx, pglocal.Options{DataDir: dir, Log: logf})
+		if err != nil {
+			return nil, fmt.Errorf("private PostgreSQL: %w", err)
+		}
+		d.cluster = c
+		d.URL = c.URL("postgres")
+	}
+	db, err := pglocal.Open(d.URL)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	d.DB = db
+	if migrate {
+		sqlDB, _ := db.DB()
+		if err := migrations.Up(ctx, sqlDB); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}

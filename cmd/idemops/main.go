@@ -1,0 +1,61 @@
+// Command idemops is the operations side of an idempotency-key system: the daemon, the console,
+// and the tools around them, in one binary.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idemops:", oneLine(err))
+		os.Exit(exitCode(err))
+	}
+}
+
+// usageError marks bad input from the command line (exit 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+func oneLine(err error) string {
+	s := err.Error()
+	for i, r := range s {
+		if r == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "idemops",
+		Short:         "Operations for idempotency keys: daemon, console, reconciliation, retention",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("database-url", "", "PostgreSQL connection string (env DATABASE_URL); unset: a private cluster under --data-dir")
+	root.PersistentFlags().String("data-dir", ".idemops/pg", "where the private PostgreSQL lives when no database URL is given (env IDEMOPS_DATA_DIR)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newMigrateCmd())
+	return root
+}
