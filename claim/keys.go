@@ -16,7 +16,7 @@ type Key struct {
 	KeyDigest          string
 	Fingerprint        string
 	FingerprintVersion int
-	Request            json.RawMessage
+	Request            JSON
 	State              State
 	Version            int64
 	LeaseOwner         *string
@@ -27,7 +27,7 @@ type Key struct {
 	AmountMinor        *int64
 	Currency           *string
 	ResponseStatus     *int
-	ResponseHeaders    json.RawMessage
+	ResponseHeaders    JSON
 	ResponseBody       []byte
 	ResourceID         *string
 	ErrorCode          *string
@@ -76,7 +76,7 @@ type Event struct {
 	At     time.Time
 	Kind   string
 	Actor  string
-	Detail json.RawMessage
+	Detail JSON
 }
 
 // History returns a key's events, oldest first (bounded by limit, at most 1000).

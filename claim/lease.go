@@ -2,7 +2,11 @@ package claim
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -126,7 +130,7 @@ func (s *Store) Takeover(ctx context.Context, keyID int64, actor string) (*Lease
 		return nil, fmt.Errorf("takeover key %d: %w", keyID, ErrLeaseLost)
 	}
 	l.Tenant, l.Operation, l.Key, l.Digest = k.Tenant, k.Operation, k.Key, k.KeyDigest
-	l.DownstreamKey, l.Intent, l.Amount, l.Currency = k.DownstreamKey, k.Request, k.AmountMinor, deref(k.Currency)
+	l.DownstreamKey, l.Intent, l.Amount, l.Currency = k.DownstreamKey, json.RawMessage(k.Request), k.AmountMinor, deref(k.Currency)
 	l.Takeover, l.Retry = k.State == StateProcessing, k.State == StateFailedRetryable
 	return l, nil
 }
@@ -137,31 +141,31 @@ func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, se
 	if tx == nil {
 		tx = s.db
 	}
+	n := len(args)
 	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
-    WHERE id = ? AND lease_token = ? AND state = 'processing' RETURNING id
-), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ?, ?, ? FROM u)
+    WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` AND state = 'processing' RETURNING id
+), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $` + strconv.Itoa(n+3) + `, $` + strconv.Itoa(n+4) + `, $` + strconv.Itoa(n+5) + ` FROM u)
 SELECT id FROM u`
 	all := append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
-	var ids []int64
-	if err := tx.WithContext(ctx).Raw(q, all...).Scan(&ids).Error; err != nil {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
-	}
-	if len(ids) == 0 {
+	var id int64
+	err := conn(tx).QueryRowContext(ctx, q, all...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
 	}
 	return nil
 }
 
 // Renew extends the lease by the TTL. ErrLeaseLost means someone else holds the key now: stop.
 func (s *Store) Renew(ctx context.Context, l *Lease) error {
-	var ids []int64
-	err := s.db.WithContext(ctx).Raw(`UPDATE idempotency_keys SET lease_expires_at = now() + ? * interval '1 millisecond'
-		WHERE id = ? AND lease_token = ? AND state = 'processing' RETURNING id`,
-		s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token).Scan(&ids).Error
+	res, err := conn(s.db).ExecContext(ctx, `UPDATE idempotency_keys SET lease_expires_at = now() + $1 * interval '1 millisecond'
+		WHERE id = $2 AND lease_token = $3 AND state = 'processing'`, s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token)
 	if err != nil {
 		return fmt.Errorf("renew %s: %w", l.Digest, err)
 	}
-	if len(ids) == 0 {
+	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("renew %s: %w", l.Digest, ErrLeaseLost)
 	}
 	return nil
@@ -186,9 +190,9 @@ func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snaps
 	}
 	return s.holderWrite(ctx, tx, l, "complete",
 		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 response_status = ?, response_headers = ?, response_body = ?, resource_id = NULLIF(?, ''),
+		 response_status = $1, response_headers = $2, response_body = $3, resource_id = NULLIF($4, ''),
 		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
-		 completed_at = now(), response_expires_at = now() + ? * interval '1 second', expires_at = now() + ? * interval '1 second'`,
+		 completed_at = now(), response_expires_at = now() + $5 * interval '1 second', expires_at = now() + $6 * interval '1 second'`,
 		[]any{snap.Status, string(snap.headersJSON()), snap.Body, snap.ResourceID,
 			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
 		kind, detail)
@@ -214,11 +218,11 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 		status, headers = snap.Status, string(snap.headersJSON())
 	}
 	return s.holderWrite(ctx, tx, l, "fail",
-		`state = ?, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 error_code = ?, error_detail = ?, response_status = ?, response_headers = ?, response_body = ?,
-		 resource_id = COALESCE(NULLIF(?, ''), resource_id), not_found_at = NULL,
-		 completed_at = CASE WHEN ? = 'failed_final' THEN now() END,
-		 response_expires_at = now() + ? * interval '1 second', expires_at = now() + ? * interval '1 second'`,
+		`state = $1, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+		 error_code = $2, error_detail = $3, response_status = $4, response_headers = $5, response_body = $6,
+		 resource_id = COALESCE(NULLIF($7, ''), resource_id), not_found_at = NULL,
+		 completed_at = CASE WHEN $8 = 'failed_final' THEN now() END,
+		 response_expires_at = now() + $9 * interval '1 second', expires_at = now() + $10 * interval '1 second'`,
 		[]any{string(state), f.Code, f.Detail, status, headers, snap.Body, snap.ResourceID, string(state),
 			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
 		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt))
@@ -241,7 +245,7 @@ func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 	}
 	return s.holderWrite(ctx, nil, l, "release",
 		`state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 error_code = 'released', error_detail = ?`, []any{reason},
+		 error_code = 'released', error_detail = $1`, []any{reason},
 		"released", detailJSON("reason", reason, "attempt", l.Attempt))
 }
 
@@ -259,7 +263,7 @@ func (s *Store) RecordDownstreamNotFound(ctx context.Context, l *Lease) (time.Du
 	}
 	err := s.holderWrite(ctx, nil, l, "record not-found",
 		`lease_owner = NULL, lease_token = NULL, not_found_at = COALESCE(not_found_at, now()),
-		 lease_expires_at = COALESCE(not_found_at, now()) + ? * interval '1 millisecond'`,
+		 lease_expires_at = COALESCE(not_found_at, now()) + $1 * interval '1 millisecond'`,
 		[]any{s.cfg.Quarantine.Milliseconds()},
 		"downstream_not_found", detailJSON("quarantine_s", s.cfg.Quarantine.Seconds(), "attempt", l.Attempt))
 	return wait, err
@@ -282,7 +286,7 @@ func (s *Store) RecordLookupError(ctx context.Context, l *Lease, lookupErr error
 	attention := n >= s.cfg.LookupAttempts
 	err := s.holderWrite(ctx, nil, l, "record lookup error",
 		`lease_owner = NULL, lease_token = NULL, lookup_failures = lookup_failures + 1,
-		 needs_attention = needs_attention OR ?, lease_expires_at = now() + ? * interval '1 millisecond'`,
+		 needs_attention = needs_attention OR $1, lease_expires_at = now() + $2 * interval '1 millisecond'`,
 		[]any{attention, backoff.Milliseconds()},
 		"lookup_failed", detailJSON("error", lookupErr.Error(), "failures", n, "needs_attention", attention))
 	return backoff, err

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -43,4 +44,30 @@ func (s *Snapshot) filtered() *Snapshot {
 func (s *Snapshot) headersJSON() []byte {
 	b, _ := json.Marshal(s.Headers)
 	return b
+}
+
+// JSON is a JSON document read from a json/jsonb column.
+type JSON []byte
+
+// Scan implements sql.Scanner for text and binary column values.
+func (j *JSON) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*j = nil
+	case string:
+		*j = append((*j)[:0], v...)
+	case []byte:
+		*j = append((*j)[:0], v...)
+	default:
+		return fmt.Errorf("claim.JSON: cannot scan %T", src)
+	}
+	return nil
+}
+
+// MarshalJSON emits the document as is (null when empty).
+func (j JSON) MarshalJSON() ([]byte, error) {
+	if len(j) == 0 {
+		return []byte("null"), nil
+	}
+	return j, nil
 }

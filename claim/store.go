@@ -3,6 +3,7 @@ package claim
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -103,6 +104,10 @@ func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
 	}
 	return &Store{db: db, cfg: cfg}, nil
 }
+
+// conn is the connection (pool or transaction) a gorm handle holds: the hot paths run their SQL
+// on it directly, without gorm's reflection.
+func conn(db *gorm.DB) gorm.ConnPool { return db.Statement.ConnPool }
 
 // Config returns the effective configuration.
 func (s *Store) Config() Config { return s.cfg }
@@ -254,12 +259,12 @@ const claimSQL = `
 WITH ins AS (
     INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
         request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency)
-    VALUES (?, ?, ?, ?, ?, ?, ?, 'processing', ?, ?, now() + ? * interval '1 millisecond', ?, ?, NULLIF(?, ''))
+    VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''))
     ON CONFLICT (tenant, operation, key) DO NOTHING
     RETURNING id
 ), ev AS (
     INSERT INTO key_events (key_id, kind, actor, detail)
-    SELECT id, 'claimed', ?, ? FROM ins
+    SELECT id, 'claimed', $14, $15 FROM ins
 )
 SELECT id FROM ins`
 
@@ -274,19 +279,19 @@ func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
 	// concurrent transition (or purge) of that row and reads it again.
 	for round := 0; round < 5; round++ {
 		token := newToken()
-		var ids []int64
-		err := s.db.WithContext(ctx).Raw(claimSQL,
+		var id int64
+		err := conn(s.db).QueryRowContext(ctx, claimSQL,
 			p.Tenant, p.Operation, p.Key, p.digest, p.intent.Fingerprint, p.intent.Version,
 			string(p.intent.Canonical), s.cfg.Owner, token, s.cfg.LeaseTTL.Milliseconds(), p.dkey,
 			p.intent.Amount, p.intent.Currency,
 			p.Actor, detailJSON("attempt", 1, "owner", s.cfg.Owner),
-		).Scan(&ids).Error
-		if err != nil {
+		).Scan(&id)
+		switch {
+		case err == nil:
+			return &Outcome{Kind: Acquired, KeyID: id, Digest: p.digest, State: StateProcessing,
+				Lease: p.lease(id, token, 1, false, false, nil)}, nil
+		case !errors.Is(err, sql.ErrNoRows):
 			return nil, fmt.Errorf("claim %s: %w", p.digest, err)
-		}
-		if len(ids) == 1 {
-			return &Outcome{Kind: Acquired, KeyID: ids[0], Digest: p.digest, State: StateProcessing,
-				Lease: p.lease(ids[0], token, 1, false, false, nil)}, nil
 		}
 		out, err := s.answerExisting(ctx, p)
 		if errors.Is(err, errRaced) {

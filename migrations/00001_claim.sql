@@ -52,16 +52,17 @@ CREATE INDEX idempotency_keys_digest_idx ON idempotency_keys (key_digest);
 CREATE INDEX idempotency_keys_attention_idx ON idempotency_keys (id) WHERE needs_attention;
 
 -- History of every transition, written in the transaction of the transition.
+-- One index only, (key_id, id): it serves the key detail timeline and the purge's cascade, and
+-- every claim writes events, so a second index would tax the hot path.
 CREATE TABLE key_events (
-    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id     bigint GENERATED ALWAYS AS IDENTITY,
     key_id bigint      NOT NULL REFERENCES idempotency_keys (id) ON DELETE CASCADE,
     at     timestamptz NOT NULL DEFAULT now(),
     kind   text        NOT NULL,
     actor  text        NOT NULL,
-    detail jsonb       NOT NULL DEFAULT '{}'
+    detail jsonb       NOT NULL DEFAULT '{}',
+    PRIMARY KEY (key_id, id)
 );
--- Key detail timeline, and cascade deletes from the purge.
-CREATE INDEX key_events_key_idx ON key_events (key_id, id);
 
 -- External actions staged in the business transaction; the daemon's relay sends them.
 CREATE TABLE outbox (
