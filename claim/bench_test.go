@@ -57,7 +57,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 		err := pool.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
 			request, state, lease_owner, lease_token, lease_expires_at, downstream_key)
 			VALUES ($1, 'payment.charge', $2, $3, $4, 1, $5, 'processing', 'bench', gen_random_uuid(), now() + interval '30 seconds', $6)
-			ON CONFLICT (tenant, operation, key) DO NOTHING RETURNING id`,
+			ON CONFLICT DO NOTHING RETURNING id`,
 			tenant, key, claim.Digest(secret, tenant, "payment.charge", key), "fp", string(payment(100+i)),
 			claim.DownstreamKey(tenant, "payment.charge", key)).Scan(&id)
 		if err != nil {
