@@ -68,12 +68,13 @@ func wechatDetailColumns(h *header) (c wechatColumns, err error) {
 		// The amount we asked for: 订单金额 in the current layout, 应结订单金额 (older: 总金额)
 		// where it is missing.
 		{&c.amount, []string{"订单金额", "应结订单金额", "总金额"}},
-		{&c.refund, []string{"申请退款金额", "退款金额"}},
 	} {
 		if *step.dst, err = h.need(step.names...); err != nil {
 			return c, err
 		}
 	}
+	// The refund columns are missing in the oldest layout; a REFUND row there fails.
+	c.refund = h.col("申请退款金额", "退款金额")
 	c.currency = h.col("货币种类")
 	c.controls = make([]int, len(wechatControls))
 	for i, ctl := range wechatControls {
@@ -211,7 +212,9 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 	}
 	col := c.amount
 	if st == StatusRefund {
-		col = c.refund
+		if col = c.refund; col < 0 {
+			return l, lineErrorf(rec.line, "a REFUND row, but the header has no 退款金额 column")
+		}
 	}
 	exp, _ := CurrencyExponent(l.Currency)
 	amount, err := parseDecimal(wechatValue(f[col]), exp, amountSyntax{})
