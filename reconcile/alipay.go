@@ -86,13 +86,13 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		}
 	}
 	h := newHeader(rec)
+	sum.Header = h.names
 	cols, err := alipayDetailColumns(h)
 	if err != nil {
 		return sum, err
 	}
 
 	var (
-		buf                  []byte
 		computed             = map[Status]*alipayTotals{StatusSuccess: {}, StatusRefund: {}}
 		trade, refund        *alipayTotals
 		inFooter             bool
@@ -159,7 +159,7 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		if c.sum, ok = addChecked(c.sum, raw); !ok {
 			return sum, lineErrorf(rec.line, "%s: the column total overflows", h.names[cols.amount])
 		}
-		buf, line.Raw = h.raw(buf, rec.fields)
+		line.Raw = rec.text
 		if err := sink.emit(line); err != nil {
 			return sum, err
 		}

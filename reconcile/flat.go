@@ -42,11 +42,11 @@ func parseFlat(ctx context.Context, r io.Reader, fn func(StatementLine) error, f
 		break
 	}
 	h := newHeader(rec)
+	sum.Header = h.names
 	read, err := bind(h)
 	if err != nil {
 		return sum, err
 	}
-	var buf []byte
 	for {
 		rec, err = rr.next()
 		if errors.Is(err, io.EOF) {
@@ -73,7 +73,7 @@ func parseFlat(ctx context.Context, r io.Reader, fn func(StatementLine) error, f
 			continue
 		}
 		line.LineNo = rec.line
-		buf, line.Raw = h.raw(buf, rec.fields)
+		line.Raw = rec.text
 		if err := sink.emit(line); err != nil {
 			return sum, err
 		}

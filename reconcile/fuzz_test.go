@@ -3,10 +3,10 @@ package reconcile
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -71,9 +71,8 @@ func checkLineInvariants(t *testing.T, l StatementLine, prev int) {
 	if l.OccurredAt.IsZero() || l.OccurredAt.Location().String() != "UTC" {
 		t.Fatalf("line %d: occurred_at %v", l.LineNo, l.OccurredAt)
 	}
-	var raw map[string]string
-	if err := json.Unmarshal(l.Raw, &raw); err != nil {
-		t.Fatalf("line %d: raw %q: %v", l.LineNo, l.Raw, err)
+	if strings.TrimSpace(l.Raw) == "" {
+		t.Fatalf("line %d: no raw row", l.LineNo)
 	}
 }
 

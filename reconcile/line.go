@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -56,14 +55,16 @@ type StatementLine struct {
 	Currency        string    `json:"currency"`          // ISO 4217, upper case
 	Status          Status    `json:"status"`
 	OccurredAt      time.Time `json:"occurred_at"` // UTC
-	// Raw is the original row as a JSON object of header name → cell text (after CSV
-	// unquoting, decoration kept), in header order; ready for a jsonb column.
-	Raw json.RawMessage `json:"raw"`
+	// Raw is the row exactly as the file has it, decoded to UTF-8, without the line terminator
+	// (a record spanning lines keeps its inner newlines). Summary.Header names its columns.
+	Raw string `json:"raw"`
 }
 
 // Summary describes one parsed statement: what was read and the control totals it stated.
 type Summary struct {
 	Format string `json:"format"`
+	// Header is the detail header row as written, naming the columns of StatementLine.Raw.
+	Header []string `json:"header"`
 	// Lines is the number of order lines handed to the callback.
 	Lines int `json:"lines"`
 	// Skipped counts detail rows that are not order lines (Stripe fees and payouts, Adyen

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -291,48 +290,4 @@ func (h *header) checkWidth(rec record) error {
 		return lineErrorf(rec.line, "%d fields, but the header on line %d has %d", len(rec.fields), h.line, len(h.names))
 	}
 	return nil
-}
-
-// raw renders a row as a JSON object of header name → cell text, in header order.
-func (h *header) raw(buf []byte, fields []string) ([]byte, json.RawMessage) {
-	buf = append(buf[:0], '{')
-	for i, name := range h.names {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = appendJSONString(buf, name)
-		buf = append(buf, ':')
-		buf = appendJSONString(buf, fields[i])
-	}
-	buf = append(buf, '}')
-	return buf, json.RawMessage(bytes.Clone(buf))
-}
-
-// appendJSONString appends s (valid UTF-8) as a JSON string.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		start = i + 1
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

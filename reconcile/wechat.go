@@ -100,12 +100,12 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		return sum, err
 	}
 	h := newHeader(rec)
+	sum.Header = h.names
 	cols, err := wechatDetailColumns(h)
 	if err != nil {
 		return sum, err
 	}
 
-	var buf []byte
 	rows := 0
 	sums := make([]int64, len(wechatControls))
 	for {
@@ -143,7 +143,7 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		if line, err = cols.line(rec, h); err != nil {
 			return sum, err
 		}
-		buf, line.Raw = h.raw(buf, rec.fields)
+		line.Raw = rec.text
 		if err := sink.emit(line); err != nil {
 			return sum, err
 		}
