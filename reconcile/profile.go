@@ -157,10 +157,10 @@ func ParseProfile(source string, data []byte) (*Profile, error) {
 		return nil, bad("comment_prefix", "must be on one line")
 	}
 	c := pf.Columns
-	for field, v := range map[string]string{"columns.amount": c.Amount, "columns.status": c.Status,
-		"columns.occurred_at": c.OccurredAt} {
-		if strings.TrimSpace(v) == "" {
-			return nil, bad(field, "required")
+	for _, col := range []struct{ field, v string }{{"columns.amount", c.Amount},
+		{"columns.status", c.Status}, {"columns.occurred_at", c.OccurredAt}} {
+		if strings.TrimSpace(col.v) == "" {
+			return nil, bad(col.field, "required")
 		}
 	}
 	if strings.TrimSpace(c.ChannelTxnID) == "" && strings.TrimSpace(c.MerchantOrderNo) == "" {
