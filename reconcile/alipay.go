@@ -112,16 +112,17 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			}
 			var t **alipayTotals
 			var re *regexp.Regexp
+			var label string
 			switch {
 			case strings.HasPrefix(rec.text, "#交易合计"):
-				t, re = &trade, alipayTradeFooter
+				t, re, label = &trade, alipayTradeFooter, "#交易合计"
 			case strings.HasPrefix(rec.text, "#退款合计"):
-				t, re = &refund, alipayRefundFooter
+				t, re, label = &refund, alipayRefundFooter, "#退款合计"
 			default:
 				continue
 			}
 			if *t != nil {
-				return sum, lineErrorf(rec.line, "a second %s line (the first is line %d)", rec.text[1:strings.IndexAny(rec.text, "：:")], (*t).line)
+				return sum, lineErrorf(rec.line, "a second %s line (the first is line %d)", label, (*t).line)
 			}
 			m := re.FindStringSubmatch(rec.text)
 			if m == nil {

@@ -34,7 +34,7 @@ func parseFlat(ctx context.Context, r io.Reader, fn func(StatementLine) error, f
 			return sum, err
 		}
 		if headerLine > 0 && rec.line > headerLine {
-			return sum, lineErrorf(rec.line, "the header should be on line %d, which is blank", headerLine)
+			return sum, lineErrorf(rec.line, "the header should be on line %d, which is blank or a comment", headerLine)
 		}
 		if rec.comment || rec.line < headerLine {
 			continue

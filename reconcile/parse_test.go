@@ -285,3 +285,13 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+func TestAlipay_ASecondFooterTotalIsRejected(t *testing.T) {
+	t.Parallel()
+	src := mustRead(t, "testdata/alipay/src/trade_detail.utf8.csv")
+	src = strings.Replace(src, "#导出时间", "#交易合计\r\n#导出时间", 1)
+	data := encodeGBKFixture(t, []byte(src))
+	if _, _, err := parseString(t, "alipay", string(data)); err == nil || !strings.HasPrefix(err.Error(), "line 13: a second #交易合计 line (the first is line 11)") {
+		t.Fatalf("err %v", err)
+	}
+}
