@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream"
+	"github.com/idemops/idemops/downstream/paysim"
 )
 
 // fakeOrders is a downstream that deduplicates orders on the X-Request-Key header.
@@ -188,5 +191,52 @@ func TestHTTPOperation_ApplyDefaultAndOverride(t *testing.T) {
 	snap, _ = op.Apply(ctx, nil, lease("dk9", `{}`), doc)
 	if snap.ResourceID != "custom-ord_dk9" {
 		t.Fatalf("override not used: %+v", snap)
+	}
+}
+
+func TestHTTPOperation_FromTheExampleFileAgainstPaysim(t *testing.T) {
+	t.Parallel()
+	sim, err := paysim.NewServer(paysim.Config{DeclinePayees: []string{"blocked"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(sim)
+	t.Cleanup(func() { ts.Close(); sim.Close() })
+	raw, err := os.ReadFile("testdata/paysim-ops.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := downstream.ParseConfig("paysim-ops.yaml", []byte(strings.ReplaceAll(string(raw), "http://127.0.0.1:8090", ts.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := downstream.NewRegistry()
+	if err := reg.RegisterConfig(cfg, ts.Client()); err != nil {
+		t.Fatal(err)
+	}
+	op, err := reg.Get("payment.charge.http")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := lease("dk-http", `{"amount_minor":250,"currency":"CNY","merchant_order_no":"M-9","payee":"alice"}`)
+	if doc, err := op.Lookup(ctx, l); doc != nil || err != nil {
+		t.Fatalf("lookup before: %+v, %v", doc, err)
+	}
+	doc, err := op.Execute(ctx, l)
+	if err != nil || doc.Failure != nil || !strings.HasPrefix(doc.ResourceID, "ch_") {
+		t.Fatalf("execute: %+v, %v", doc, err)
+	}
+	again, err := op.Execute(ctx, l)
+	if err != nil || again.ResourceID != doc.ResourceID || sim.ChargeCount("dk-http") != 1 {
+		t.Fatalf("re-execute with the same downstream key: %+v, %v; want the same charge", again, err)
+	}
+	found, err := op.Lookup(ctx, l)
+	if err != nil || found.ResourceID != doc.ResourceID {
+		t.Fatalf("lookup after: %+v, %v", found, err)
+	}
+	declined, err := op.Execute(ctx, lease("dk-declined", `{"amount_minor":1,"currency":"CNY","payee":"blocked"}`))
+	if err != nil || declined.Failure == nil || declined.Failure.Snapshot.Status != 402 {
+		t.Fatalf("declined: %+v, %v; want a final failure replayed as 402", declined, err)
 	}
 }
