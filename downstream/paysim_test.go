@@ -159,12 +159,20 @@ func TestPaysimCharge_DeclinedChargeFailsFinalAndIsReplayed(t *testing.T) {
 
 func TestPaysimCharge_LookupSortsAnswers(t *testing.T) {
 	t.Parallel()
-	w := newPaysimWorld(t, paysim.Config{})
-	if doc, err := w.op.Lookup(context.Background(), &claim.Lease{DownstreamKey: "nothing-here"}); doc != nil || err != nil {
+	op := func(cfg paysim.Config) *downstream.PaysimCharge {
+		sim, err := paysim.NewServer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(sim)
+		t.Cleanup(func() { ts.Close(); sim.Close() })
+		return downstream.NewPaysimCharge(paysim.NewClient(ts.URL, ts.Client()))
+	}
+	if doc, err := op(paysim.Config{}).Lookup(context.Background(), &claim.Lease{DownstreamKey: "nothing-here"}); doc != nil || err != nil {
 		t.Fatalf("404: %+v, %v; want (nil, nil)", doc, err)
 	}
-	down := newPaysimWorld(t, paysim.Config{ErrorRate: 1})
-	if _, err := down.op.Lookup(context.Background(), &claim.Lease{DownstreamKey: "x"}); !errors.Is(err, paysim.ErrUnavailable) {
+	down := op(paysim.Config{ErrorRate: 1})
+	if _, err := down.Lookup(context.Background(), &claim.Lease{DownstreamKey: "x"}); !errors.Is(err, paysim.ErrUnavailable) {
 		t.Fatalf("5xx: %v; want an error wrapping ErrUnavailable", err)
 	}
 }
