@@ -21,6 +21,8 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/downstream"
+	"github.com/idemops/idemops/downstream/paysim"
 )
 
 // OperationCharge is the payments service's operation name.
@@ -133,6 +135,9 @@ func (s *Service) Handler() http.Handler {
 			crash := &atomic.Bool{}
 			crash.Store(true)
 			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), crashKey{}, crash))
+		}
+		if fault := c.GetHeader(paysim.HeaderFault); fault != "" { // forwarded to the channel (demo only)
+			c.Request = c.Request.WithContext(downstream.WithPaysimFault(c.Request.Context(), fault))
 		}
 		charge(c)
 	})

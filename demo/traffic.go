@@ -21,10 +21,11 @@ type TrafficConfig struct {
 	APIKeys []string
 	// PerSecond is the number of new payments started per second (default 2).
 	PerSecond float64
-	// Retry, Duplicate, Mismatch and Crash are the rates of each scenario (defaults 0.3, 0.1,
-	// 0.05, 0.05): a retry with the same key, three concurrent identical requests, the same key
-	// with a changed amount, and a crash between the channel call and the local commit.
-	Retry, Duplicate, Mismatch, Crash float64
+	// Retry, Duplicate, Mismatch, Crash and Drop are the rates of each scenario (defaults 0.3,
+	// 0.1, 0.05, 0.03, 0.05): a retry with the same key, three concurrent identical requests, the
+	// same key with a changed amount, a crash between the channel call and the local commit
+	// (left for the daemon), and a channel answer lost after the charge (retried by the client).
+	Retry, Duplicate, Mismatch, Crash, Drop float64
 	Seed                              uint64
 	Logger                            *slog.Logger
 }
@@ -33,8 +34,8 @@ func (c TrafficConfig) withDefaults() TrafficConfig {
 	if c.PerSecond == 0 {
 		c.PerSecond = 2
 	}
-	if c.Retry == 0 && c.Duplicate == 0 && c.Mismatch == 0 && c.Crash == 0 {
-		c.Retry, c.Duplicate, c.Mismatch, c.Crash = 0.3, 0.1, 0.05, 0.05
+	if c.Retry == 0 && c.Duplicate == 0 && c.Mismatch == 0 && c.Crash == 0 && c.Drop == 0 {
+		c.Retry, c.Duplicate, c.Mismatch, c.Crash, c.Drop = 0.3, 0.1, 0.05, 0.03, 0.05
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -109,18 +110,21 @@ func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 			switch {
 			case r < cfg.Crash:
 				t.send("crash", p, map[string]string{"X-Demo-Crash": "after-charge"})
-			case r < cfg.Crash+cfg.Mismatch:
+			case r < cfg.Crash+cfg.Drop:
+				t.send("drop", p, map[string]string{"X-Paysim-Fault": "drop-response"})
+				t.send("drop-retry", p, nil)
+			case r < cfg.Crash+cfg.Drop+cfg.Mismatch:
 				t.send("first", p, nil)
 				p["amount_minor"] = p["amount_minor"].(int) + 1
 				t.send("mismatch", p, nil)
-			case r < cfg.Crash+cfg.Mismatch+cfg.Duplicate:
+			case r < cfg.Crash+cfg.Drop+cfg.Mismatch+cfg.Duplicate:
 				var dw sync.WaitGroup
 				for i := 0; i < 3; i++ {
 					dw.Add(1)
 					go func() { defer dw.Done(); t.send("duplicate", p, nil) }()
 				}
 				dw.Wait()
-			case r < cfg.Crash+cfg.Mismatch+cfg.Duplicate+cfg.Retry:
+			case r < cfg.Crash+cfg.Drop+cfg.Mismatch+cfg.Duplicate+cfg.Retry:
 				t.send("first", p, nil)
 				p["client_ts"] = time.Now().UTC().Format(time.RFC3339Nano) // a retry's clock moves on
 				t.send("retry", p, nil)

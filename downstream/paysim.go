@@ -71,7 +71,8 @@ func (p *PaysimCharge) Execute(ctx context.Context, l *claim.Lease) (*claim.Docu
 	if in.MerchantOrderNo != "" {
 		req.Description = "order " + truncate(in.MerchantOrderNo, 200)
 	}
-	ch, err := p.Client.CreateCharge(ctx, l.DownstreamKey, req, "")
+	fault, _ := ctx.Value(faultKey{}).(string)
+	ch, err := p.Client.CreateCharge(ctx, l.DownstreamKey, req, fault)
 	switch {
 	case errors.Is(err, paysim.ErrKeyReused):
 		return nil, claim.FinalFailure("downstream_key_conflict",
@@ -83,6 +84,15 @@ func (p *PaysimCharge) Execute(ctx context.Context, l *claim.Lease) (*claim.Docu
 		return nil, fmt.Errorf("%s execute: %w", PaymentCharge, err)
 	}
 	return p.document(ch)
+}
+
+type faultKey struct{}
+
+// WithPaysimFault makes Execute ask paysim for a fault (X-Paysim-Fault: drop-response, error,
+// latency=…): for demo traffic and tests that need a charge committed at the channel with the
+// answer lost.
+func WithPaysimFault(ctx context.Context, fault string) context.Context {
+	return context.WithValue(ctx, faultKey{}, fault)
 }
 
 // Lookup GETs the charge under the downstream key: 404 → (nil, nil); 5xx or transport errors
