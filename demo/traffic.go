@@ -26,8 +26,8 @@ type TrafficConfig struct {
 	// same key with a changed amount, a crash between the channel call and the local commit
 	// (left for the daemon), and a channel answer lost after the charge (retried by the client).
 	Retry, Duplicate, Mismatch, Crash, Drop float64
-	Seed                              uint64
-	Logger                            *slog.Logger
+	Seed                                    uint64
+	Logger                                  *slog.Logger
 }
 
 func (c TrafficConfig) withDefaults() TrafficConfig {
