@@ -140,8 +140,8 @@ type AuditFilter struct {
 	// Tenants, when set, limits rows to these tenants and to rows of no tenant.
 	Tenants  []string
 	From, To *time.Time
-	Before                        int64
-	Limit                         int
+	Before   int64
+	Limit    int
 }
 
 // List returns rows matching f, newest first, and whether more follow.

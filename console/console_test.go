@@ -45,8 +45,10 @@ type fakeOp struct {
 	err   error
 }
 
-func (f *fakeOp) Name() string                { return f.name }
-func (f *fakeOp) Intent() claim.IntentSpec    { return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"} }
+func (f *fakeOp) Name() string { return f.name }
+func (f *fakeOp) Intent() claim.IntentSpec {
+	return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}
+}
 func (f *fakeOp) Execute(context.Context, *claim.Lease) (*claim.Document, error) {
 	return nil, fmt.Errorf("fake operation does not execute")
 }

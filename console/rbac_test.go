@@ -34,27 +34,27 @@ func TestRoleRouteMatrix(t *testing.T) {
 
 	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
 	cases := map[string]matrixCase{
-		"GET /healthz":                      {"/healthz", nil, [4]int{200, 200, 200, 200}},
-		"GET /readyz":                       {"/readyz", nil, [4]int{200, 200, 200, 200}},
-		"GET /metrics":                      {"/metrics", nil, [4]int{200, 200, 200, 200}},
-		"GET /static/*file":                 {"/static/style.css", nil, [4]int{200, 200, 200, 200}},
-		"GET /login":                        {"/login", nil, [4]int{200, R, R, R}},
-		"POST /login":                       {"/login", url.Values{"name": {"x"}, "password": {"y"}}, [4]int{F, F, F, F}}, // no sign-in form cookie: refused
-		"POST /logout":                      {"/logout", nil, [4]int{R, R, R, R}},
-		"GET /":                             {"/", nil, [4]int{R, 200, 200, 200}},
-		"GET /keys":                         {"/keys", nil, [4]int{R, 200, 200, 200}},
-		"POST /keys/find":                   {"/keys/find", url.Values{"tenant": {"acme"}, "operation": {"payment.charge"}, "key": {"k-1"}}, [4]int{R, R, R, R}},
-		"GET /keys/:id":                     {"/keys/" + id, nil, [4]int{R, 200, 200, 200}},
-		"POST /keys/:id/reveal":             {"/keys/" + id + "/reveal", nil, [4]int{R, F, 200, 200}},
-		"POST /keys/:id/check":              {"/keys/" + id + "/check", nil, [4]int{R, F, 200, 200}},
-		"GET /audit":                        {"/audit", nil, [4]int{R, F, F, 200}},
-		"GET /admin/operators":              {"/admin/operators", nil, [4]int{R, F, F, 200}},
-		"POST /admin/operators":             {"/admin/operators", url.Values{"name": {"new-one"}, "password": {"a long enough password"}, "role": {"viewer"}, "tenants": {"acme"}}, [4]int{R, F, F, R}},
-		"POST /admin/operators/:id/access":  {"/admin/operators/" + tid + "/access", url.Values{"role": {"operator"}, "tenants": {"acme,globex"}}, [4]int{R, F, F, R}},
-		"POST /admin/operators/:id/status":  {"/admin/operators/" + tid + "/status", url.Values{"disabled": {"true"}}, [4]int{R, F, F, R}},
-		"POST /admin/operators/:id/tokens":  {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
-		"GET /api/v1/keys":                  {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
-		"GET /api/v1/keys/:id":              {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
+		"GET /healthz":                     {"/healthz", nil, [4]int{200, 200, 200, 200}},
+		"GET /readyz":                      {"/readyz", nil, [4]int{200, 200, 200, 200}},
+		"GET /metrics":                     {"/metrics", nil, [4]int{200, 200, 200, 200}},
+		"GET /static/*file":                {"/static/style.css", nil, [4]int{200, 200, 200, 200}},
+		"GET /login":                       {"/login", nil, [4]int{200, R, R, R}},
+		"POST /login":                      {"/login", url.Values{"name": {"x"}, "password": {"y"}}, [4]int{F, F, F, F}}, // no sign-in form cookie: refused
+		"POST /logout":                     {"/logout", nil, [4]int{R, R, R, R}},
+		"GET /":                            {"/", nil, [4]int{R, 200, 200, 200}},
+		"GET /keys":                        {"/keys", nil, [4]int{R, 200, 200, 200}},
+		"POST /keys/find":                  {"/keys/find", url.Values{"tenant": {"acme"}, "operation": {"payment.charge"}, "key": {"k-1"}}, [4]int{R, R, R, R}},
+		"GET /keys/:id":                    {"/keys/" + id, nil, [4]int{R, 200, 200, 200}},
+		"POST /keys/:id/reveal":            {"/keys/" + id + "/reveal", nil, [4]int{R, F, 200, 200}},
+		"POST /keys/:id/check":             {"/keys/" + id + "/check", nil, [4]int{R, F, 200, 200}},
+		"GET /audit":                       {"/audit", nil, [4]int{R, F, F, 200}},
+		"GET /admin/operators":             {"/admin/operators", nil, [4]int{R, F, F, 200}},
+		"POST /admin/operators":            {"/admin/operators", url.Values{"name": {"new-one"}, "password": {"a long enough password"}, "role": {"viewer"}, "tenants": {"acme"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/access": {"/admin/operators/" + tid + "/access", url.Values{"role": {"operator"}, "tenants": {"acme,globex"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/status": {"/admin/operators/" + tid + "/status", url.Values{"disabled": {"true"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/tokens": {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
+		"GET /api/v1/keys":                 {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/keys/:id":             {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
 	}
 
 	roles := []string{"", "v", "o", "a"}

@@ -27,4 +27,3 @@ func strp(s *string) string {
 	}
 	return *s
 }
-

@@ -106,13 +106,13 @@ type KeySearch struct {
 
 // KeysView is the key search page.
 type KeysView struct {
-	Search  KeySearch
-	States  []string
+	Search   KeySearch
+	States   []string
 	Rows     []KeyRow
 	NextURL  string
 	FirstURL string
 	IsFirst  bool
-	Error   string
+	Error    string
 }
 
 // Body is a request or response body: redacted unless revealed.
@@ -151,12 +151,12 @@ type AuditSearch struct {
 
 // AuditView is the audit page.
 type AuditView struct {
-	Search  AuditSearch
+	Search   AuditSearch
 	Rows     []AuditRow
 	NextURL  string
 	FirstURL string
 	IsFirst  bool
-	Error   string
+	Error    string
 }
 
 // AuditRow is one audit entry as shown.
