@@ -80,7 +80,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 		return fmt.Errorf("dashboard: needs attention: %w", err)
 	}
 	v.ExpiredLeases = templates.Count{Label: "expired leases", N: expired, Href: "/keys?state=processing"}
-	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?state=processing"}
+	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?attention=1"}
 
 	var minutes []minuteRow
 	if err := s.db.WithContext(ctx).Raw(`SELECT date_trunc('minute', created_at) AS minute, count(*) AS n

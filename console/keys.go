@@ -27,8 +27,10 @@ type KeyFilter struct {
 	// Field and Value filter on the canonical request: request @> {"Field": Value}; a dotted
 	// Field names a nested object ("customer.id").
 	Field, Value string
-	After        *Cursor
-	Limit        int
+	// NeedsAttention keeps only keys flagged for an operator (attention=1).
+	NeedsAttention bool
+	After          *Cursor
+	Limit          int
 }
 
 // Cursor is the keyset position after which the next page starts.
@@ -86,6 +88,13 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 		Field:     strings.TrimSpace(q.Get("field")),
 		Value:     strings.TrimSpace(q.Get("value")),
 		Limit:     PageSize,
+	}
+	switch q.Get("attention") {
+	case "", "0":
+	case "1":
+		f.NeedsAttention = true
+	default:
+		return f, inputErr("attention", "must be 1 or absent")
 	}
 	var err error
 	if f.State != "" && !isState(f.State) {
@@ -147,6 +156,9 @@ func (f KeyFilter) Query() url.Values {
 	set("digest", f.Digest)
 	set("field", f.Field)
 	set("value", f.Value)
+	if f.NeedsAttention {
+		set("attention", "1")
+	}
 	if f.From != nil {
 		set("from", f.From.Format(time.RFC3339Nano))
 	}
@@ -234,6 +246,9 @@ func SearchKeys(ctx context.Context, db dbHandle, op *Operator, f KeyFilter) ([]
 	}
 	if f.Field != "" {
 		add("request @> ?::jsonb", containment(f.Field, f.Value))
+	}
+	if f.NeedsAttention {
+		add("needs_attention")
 	}
 	if f.After != nil {
 		add("(created_at, id) < (?, ?)", f.After.CreatedAt, f.After.ID)

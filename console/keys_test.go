@@ -24,6 +24,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 	}
 	// Spread created_at so that two keys share one timestamp: keyset paging must not lose either.
 	b.exec(`UPDATE idempotency_keys SET created_at = now() - (id % 6) * interval '1 minute'`)
+	b.exec(`UPDATE idempotency_keys SET needs_attention = true WHERE key = 'key-6'`)
 	ctx := context.Background()
 	op := &Operator{Tenants: []string{AllTenants}}
 
@@ -84,7 +85,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 			t.Errorf("%s: %d keys, want %d", q, got, want)
 		}
 	}
-	for _, bad := range []string{"state=done", "digest=xyz", "from=yesterday", "after=nope", "field=a%20b", "value=x", "limit=1000"} {
+	for _, bad := range []string{"state=done", "digest=xyz", "from=yesterday", "after=nope", "attention=yes", "field=a%20b", "value=x", "limit=1000"} {
 		vals, _ := url.ParseQuery(bad)
 		if _, err := ParseKeyFilter(vals); !errors.Is(err, ErrInvalidInput) {
 			t.Errorf("%s: err %v, want an invalid-input error", bad, err)

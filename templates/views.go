@@ -102,6 +102,7 @@ type KeyRow struct {
 // KeySearch is the search form's current values.
 type KeySearch struct {
 	Tenant, Operation, State, From, To, Digest, Field, Value string
+	Attention                                                bool
 }
 
 // KeysView is the key search page.
