@@ -323,6 +323,7 @@ type existingRow struct {
 	Version            int64
 	LeaseExpired       bool
 	LeaseRemainingMs   int64
+	LeaseHeld          bool
 	ResponseStatus     *int
 	ResponseHeaders    []byte
 	ResponseBody       []byte
@@ -337,6 +338,7 @@ const existingSQL = `
 SELECT id, fingerprint, fingerprint_version, request::text AS request, state, version,
        COALESCE(lease_expires_at < now(), false) AS lease_expired,
        COALESCE((extract(epoch FROM lease_expires_at - now()) * 1000)::bigint, 0) AS lease_remaining_ms,
+       lease_token IS NOT NULL AS lease_held,
        response_status, response_headers, response_body, resource_id, error_code, error_detail,
        (response_expires_at IS NOT NULL AND response_expires_at < now()) OR
        (response_status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
@@ -378,7 +380,7 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 	case StateProcessing:
 		if !r.LeaseExpired {
 			out.Kind = InProgress
-			out.RetryAfter = retryAfter(time.Duration(r.LeaseRemainingMs) * time.Millisecond)
+			out.RetryAfter = retryAfter(time.Duration(r.LeaseRemainingMs)*time.Millisecond, r.LeaseHeld)
 			return out, nil
 		}
 	}
@@ -417,12 +419,21 @@ func (r existingRow) snapshot() *Snapshot {
 	return snap
 }
 
-func retryAfter(remaining time.Duration) time.Duration {
+// retryAfter tells a caller when to come back. A live holder usually finishes long before its
+// lease would lapse, so the hint is capped at MaxRetryAfter; a parked key (no holder: waiting out
+// a quarantine or a lookup backoff) answers the real remaining time.
+func retryAfter(remaining time.Duration, held bool) time.Duration {
+	if held && remaining > MaxRetryAfter {
+		return MaxRetryAfter
+	}
 	if remaining < time.Second {
 		return time.Second
 	}
 	return remaining.Round(time.Second)
 }
+
+// MaxRetryAfter caps the retry hint while another attempt holds the key.
+const MaxRetryAfter = 5 * time.Second
 
 func deref(s *string) string {
 	if s == nil {

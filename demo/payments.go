@@ -141,6 +141,14 @@ func (s *Service) Handler() http.Handler {
 		}
 		charge(c)
 	})
+	r.GET("/problems/:name", func(c *gin.Context) { // the docs behind every problem type
+		text, ok := httpidem.Problems[c.Param("name")]
+		if !ok {
+			c.String(http.StatusNotFound, "no such problem type\n")
+			return
+		}
+		c.String(http.StatusOK, "%s\n\n%s\n", c.Param("name"), text)
+	})
 	r.GET("/v1/payments/:id", func(c *gin.Context) {
 		tenant, err := s.tenant(c)
 		if err != nil {

@@ -10,10 +10,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gin-gonic/gin"
 	"github.com/spf13/cobra"
 )
 
 func main() {
+	gin.SetMode(gin.ReleaseMode)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
@@ -59,5 +61,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
+	root.AddCommand(newDemoCmd())
 	return root
 }

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/demo"
+	"github.com/idemops/idemops/downstream"
+	"github.com/idemops/idemops/downstream/paysim"
+)
+
+// demoReady is the one line `idemops demo` prints for scripts once everything is up.
+type demoReady struct {
+	ConsoleURL       string `json:"console_url"`
+	APIURL           string `json:"api_url"`
+	PaysimURL        string `json:"paysim_url"`
+	APIKey           string `json:"api_key"`
+	OperatorUser     string `json:"operator_user"`
+	OperatorPassword string `json:"operator_password"`
+}
+
+func newDemoCmd() *cobra.Command {
+	var (
+		consoleAddr, apiAddr, paysimAddr string
+		traffic                          bool
+		rate                             float64
+		seed                             uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the whole thing: private PostgreSQL, paysim, a payments service with traffic, the daemon and the console",
+		Long: `demo starts everything on this machine: a private PostgreSQL (under --data-dir unless
+DATABASE_URL is set), the schema, paysim (a payment-channel simulator), a sample payments
+service that uses the claim logic, generated traffic (retries, duplicates, reused keys, crashes),
+the daemon and the operator console. It prints each URL, a tenant API key and the operator
+login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if rate <= 0 || rate > 200 {
+				return usagef("--rate must be in (0, 200]")
+			}
+			d, err := openDatabase(ctx, cmd, true, true)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			secret, err := digestSecret(cmd, d)
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Logger: log, Quarantine: 10 * time.Second})
+			if err != nil {
+				return err
+			}
+			stateFile := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "paysim.json")
+			if d.cluster == nil {
+				stateFile = ""
+			}
+			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr,
+				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
+					DoubleChargeRate: 0.02, Logger: log}})
+			if err != nil {
+				return err
+			}
+			defer world.Close()
+
+			parts, err := startDemoParts(ctx, cmd, d, store, secret, world, consoleAddr, log)
+			if err != nil {
+				return err
+			}
+			defer parts.stop()
+
+			tenants := make([]string, 0, len(world.APIKeys))
+			keys := make([]string, 0, len(world.APIKeys))
+			for k, t := range world.APIKeys {
+				keys = append(keys, k)
+				tenants = append(tenants, t)
+			}
+			sort.Strings(tenants)
+			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, PaysimURL: world.PaysimURL,
+				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "idemops demo is running.\n\n")
+			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
+			fmt.Fprintf(out, "  payments  %s   (tenant %s: Authorization: Bearer %s)\n", ready.APIURL, tenants[0], ready.APIKey)
+			fmt.Fprintf(out, "  paysim    %s\n", ready.PaysimURL)
+			fmt.Fprintf(out, "\n  try: curl -s -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
+			fmt.Fprintf(out, "         -d '{\"amount_minor\":1234,\"currency\":\"CNY\",\"merchant_order_no\":\"ord-1\",\"payee\":\"alice\"}'\n")
+			if traffic {
+				fmt.Fprintf(out, "\n  traffic: %.1f payments/s over %d tenants (retries, duplicates, reused keys, crashes)\n", rate, len(keys))
+			}
+			fmt.Fprintf(out, "  Ctrl-C stops everything.\n\n")
+			line, _ := json.Marshal(ready)
+			fmt.Fprintf(out, "READY %s\n", line)
+
+			if traffic {
+				stats := &demo.TrafficStats{}
+				go demo.RunTraffic(ctx, demo.TrafficConfig{APIURL: world.APIURL, APIKeys: keys, PerSecond: rate, Seed: seed, Logger: log}, stats)
+			}
+			<-ctx.Done()
+			fmt.Fprintln(cmd.ErrOrStderr(), "idemops demo: stopping")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&consoleAddr, "console-addr", "127.0.0.1:8080", "console listen address (port 0: any free port)")
+	f.StringVar(&apiAddr, "api-addr", "127.0.0.1:8081", "payments service listen address (port 0: any free port)")
+	f.StringVar(&paysimAddr, "paysim-addr", "127.0.0.1:8090", "paysim listen address (port 0: any free port)")
+	f.BoolVar(&traffic, "traffic", true, "generate demo traffic")
+	f.Float64Var(&rate, "rate", 2, "new payments per second when --traffic")
+	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()), "seed for traffic and paysim faults")
+	return cmd
+}
+
+// demoParts are the pieces of the demo beyond the world: the daemon and the console.
+type demoParts struct {
+	consoleURL, operatorUser, operatorPassword string
+	stops                                      []func()
+}
+
+func (p *demoParts) stop() {
+	for i := len(p.stops) - 1; i >= 0; i-- {
+		p.stops[i]()
+	}
+}
+
+// startDemoParts starts the console (with a fresh demo admin login) and the daemon.
+func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
+	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
+	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
+	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: registryLookup(world.Operations), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	change := console.Change{Actor: "cli:demo"}
+	_, err = srv.Operators().Add(ctx, change, console.NewOperator{Name: p.operatorUser, Password: p.operatorPassword,
+		Role: console.RoleAdmin, Tenants: []string{console.AllTenants}})
+	if errors.Is(err, console.ErrConflict) { // a previous demo run made it: give it this run's password
+		err = srv.Operators().SetPassword(ctx, change, p.operatorUser, p.operatorPassword)
+		if err == nil {
+			err = srv.Operators().SetDisabled(ctx, change, p.operatorUser, false)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("demo operator: %w", err)
+	}
+	url, stop, err := listenAndServe(consoleAddr, srv.Handler())
+	if err != nil {
+		return nil, err
+	}
+	p.consoleURL = url
+	p.stops = append(p.stops, stop)
+	return p, nil
+}
+
+// registryLookup adapts a downstream registry to the console's and the daemon's lookups.
+func registryLookup(r *downstream.Registry) func(string) (claim.Operation, bool) {
+	return func(name string) (claim.Operation, bool) {
+		op, err := r.Get(name)
+		return op, err == nil
+	}
+}
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
