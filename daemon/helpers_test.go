@@ -122,8 +122,10 @@ func found(l *claim.Lease) (*claim.Document, error) {
 	return &claim.Document{ResourceID: "ch_" + l.DownstreamKey[:8], Body: json.RawMessage(`{"status":"succeeded"}`)}, nil
 }
 
-func (o *fakeOp) Name() string              { return o.name }
-func (o *fakeOp) Intent() claim.IntentSpec { return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"} }
+func (o *fakeOp) Name() string { return o.name }
+func (o *fakeOp) Intent() claim.IntentSpec {
+	return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}
+}
 func (o *fakeOp) Execute(_ context.Context, l *claim.Lease) (*claim.Document, error) {
 	o.mu.Lock()
 	o.exec[l.KeyID]++
