@@ -36,6 +36,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ProgressEvery throttles progress writes to job_runs (default 1 s).
 	ProgressEvery time.Duration
+	// KeepRuns is how long finished job_runs rows are kept (default 14 days); the leader prunes
+	// older ones hourly, in bounded batches.
+	KeepRuns time.Duration
 	// Registerer receives the daemon's and its jobs' metrics (default: a private registry).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -63,6 +66,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ProgressEvery == 0 {
 		c.ProgressEvery = time.Second
 	}
+	if c.KeepRuns == 0 {
+		c.KeepRuns = 14 * 24 * time.Hour
+	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
 	}
@@ -84,6 +90,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("shutdown timeout", "%s is outside 0..1h", c.ShutdownTimeout)
 	case c.ProgressEvery < 0:
 		return c, configErr("progress every", "must not be negative")
+	case c.KeepRuns < time.Hour:
+		return c, configErr("keep runs", "%s is shorter than an hour", c.KeepRuns)
 	}
 	return c, nil
 }
@@ -325,8 +333,14 @@ func (d *Daemon) stepDown(lead *leadership, reason string) {
 	}
 	close(lead.lost)
 	d.metrics.leader.Set(0)
-	d.log.Warn("stepped down as leader", "term", lead.term, "reason", reason)
+	level := slog.LevelWarn
+	if reason == reasonStopping {
+		level = slog.LevelInfo
+	}
+	d.log.Log(context.Background(), level, "stepped down as leader", "term", lead.term, "reason", reason)
 }
+
+const reasonStopping = "stopping"
 
 // resign expires the lease so a successor need not wait, and removes the heartbeat row.
 func (d *Daemon) resign() {
@@ -336,7 +350,7 @@ func (d *Daemon) resign() {
 		if err := resignLease(ctx, d.db, d.id, lead.term); err != nil {
 			d.log.Warn("resign failed; the lease will expire", "err", err)
 		}
-		d.stepDown(lead, "stopping")
+		d.stepDown(lead, reasonStopping)
 	}
 	if err := d.db.WithContext(ctx).Exec(`DELETE FROM daemon_replicas WHERE id = ?`, d.id).Error; err != nil {
 		d.log.Warn("heartbeat row not removed", "err", err)
@@ -355,6 +369,7 @@ func (d *Daemon) scheduleLoop(ctx context.Context) {
 	defer close(d.schedDone)
 	t := time.NewTicker(d.cfg.PollEvery)
 	defer t.Stop()
+	var pruned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -368,6 +383,10 @@ func (d *Daemon) scheduleLoop(ctx context.Context) {
 		if lead == nil {
 			continue
 		}
+		if time.Since(pruned) > time.Hour {
+			pruned = time.Now()
+			d.pruneRuns(ctx)
+		}
 		claimed, err := d.claimDue(ctx, lead)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -378,6 +397,29 @@ func (d *Daemon) scheduleLoop(ctx context.Context) {
 		for _, c := range claimed {
 			d.launch(ctx, c, lead)
 		}
+	}
+}
+
+// pruneRuns deletes finished runs older than KeepRuns, at most 10 batches of 1000 per call.
+func (d *Daemon) pruneRuns(ctx context.Context) {
+	var total int64
+	for range 10 {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res := d.db.WithContext(pctx).Exec(`DELETE FROM job_runs WHERE id IN (
+			SELECT id FROM job_runs WHERE status <> 'running' AND started_at < now() - ? * interval '1 second'
+			ORDER BY id LIMIT 1000)`, int64(d.cfg.KeepRuns.Seconds()))
+		cancel()
+		if res.Error != nil {
+			d.log.Warn("old job runs not pruned", "err", res.Error)
+			return
+		}
+		total += res.RowsAffected
+		if res.RowsAffected < 1000 {
+			break
+		}
+	}
+	if total > 0 {
+		d.log.Info("pruned old job runs", "runs", total)
 	}
 }
 

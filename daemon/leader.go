@@ -120,7 +120,7 @@ type Replica struct {
 	ID        string
 	Name      string
 	Host      string
-	PID       int
+	PID       int `gorm:"column:pid"`
 	StartedAt time.Time
 	LastSeen  time.Time
 	// IsLeader: this replica holds the unexpired leader lease.
