@@ -255,12 +255,15 @@ func detailJSON(kv ...any) string {
 
 // claimSQL is the claim: one atomic insert guarded by the unique constraint on (tenant,
 // operation, key), with its history event in the same statement. Never "select, then insert".
+// The conflict target is left open on purpose: the downstream key is unique too (derived from
+// the same triple), and two racing inserts of one key may meet on either index first; naming
+// one arbiter would turn the other into an error.
 const claimSQL = `
 WITH ins AS (
     INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
         request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency)
     VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''))
-    ON CONFLICT (tenant, operation, key) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id
 ), ev AS (
     INSERT INTO key_events (key_id, kind, actor, detail)

@@ -58,5 +58,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newDaemonCmd(), newJobsCmd())
+	root.AddCommand(newReconcileCmd())
+	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
 	return root
 }

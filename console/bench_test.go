@@ -1,0 +1,106 @@
+package console
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+// BenchmarkKeySearchKeysetDeepPage compares page 1 of the key search with page 20,000 over 1M
+// keys (IDEMOPS_BENCH_ROWS overrides the size; the deep page is then the last full one). The
+// keyset (created_at, id) makes both an index descent plus 50 rows, so the ratio of their
+// latencies should stay near 1 (target ≤ 1.5) and p99 ≤ 10 ms.
+func BenchmarkKeySearchKeysetDeepPage(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2*PageSize {
+			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 2*PageSize)
+		}
+		rows = n
+	}
+	const samples = 200
+	deepPage := min(20_000, rows/PageSize)
+	db := pgtest.New(b)
+	ctx := context.Background()
+
+	start := time.Now()
+	// One INSERT … SELECT: realistic rows (10 tenants, 3 operations, 4 states), one per second
+	// of history, inserted in set-up only.
+	if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+			request, state, downstream_key, amount_minor, currency, created_at, updated_at)
+		SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
+			md5(i::text) || md5('x' || i), md5('f' || i), 1,
+			jsonb_build_object('amount', i % 10000, 'currency', 'USD', 'customer', jsonb_build_object('id', 'c' || (i % 5000))),
+			(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
+			md5('d' || i), i % 10000, 'USD', now() - i * interval '1 second', now()
+		FROM generate_series(1, ?) AS i`, rows).Error; err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("set-up: %d keys in %s", rows, time.Since(start).Round(time.Millisecond))
+
+	// The cursor that page deepPage starts after: the last row of the page before it (OFFSET
+	// here in set-up only, to find it; the search itself never uses OFFSET).
+	var cur Cursor
+	if err := db.Raw(`SELECT created_at, id FROM idempotency_keys ORDER BY created_at DESC, id DESC OFFSET ? LIMIT 1`,
+		(deepPage-1)*PageSize-1).Row().Scan(&cur.CreatedAt, &cur.ID); err != nil {
+		b.Fatal(err)
+	}
+	admin := &Operator{Role: RoleAdmin, Tenants: []string{AllTenants}}
+	first, deep := KeyFilter{Limit: PageSize}, KeyFilter{Limit: PageSize, After: &cur}
+
+	query := func(f KeyFilter) time.Duration {
+		t0 := time.Now()
+		got, _, err := SearchKeys(ctx, db, admin, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != PageSize {
+			b.Fatalf("page has %d keys, want %d", len(got), PageSize)
+		}
+		return time.Since(t0)
+	}
+	for i := 0; i < 20; i++ { // warm the cache and the connection pool
+		query(first)
+		query(deep)
+	}
+	var firstTimes, deepTimes []time.Duration
+	for i := 0; i < samples; i++ { // interleaved, so neither side gets a warmer machine
+		firstTimes = append(firstTimes, query(first))
+		deepTimes = append(deepTimes, query(deep))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		query(deep)
+	}
+	b.StopTimer()
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	p50f, p99f := percentile(firstTimes, 50), percentile(firstTimes, 99)
+	p50d, p99d := percentile(deepTimes, 50), percentile(deepTimes, 99)
+	b.ReportMetric(float64(rows), "keys")
+	b.ReportMetric(float64(deepPage), "deep_page")
+	b.ReportMetric(ms(p50f), "p50_page1_ms")
+	b.ReportMetric(ms(p99f), "p99_page1_ms")
+	b.ReportMetric(ms(p50d), "p50_deep_ms")
+	b.ReportMetric(ms(p99d), "p99_deep_ms")
+	b.ReportMetric(ms(p50d)/ms(p50f), "ratio_p50_deep/page1")
+	b.ReportMetric(ms(p99d)/ms(p99f), "ratio_p99_deep/page1")
+	b.Logf("page 1: p50 %.2f ms p99 %.2f ms; page %d: p50 %.2f ms p99 %.2f ms; ratio p50 %.2f (target ≤ 1.5), p99 target ≤ 10 ms",
+		ms(p50f), ms(p99f), deepPage, ms(p50d), ms(p99d), ms(p50d)/ms(p50f))
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}

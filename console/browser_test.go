@@ -1,0 +1,238 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds Debian's chromium. Without it the browser test skips locally and fails
+// under CI=true (.ci/run installs it).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (CI=true requires it: apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed; skipping the browser test")
+	return ""
+}
+
+// TestBrowser drives the console in headless Chromium: sign in, search, open a key, reveal
+// (audited), check downstream, a form without its CSRF token refused, a viewer without the
+// reveal button and with a 403 on the POST. It saves screenshots of the main pages to
+// screenshots/ at the repository root (git-ignored).
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	path := chromiumPath(t)
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("vic", RoleViewer, "acme")
+	b.addOperator("ada", RoleAdmin, "*")
+	var target int64
+	for i := 0; i < 12; i++ {
+		k := b.seedKey("acme", "payment.charge", fmt.Sprintf("order-%03d", i), fmt.Sprintf(`{"amount":%d,"currency":"USD","card":"4111-SECRET-%d"}`, 1000+i, i), i%4 != 0)
+		if i == 5 {
+			target = k.ID
+		}
+	}
+	b.seedKey("globex", "payment.charge", "GLOBEX-1", `{"amount":1,"currency":"EUR"}`, true)
+	b.exec(`UPDATE idempotency_keys SET needs_attention = true WHERE id = (SELECT min(id) FROM idempotency_keys WHERE state = 'processing')`)
+
+	shots := filepath.Join("..", "screenshots")
+	if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	// The first action starts the browser; it must not run under the timeout (that would stop
+	// the browser when the timeout fires).
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
+	defer cancelT()
+
+	// Any CSP violation or script error is a failure: the pages must work under the policy.
+	var mu sync.Mutex
+	var problems []string
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.EntryLevelError && !strings.Contains(e.Entry.Text, "403") {
+				problems = append(problems, e.Entry.Text)
+			}
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, e.ExceptionDetails.Text)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	base := b.ts.URL
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Text(sel))
+		if err != nil {
+			t.Fatalf("browser: text of %s: %v", sel, err)
+		}
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signIn := func(name string) {
+		t.Helper()
+		step("sign in as "+name,
+			chromedp.Navigate(base+"/login"),
+			chromedp.WaitVisible(`input[name=name]`),
+			chromedp.SendKeys(`input[name=name]`, name),
+			chromedp.SendKeys(`input[name=password]`, "correct horse battery"),
+			chromedp.Click(`form button[type=submit]`),
+			chromedp.WaitVisible(`header.top`))
+	}
+	signOut := func() {
+		t.Helper()
+		step("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input[name=name]`))
+	}
+	keyURL := fmt.Sprintf("%s/keys/%d", base, target)
+
+	// Sign in, and land on the dashboard.
+	signIn("olga")
+	if h := text(`h1`); h != "Dashboard" {
+		t.Errorf("after sign-in: h1 %q", h)
+	}
+	shot("dashboard")
+
+	// Search: filter by state through the form.
+	step("search form", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(`select[name=state]`))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.querySelector('select[name=state]').value = 'completed'`)); err != nil {
+		t.Fatal(err)
+	}
+	step("search", chromedp.Click(`form[action="/keys"] button[type=submit]`), chromedp.WaitVisible(`table.keys`))
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || !strings.Contains(loc, "state=completed") {
+		t.Errorf("search URL %q (%v): the filter is not in the shareable URL", loc, err)
+	}
+	keysBody := text(`main`)
+	if strings.Contains(keysBody, "GLOBEX") || !strings.Contains(keysBody, "order-005") || strings.Contains(keysBody, "order-004") {
+		t.Errorf("search for completed keys: %q", keysBody)
+	}
+	shot("keys")
+
+	// Open a key; reveal its bodies (htmx POST with the form's CSRF token).
+	step("open key", chromedp.Navigate(keyURL), chromedp.WaitVisible(`#reveal`))
+	if strings.Contains(text(`#bodies`), "4111-SECRET") {
+		t.Error("the body shows before the reveal")
+	}
+	shot("key")
+	step("reveal", chromedp.Click(`#reveal`), chromedp.WaitVisible(`pre.revealed`))
+	if got := text(`#bodies`); !strings.Contains(got, "4111-SECRET-5") {
+		t.Errorf("revealed bodies: %q", got)
+	}
+	shot("key-revealed")
+	var audited int64
+	b.db.Raw(`SELECT count(*) FROM audit_log WHERE action = 'key.reveal' AND actor = 'operator:olga' AND target = ?`,
+		fmt.Sprintf("key:%d", target)).Scan(&audited)
+	if audited != 1 {
+		t.Errorf("reveal audit rows: %d, want 1", audited)
+	}
+
+	// Check downstream (htmx, into #check).
+	step("check downstream", chromedp.Click(`#check-downstream`), chromedp.WaitVisible(`#check p`))
+	if got := text(`#check`); !strings.Contains(got, "no document") {
+		t.Errorf("downstream check: %q", got)
+	}
+
+	// A form whose CSRF token was removed is refused.
+	step("form without CSRF token", chromedp.Navigate(keyURL), chromedp.WaitVisible(`#check-downstream`))
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`(() => { const f = document.querySelector('#check form');
+		f.querySelector('input[name=csrf]').remove(); f.submit(); return null; })()`)); err != nil {
+		t.Fatal(err)
+	}
+	step("refusal page", chromedp.WaitVisible(`.error-page`))
+	if got := text(`main`); !strings.Contains(got, "form token") {
+		t.Errorf("form without CSRF token: %q", got)
+	}
+	shot("error-csrf")
+	signOut()
+
+	// A viewer sees no reveal button, and the POST is refused.
+	signIn("vic")
+	step("viewer opens key", chromedp.Navigate(keyURL), chromedp.WaitVisible(`#bodies`))
+	if got := text(`main`); strings.Contains(got, "Reveal request") || strings.Contains(got, "4111-SECRET") {
+		t.Errorf("viewer's key page offers a reveal or shows the body: %q", got)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`(async () => {
+		const csrf = document.querySelector('input[name=csrf]').value;
+		const r = await fetch('/keys/%d/reveal', {method: 'POST', headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+			body: 'csrf=' + encodeURIComponent(csrf)});
+		return r.status; })()`, target), chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != 403 {
+		t.Errorf("viewer's reveal POST: %d, want 403", status)
+	}
+	signOut()
+
+	// The admin pages, and the theme toggle.
+	signIn("ada")
+	step("audit", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(`table.audit`))
+	shot("audit")
+	step("operators", chromedp.Navigate(base+"/admin/operators"), chromedp.WaitVisible(`table.operators`))
+	shot("operators")
+	step("toggle theme", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#theme-toggle`), chromedp.Click(`#theme-toggle`))
+	theme, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.dataset.theme || ""`))
+	if err != nil || theme == "" {
+		t.Errorf("the theme toggle set no theme (%q, %v)", theme, err)
+	}
+	shot("dashboard-" + theme)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("browser errors (CSP violations or script errors): %q", problems)
+	}
+}

@@ -1,0 +1,227 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// cheapArgon keeps password hashing fast in tests; production uses DefaultArgon2.
+var cheapArgon = Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}
+
+var testSecret = []byte("test-digest-secret-0123456789")
+
+// bundle is one test's console on its own database.
+type bundle struct {
+	t      *testing.T
+	db     *gorm.DB
+	srv    *Server
+	claims *claim.Store
+	ts     *httptest.Server
+	ops    map[string]*Operator
+	fakeOp *fakeOp
+}
+
+// fakeOp is a downstream that answers lookups from a map (the database is real; downstream is not).
+type fakeOp struct {
+	name  string
+	found map[string]string // downstream key → resource id
+	err   error
+}
+
+func (f *fakeOp) Name() string { return f.name }
+func (f *fakeOp) Intent() claim.IntentSpec {
+	return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}
+}
+func (f *fakeOp) Execute(context.Context, *claim.Lease) (*claim.Document, error) {
+	return nil, fmt.Errorf("fake operation does not execute")
+}
+func (f *fakeOp) Lookup(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	if id, ok := f.found[l.DownstreamKey]; ok {
+		return &claim.Document{ResourceID: id}, nil
+	}
+	return nil, nil
+}
+func (f *fakeOp) Apply(context.Context, *gorm.DB, *claim.Lease, *claim.Document) (*claim.Snapshot, error) {
+	return nil, fmt.Errorf("fake operation does not apply")
+}
+
+func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	st, err := claim.NewStore(db, claim.Config{DigestSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := &fakeOp{name: "payment.charge", found: map[string]string{}}
+	cfg := Config{DB: db, Claims: st, Argon2: cheapArgon,
+		Throttle:   ThrottleConfig{UserLimit: 3, IPLimit: 6, Window: time.Minute, Lockout: time.Minute},
+		Operations: func(name string) (claim.Operation, bool) { return op, name == op.name }}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{t: t, db: db, srv: srv, claims: st, ops: map[string]*Operator{}}
+	b.ts = httptest.NewServer(srv.Handler())
+	t.Cleanup(b.ts.Close)
+	b.fakeOp = op
+	return b
+}
+
+// addOperator creates an operator with password "correct horse battery".
+func (b *bundle) addOperator(name string, role Role, tenants ...string) *Operator {
+	b.t.Helper()
+	o, err := b.srv.ops.Add(context.Background(), Change{Actor: "test"}, NewOperator{Name: name,
+		Password: "correct horse battery", Role: role, Tenants: tenants})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.ops[name] = o
+	return o
+}
+
+// client is a browser-like client: cookie jar, no redirect following.
+type client struct {
+	b    *bundle
+	http *http.Client
+	csrf string
+}
+
+func (b *bundle) client() *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{b: b, http: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+// signIn creates a session for name directly (no password round trip) and sets its cookie.
+func (b *bundle) signIn(name string) *client {
+	b.t.Helper()
+	c := b.client()
+	o := b.ops[name]
+	id, err := b.srv.sessions.create(context.Background(), o, "127.0.0.1", "test")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	sess, err := b.srv.sessions.load(context.Background(), id)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	u, _ := url.Parse(b.ts.URL)
+	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: id, Path: "/"}})
+	c.csrf = sess.CSRF
+	return c
+}
+
+type resp struct {
+	Status   int
+	Body     string
+	Header   http.Header
+	Location string
+}
+
+func (c *client) do(req *http.Request) resp {
+	c.b.t.Helper()
+	r, err := c.http.Do(req)
+	if err != nil {
+		c.b.t.Fatal(err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	return resp{Status: r.StatusCode, Body: string(body), Header: r.Header, Location: r.Header.Get("Location")}
+}
+
+func (c *client) get(path string) resp {
+	req, _ := http.NewRequest("GET", c.b.ts.URL+path, nil)
+	return c.do(req)
+}
+
+// post sends a form; the session's CSRF token is added unless form already has "csrf" or
+// noCSRF is set.
+func (c *client) post(path string, form url.Values, withCSRF bool) resp {
+	if form == nil {
+		form = url.Values{}
+	}
+	if withCSRF && form.Get("csrf") == "" {
+		form.Set("csrf", c.csrf)
+	}
+	req, _ := http.NewRequest("POST", c.b.ts.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return c.do(req)
+}
+
+func (c *client) api(path, token string) resp {
+	req, _ := http.NewRequest("GET", c.b.ts.URL+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return c.do(req)
+}
+
+// seedKey claims a key and, when complete, completes it with a response snapshot.
+func (b *bundle) seedKey(tenant, op, key string, intent string, complete bool) *claim.Key {
+	b.t.Helper()
+	ctx := context.Background()
+	out, err := b.claims.Claim(ctx, claim.Request{Tenant: tenant, Operation: op, Key: key, Intent: json.RawMessage(intent),
+		Spec: claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}, Actor: "service:test"})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if out.Kind != claim.Acquired {
+		b.t.Fatalf("seed %s: %s", key, out.Kind)
+	}
+	if complete {
+		snap := &claim.Snapshot{Status: 201, Headers: map[string]string{"Content-Type": "application/json"},
+			Body: []byte(`{"charge":"ch_` + key + `","secret_note":"RESPONSE-` + key + `"}`), ResourceID: "ch_" + key}
+		if err := b.claims.Complete(ctx, nil, out.Lease, snap); err != nil {
+			b.t.Fatal(err)
+		}
+	}
+	k, err := b.claims.Get(ctx, out.KeyID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return k
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func mustContain(t *testing.T, what, body string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(body, s) {
+			t.Errorf("%s: missing %q", what, s)
+		}
+	}
+}
+
+func mustNotContain(t *testing.T, what, body string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if strings.Contains(body, s) {
+			t.Errorf("%s: must not contain %q", what, s)
+		}
+	}
+}

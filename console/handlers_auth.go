@@ -1,0 +1,127 @@
+package console
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/templates"
+)
+
+func (s *Server) setCookie(c *gin.Context, name, value string, maxAge int) {
+	http.SetCookie(c.Writer, &http.Cookie{
+		Name: name, Value: value, Path: "/", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.cfg.SecureCookies || c.Request.TLS != nil,
+	})
+}
+
+// safeNext keeps a post-sign-in redirect on this site: a local absolute path only.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
+		strings.ContainsAny(next, "\r\n") || len(next) > 2048 {
+		return "/"
+	}
+	return next
+}
+
+// loginForm shows the sign-in form with a fresh pre-session CSRF token (double-submit: the
+// cookie and the form field must match).
+func (s *Server) loginForm(c *gin.Context, _ *request) error {
+	if cookie, err := c.Cookie(sessionCookie); err == nil {
+		ctx, cancel := s.ctx(c)
+		defer cancel()
+		if _, err := s.sessions.load(ctx, cookie); err == nil {
+			c.Redirect(http.StatusSeeOther, safeNext(c.Query("next")))
+			return nil
+		}
+	}
+	s.showLogin(c, http.StatusOK, c.Query("next"), "", "")
+	return nil
+}
+
+func (s *Server) showLogin(c *gin.Context, status int, next, name, msg string) {
+	token := randomSecret(24)
+	s.setCookie(c, loginCookie, token, 3600)
+	s.render(c, status, templates.LoginPage(templates.LoginView{Name: name, CSRF: token, Next: safeNext(next), Error: msg}))
+}
+
+// login checks the throttle, then the password; a success starts a new session (a fresh id, so
+// a planted cookie cannot be fixed onto the operator).
+func (s *Server) login(c *gin.Context, r *request) error {
+	cookie, _ := c.Cookie(loginCookie)
+	form := c.PostForm("csrf")
+	if cookie == "" || subtle.ConstantTimeCompare([]byte(cookie), []byte(form)) != 1 {
+		return ErrCSRF
+	}
+	name, password, next := strings.TrimSpace(c.PostForm("name")), c.PostForm("password"), c.PostForm("next")
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if err := s.throttle.check(ctx, name, r.ip); err != nil {
+		if errors.Is(err, ErrThrottled) {
+			s.metrics.logins.WithLabelValues("throttled").Inc()
+			s.showLogin(c, http.StatusTooManyRequests, next, name, err.Error())
+			return nil
+		}
+		return err
+	}
+	op, err := s.ops.Authenticate(ctx, name, password)
+	if errors.Is(err, ErrBadCredentials) {
+		s.metrics.logins.WithLabelValues("failure").Inc()
+		locked, ferr := s.throttle.fail(ctx, name, r.ip)
+		if ferr != nil {
+			return ferr
+		}
+		if locked {
+			s.cfg.Logger.Warn("sign-in locked out", "ip", r.ip)
+			if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
+				Target: "operator:" + truncate(name, 64)}); err != nil {
+				return err
+			}
+		}
+		s.showLogin(c, http.StatusUnauthorized, next, name, ErrBadCredentials.Error())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.throttle.succeed(ctx, op.Name); err != nil {
+		return err
+	}
+	id, err := s.sessions.create(ctx, op, r.ip, c.Request.UserAgent())
+	if err != nil {
+		return err
+	}
+	if err := s.audit.Append(ctx, nil, Entry{Actor: op.Actor(), IP: r.ip, Action: "login"}); err != nil {
+		return err
+	}
+	s.metrics.logins.WithLabelValues("success").Inc()
+	s.setCookie(c, loginCookie, "", -1)
+	s.setCookie(c, sessionCookie, id, int(s.cfg.AbsoluteTimeout.Seconds()))
+	c.Redirect(http.StatusSeeOther, safeNext(next))
+	return nil
+}
+
+func (s *Server) logout(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if err := s.sessions.delete(ctx, r.sess); err != nil {
+		return err
+	}
+	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "logout"}); err != nil {
+		return err
+	}
+	s.setCookie(c, sessionCookie, "", -1)
+	c.Redirect(http.StatusSeeOther, "/login")
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

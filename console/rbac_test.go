@@ -1,0 +1,230 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// matrixCase is one route of the role × route matrix: the expected status for an anonymous
+// caller, a viewer, an operator and an admin (all with access to the key's tenant).
+type matrixCase struct {
+	path   string // concrete path
+	form   url.Values
+	expect [4]int // anonymous, viewer, operator, admin
+}
+
+// TestRoleRouteMatrix calls every route of the route table as every role and checks the
+// status. Pages without a session redirect to /login (303); the API answers 401; a role below
+// the route's minimum gets 403.
+func TestRoleRouteMatrix(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", RoleViewer, "acme")
+	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("a", RoleAdmin, "*")
+	target := b.addOperator("target", RoleViewer, "acme")
+	k := b.seedKey("acme", "payment.charge", "k-1", `{"amount":100,"currency":"USD"}`, true)
+	id := strconv.FormatInt(k.ID, 10)
+	tid := strconv.FormatInt(target.ID, 10)
+
+	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
+	cases := map[string]matrixCase{
+		"GET /healthz":                     {"/healthz", nil, [4]int{200, 200, 200, 200}},
+		"GET /readyz":                      {"/readyz", nil, [4]int{200, 200, 200, 200}},
+		"GET /metrics":                     {"/metrics", nil, [4]int{200, 200, 200, 200}},
+		"GET /static/*file":                {"/static/style.css", nil, [4]int{200, 200, 200, 200}},
+		"GET /login":                       {"/login", nil, [4]int{200, R, R, R}},
+		"POST /login":                      {"/login", url.Values{"name": {"x"}, "password": {"y"}}, [4]int{F, F, F, F}}, // no sign-in form cookie: refused
+		"POST /logout":                     {"/logout", nil, [4]int{R, R, R, R}},
+		"GET /":                            {"/", nil, [4]int{R, 200, 200, 200}},
+		"GET /keys":                        {"/keys", nil, [4]int{R, 200, 200, 200}},
+		"POST /keys/find":                  {"/keys/find", url.Values{"tenant": {"acme"}, "operation": {"payment.charge"}, "key": {"k-1"}}, [4]int{R, R, R, R}},
+		"GET /keys/:id":                    {"/keys/" + id, nil, [4]int{R, 200, 200, 200}},
+		"POST /keys/:id/reveal":            {"/keys/" + id + "/reveal", nil, [4]int{R, F, 200, 200}},
+		"POST /keys/:id/check":             {"/keys/" + id + "/check", nil, [4]int{R, F, 200, 200}},
+		"GET /audit":                       {"/audit", nil, [4]int{R, F, F, 200}},
+		"GET /admin/operators":             {"/admin/operators", nil, [4]int{R, F, F, 200}},
+		"POST /admin/operators":            {"/admin/operators", url.Values{"name": {"new-one"}, "password": {"a long enough password"}, "role": {"viewer"}, "tenants": {"acme"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/access": {"/admin/operators/" + tid + "/access", url.Values{"role": {"operator"}, "tenants": {"acme,globex"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/status": {"/admin/operators/" + tid + "/status", url.Values{"disabled": {"true"}}, [4]int{R, F, F, R}},
+		"POST /admin/operators/:id/tokens": {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
+		"GET /api/v1/keys":                 {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/keys/:id":             {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
+	}
+
+	roles := []string{"", "v", "o", "a"}
+	tokens := map[string]string{}
+	for _, name := range roles[1:] {
+		tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, name, "matrix", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = tok
+	}
+	seen := map[string]bool{}
+	for _, rt := range b.srv.routes() {
+		name := rt.Method + " " + rt.Path
+		seen[name] = true
+		tc, ok := cases[name]
+		if !ok {
+			t.Errorf("route %s is not in the role × route matrix", name)
+			continue
+		}
+		for i, role := range roles {
+			var got resp
+			// A fresh session per call: logout and access changes end sessions.
+			c := b.client()
+			if role != "" {
+				c = b.signIn(role)
+			}
+			switch {
+			case rt.Kind == kindAPI:
+				got = c.api(tc.path, tokens[role])
+			case rt.Method == "GET":
+				got = c.get(tc.path)
+			default:
+				form := url.Values{}
+				for k, v := range tc.form {
+					form[k] = v
+				}
+				got = c.post(tc.path, form, role != "")
+			}
+			if got.Status != tc.expect[i] {
+				t.Errorf("%s as %q: status %d, want %d", name, roleName(role), got.Status, tc.expect[i])
+			}
+			if role == "" && got.Status == 303 && !strings.HasPrefix(got.Location, "/login") {
+				t.Errorf("%s anonymous: redirect to %q, want /login", name, got.Location)
+			}
+		}
+	}
+	for name := range cases {
+		if !seen[name] {
+			t.Errorf("matrix names %s, which the route table does not have", name)
+		}
+	}
+
+	// Every state-changing page route refuses a form without the CSRF token, even for an admin.
+	for _, rt := range b.srv.routes() {
+		if rt.Kind != kindPage || rt.Method != "POST" || rt.Min == RoleNone {
+			continue
+		}
+		path := strings.NewReplacer(":id", id).Replace(rt.Path)
+		if strings.HasPrefix(rt.Path, "/admin/operators/") {
+			path = strings.NewReplacer(":id", tid).Replace(rt.Path)
+		}
+		if got := b.signIn("a").post(path, url.Values{"csrf": {"forged"}}, false); got.Status != 403 {
+			t.Errorf("%s with a wrong CSRF token: status %d, want 403", rt.Path, got.Status)
+		}
+		if got := b.signIn("a").post(path, nil, false); got.Status != 403 {
+			t.Errorf("%s without a CSRF token: status %d, want 403", rt.Path, got.Status)
+		}
+	}
+}
+
+func roleName(r string) string {
+	if r == "" {
+		return "anonymous"
+	}
+	return r
+}
+
+var figure = regexp.MustCompile(`<span class="figure">(\d+)</span>\s*<span class="label">([^<]+)</span>`)
+
+func dashboardFigures(body string) map[string]int {
+	out := map[string]int{}
+	for _, m := range figure.FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.Atoi(m[1])
+		out[m[2]] = n
+	}
+	return out
+}
+
+// TestTenantIsolation: an operator limited to one tenant finds nothing of another tenant by any
+// route, filter, count, dashboard figure or guessed id.
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("acme-op", RoleOperator, "acme")
+	a1 := b.seedKey("acme", "payment.charge", "acme-key-1", `{"amount":100,"currency":"USD"}`, true)
+	a2 := b.seedKey("acme", "payment.charge", "acme-key-2", `{"amount":200,"currency":"USD"}`, false)
+	g1 := b.seedKey("globex", "globex.only", "GLOBEX-key-1", `{"amount":300,"currency":"EUR"}`, true)
+	g2 := b.seedKey("globex", "globex.only", "GLOBEX-key-2", `{"amount":400,"currency":"EUR"}`, false)
+	g3 := b.seedKey("globex", "payment.charge", "GLOBEX-key-3", `{"amount":500,"currency":"EUR"}`, false)
+	b.exec(`UPDATE idempotency_keys SET needs_attention = true WHERE id IN (?, ?, ?)`, a2.ID, g2.ID, g3.ID)
+	b.exec(`UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 minute' WHERE id IN (?, ?)`, g2.ID, g3.ID)
+
+	c := b.signIn("acme-op")
+	pages := []string{"/keys", "/keys?tenant=globex", "/keys?operation=globex.only", "/keys?digest=" + g1.KeyDigest,
+		"/keys?field=currency&value=EUR", "/keys?state=processing", "/keys?tenant=globex&operation=globex.only", "/"}
+	for _, p := range pages {
+		got := c.get(p)
+		if got.Status != 200 {
+			t.Errorf("%s: status %d", p, got.Status)
+		}
+		// The form echoes the filter; the results must hold nothing of globex.
+		mustNotContain(t, p, got.Body, "GLOBEX", fmt.Sprintf(`href="/keys/%d"`, g1.ID),
+			fmt.Sprintf(`href="/keys/%d"`, g2.ID), fmt.Sprintf(`href="/keys/%d"`, g3.ID))
+		if p != "/" && !strings.Contains(p, "state=processing") && strings.Contains(p, "globex") || strings.Contains(p, "digest") {
+			mustContain(t, p, got.Body, "No keys match")
+		}
+	}
+	mustNotContain(t, "dashboard", c.get("/").Body, "globex.only")
+	mustContain(t, "/keys", c.get("/keys").Body, "acme-key-1", "acme-key-2")
+
+	figs := dashboardFigures(c.get("/").Body)
+	if figs["need attention"] != 1 || figs["expired leases"] != 0 || figs["processing"] != 1 {
+		t.Errorf("dashboard figures %v, want acme's only: 1 needing attention, 0 expired leases, 1 processing", figs)
+	}
+
+	// Guessed ids: another tenant's key answers exactly like a missing one.
+	missing := c.get("/keys/999999")
+	for _, k := range []int64{g1.ID, g2.ID, g3.ID} {
+		p := fmt.Sprintf("/keys/%d", k)
+		got := c.get(p)
+		if got.Status != 404 || got.Body != missing.Body {
+			t.Errorf("%s: status %d (want 404, same page as a missing key)", p, got.Status)
+		}
+		for _, action := range []string{"/reveal", "/check"} {
+			if got := c.post(p+action, nil, true); got.Status != 404 {
+				t.Errorf("POST %s%s: status %d, want 404", p, action, got.Status)
+			}
+		}
+	}
+	// Exact key search for the other tenant's key finds nothing.
+	got := c.post("/keys/find", url.Values{"tenant": {"globex"}, "operation": {"globex.only"}, "key": {"GLOBEX-key-1"}}, true)
+	if got.Status != 303 {
+		t.Fatalf("find: status %d", got.Status)
+	}
+	mustNotContain(t, "find result", c.get(got.Location).Body, "GLOBEX")
+
+	// The API under the same rules.
+	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "acme-op", "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/api/v1/keys", "/api/v1/keys?tenant=globex", "/api/v1/keys?digest=" + g1.KeyDigest, "/api/v1/keys?state=processing"} {
+		got := c.api(p, tok)
+		if got.Status != 200 {
+			t.Errorf("%s: %d", p, got.Status)
+		}
+		mustNotContain(t, p, got.Body, "GLOBEX", "globex")
+	}
+	if got := c.api(fmt.Sprintf("/api/v1/keys/%d", g1.ID), tok); got.Status != 404 {
+		t.Errorf("api detail of another tenant's key: %d, want 404", got.Status)
+	}
+	if got := c.api(fmt.Sprintf("/api/v1/keys/%d", a1.ID), tok); got.Status != 200 {
+		t.Errorf("api detail of own key: %d, want 200", got.Status)
+	}
+}
+
+func (b *bundle) exec(sql string, args ...any) {
+	b.t.Helper()
+	if err := b.db.Exec(sql, args...).Error; err != nil {
+		b.t.Fatal(err)
+	}
+}

@@ -1,0 +1,191 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/a-h/templ"
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/templates"
+)
+
+// routeKind says how a route authenticates and answers errors.
+type routeKind int
+
+const (
+	kindPage  routeKind = iota // session cookie; HTML; POSTs need the CSRF token
+	kindAPI                    // bearer token; JSON
+	kindProbe                  // public, plain
+)
+
+// route is one entry of the route table: the single place that says who may call what.
+type route struct {
+	Method string
+	Path   string
+	// Min is the lowest role allowed; RoleNone marks a public route.
+	Min    Role
+	Kind   routeKind
+	Handle func(c *gin.Context, r *request) error
+}
+
+// request is what the enforcement point learned about the caller.
+type request struct {
+	op   *Operator
+	sess *Session // nil on the API
+	ip   string
+}
+
+// routes is the route table. enforce applies it; TestRoleRouteMatrix checks all of it.
+func (s *Server) routes() []route {
+	return []route{
+		{"GET", "/healthz", RoleNone, kindProbe, s.healthz},
+		{"GET", "/readyz", RoleNone, kindProbe, s.readyz},
+		{"GET", "/metrics", RoleNone, kindProbe, s.metricsPage},
+		{"GET", "/static/*file", RoleNone, kindProbe, s.static},
+		{"GET", "/login", RoleNone, kindPage, s.loginForm},
+		{"POST", "/login", RoleNone, kindPage, s.login},
+		{"POST", "/logout", RoleViewer, kindPage, s.logout},
+		{"GET", "/", RoleViewer, kindPage, s.dashboard},
+		{"GET", "/keys", RoleViewer, kindPage, s.keys},
+		{"POST", "/keys/find", RoleViewer, kindPage, s.findKey},
+		{"GET", "/keys/:id", RoleViewer, kindPage, s.key},
+		{"POST", "/keys/:id/reveal", RoleOperator, kindPage, s.reveal},
+		{"POST", "/keys/:id/check", RoleOperator, kindPage, s.checkDownstream},
+		{"GET", "/audit", RoleAdmin, kindPage, s.auditPage},
+		{"GET", "/admin/operators", RoleAdmin, kindPage, s.operatorsPage},
+		{"POST", "/admin/operators", RoleAdmin, kindPage, s.addOperator},
+		{"POST", "/admin/operators/:id/access", RoleAdmin, kindPage, s.setAccess},
+		{"POST", "/admin/operators/:id/status", RoleAdmin, kindPage, s.setStatus},
+		{"POST", "/admin/operators/:id/tokens", RoleAdmin, kindPage, s.createToken},
+		{"GET", "/api/v1/keys", RoleViewer, kindAPI, s.apiKeys},
+		{"GET", "/api/v1/keys/:id", RoleViewer, kindAPI, s.apiKey},
+	}
+}
+
+// sessionCookie holds the session id; loginCookie the pre-session CSRF token of the sign-in form.
+const (
+	sessionCookie = "idemops_session"
+	loginCookie   = "idemops_login"
+)
+
+// enforce is the one enforcement point: it authenticates the caller (session or bearer token),
+// checks the route's minimum role and, for state-changing page requests, the CSRF token.
+func (s *Server) enforce(rt route) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		r := &request{ip: c.ClientIP()}
+		if rt.Min != RoleNone {
+			if err := s.authenticate(c, rt, r); err != nil {
+				s.fail(c, r, rt.Kind, err)
+				return
+			}
+			if r.op.Role < rt.Min {
+				s.fail(c, r, rt.Kind, ErrForbidden)
+				return
+			}
+			if rt.Kind == kindPage && rt.Method != http.MethodGet {
+				if err := r.sess.checkCSRF(formCSRF(c)); err != nil {
+					s.fail(c, r, rt.Kind, err)
+					return
+				}
+			}
+		}
+		if err := rt.Handle(c, r); err != nil {
+			s.fail(c, r, rt.Kind, err)
+		}
+	}
+}
+
+func formCSRF(c *gin.Context) string {
+	if t := c.GetHeader("X-CSRF-Token"); t != "" {
+		return t
+	}
+	return c.PostForm("csrf")
+}
+
+func (s *Server) authenticate(c *gin.Context, rt route, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if rt.Kind == kindAPI {
+		h := c.GetHeader("Authorization")
+		secret, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			return ErrUnauthenticated
+		}
+		op, err := s.ops.ByToken(ctx, strings.TrimSpace(secret))
+		if err != nil {
+			return err
+		}
+		r.op = op
+		return nil
+	}
+	cookie, err := c.Cookie(sessionCookie)
+	if err != nil {
+		return ErrUnauthenticated
+	}
+	sess, err := s.sessions.load(ctx, cookie)
+	if err != nil {
+		return err
+	}
+	r.op, r.sess = sess.Operator, sess
+	return nil
+}
+
+// fail is the one error responder: it logs unexpected errors and answers in the route's kind.
+func (s *Server) fail(c *gin.Context, r *request, kind routeKind, err error) {
+	status := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.cfg.Logger.Error("console request failed", "method", c.Request.Method, "route", c.FullPath(), "err", err)
+	}
+	if c.Writer.Written() {
+		return
+	}
+	switch kind {
+	case kindAPI:
+		if status == http.StatusUnauthorized {
+			c.Header("WWW-Authenticate", `Bearer realm="idemops"`)
+		}
+		c.JSON(status, gin.H{"error": publicMessage(err), "status": status})
+		return
+	case kindProbe:
+		c.String(status, publicMessage(err))
+		return
+	}
+	if errors.Is(err, ErrUnauthenticated) {
+		target := "/login"
+		if c.Request.Method == http.MethodGet && c.Request.URL.Path != "/" {
+			target += "?next=" + url.QueryEscape(c.Request.URL.RequestURI())
+		}
+		c.Redirect(http.StatusSeeOther, target)
+		return
+	}
+	s.render(c, status, templates.ErrorPage(chrome(r, ""), templates.ErrorView{
+		Status: status, Title: http.StatusText(status), Message: publicMessage(err)}))
+}
+
+// render writes a component with the request's context.
+func (s *Server) render(c *gin.Context, status int, comp templ.Component) {
+	c.Header("Content-Type", "text/html; charset=utf-8")
+	c.Header("Cache-Control", "no-store")
+	c.Status(status)
+	if err := comp.Render(c.Request.Context(), c.Writer); err != nil {
+		s.cfg.Logger.Error("render failed", "route", c.FullPath(), "err", err)
+	}
+}
+
+// chrome is the page frame for the caller.
+func chrome(r *request, active string) templates.Chrome {
+	if r == nil || r.op == nil {
+		return templates.Chrome{}
+	}
+	ch := templates.Chrome{User: r.op.Name, Role: r.op.Role.String(), Active: active,
+		IsAdmin: r.op.Role >= RoleAdmin, IsOperator: r.op.Role >= RoleOperator}
+	if r.sess != nil {
+		ch.CSRF = r.sess.CSRF
+	}
+	return ch
+}
+
+func isHTMX(c *gin.Context) bool { return c.GetHeader("HX-Request") == "true" }

@@ -1,0 +1,188 @@
+// Package console is the operator console: a gin server with server-rendered pages (templ +
+// htmx, assets embedded), sign-in with argon2id passwords and PostgreSQL sessions, roles with
+// per-operator tenant lists enforced at one point (the route table and its middleware), an
+// append-only hash-chained audit log, and a JSON API for automation with bearer tokens.
+//
+// The console reads keys and their history; every write to a key goes through claim.Store.
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+)
+
+//go:embed static
+var staticFiles embed.FS
+
+// Config sets up a Server. Zero fields take the defaults in withDefaults.
+type Config struct {
+	// DB is the database holding the claim and console tables.
+	DB *gorm.DB
+	// Claims is the claim store keys are read and recorded through; when nil one is made on DB
+	// with DigestSecret.
+	Claims *claim.Store
+	// DigestSecret keys key digests (exact-key search); taken from Claims when that is set.
+	DigestSecret []byte
+	// Operations finds the Operation of a key for "check downstream"; nil disables the check.
+	Operations func(name string) (claim.Operation, bool)
+	// IdleTimeout ends a session unused this long (default 30 min); AbsoluteTimeout ends any
+	// session this long after sign-in (default 12 h).
+	IdleTimeout, AbsoluteTimeout time.Duration
+	// SecureCookies marks cookies Secure even when the request did not arrive over TLS (set it
+	// behind a TLS-terminating proxy). Requests over TLS always get Secure cookies.
+	SecureCookies bool
+	// Throttle bounds failed sign-ins.
+	Throttle ThrottleConfig
+	// Argon2 is the cost of new password hashes (default DefaultArgon2).
+	Argon2 Argon2Params
+	// QueryTimeout bounds each page's database work (default 5 s); LookupTimeout bounds a
+	// downstream check (default 10 s).
+	QueryTimeout, LookupTimeout time.Duration
+	Logger                      *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.DB == nil {
+		return c, errors.New("console: Config.DB is required")
+	}
+	if c.Claims == nil {
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: c.DigestSecret, Logger: c.Logger})
+		if err != nil {
+			return c, fmt.Errorf("console: %w", err)
+		}
+		c.Claims = st
+	}
+	c.DigestSecret = c.Claims.Config().DigestSecret
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Minute
+	}
+	if c.AbsoluteTimeout == 0 {
+		c.AbsoluteTimeout = 12 * time.Hour
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = 5 * time.Second
+	}
+	if c.LookupTimeout == 0 {
+		c.LookupTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Throttle = c.Throttle.withDefaults()
+	if c.IdleTimeout > c.AbsoluteTimeout {
+		return c, errors.New("console: IdleTimeout must not exceed AbsoluteTimeout")
+	}
+	return c, nil
+}
+
+// Server is the console. Mount Handler() anywhere (idemops console, serve, demo).
+type Server struct {
+	cfg      Config
+	db       *gorm.DB
+	claims   *claim.Store
+	ops      *Operators
+	audit    *AuditLog
+	sessions *sessions
+	throttle *throttle
+	metrics  *metrics
+	engine   *gin.Engine
+}
+
+// New validates cfg and builds the server and its routes.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ops := NewOperators(cfg.DB, cfg.Argon2)
+	s := &Server{
+		cfg:      cfg,
+		db:       cfg.DB,
+		claims:   cfg.Claims,
+		ops:      ops,
+		audit:    ops.audit,
+		sessions: &sessions{db: cfg.DB, ops: ops, idle: cfg.IdleTimeout, absolute: cfg.AbsoluteTimeout},
+		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
+		metrics:  newMetrics(),
+	}
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	// The client address is the connection's peer; X-Forwarded-For is not trusted by default.
+	if err := e.SetTrustedProxies(nil); err != nil {
+		return nil, err
+	}
+	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, limitBody)
+	for _, rt := range s.routes() {
+		e.Handle(rt.Method, rt.Path, s.enforce(rt))
+	}
+	e.NoRoute(func(c *gin.Context) { s.fail(c, nil, kindPage, ErrNotFound) })
+	s.engine = e
+	return s, nil
+}
+
+// Handler is the console's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Operators is the operator directory (the CLI's user commands use it too).
+func (s *Server) Operators() *Operators { return s.ops }
+
+// staticFS is the embedded static folder.
+func staticFS() http.FileSystem {
+	sub, _ := fs.Sub(staticFiles, "static")
+	return http.FS(sub)
+}
+
+func (s *Server) ctx(c *gin.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout)
+}
+
+// maxBody bounds every request body; forms here are small.
+const maxBody = 64 << 10
+
+func limitBody(c *gin.Context) {
+	if c.Request.Body != nil {
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBody)
+	}
+	c.Next()
+}
+
+// csp allows only same-origin scripts and styles: no inline script, no inline style.
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+
+func (s *Server) securityHeaders(c *gin.Context) {
+	h := c.Writer.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if c.Request.TLS != nil {
+		h.Set("Strict-Transport-Security", "max-age=31536000")
+	}
+	c.Next()
+}
+
+func (s *Server) recoverPanics(c *gin.Context) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.fail(c, nil, kindPage, fmt.Errorf("panic: %v", p))
+			c.Abort()
+		}
+	}()
+	c.Next()
+}

@@ -1,0 +1,187 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/demo"
+	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.ReleaseMode)
+	pgtest.Main(m)
+}
+
+type env struct {
+	t     *testing.T
+	w     *demo.World
+	store *claim.Store
+	key   string
+}
+
+func start(t *testing.T, sim paysim.Config) *env {
+	t.Helper()
+	t.Parallel()
+	db := pgtest.New(t)
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("demo-test-secret-0123")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: db, Store: store, Paysim: sim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return &env{t: t, w: w, store: store, key: w.APIKey("acme")}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   map[string]any
+}
+
+func (e *env) pay(key string, body string, headers ...string) reply {
+	e.t.Helper()
+	req, _ := http.NewRequest("POST", e.w.APIURL+"/v1/payments", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	r := reply{status: res.StatusCode, header: res.Header}
+	_ = json.Unmarshal(b, &r.body)
+	return r
+}
+
+const body = `{"amount_minor": 1234, "currency": "CNY", "merchant_order_no": "ord-1", "payee": "alice", "description": "book", "client_ts": "2026-12-02T10:00:00Z"}`
+
+func TestPayments_CreateReplayMismatch(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 1})
+	first := e.pay("pay-1", body)
+	if first.status != 201 || first.body["status"] != "succeeded" || first.body["amount_minor"] != float64(1234) {
+		t.Fatalf("%+v", first)
+	}
+	again := e.pay("pay-1", strings.Replace(body, "2026-12-02T10:00:00Z", "2026-12-02T10:00:05Z", 1))
+	if again.status != 201 || again.header.Get("Idempotent-Replayed") != "true" || again.body["payment_id"] != first.body["payment_id"] {
+		t.Fatalf("replay %+v", again)
+	}
+	if r := e.pay("pay-1", strings.Replace(body, "1234", "1300", 1)); r.status != 422 {
+		t.Fatalf("changed amount: %+v", r)
+	}
+	dk := claim.DownstreamKey("acme", "payment.charge", "pay-1")
+	if n := e.w.Paysim.ChargeCount(dk); n != 1 {
+		t.Fatalf("%d charges at paysim", n)
+	}
+	// The payment is readable by its tenant only.
+	get := func(apiKey string) int {
+		req, _ := http.NewRequest("GET", e.w.APIURL+"/v1/payments/"+first.body["payment_id"].(string), nil)
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if s := get(e.key); s != 200 {
+		t.Fatalf("own payment: %d", s)
+	}
+	if s := get(e.w.APIKey("globex")); s != 404 {
+		t.Fatalf("another tenant's payment: %d", s)
+	}
+}
+
+func TestPayments_ParallelIdenticalRequestsChargeOnce(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 2, Latency: 50 * time.Millisecond})
+	var wg sync.WaitGroup
+	statuses := make(chan int, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses <- e.pay("par-1", body).status
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for s := range statuses {
+		if s != 201 && s != 409 {
+			t.Fatalf("status %d", s)
+		}
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", "payment.charge", "par-1")); n != 1 {
+		t.Fatalf("%d charges at paysim", n)
+	}
+}
+
+func TestPayments_DroppedResponseIsRecoveredOnRetryWithoutASecondCharge(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 3})
+	first := e.pay("drop-1", body, "X-Paysim-Fault", "drop-response")
+	if first.status != 503 {
+		t.Fatalf("dropped response: %+v", first)
+	}
+	again := e.pay("drop-1", body)
+	if again.status != 201 || again.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("retry must recover from the channel: %+v", again)
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", "payment.charge", "drop-1")); n != 1 {
+		t.Fatalf("%d charges", n)
+	}
+}
+
+func TestPayments_CrashBetweenChannelAndCommitLeavesAProcessingKey(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 4})
+	r := e.pay("crash-1", body, "X-Demo-Crash", "after-charge")
+	if r.status != 500 {
+		t.Fatalf("%+v", r)
+	}
+	out, err := e.store.Claim(context.Background(), claim.Request{Tenant: "acme", Operation: "payment.charge", Key: "crash-1",
+		Intent: []byte(body), Spec: e.w.Charge.Intent()})
+	if err != nil || out.Kind != claim.InProgress {
+		t.Fatalf("the crashed key must stay in progress until its lease lapses: %+v %v", out, err)
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", "payment.charge", "crash-1")); n != 1 {
+		t.Fatalf("%d charges", n)
+	}
+}
+
+func TestTraffic_ProducesEveryScenario(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	stats := &demo.TrafficStats{}
+	keys := make([]string, 0, len(e.w.APIKeys))
+	for k := range e.w.APIKeys {
+		keys = append(keys, k)
+	}
+	demo.RunTraffic(ctx, demo.TrafficConfig{APIURL: e.w.APIURL, APIKeys: keys, PerSecond: 40, Seed: 7,
+		Retry: 0.2, Duplicate: 0.2, Mismatch: 0.2, Crash: 0.1, Drop: 0.2}, stats)
+	got := stats.Snapshot()
+	for _, want := range []string{"first 201", "retry 201", "mismatch 422", "crash 500", "drop 503", "drop-retry 201"} {
+		if got[want] == 0 {
+			t.Errorf("no %q in %v", want, got)
+		}
+	}
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(got)
+	t.Log(buf.String())
+}

@@ -1,0 +1,163 @@
+// Package demo is the sample world `idemops demo` runs: a payments service that puts the
+// Idempotency-Key contract on POST /v1/payments (httpidem + claim.Run + the paysim Operation,
+// its payments row and the key committed in one transaction), and a traffic generator that
+// produces what production produces — retries, concurrent duplicates, a reused key with another
+// amount, and crashes between the channel call and the local commit.
+package demo
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/downstream"
+	"github.com/idemops/idemops/downstream/paysim"
+)
+
+// OperationCharge is the payments service's operation name.
+const OperationCharge = "payment.charge"
+
+// OperationReceipt is the outbox operation that notifies the payee of a completed payment.
+const OperationReceipt = "receipt.notify"
+
+// Payment is a row of the demo's payments table and its API shape.
+type Payment struct {
+	ID              string    `json:"payment_id"`
+	Tenant          string    `json:"-"`
+	KeyID           int64     `json:"-"`
+	MerchantOrderNo string    `json:"merchant_order_no"`
+	Payee           string    `json:"payee"`
+	AmountMinor     int64     `json:"amount_minor"`
+	Currency        string    `json:"currency"`
+	Status          string    `json:"status"`
+	ChannelTxnID    string    `json:"channel_txn_id,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+}
+
+// chargeBody is the POST /v1/payments body.
+type chargeBody struct {
+	AmountMinor     int64  `json:"amount_minor"`
+	Currency        string `json:"currency"`
+	MerchantOrderNo string `json:"merchant_order_no"`
+	Payee           string `json:"payee"`
+	Description     string `json:"description"`
+	ClientTS        string `json:"client_ts"`
+}
+
+// PaymentID is derived from the downstream key, so a recovery that creates the row later (the
+// daemon, an operator) creates the same id the client would have got.
+func PaymentID(downstreamKey string) string { return "pay_" + downstreamKey[:20] }
+
+// ErrSimulatedCrash is what Apply returns when the demo simulates a crash between the channel
+// call and the local commit: the key stays processing with a lease nobody renews.
+var ErrSimulatedCrash = errors.New("simulated crash between the channel call and the local commit")
+
+// crashKey marks a request whose Apply must crash (demo traffic only).
+type crashKey struct{}
+
+// ApplyPayment writes the payments row for a successful charge document and stages the
+// receipt notification in the outbox, in tx (the transaction that completes the key).
+func ApplyPayment(ctx context.Context, tx *gorm.DB, l *claim.Lease, doc *claim.Document) (*claim.Snapshot, error) {
+	if crash, _ := ctx.Value(crashKey{}).(*atomic.Bool); crash != nil && crash.Load() {
+		return nil, ErrSimulatedCrash
+	}
+	var body chargeBody
+	if err := json.Unmarshal(l.Intent, &body); err != nil {
+		return nil, fmt.Errorf("payment intent: %w", err)
+	}
+	p := Payment{ID: PaymentID(l.DownstreamKey), Tenant: l.Tenant, KeyID: l.KeyID, MerchantOrderNo: body.MerchantOrderNo,
+		Payee: body.Payee, AmountMinor: body.AmountMinor, Currency: strings.ToUpper(body.Currency), Status: "succeeded",
+		ChannelTxnID: doc.ResourceID}
+	err := tx.WithContext(ctx).Raw(`INSERT INTO payments (id, tenant, key_id, merchant_order_no, payee, amount_minor, currency, status, channel_txn_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET updated_at = now() RETURNING created_at`,
+		p.ID, p.Tenant, p.KeyID, p.MerchantOrderNo, p.Payee, p.AmountMinor, p.Currency, p.Status, p.ChannelTxnID).Scan(&p.CreatedAt).Error
+	if err != nil {
+		return nil, fmt.Errorf("insert payment: %w", err)
+	}
+	receipt, _ := json.Marshal(map[string]any{"payment_id": p.ID, "payee": p.Payee, "amount_minor": p.AmountMinor, "currency": p.Currency})
+	if err := claim.Enqueue(ctx, tx, claim.OutboxMessage{KeyID: l.KeyID, Operation: OperationReceipt,
+		DownstreamKey: claim.DownstreamKey(l.Tenant, OperationReceipt, l.Key), Payload: receipt}); err != nil {
+		return nil, err
+	}
+	resp, _ := json.Marshal(map[string]any{"payment_id": p.ID, "status": p.Status, "amount_minor": p.AmountMinor,
+		"currency": p.Currency, "merchant_order_no": p.MerchantOrderNo})
+	return &claim.Snapshot{Status: http.StatusCreated, Body: resp, ResourceID: p.ID,
+		Headers: map[string]string{"Content-Type": "application/json", "Location": "/v1/payments/" + p.ID}}, nil
+}
+
+// Service is the demo payments API.
+type Service struct {
+	db      *gorm.DB
+	store   *claim.Store
+	charge  claim.Operation
+	apiKeys map[string]string // bearer key → tenant
+}
+
+// NewService builds the payments API. charge is the paysim Operation whose Apply is ApplyPayment.
+func NewService(db *gorm.DB, store *claim.Store, charge claim.Operation, apiKeys map[string]string) *Service {
+	return &Service{db: db, store: store, charge: charge, apiKeys: apiKeys}
+}
+
+// tenant authenticates the bearer API key; the tenant never comes from the request body.
+func (s *Service) tenant(c *gin.Context) (string, error) {
+	tok, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
+	if !ok {
+		return "", errors.New("no bearer token")
+	}
+	for k, t := range s.apiKeys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(tok)) == 1 {
+			return t, nil
+		}
+	}
+	return "", errors.New("unknown API key")
+}
+
+// Handler is the HTTP API: POST /v1/payments and GET /v1/payments/{id}.
+func (s *Service) Handler() http.Handler {
+	r := gin.New()
+	r.Use(gin.Recovery())
+	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10}
+	charge := httpidem.Handler(cfg, s.charge)
+	r.POST("/v1/payments", func(c *gin.Context) {
+		if c.GetHeader("X-Demo-Crash") == "after-charge" { // demo traffic simulates a crash
+			crash := &atomic.Bool{}
+			crash.Store(true)
+			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), crashKey{}, crash))
+		}
+		if fault := c.GetHeader(paysim.HeaderFault); fault != "" { // forwarded to the channel (demo only)
+			c.Request = c.Request.WithContext(downstream.WithPaysimFault(c.Request.Context(), fault))
+		}
+		charge(c)
+	})
+	r.GET("/v1/payments/:id", func(c *gin.Context) {
+		tenant, err := s.tenant(c)
+		if err != nil {
+			c.JSON(http.StatusUnauthorized, gin.H{"error": "unauthenticated"})
+			return
+		}
+		var ps []Payment
+		if err := s.db.WithContext(c.Request.Context()).Raw(`SELECT id, merchant_order_no, payee, amount_minor, currency, status,
+			channel_txn_id, created_at FROM payments WHERE tenant = ? AND id = ?`, tenant, c.Param("id")).Scan(&ps).Error; err != nil {
+			c.JSON(http.StatusInternalServerError, gin.H{"error": "internal"})
+			return
+		}
+		if len(ps) == 0 {
+			c.JSON(http.StatusNotFound, gin.H{"error": "payment not found"})
+			return
+		}
+		c.JSON(http.StatusOK, ps[0])
+	})
+	return r
+}

@@ -1,0 +1,119 @@
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/downstream"
+	"github.com/idemops/idemops/downstream/paysim"
+)
+
+// WorldConfig says where the demo world listens.
+type WorldConfig struct {
+	DB    *gorm.DB
+	Store *claim.Store
+	// PaysimAddr and APIAddr are loopback addresses; port 0 picks a free one.
+	PaysimAddr, APIAddr string
+	// Paysim configures the simulator (faults, seed).
+	Paysim paysim.Config
+	// Tenants get one API key each (default: acme, globex).
+	Tenants []string
+}
+
+// World is a running paysim and payments service.
+type World struct {
+	Paysim    *paysim.Server
+	PaysimURL string
+	APIURL    string
+	// APIKeys maps each bearer key to its tenant.
+	APIKeys map[string]string
+	// Operations holds payment.charge (with the demo's Apply) and receipt.notify.
+	Operations *downstream.Registry
+	Charge     *downstream.PaysimCharge
+	Client     *paysim.Client
+	servers    []*http.Server
+}
+
+// StartWorld starts paysim and the payments service on loopback.
+func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
+	if len(cfg.Tenants) == 0 {
+		cfg.Tenants = []string{"acme", "globex"}
+	}
+	sim, err := paysim.NewServer(cfg.Paysim)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Paysim: sim, APIKeys: map[string]string{}}
+	if w.PaysimURL, err = w.serve(cfg.PaysimAddr, sim); err != nil {
+		return nil, err
+	}
+	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
+	w.Charge = downstream.NewPaysimCharge(w.Client)
+	w.Charge.ApplyFunc = ApplyPayment
+	w.Operations = downstream.NewRegistry()
+	if err := w.Operations.Register(w.Charge); err != nil {
+		return nil, err
+	}
+	for _, t := range cfg.Tenants {
+		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
+	}
+	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
+	if w.APIURL, err = w.serve(cfg.APIAddr, svc.Handler()); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *World) serve(addr string, h http.Handler) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	w.servers = append(w.servers, srv)
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener was closed under it; Close reports nothing more useful
+		}
+	}()
+	return "http://" + l.Addr().String(), nil
+}
+
+// APIKey returns one tenant's key (for people and scripts).
+func (w *World) APIKey(tenant string) string {
+	for k, t := range w.APIKeys {
+		if t == tenant {
+			return k
+		}
+	}
+	return ""
+}
+
+// Close stops the servers (gracefully, within 5 s) and saves paysim's state.
+func (w *World) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range w.servers {
+		_ = s.Shutdown(ctx)
+	}
+	_ = w.Paysim.Close()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,373 @@
+package downstream
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is an operations file.
+type Config struct {
+	// File is the path the config was loaded from; errors name it.
+	File       string            `yaml:"-"`
+	Operations []OperationConfig `yaml:"operations"`
+}
+
+// OperationConfig configures one HTTPOperation; the package doc shows every field.
+type OperationConfig struct {
+	Name      string         `yaml:"name"`
+	Intent    IntentConfig   `yaml:"intent"`
+	KeyHeader string         `yaml:"key_header"`
+	Execute   ExecuteConfig  `yaml:"execute"`
+	Lookup    LookupConfig   `yaml:"lookup"`
+	Statuses  StatusConfig   `yaml:"statuses"`
+	Timeouts  TimeoutConfig  `yaml:"timeouts"`
+	Response  ResponseConfig `yaml:"response"`
+	Redrive   bool           `yaml:"redrive"`
+}
+
+// IntentConfig says which request fields carry intent (see claim.IntentSpec).
+type IntentConfig struct {
+	Ignore        []string `yaml:"ignore"`
+	Only          []string `yaml:"only"`
+	NaturalKey    []string `yaml:"natural_key"`
+	AmountField   string   `yaml:"amount_field"`
+	CurrencyField string   `yaml:"currency_field"`
+}
+
+// ExecuteConfig is the call that performs the action.
+type ExecuteConfig struct {
+	Method string `yaml:"method"`
+	URL    string `yaml:"url"`
+	// KeyField, when set, is a top-level body field set to the downstream key.
+	KeyField string `yaml:"key_field"`
+}
+
+// LookupConfig is the read-only GET that finds the document under a downstream key.
+type LookupConfig struct {
+	URL string `yaml:"url"`
+}
+
+// StatusConfig sorts downstream HTTP statuses.
+type StatusConfig struct {
+	Found           []int `yaml:"found"`
+	NotFound        []int `yaml:"not_found"`
+	FailedFinal     []int `yaml:"failed_final"`
+	FailedRetryable []int `yaml:"failed_retryable"`
+}
+
+// TimeoutConfig bounds each call.
+type TimeoutConfig struct {
+	Execute time.Duration `yaml:"execute"`
+	Lookup  time.Duration `yaml:"lookup"`
+}
+
+// ResponseConfig says where things are in the downstream's response JSON.
+type ResponseConfig struct {
+	ResourceID    string   `yaml:"resource_id"`
+	Status        string   `yaml:"status"`
+	FailedValues  []string `yaml:"failed_values"`
+	FailureStatus int      `yaml:"failure_status"`
+}
+
+// Defaults and limits of an OperationConfig.
+const (
+	DefaultKeyHeader      = "Idempotency-Key"
+	DefaultExecuteTimeout = 10 * time.Second
+	DefaultLookupTimeout  = 5 * time.Second
+	maxTimeout            = 5 * time.Minute
+	maxConfigBytes        = 1 << 20
+	placeholder           = "{downstream_key}"
+)
+
+var (
+	defaultFound           = []int{200, 201}
+	defaultNotFound        = []int{404}
+	defaultFailedFinal     = []int{400, 402, 403, 409, 422}
+	defaultFailedRetryable = []int{408, 425, 429, 500, 502, 503, 504}
+)
+
+// LoadConfig reads and validates an operations file. Any problem is a *ConfigError naming
+// the file, the field and the problem; nothing is half-loaded.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Problem: errors.Unwrap(err).Error()}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, &ConfigError{File: path, Problem: err.Error()}
+	}
+	if len(data) > maxConfigBytes {
+		return nil, &ConfigError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigBytes)}
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig validates an operations file's contents; name is used in errors.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	fail := func(err *ConfigError) (*Config, error) {
+		err.File = name
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fail(configErr("", "%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "yaml: ")))
+	}
+	cfg := &Config{File: name}
+	if len(doc.Content) == 0 {
+		return fail(configErr("operations", "must list at least one operation (the file is empty)"))
+	}
+	if err := decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), ""); err != nil {
+		return fail(err)
+	}
+	if len(cfg.Operations) == 0 {
+		return fail(configErr("operations", "must list at least one operation"))
+	}
+	seen := map[string]int{}
+	for i := range cfg.Operations {
+		oc := &cfg.Operations[i]
+		if err := oc.normalize(); err != nil {
+			err.Field = fmt.Sprintf("operations[%d].%s", i, err.Field)
+			return fail(err)
+		}
+		if j, dup := seen[oc.Name]; dup {
+			return fail(configErr(fmt.Sprintf("operations[%d].name", i), "%q is already defined by operations[%d]", oc.Name, j))
+		}
+		seen[oc.Name] = i
+	}
+	return cfg, nil
+}
+
+var headerToken = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+var placeholders = regexp.MustCompile(`\{[^{}]*\}`)
+
+// normalize fills the defaults and validates; the error's Field is relative to the operation.
+func (oc *OperationConfig) normalize() *ConfigError {
+	switch {
+	case oc.Name == "":
+		return configErr("name", "required")
+	case len(oc.Name) > 128:
+		return configErr("name", "longer than 128 characters")
+	case strings.ContainsAny(oc.Name, "|\x00\r\n"):
+		return configErr("name", "must not contain '|' or control characters")
+	}
+	for _, list := range []struct {
+		name  string
+		items []string
+	}{{"intent.ignore", oc.Intent.Ignore}, {"intent.only", oc.Intent.Only}, {"intent.natural_key", oc.Intent.NaturalKey}} {
+		for j, s := range list.items {
+			if strings.TrimSpace(s) == "" {
+				return configErr(fmt.Sprintf("%s[%d]", list.name, j), "must not be empty")
+			}
+		}
+	}
+	if oc.KeyHeader == "" {
+		oc.KeyHeader = DefaultKeyHeader
+	}
+	if !headerToken.MatchString(oc.KeyHeader) {
+		return configErr("key_header", "%q is not a valid HTTP header name", oc.KeyHeader)
+	}
+	if oc.Execute.Method == "" {
+		oc.Execute.Method = http.MethodPost
+	}
+	oc.Execute.Method = strings.ToUpper(oc.Execute.Method)
+	if !slices.Contains([]string{http.MethodPost, http.MethodPut, http.MethodPatch}, oc.Execute.Method) {
+		return configErr("execute.method", "must be POST, PUT or PATCH, got %q", oc.Execute.Method)
+	}
+	if err := checkURL("execute.url", oc.Execute.URL, false); err != nil {
+		return err
+	}
+	if err := checkURL("lookup.url", oc.Lookup.URL, true); err != nil {
+		return err
+	}
+	if err := oc.Statuses.normalize(); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{{"timeouts.execute", &oc.Timeouts.Execute, DefaultExecuteTimeout}, {"timeouts.lookup", &oc.Timeouts.Lookup, DefaultLookupTimeout}} {
+		if *t.d == 0 {
+			*t.d = t.def
+		}
+		if *t.d < time.Millisecond || *t.d > maxTimeout {
+			return configErr(t.name, "must be between 1ms and %v, got %v", maxTimeout, *t.d)
+		}
+	}
+	switch r := &oc.Response; {
+	case r.ResourceID == "":
+		return configErr("response.resource_id", "required: the dotted path of the resource id in the response JSON")
+	case len(r.FailedValues) > 0 && r.Status == "":
+		return configErr("response.failed_values", "needs response.status, the path of the value to compare")
+	case r.FailureStatus == 0:
+		r.FailureStatus = http.StatusBadRequest
+	case r.FailureStatus < 400 || r.FailureStatus > 599:
+		return configErr("response.failure_status", "must be an HTTP error status (400-599), got %d", r.FailureStatus)
+	}
+	return nil
+}
+
+func checkURL(field, raw string, needKey bool) *ConfigError {
+	if raw == "" {
+		return configErr(field, "required")
+	}
+	for _, p := range placeholders.FindAllString(raw, -1) {
+		if p != placeholder {
+			return configErr(field, "unknown placeholder %s (only %s is replaced)", p, placeholder)
+		}
+	}
+	if needKey && !strings.Contains(raw, placeholder) {
+		return configErr(field, "must contain %s", placeholder)
+	}
+	u, err := url.Parse(strings.ReplaceAll(raw, placeholder, "k"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return configErr(field, "must be an absolute http or https URL, got %q", raw)
+	}
+	return nil
+}
+
+func (s *StatusConfig) normalize() *ConfigError {
+	lists := []struct {
+		name string
+		l    *[]int
+		def  []int
+	}{
+		{"found", &s.Found, defaultFound}, {"not_found", &s.NotFound, defaultNotFound},
+		{"failed_final", &s.FailedFinal, defaultFailedFinal}, {"failed_retryable", &s.FailedRetryable, defaultFailedRetryable},
+	}
+	// A list left out takes its default, minus the codes the lists written out claim.
+	explicit := map[int]bool{}
+	for _, list := range lists {
+		for _, code := range *list.l {
+			explicit[code] = true
+		}
+	}
+	for _, list := range lists {
+		if *list.l == nil {
+			*list.l = slices.DeleteFunc(slices.Clone(list.def), func(c int) bool { return explicit[c] })
+		}
+	}
+	owner := map[int]string{}
+	for _, list := range lists {
+		for j, code := range *list.l {
+			field := fmt.Sprintf("statuses.%s[%d]", list.name, j)
+			if code < 100 || code > 599 {
+				return configErr(field, "must be an HTTP status between 100 and 599, got %d", code)
+			}
+			if other, dup := owner[code]; dup {
+				return configErr(field, "%d is also listed in statuses.%s", code, other)
+			}
+			owner[code] = list.name
+		}
+	}
+	if len(s.Found) == 0 {
+		return configErr("statuses.found", "must not be empty")
+	}
+	return nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// decodeNode decodes a YAML node into v by the yaml tags of v's type, so that every problem —
+// an unknown or repeated field, a wrong type — is reported with its path.
+func decodeNode(n *yaml.Node, v reflect.Value, path string) *ConfigError {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // an empty value leaves the zero value (the default)
+	}
+	at := func(format string, args ...any) *ConfigError {
+		return configErr(path, format+fmt.Sprintf(" (line %d)", n.Line), args...)
+	}
+	t := v.Type()
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode {
+			return at("must be a duration like 5s")
+		}
+		d, err := time.ParseDuration(n.Value)
+		if err != nil {
+			return at("must be a duration like 5s, got %q", n.Value)
+		}
+		v.SetInt(int64(d))
+	case t.Kind() == reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return at("must be a mapping")
+		}
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			child := key
+			if path != "" {
+				child = path + "." + key
+			}
+			if seen[key] {
+				return configErr(child, "appears twice (line %d)", n.Content[i].Line)
+			}
+			seen[key] = true
+			f, ok := fieldByTag(t, key)
+			if !ok {
+				return configErr(child, "unknown field (line %d)", n.Content[i].Line)
+			}
+			if err := decodeNode(n.Content[i+1], v.FieldByIndex(f.Index), child); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return at("must be a list")
+		}
+		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := decodeNode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+	case t.Kind() == reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			return at("must be a string")
+		}
+		v.SetString(n.Value)
+	case t.Kind() == reflect.Int:
+		i, err := strconv.Atoi(n.Value)
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || err != nil {
+			return at("must be an integer, got %q", n.Value)
+		}
+		v.SetInt(int64(i))
+	case t.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(n.Value)
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || err != nil {
+			return at("must be true or false, got %q", n.Value)
+		}
+		v.SetBool(b)
+	default:
+		return at("unsupported field type %s", t)
+	}
+	return nil
+}
+
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == key && name != "-" {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}

@@ -1,0 +1,60 @@
+// Package paysim is a payment-channel simulator: an HTTP server that takes idempotent charges,
+// refunds and receipt notifications, answers lookups, exports daily statements in four real
+// channel layouts, and injects faults deterministically — so that idemops' takeover,
+// reconciliation and outbox paths meet the failures they exist for. Client is its Go client.
+//
+// # Endpoints
+//
+//	POST  /charges                        Idempotency-Key header (the downstream key); no key: not idempotent
+//	GET   /charges/{merchant_order_no}    the charge (the first one, when a no-key double charge made two); 404 when none
+//	POST  /charges/{merchant_order_no}/refunds   Idempotency-Key header required (the merchant refund number)
+//	POST  /notifications                  Idempotency-Key header required; counts deliveries per key
+//	GET   /notifications/{key}            the notification and its delivery count; 404 when none
+//	GET   /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen
+//	GET   /_paysim/charges?merchant_order_no=X    every charge for an order number, with a count
+//	POST  /_paysim/charges                fabricate a charge the merchant never recorded (channel-only)
+//	PATCH /_paysim/charges/{id}           change a charge's amount, currency or status as the channel reports it
+//	GET   /healthz
+//
+// A first POST answers 201; a replay of the same key and body answers 200 with the same charge
+// and `Idempotent-Replayed: true`; the same key with another body answers 422. Errors are JSON
+// {"code": "...", "message": "..."}.
+//
+// # Faults
+//
+// Config (or the paysim command's flags) sets rates for: an injected 503 before anything is
+// committed; "commit, then drop the response" (the connection is closed without an answer, or a
+// 502 where the connection cannot be hijacked); and, for charges sent without a key, charging
+// twice. Latency is added to every charge, refund, lookup and notification call. Each decision
+// is a hash of (seed, fault, subject, n) where subject is the request's key (or merchant order
+// number) and n counts requests for that subject, so the same seed and the same requests give the
+// same faults whatever the interleaving. The X-Paysim-Fault request header forces faults for one
+// request: a comma-separated list of none, error, drop-response, double-charge, latency=DURATION.
+//
+// # Statements
+//
+// A statement lists the day's succeeded charges (by creation time) and refunds (by refund time);
+// declined charges moved no money and appear in none. "The day" is local to the channel: WeChat
+// Pay and Alipay dates are Asia/Shanghai days (UTC+8, no daylight saving), Stripe and Adyen dates
+// are UTC days. The WeChat and Alipay bills are domestic CNY bills and list CNY transactions
+// only; Stripe and Adyen list every currency. In every layout the merchant order number is the
+// downstream key and the channel transaction id is the charge id (ch_…); refunds carry the
+// refund id (re_…) and the merchant refund number (the refund's Idempotency-Key). Amounts are
+// rendered exactly from int64 minor units with the currency's exponent. The fee is FeeBasisPoints
+// of a charge (half up, in minor units); refunds return no fee.
+//
+//   - wechat: the ALL trade bill, UTF-8: 27-column header, detail rows with every value
+//     backtick-prefixed (an empty value is a lone backtick), refunds as 交易状态 REFUND with
+//     应结订单金额 0.00 and the refund columns filled, then the summary header and one summary
+//     row (总交易单数 counts every detail row).
+//   - alipay: 业务明细, GBK: `#` preamble, 25-column header, rows with a trailing TAB after
+//     支付宝交易号, 商户订单号 and a filled 退款批次号/请求号, refunds with 业务类型 退款 and
+//     negative 订单金额/商家实收, then `#` footer lines with the 交易合计 and 退款合计 totals.
+//     (The real download is a zip with a summary file beside it; paysim serves the detail CSV.)
+//   - stripe: payout_reconciliation.itemized.5 columns, major units, lower-case currency,
+//     reporting_category charge|refund, the order number in payment_metadata[order_no] (on refund
+//     rows too) and the refund number in refund_metadata[refund_no].
+//   - adyen: settlement details, Type Settled (Gross Credit) and Refunded (Gross Debit), Merchant
+//     Reference = order number, then one MerchantPayout row per net currency whose Net Debit is
+//     the day's net total (the control total).
+package paysim

@@ -1,0 +1,154 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// adyenParser reads Adyen's Settlement details report: UTF-8 CSV, one per payout batch. Type
+// says what a row is; Psp Reference is the channel's id, Merchant Reference our order number;
+// amounts are Gross Credit/Debit (GC) in Gross Currency; Creation Date is wall clock in the
+// row's TimeZone. The report states no control totals.
+type adyenParser struct{ opts options }
+
+func (adyenParser) Format() string { return "adyen" }
+
+// adyenTypes maps Type to a status; the empty status marks rows that are not order lines (fees,
+// payouts, corrections), counted in Summary.Skipped. Any other Type fails the row.
+var adyenTypes = map[string]Status{
+	"Settled":                      StatusSuccess,
+	"SettledBulk":                  StatusSuccess,
+	"Refunded":                     StatusRefund,
+	"RefundedBulk":                 StatusRefund,
+	"RefundedExternally":           StatusRefund,
+	"Chargeback":                   StatusChargeback,
+	"SecondChargeback":             StatusChargeback,
+	"ChargebackExternally":         StatusChargeback,
+	"ChargebackReversed":           StatusChargebackReversed,
+	"ChargebackReversedExternally": StatusChargebackReversed,
+	"RefundedReversed":             StatusRefundReversed,
+	"Fee":                          "",
+	"MiscCosts":                    "",
+	"MerchantPayout":               "",
+	"DepositCorrection":            "",
+	"InvoiceDeduction":             "",
+	"ReserveAdjustment":            "",
+	"Balancetransfer":              "",
+	"PaidOut":                      "",
+	"PaidOutReversed":              "",
+}
+
+func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
+	cfg := readerConfig{encoding: encodingUTF8, comma: ','}
+	return parseFlat(ctx, r, fn, p.Format(), p.opts, cfg, 0, func(h *header) (rowReader, error) {
+		cs := columnSet{h: h}
+		psp := cs.need("Psp Reference")
+		ref := cs.need("Merchant Reference")
+		created := cs.need("Creation Date")
+		zone := cs.need("TimeZone")
+		kind := cs.need("Type")
+		currency := cs.need("Gross Currency")
+		debit := cs.need("Gross Debit (GC)")
+		credit := cs.need("Gross Credit (GC)")
+		if cs.err != nil {
+			return nil, cs.err
+		}
+		return func(rec record) (StatementLine, string, error) {
+			f := rec.fields
+			var l StatementLine
+			typ := cell(f, kind)
+			st, known := adyenTypes[typ]
+			if !known {
+				return l, "", lineErrorf(rec.line, "Type: unknown value %q", typ)
+			}
+			if st == "" {
+				return l, typ, nil
+			}
+			l.Status = st
+			l.ChannelTxnID = cell(f, psp)
+			l.MerchantOrderNo = cell(f, ref)
+			var err error
+			if l.Currency, err = normalizeCurrency(cell(f, currency)); err != nil {
+				return l, "", lineErrorf(rec.line, "Gross Currency: %v", err)
+			}
+			exp, _ := CurrencyExponent(l.Currency)
+			cr, dr := cell(f, credit), cell(f, debit)
+			switch {
+			case cr != "" && dr != "":
+				return l, "", lineErrorf(rec.line, "both Gross Credit (GC) and Gross Debit (GC) are filled")
+			case cr != "":
+				if l.AmountMinor, err = parseDecimal(cr, exp, amountSyntax{}); err != nil {
+					return l, "", lineErrorf(rec.line, "Gross Credit (GC): %v", err)
+				}
+			case dr != "":
+				if l.AmountMinor, err = parseDecimal(dr, exp, amountSyntax{}); err != nil {
+					return l, "", lineErrorf(rec.line, "Gross Debit (GC): %v", err)
+				}
+				l.AmountMinor = -l.AmountMinor
+			default:
+				return l, "", lineErrorf(rec.line, "neither Gross Credit (GC) nor Gross Debit (GC) is filled")
+			}
+			loc, err := adyenZone(cell(f, zone))
+			if err != nil {
+				return l, "", lineErrorf(rec.line, "TimeZone: %v", err)
+			}
+			if l.OccurredAt, err = parseLocalTime(cell(f, created), localTimeLayout, loc); err != nil {
+				return l, "", lineErrorf(rec.line, "Creation Date: %v", err)
+			}
+			return l, "", nil
+		}, nil
+	})
+}
+
+// adyenZoneAbbrevs are the abbreviations Adyen writes in TimeZone. An abbreviation names the
+// offset in force at that moment (CET in winter, CEST in summer), so it is a fixed offset, not
+// a zone with daylight-saving rules.
+var adyenZoneAbbrevs = map[string]int{
+	"UTC": 0, "GMT": 0, "WET": 0, "BST": 1 * hour, "WEST": 1 * hour, "CET": 1 * hour,
+	"CEST": 2 * hour, "EET": 2 * hour, "EEST": 3 * hour, "MSK": 3 * hour, "GST": 4 * hour,
+	"IST": 5*hour + 30*60, "SGT": 8 * hour, "HKT": 8 * hour, "AWST": 8 * hour, "JST": 9 * hour,
+	"KST": 9 * hour, "AEST": 10 * hour, "AEDT": 11 * hour, "NZST": 12 * hour, "NZDT": 13 * hour,
+	"AST": -4 * hour, "ADT": -3 * hour, "EST": -5 * hour, "EDT": -4 * hour, "CST": -6 * hour,
+	"CDT": -5 * hour, "MST": -7 * hour, "MDT": -6 * hour, "PST": -8 * hour, "PDT": -7 * hour,
+	"AKST": -9 * hour, "AKDT": -8 * hour, "HST": -10 * hour, "BRT": -3 * hour,
+}
+
+const hour = 3600 // seconds
+
+var utcOffsetPattern = regexp.MustCompile(`^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$`)
+
+// adyenZone reads TimeZone: an abbreviation, an IANA name, or an offset like +01:00 or GMT+1.
+func adyenZone(s string) (*time.Location, error) {
+	if s == "" {
+		return nil, fmt.Errorf("empty time zone")
+	}
+	if off, ok := adyenZoneAbbrevs[strings.ToUpper(s)]; ok {
+		return time.FixedZone(s, off), nil
+	}
+	if m := utcOffsetPattern.FindStringSubmatch(s); m != nil {
+		h, _ := strconv.Atoi(m[2])
+		mins := 0
+		if m[3] != "" {
+			mins, _ = strconv.Atoi(m[3])
+		}
+		if h > 14 || mins > 59 {
+			return nil, fmt.Errorf("offset %q out of range", s)
+		}
+		off := h*hour + mins*60
+		if m[1] == "-" {
+			off = -off
+		}
+		return time.FixedZone(s, off), nil
+	}
+	if strings.Contains(s, "/") {
+		if loc, err := time.LoadLocation(s); err == nil {
+			return loc, nil
+		}
+	}
+	return nil, fmt.Errorf("unknown time zone %q", s)
+}

@@ -1,0 +1,218 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// alipayParser reads Alipay's 业务明细 (trade detail) file: GBK CSV framed by `#` preamble and
+// footer lines. The footer's 交易合计 and 退款合计 lines are the control totals. ID cells carry a
+// trailing TAB; refunds are rows of 业务类型 退款 with negative amounts; times are Asia/Shanghai.
+type alipayParser struct{ opts options }
+
+func (alipayParser) Format() string { return "alipay" }
+
+var alipayStatuses = map[string]Status{
+	"交易": StatusSuccess,
+	"退款": StatusRefund,
+}
+
+// The footer totals: `#交易合计：N笔，商家实收共X元，…` and `#退款合计：N笔，商家实收退款共-Y元，…`.
+// Amounts may be written with grouping commas.
+var (
+	alipayTradeFooter  = regexp.MustCompile(`^#交易合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元`)
+	alipayRefundFooter = regexp.MustCompile(`^#退款合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收退款共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元`)
+)
+
+// alipayValue trims the padding and the trailing TAB Alipay appends to ID cells.
+func alipayValue(s string) string { return strings.TrimSpace(s) }
+
+type alipayColumns struct {
+	txn, order, kind, created, finished, amount int
+}
+
+func alipayDetailColumns(h *header) (c alipayColumns, err error) {
+	for _, step := range []struct {
+		dst   *int
+		names []string
+	}{
+		{&c.txn, []string{"支付宝交易号"}},
+		{&c.order, []string{"商户订单号"}},
+		{&c.kind, []string{"业务类型"}},
+		{&c.created, []string{"创建时间"}},
+		// 商家实收 is what the merchant received (refunds negative) and what the footer sums.
+		{&c.amount, []string{"商家实收（元）"}},
+	} {
+		if *step.dst, err = h.need(step.names...); err != nil {
+			return c, err
+		}
+	}
+	c.finished = h.col("完成时间")
+	return c, nil
+}
+
+// alipayTotals is one footer line: a count and a sum at controlScale.
+type alipayTotals struct {
+	line  int
+	count int
+	sum   int64
+}
+
+func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
+	rr, err := newRecordReader(r, p.opts, readerConfig{encoding: encodingGBK, comma: ',', comment: "#"})
+	if err != nil {
+		return nil, err
+	}
+	sink := newSink(ctx, fn, p.Format())
+	sum := sink.sum
+	defer func() { sum.Bytes = rr.bytesRead() }()
+
+	// Preamble, then the header.
+	var rec record
+	for {
+		rec, err = rr.next()
+		if errors.Is(err, io.EOF) {
+			return sum, lineErrorf(rr.line+1, "no detail header: the statement has only `#` lines or nothing")
+		}
+		if err != nil {
+			return sum, err
+		}
+		if !rec.comment {
+			break
+		}
+	}
+	h := newHeader(rec)
+	sum.Header = h.names
+	cols, err := alipayDetailColumns(h)
+	if err != nil {
+		return sum, err
+	}
+
+	var (
+		computed             = map[Status]*alipayTotals{StatusSuccess: {}, StatusRefund: {}}
+		trade, refund        *alipayTotals
+		inFooter             bool
+		footerStart, lastRow int
+	)
+	for {
+		rec, err = rr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return sum, err
+		}
+		if rec.comment {
+			if !inFooter {
+				inFooter, footerStart = true, rec.line
+			}
+			var t **alipayTotals
+			var re *regexp.Regexp
+			var label string
+			switch {
+			case strings.HasPrefix(rec.text, "#交易合计"):
+				t, re, label = &trade, alipayTradeFooter, "#交易合计"
+			case strings.HasPrefix(rec.text, "#退款合计"):
+				t, re, label = &refund, alipayRefundFooter, "#退款合计"
+			default:
+				continue
+			}
+			if *t != nil {
+				return sum, lineErrorf(rec.line, "a second %s line (the first is line %d)", label, (*t).line)
+			}
+			m := re.FindStringSubmatch(rec.text)
+			if m == nil {
+				return sum, lineErrorf(rec.line, "footer line does not read as `%s`", re.String())
+			}
+			n, err := strconv.Atoi(m[1])
+			if err != nil {
+				return sum, lineErrorf(rec.line, "footer count %q: %v", m[1], err)
+			}
+			amount, err := parseControl(m[2], amountSyntax{thousands: ','})
+			if err != nil {
+				return sum, lineErrorf(rec.line, "footer amount: %v", err)
+			}
+			*t = &alipayTotals{line: rec.line, count: n, sum: amount}
+			continue
+		}
+		if inFooter {
+			return sum, lineErrorf(rec.line, "a detail row after the footer began on line %d", footerStart)
+		}
+		if err := sink.row(); err != nil {
+			return sum, err
+		}
+		if err := h.checkWidth(rec); err != nil {
+			return sum, err
+		}
+		lastRow = rec.line
+		var line StatementLine
+		var raw int64
+		if line, raw, err = cols.line(rec, h); err != nil {
+			return sum, err
+		}
+		c := computed[line.Status]
+		c.count++
+		var ok bool
+		if c.sum, ok = addChecked(c.sum, raw); !ok {
+			return sum, lineErrorf(rec.line, "%s: the column total overflows", h.names[cols.amount])
+		}
+		line.Raw = rec.text
+		if err := sink.emit(line); err != nil {
+			return sum, err
+		}
+	}
+	if trade == nil || refund == nil {
+		missing := "#交易合计"
+		if trade != nil {
+			missing = "#退款合计"
+		}
+		return sum, lineErrorf(max(rr.line, lastRow), "no %s footer line: truncated?", missing)
+	}
+	ct := &ControlTotals{Line: trade.line, Source: "footer"}
+	ct.addCount("交易合计/笔", trade.count, computed[StatusSuccess].count)
+	ct.addAmount("交易合计/商家实收", trade.sum, computed[StatusSuccess].sum)
+	ct.addCount("退款合计/笔", refund.count, computed[StatusRefund].count)
+	ct.addAmount("退款合计/商家实收退款", refund.sum, computed[StatusRefund].sum)
+	sum.Control = ct
+	if !ct.OK() {
+		return sum, &ControlTotalError{Totals: ct}
+	}
+	return sum, nil
+}
+
+// line normalizes one detail row; raw is its amount at controlScale for the footer check.
+func (c alipayColumns) line(rec record, h *header) (l StatementLine, raw int64, err error) {
+	f := rec.fields
+	l = StatementLine{
+		LineNo:          rec.line,
+		ChannelTxnID:    alipayValue(f[c.txn]),
+		MerchantOrderNo: alipayValue(f[c.order]),
+		Currency:        "CNY",
+	}
+	kind := alipayValue(f[c.kind])
+	st, ok := alipayStatuses[kind]
+	if !ok {
+		return l, 0, lineErrorf(rec.line, "业务类型: unknown value %q", kind)
+	}
+	l.Status = st
+	text := alipayValue(f[c.amount])
+	syn := amountSyntax{thousands: ','}
+	if l.AmountMinor, err = parseDecimal(text, 2, syn); err != nil {
+		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	if raw, err = parseControl(text, syn); err != nil {
+		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	at := c.created
+	if c.finished >= 0 && alipayValue(f[c.finished]) != "" {
+		at = c.finished // when the payment or refund completed
+	}
+	if l.OccurredAt, err = parseLocalTime(alipayValue(f[at]), localTimeLayout, shanghai); err != nil {
+		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[at], err)
+	}
+	return l, raw, nil
+}

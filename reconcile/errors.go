@@ -1,0 +1,56 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The kinds of error this package returns; test with errors.Is.
+var (
+	// ErrMalformed: a row of the statement does not parse. The error is a *LineError naming
+	// the physical line.
+	ErrMalformed = errors.New("malformed statement")
+	// ErrControlTotal: the detail rows do not add up to the statement's own control totals; the
+	// statement must be rejected whole. The error is a *ControlTotalError.
+	ErrControlTotal = errors.New("CONTROL_TOTAL")
+	// ErrTooLarge: the statement (or one line of it) exceeds the size limit.
+	ErrTooLarge = errors.New("statement too large")
+	// ErrUnknownFormat: ParserFor was given a name Formats does not list.
+	ErrUnknownFormat = errors.New("unknown statement format")
+	// ErrProfile: a CSV profile is missing or invalid.
+	ErrProfile = errors.New("invalid statement profile")
+)
+
+// LineError is a statement row that does not parse. Its text is `line N: reason`.
+type LineError struct {
+	Line   int // physical line number in the file, 1-based
+	Reason string
+	Err    error // the kind: ErrMalformed unless set (ErrTooLarge for an overlong line)
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// Unwrap gives the error's kind, so errors.Is(err, ErrMalformed) finds it.
+func (e *LineError) Unwrap() error {
+	if e.Err != nil {
+		return e.Err
+	}
+	return ErrMalformed
+}
+
+func lineErrorf(line int, format string, args ...any) error {
+	return &LineError{Line: line, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ControlTotalError rejects a statement whose details do not add up to its control totals.
+// Totals holds stated and computed values so a caller can record the mismatch as a finding.
+type ControlTotalError struct {
+	Totals *ControlTotals
+}
+
+func (e *ControlTotalError) Error() string {
+	return fmt.Sprintf("line %d: CONTROL_TOTAL: details do not add up to the %s: %s",
+		e.Totals.Line, e.Totals.Source, e.Totals.Mismatches())
+}
+
+func (e *ControlTotalError) Is(target error) bool { return target == ErrControlTotal }

@@ -1,0 +1,236 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// wechatParser reads a WeChat Pay trade bill of type ALL (交易账单): UTF-8 CSV, detail header,
+// detail rows, then a summary header and one summary row holding the control totals. Every
+// value carries a backtick prefix; amounts are yuan; times are Asia/Shanghai wall clock.
+type wechatParser struct{ opts options }
+
+func (wechatParser) Format() string { return "wechat" }
+
+var wechatStatuses = map[string]Status{
+	"SUCCESS":    StatusSuccess,
+	"REFUND":     StatusRefund,
+	"REVOKED":    StatusFailed,
+	"CLOSED":     StatusFailed,
+	"NOTPAY":     StatusFailed,
+	"PAYERROR":   StatusFailed,
+	"USERPAYING": StatusFailed,
+}
+
+// wechatSummaryCount is the first column of the summary header; it tells the summary apart
+// from detail rows.
+const wechatSummaryCount = "总交易单数"
+
+// wechatControls pairs each money total of the summary row with the detail column it sums.
+// 手续费总金额 is not checked: fee cells may carry more decimals than the rounded total.
+var wechatControls = []struct {
+	total  string
+	column []string
+}{
+	{"应结订单总金额", []string{"应结订单金额"}},
+	{"退款总金额", []string{"退款金额"}},
+	{"充值券退款总金额", []string{"充值券退款金额"}},
+	{"订单总金额", []string{"订单金额"}},
+	{"申请退款总金额", []string{"申请退款金额"}},
+	// the older layout's names
+	{"总交易额", []string{"总金额", "应结订单金额"}},
+	{"总退款金额", []string{"退款金额"}},
+	{"总代金券或立减优惠退款金额", []string{"代金券或立减优惠退款金额"}},
+}
+
+// wechatValue strips the backtick WeChat puts in front of every value.
+func wechatValue(s string) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "`"))
+}
+
+type wechatColumns struct {
+	time, txn, order, status, currency, amount, refund int
+	controls                                           []int // detail column per wechatControls entry, -1 if absent
+}
+
+func wechatDetailColumns(h *header) (c wechatColumns, err error) {
+	for _, step := range []struct {
+		dst   *int
+		names []string
+	}{
+		{&c.time, []string{"交易时间"}},
+		{&c.txn, []string{"微信订单号"}},
+		{&c.order, []string{"商户订单号"}},
+		{&c.status, []string{"交易状态"}},
+		// The amount we asked for: 订单金额 in the current layout, 应结订单金额 (older: 总金额)
+		// where it is missing.
+		{&c.amount, []string{"订单金额", "应结订单金额", "总金额"}},
+	} {
+		if *step.dst, err = h.need(step.names...); err != nil {
+			return c, err
+		}
+	}
+	// The refund columns are missing in the oldest layout; a REFUND row there fails.
+	c.refund = h.col("申请退款金额", "退款金额")
+	c.currency = h.col("货币种类")
+	c.controls = make([]int, len(wechatControls))
+	for i, ctl := range wechatControls {
+		c.controls[i] = h.col(ctl.column...)
+	}
+	return c, nil
+}
+
+func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
+	rr, err := newRecordReader(r, p.opts, readerConfig{encoding: encodingUTF8, comma: ','})
+	if err != nil {
+		return nil, err
+	}
+	sink := newSink(ctx, fn, p.Format())
+	sum := sink.sum
+	defer func() { sum.Bytes = rr.bytesRead() }()
+
+	rec, err := rr.next()
+	if errors.Is(err, io.EOF) {
+		return sum, lineErrorf(rr.line+1, "empty statement: no detail header")
+	}
+	if err != nil {
+		return sum, err
+	}
+	h := newHeader(rec)
+	sum.Header = h.names
+	cols, err := wechatDetailColumns(h)
+	if err != nil {
+		return sum, err
+	}
+
+	rows := 0
+	sums := make([]int64, len(wechatControls))
+	for {
+		rec, err = rr.next()
+		if errors.Is(err, io.EOF) {
+			return sum, lineErrorf(rr.line, "the statement ends without the summary (no %s header): truncated?", wechatSummaryCount)
+		}
+		if err != nil {
+			return sum, err
+		}
+		if wechatValue(rec.fields[0]) == wechatSummaryCount {
+			break
+		}
+		if err := sink.row(); err != nil {
+			return sum, err
+		}
+		if err := h.checkWidth(rec); err != nil {
+			return sum, err
+		}
+		rows++
+		for i, col := range cols.controls {
+			if col < 0 {
+				continue
+			}
+			v, err := parseControl(wechatValue(rec.fields[col]), amountSyntax{})
+			if err != nil {
+				return sum, lineErrorf(rec.line, "%s: %v", h.names[col], err)
+			}
+			var ok bool
+			if sums[i], ok = addChecked(sums[i], v); !ok {
+				return sum, lineErrorf(rec.line, "%s: the column total overflows", h.names[col])
+			}
+		}
+		var line StatementLine
+		if line, err = cols.line(rec, h); err != nil {
+			return sum, err
+		}
+		line.Raw = rec.text
+		if err := sink.emit(line); err != nil {
+			return sum, err
+		}
+	}
+
+	sh := newHeader(rec)
+	srow, err := rr.next()
+	if errors.Is(err, io.EOF) {
+		return sum, lineErrorf(rr.line, "summary header without a summary row")
+	}
+	if err != nil {
+		return sum, err
+	}
+	if err := sh.checkWidth(srow); err != nil {
+		return sum, err
+	}
+	ct := &ControlTotals{Line: srow.line, Source: "summary row"}
+	stated, err := strconv.Atoi(wechatValue(srow.fields[0]))
+	if err != nil || stated < 0 {
+		return sum, lineErrorf(srow.line, "%s: not a count: %q", wechatSummaryCount, srow.fields[0])
+	}
+	ct.addCount(wechatSummaryCount, stated, rows)
+	for i, ctl := range wechatControls {
+		col := sh.col(ctl.total)
+		if col < 0 || cols.controls[i] < 0 {
+			continue
+		}
+		v, err := parseControl(wechatValue(srow.fields[col]), amountSyntax{})
+		if err != nil {
+			return sum, lineErrorf(srow.line, "%s: %v", sh.names[col], err)
+		}
+		ct.addAmount(ctl.total, v, sums[i])
+	}
+	if extra, err := rr.next(); err == nil {
+		return sum, lineErrorf(extra.line, "unexpected content after the summary row")
+	} else if !errors.Is(err, io.EOF) {
+		return sum, err
+	}
+	sum.Control = ct
+	if !ct.OK() {
+		return sum, &ControlTotalError{Totals: ct}
+	}
+	return sum, nil
+}
+
+func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
+	f := rec.fields
+	l := StatementLine{
+		LineNo:          rec.line,
+		ChannelTxnID:    wechatValue(f[c.txn]),
+		MerchantOrderNo: wechatValue(f[c.order]),
+		Currency:        "CNY",
+	}
+	state := wechatValue(f[c.status])
+	st, ok := wechatStatuses[state]
+	if !ok {
+		return l, lineErrorf(rec.line, "交易状态: unknown value %q", state)
+	}
+	l.Status = st
+	if c.currency >= 0 {
+		cur, err := normalizeCurrency(wechatValue(f[c.currency]))
+		if err != nil {
+			return l, lineErrorf(rec.line, "%s: %v", h.names[c.currency], err)
+		}
+		l.Currency = cur
+	}
+	col := c.amount
+	if st == StatusRefund {
+		if col = c.refund; col < 0 {
+			return l, lineErrorf(rec.line, "a REFUND row, but the header has no 退款金额 column")
+		}
+	}
+	exp, _ := CurrencyExponent(l.Currency)
+	amount, err := parseDecimal(wechatValue(f[col]), exp, amountSyntax{})
+	if err != nil {
+		return l, lineErrorf(rec.line, "%s: %v", h.names[col], err)
+	}
+	if st == StatusRefund {
+		// WeChat writes refund amounts as positive numbers in the refund columns.
+		if amount <= 0 {
+			return l, lineErrorf(rec.line, "%s: a REFUND row needs a positive refund amount, got %q", h.names[col], wechatValue(f[col]))
+		}
+		amount = -amount
+	}
+	l.AmountMinor = amount
+	if l.OccurredAt, err = parseLocalTime(wechatValue(f[c.time]), localTimeLayout, shanghai); err != nil {
+		return l, lineErrorf(rec.line, "%s: %v", h.names[c.time], err)
+	}
+	return l, nil
+}

@@ -1,0 +1,189 @@
+// Package templates holds the console's pages as templ components. Components are functions of
+// the plain view types below; the console fills them and renders with the request's context.
+// Only the console imports this package. Generated *_templ.go files are committed; regenerate
+// with `go tool templ generate`.
+package templates
+
+import (
+	"time"
+
+	"github.com/idemops/idemops/claim"
+)
+
+// Chrome is what every signed-in page shows around its content.
+type Chrome struct {
+	User       string
+	Role       string
+	CSRF       string
+	Active     string // nav entry: dashboard, keys, audit, operators
+	IsAdmin    bool
+	IsOperator bool // operator or admin
+}
+
+// LoginView is the sign-in form.
+type LoginView struct {
+	Name  string
+	CSRF  string
+	Next  string
+	Error string
+}
+
+// ErrorView is a readable error page.
+type ErrorView struct {
+	Status  int
+	Title   string
+	Message string
+}
+
+// Count is one labelled figure.
+type Count struct {
+	Label string
+	N     int64
+	Href  string
+}
+
+// StateCount is keys of one operation in one state.
+type StateCount struct {
+	Operation string
+	State     string
+	N         int64
+	Href      string
+}
+
+// Bar is one bar of a server-rendered chart, in SVG user units.
+type Bar struct {
+	X, Y, W, H string
+	Title      string
+}
+
+// Chart is a bar chart with its axis labels.
+type Chart struct {
+	Bars       []Bar
+	Max        int64
+	Total      int64
+	StartLabel string
+	EndLabel   string
+}
+
+// Fields is one row of a table whose columns are not known in advance (daemon tables).
+type Fields []Field
+
+// Field is one name=value pair.
+type Field struct{ Name, Value string }
+
+// DashboardView is the dashboard's figures.
+type DashboardView struct {
+	Window        string
+	ByState       []StateCount
+	Open          []Count
+	ExpiredLeases Count
+	Attention     Count
+	Claims        Chart
+	DaemonRunning bool
+	DaemonNote    string
+	Leader        []Fields
+	JobRuns       []Fields
+}
+
+// KeyRow is one key in a search result.
+type KeyRow struct {
+	ID             int64
+	Href           string
+	Tenant         string
+	Operation      string
+	Key            string
+	DigestShort    string
+	State          string
+	Attempts       int
+	CreatedAt      time.Time
+	NeedsAttention bool
+}
+
+// KeySearch is the search form's current values.
+type KeySearch struct {
+	Tenant, Operation, State, From, To, Digest, Field, Value string
+	Attention                                                bool
+}
+
+// KeysView is the key search page.
+type KeysView struct {
+	Search   KeySearch
+	States   []string
+	Rows     []KeyRow
+	NextURL  string
+	FirstURL string
+	IsFirst  bool
+	Error    string
+}
+
+// Body is a request or response body: redacted unless revealed.
+type Body struct {
+	Name     string // "request" or "response"
+	Present  bool
+	Size     int
+	Revealed bool
+	Text     string
+}
+
+// CheckView is the answer of a downstream check.
+type CheckView struct {
+	Done    bool
+	Found   bool
+	Summary string
+	Error   string
+}
+
+// KeyView is the key detail page.
+type KeyView struct {
+	Key       *claim.Key
+	Events    []claim.Event
+	Request   Body
+	Response  Body
+	CanReveal bool
+	CanCheck  bool
+	Check     CheckView
+	Headers   string
+}
+
+// AuditSearch is the audit filter form's values.
+type AuditSearch struct {
+	Actor, Action, Tenant, Target, From, To string
+}
+
+// AuditView is the audit page.
+type AuditView struct {
+	Search   AuditSearch
+	Rows     []AuditRow
+	NextURL  string
+	FirstURL string
+	IsFirst  bool
+	Error    string
+}
+
+// AuditRow is one audit entry as shown.
+type AuditRow struct {
+	Seq                                   int64
+	At                                    time.Time
+	Actor, Action, Target, Tenant, Detail string
+	IP                                    string
+	Hash                                  string
+}
+
+// OperatorRow is one operator on the admin page.
+type OperatorRow struct {
+	ID        int64
+	Name      string
+	Role      string
+	Tenants   string
+	Disabled  bool
+	LastLogin string
+}
+
+// OperatorsView is the admin page.
+type OperatorsView struct {
+	Operators []OperatorRow
+	Roles     []string
+	Notice    string
+	NewToken  string
+	Error     string
+}
