@@ -119,6 +119,9 @@ type Daemon struct {
 	lead atomic.Pointer[leadership]
 	wake chan struct{} // nudges the scheduler (elected, a run ended)
 
+	electFailures int // owned by electLoop
+	electLogged   time.Time
+
 	base                context.Context
 	stopSched, stopElec chan struct{}
 	schedDone, elecDone chan struct{}
@@ -287,11 +290,15 @@ func (d *Daemon) electTick(ctx context.Context) time.Duration {
 	term, left, err := tryElect(ectx, d.db, d.id, d.cfg.LeaseTTL)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Warn("leader election attempt failed", "err", err)
+		// One line when the database goes away and one a minute while it stays away, not one
+		// per attempt.
+		if d.electFailures++; ctx.Err() == nil && (d.electFailures == 1 || time.Since(d.electLogged) > time.Minute) {
+			d.electLogged = time.Now()
+			d.log.Warn("leader election attempt failed", "err", err, "attempts", d.electFailures)
 		}
 		return d.cfg.RenewEvery
 	}
+	d.electFailures = 0
 	if term > 0 {
 		d.becomeLeader(ctx, term)
 		d.beat(ctx)
