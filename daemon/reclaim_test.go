@@ -97,6 +97,16 @@ func TestReclaim_TwoDaemonsNeverTakeOverTheSameKey(t *testing.T) {
 		t.Fatalf("reclaim events by %v, want only %q", actors, daemon.ReclaimActor)
 	}
 	t.Logf("takeovers per replica: %v", took)
+	var hist []struct {
+		Kind, Actor, Detail string
+	}
+	if err := db.Raw(`SELECT kind, actor, detail::text AS detail FROM key_events
+		WHERE key_id = (SELECT min(id) FROM idempotency_keys) ORDER BY id`).Scan(&hist).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hist {
+		t.Logf("history of one reclaimed key: %-26s %-14s %s", e.Kind, e.Actor, e.Detail)
+	}
 }
 
 func TestReclaim_LeaderKilledMidBatchLosesNothingAndTheOtherCarriesOn(t *testing.T) {
