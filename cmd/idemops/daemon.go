@@ -33,12 +33,11 @@ const (
 type daemonDeps struct {
 	DB    *gorm.DB
 	Store *claim.Store
-	// Operations finds a key's Operation for the reclaimer.
-	// TODO(integrator): pass downstream.Registry here; until then every expired key is parked
-	// with a backoff and, after a few tries, flagged "needs attention".
+	// Operations finds a key's Operation for the reclaimer (downstream.Registry from
+	// --operations; the demo's registry in `idemops demo`). A key whose operation is unknown is
+	// parked with a backoff and, after a few tries, flagged "needs attention".
 	Operations daemon.Operations
-	// Senders deliver outbox rows by operation.
-	// TODO(integrator): register the demo's senders; until then rows fail visibly after their
+	// Senders deliver outbox rows by operation; a row with no sender fails visibly after its
 	// attempts ("no sender registered").
 	Senders    daemon.Senders
 	Registerer prometheus.Registerer
@@ -87,7 +86,8 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 // addDaemonFlags declares the flags `daemon` and `jobs run` share.
 func addDaemonFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.String("digest-secret", "", "deployment secret for key digests, at least 16 bytes (env IDEMOPS_DIGEST_SECRET)")
+	f.String("digest-secret", "", "deployment secret for key digests, at least 16 bytes (env IDEMOPS_DIGEST_SECRET; generated beside the private cluster when unset)")
+	f.String("operations", "", "YAML file of the downstream operations keys use (env IDEMOPS_OPERATIONS; see downstream/testdata/paysim-ops.yaml)")
 	f.Int("reclaim-batch", 100, "expired leases taken over per statement")
 	f.Int("reclaim-max", 10000, "expired leases taken over per run at most")
 	f.Int("reclaim-workers", 4, "keys driven concurrently within a batch")
@@ -99,9 +99,9 @@ func addDaemonFlags(cmd *cobra.Command) {
 // daemonSetup opens the database and builds the replica from the flags.
 func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg prometheus.Registerer) (*database, *daemon.Daemon, error) {
 	ctx := cmd.Context()
-	secret := flagOrEnv(cmd, "digest-secret", "IDEMOPS_DIGEST_SECRET")
-	if len(secret) < 16 {
-		return nil, nil, usagef("--digest-secret / IDEMOPS_DIGEST_SECRET: must be at least 16 bytes")
+	ops, err := loadOperations(cmd)
+	if err != nil {
+		return nil, nil, err
 	}
 	f := cmd.Flags()
 	opt.Reclaim.BatchSize, _ = f.GetInt("reclaim-batch")
@@ -115,13 +115,18 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 	if err != nil {
 		return nil, nil, err
 	}
+	secret, err := digestSecret(cmd, d)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: []byte(secret), Owner: "daemon:" + opt.Daemon.Name, Logger: logger})
+	store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Owner: "daemon:" + opt.Daemon.Name, Logger: logger})
 	if err != nil {
 		d.Close()
 		return nil, nil, usageError{err}
 	}
-	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Registerer: reg, Logger: logger}, opt)
+	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger}, opt)
 	if err != nil {
 		d.Close()
 		return nil, nil, daemonErr(err)

@@ -62,6 +62,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDaemonCmd(), newJobsCmd())
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
-	root.AddCommand(newDemoCmd())
+	root.AddCommand(newDemoCmd(), newServeCmd())
 	return root
 }
