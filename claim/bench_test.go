@@ -74,9 +74,12 @@ func BenchmarkClaimComplete(b *testing.B) {
 		// Warm both paths (connections, statement caches) before measuring.
 		runLoad(b, conc, 0, 200, fmt.Sprintf("warm-ours-%d", conc), ours)
 		runLoad(b, conc, 0, 200, fmt.Sprintf("warm-base-%d", conc), baseline)
-		// Interleave the two in rounds so that load from elsewhere on a shared machine falls on
-		// both alike.
-		const rounds = 10
+		// Interleave the two in short rounds (one operation each at concurrency 1) so that load
+		// from elsewhere on a shared machine falls on both alike.
+		rounds := 20
+		if conc == 1 {
+			rounds = ops
+		}
 		var o, r loadResult
 		for round := 0; round < rounds; round++ {
 			first, second := ours, baseline
