@@ -57,5 +57,6 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("data-dir", ".idemops/pg", "where the private PostgreSQL lives when no database URL is given (env IDEMOPS_DATA_DIR)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
+	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
 	return root
 }
