@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,110 +67,127 @@ type ExpiryBatch struct {
 // keyBase is when a key ended: retention periods count from it.
 const keyBase = `COALESCE(k.completed_at, k.updated_at)`
 
-// policySQL is the policy table of a statement, passed as four parallel arrays ($1..$4) so that
-// this package needs no knowledge of where retention keeps its policies.
-const policySQL = `pol AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
-        AS p(operation, state, keep_response_s, keep_key_s)
-)`
+// sqlArgs numbers a statement's parameters as its text is built.
+type sqlArgs []any
 
-// effectivePolicy picks a key's policy column: its operation's own policy beats '*'.
-func effectivePolicy(column string) string {
-	return `(SELECT p.` + column + ` FROM pol p WHERE p.state = k.state AND p.operation IN (k.operation, '*')
-        ORDER BY p.operation = '*' LIMIT 1)`
+func (a *sqlArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
 }
 
-var (
-	keepKeySQL      = effectivePolicy("keep_key_s")
-	keepResponseSQL = effectivePolicy("keep_response_s")
-)
-
-func (r ExpiryRules) policyArgs() []any {
-	ops := make([]string, len(r.Policies))
-	states := make([]string, len(r.Policies))
-	resp := make([]int64, len(r.Policies))
-	keep := make([]int64, len(r.Policies))
-	for i, p := range r.Policies {
-		ops[i], states[i] = p.Operation, string(p.State)
-		resp[i], keep[i] = int64(p.KeepResponse/time.Second), int64(p.KeepKey/time.Second)
+// keepSQL is the policy period (seconds) of key k, or NULL when no policy covers it: its
+// operation's own policy beats '*'. A CASE over the few policies costs next to nothing per row,
+// where a lookup subquery per scanned row would cost more than the delete itself.
+func keepSQL(a *sqlArgs, policies []ExpiryPolicy, period func(ExpiryPolicy) time.Duration) string {
+	if len(policies) == 0 {
+		return "NULL::bigint"
 	}
-	return []any{ops, states, resp, keep}
+	var b strings.Builder
+	b.WriteString("(CASE")
+	for _, own := range []bool{true, false} {
+		for _, p := range policies {
+			if (p.Operation != "*") != own {
+				continue
+			}
+			secs := strconv.FormatInt(int64(period(p)/time.Second), 10)
+			if own {
+				fmt.Fprintf(&b, " WHEN k.state = %s AND k.operation = %s THEN %s", a.add(string(p.State)), a.add(p.Operation), secs)
+			} else {
+				fmt.Fprintf(&b, " WHEN k.state = %s THEN %s", a.add(string(p.State)), secs)
+			}
+		}
+	}
+	b.WriteString(" ELSE NULL::bigint END)")
+	return b.String()
 }
 
-// spareSQL is the predicate of keys no retention pass may touch, beyond processing ones. The
-// open-findings clause is included only when the discrepancies table exists (reconciliation's
-// migration), so that retention works with or without it. $5 is the operation filter.
-func spareSQL(ctx context.Context, db *gorm.DB) (string, error) {
+func keepKey(p ExpiryPolicy) time.Duration      { return p.KeepKey }
+func keepResponse(p ExpiryPolicy) time.Duration { return p.KeepResponse }
+
+// spareSQL is the predicate of keys no retention pass may touch: processing keys, keys on legal
+// hold, keys an open reconciliation finding refers to — that clause only when the discrepancies
+// table exists (reconciliation's migration), so that retention works with or without it — and,
+// with an operation filter, every other operation.
+func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (string, error) {
 	var exists bool
 	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&exists); err != nil {
 		return "", fmt.Errorf("look for discrepancies: %w", err)
 	}
-	s := `k.state <> 'processing' AND NOT k.legal_hold AND ($5 = '' OR k.operation = $5)`
+	s := `k.state <> 'processing' AND NOT k.legal_hold`
+	if operation != "" {
+		s += ` AND k.operation = ` + a.add(operation)
+	}
 	if exists {
 		s += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open')`
 	}
 	return s, nil
 }
 
-// deleteDueSQL: the key's row may go. Both the stamp and the policy must agree (a policy saved
-// after the key ended may keep it longer than its stamp said; the stamp phase brings stamps in
-// line with shorter ones), and the floor holds whatever either says. $6 is the floor in seconds.
-var deleteDueSQL = `k.expires_at < now() AND ` + keyBase + ` < now() - $6::bigint * interval '1 second'
-    AND COALESCE(` + keyBase + ` + ` + keepKeySQL + ` * interval '1 second' < now(), true)`
-
-// tombstoneDueSQL: the key's response may go.
-var tombstoneDueSQL = `k.response_body IS NOT NULL AND k.response_expires_at < now()
-    AND COALESCE(` + keyBase + ` + ` + keepResponseSQL + ` * interval '1 second' < now(), true)`
-
-func (r ExpiryRules) args(extra ...any) []any {
-	return append(append(r.policyArgs(), r.Operation, int64(r.Floor/time.Second)), extra...)
+// floorSQL: the key ended at least Floor ago.
+func (r ExpiryRules) floorSQL() string {
+	return keyBase + ` < now() - interval '` + strconv.FormatInt(int64(r.Floor/time.Second), 10) + ` seconds'`
 }
 
 // DeleteExpiredKeys deletes up to limit keys whose period is over, in (expires_at, id) order
-// after cursor, served by idempotency_keys_expires_idx. Rows locked by a concurrent writer are
-// skipped (SKIP LOCKED), never waited for: a key being claimed right now is in play. key_events
-// go with their key (ON DELETE CASCADE). Run it inside a transaction to give it a timeout.
+// after cursor, served by idempotency_keys_expires_idx. A key goes only when its stamp and its
+// policy agree (a policy saved after the key ended may keep it longer than its stamp says; the
+// stamp phase brings stamps in line with shorter ones) and it ended at least Floor ago. Rows
+// locked by a concurrent writer are skipped (SKIP LOCKED), never waited for: a key being
+// written right now is in play. key_events go with their key (ON DELETE CASCADE). Run it inside
+// a transaction to give it a timeout.
 func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int) (ExpiryBatch, error) {
-	spare, err := spareSQL(ctx, db)
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return ExpiryBatch{}, err
 	}
-	q := `WITH ` + policySQL + `,
-picked AS (
+	kk := keepKeySQL(&a, rules)
+	at := a.add(after.At)
+	q := `WITH picked AS (
     SELECT k.id, k.expires_at AS at FROM idempotency_keys k
-    WHERE k.expires_at >= $7 AND (k.expires_at, k.id) > ($7, $8) AND ` + spare + ` AND ` + deleteDueSQL + `
-    ORDER BY k.expires_at, k.id LIMIT $9
+    WHERE k.expires_at >= ` + at + ` AND (k.expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
+      AND k.expires_at < now() AND ` + spare + ` AND ` + rules.floorSQL() + `
+      AND COALESCE(` + keyBase + ` + ` + kk + ` * interval '1 second' < now(), true)
+    ORDER BY k.expires_at, k.id LIMIT ` + a.add(limit) + `
     FOR UPDATE OF k SKIP LOCKED
 ), gone AS (
-    DELETE FROM idempotency_keys k USING picked WHERE k.id = picked.id RETURNING k.operation, k.state
+    -- id = ANY (ARRAY …): through the primary key, not a hash join against the whole table.
+    DELETE FROM idempotency_keys k WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.operation, k.state
 )`
-	return runExpiryBatch(ctx, db, "delete expired keys", q, rules.args(after.At, after.ID, limit), limit)
+	return runExpiryBatch(ctx, db, "delete expired keys", q, a, limit)
 }
 
+func keepKeySQL(a *sqlArgs, r ExpiryRules) string      { return keepSQL(a, r.Policies, keepKey) }
+func keepResponseSQL(a *sqlArgs, r ExpiryRules) string { return keepSQL(a, r.Policies, keepResponse) }
+
 // TombstoneExpiredResponses drops the stored response of up to limit keys whose response period
-// is over, in (response_expires_at, id) order after cursor, served by
+// is over (by stamp and by policy), in (response_expires_at, id) order after cursor, served by
 // idempotency_keys_response_expires_idx. The key stays: a late retry with the same intent is
 // answered Expired ("result expired; resource X"), never executed again. Each tombstone is a
 // key event by actor.
 func TombstoneExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int, actor string) (ExpiryBatch, error) {
-	spare, err := spareSQL(ctx, db)
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return ExpiryBatch{}, err
 	}
-	q := `WITH ` + policySQL + `,
-picked AS (
+	kr := keepResponseSQL(&a, rules)
+	at := a.add(after.At)
+	q := `WITH picked AS (
     SELECT k.id, k.response_expires_at AS at FROM idempotency_keys k
-    WHERE k.response_expires_at >= $6 AND (k.response_expires_at, k.id) > ($6, $7) AND ` + spare + ` AND ` + tombstoneDueSQL + `
-    ORDER BY k.response_expires_at, k.id LIMIT $8
+    WHERE k.response_body IS NOT NULL
+      AND k.response_expires_at >= ` + at + ` AND (k.response_expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
+      AND k.response_expires_at < now() AND ` + spare + `
+      AND COALESCE(` + keyBase + ` + ` + kr + ` * interval '1 second' < now(), true)
+    ORDER BY k.response_expires_at, k.id LIMIT ` + a.add(limit) + `
     FOR UPDATE OF k SKIP LOCKED
 ), gone AS (
     UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL, response_status = NULL
-    FROM picked WHERE k.id = picked.id RETURNING k.id, k.operation, k.state
+    WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.id, k.operation, k.state
 ), ev AS (
-    INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', $9, '{}' FROM gone
+    INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', ` + a.add(actor) + `, '{}' FROM gone
 )`
-	args := append(rules.policyArgs(), rules.Operation, after.At, after.ID, limit, actor)
-	return runExpiryBatch(ctx, db, "tombstone expired responses", q, args, limit)
+	return runExpiryBatch(ctx, db, "tombstone expired responses", q, a, limit)
 }
 
 // expiryBatchTail reports a batch: the last position it picked, and its counts per operation
@@ -228,31 +246,31 @@ func StampExpiry(ctx context.Context, db *gorm.DB, policies []ExpiryPolicy, afte
 	if limit <= 0 {
 		return StampBatch{}, fmt.Errorf("stamp expiry: batch size %d must be positive", limit)
 	}
-	q := `WITH ` + policySQL + `,
-picked AS (
-    SELECT k.id, k.updated_at FROM idempotency_keys k
-    WHERE k.state <> 'processing' AND (k.updated_at, k.id) > ($5, $6)
-    ORDER BY k.updated_at, k.id LIMIT $7
-), calc AS (
-    SELECT k.id, k.version,
-        CASE WHEN r.kr IS NULL OR k.response_expires_at <= now() THEN k.response_expires_at
-             ELSE ` + keyBase + ` + r.kr * interval '1 second' END AS response_expires_at,
-        CASE WHEN r.kk IS NULL THEN k.expires_at ELSE ` + keyBase + ` + r.kk * interval '1 second' END AS expires_at
-    FROM picked JOIN idempotency_keys k ON k.id = picked.id
-    CROSS JOIN LATERAL (SELECT ` + keepResponseSQL + ` AS kr, ` + keepKeySQL + ` AS kk) r
+	var a sqlArgs
+	r := ExpiryRules{Policies: policies}
+	kr, kk := keepResponseSQL(&a, r), keepKeySQL(&a, r)
+	at, id := a.add(after.At), a.add(after.ID)
+	q := `WITH picked AS (
+    SELECT k.id, k.updated_at, k.version,
+        CASE WHEN ` + kr + ` IS NULL OR k.response_expires_at <= now() THEN k.response_expires_at
+             ELSE ` + keyBase + ` + ` + kr + ` * interval '1 second' END AS response_expires_at,
+        CASE WHEN ` + kk + ` IS NULL THEN k.expires_at ELSE ` + keyBase + ` + ` + kk + ` * interval '1 second' END AS expires_at
+    FROM idempotency_keys k
+    WHERE k.state <> 'processing' AND (k.updated_at, k.id) > (` + at + `, ` + id + `)
+    ORDER BY k.updated_at, k.id LIMIT ` + a.add(limit) + `
 ), stamped AS (
+    -- id = ANY (ARRAY …) makes the update reach its rows through the primary key rather than
+    -- hash-join the whole table against the batch.
     UPDATE idempotency_keys k SET response_expires_at = c.response_expires_at, expires_at = c.expires_at
-    FROM calc c
-    WHERE k.id = c.id AND k.version = c.version AND k.state <> 'processing'
+    FROM picked c
+    WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) AND k.id = c.id AND k.version = c.version AND k.state <> 'processing'
       AND (k.response_expires_at IS DISTINCT FROM c.response_expires_at OR k.expires_at IS DISTINCT FROM c.expires_at)
     RETURNING k.id
 ), last AS (SELECT updated_at, id FROM picked ORDER BY updated_at DESC, id DESC LIMIT 1)
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM stamped),
-       COALESCE((SELECT updated_at FROM last), $5), COALESCE((SELECT id FROM last), $6)`
-	r := ExpiryRules{Policies: policies}
-	args := append(r.policyArgs(), after.At, after.ID, limit)
+       COALESCE((SELECT updated_at FROM last), ` + at + `), COALESCE((SELECT id FROM last), ` + id + `)`
 	var b StampBatch
-	if err := conn(db).QueryRowContext(ctx, q, args...).Scan(&b.Scanned, &b.Stamped, &b.Next.At, &b.Next.ID); err != nil {
+	if err := conn(db).QueryRowContext(ctx, q, a...).Scan(&b.Scanned, &b.Stamped, &b.Next.At, &b.Next.ID); err != nil {
 		return StampBatch{}, fmt.Errorf("stamp expiry: %w", err)
 	}
 	return b, nil
@@ -279,24 +297,24 @@ type DueCount struct {
 // have stamped them, so its counts are what a complete run then does. It reads every ended key:
 // give it a statement timeout.
 func CountDue(ctx context.Context, db *gorm.DB, rules ExpiryRules) ([]DueCount, error) {
-	spare, err := spareSQL(ctx, db)
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return nil, err
 	}
-	q := `WITH ` + policySQL + `,
-due AS (
+	kr, kk := keepResponseSQL(&a, rules), keepKeySQL(&a, rules)
+	q := `WITH due AS (
     SELECT k.operation, k.state, (k.created_at AT TIME ZONE 'UTC')::date AS day,
-        (CASE WHEN r.kk IS NULL THEN k.expires_at ELSE ` + keyBase + ` + r.kk * interval '1 second' END) < now()
-            AND ` + keyBase + ` < now() - $6::bigint * interval '1 second' AS del,
+        (CASE WHEN ` + kk + ` IS NULL THEN k.expires_at ELSE ` + keyBase + ` + ` + kk + ` * interval '1 second' END) < now()
+            AND ` + rules.floorSQL() + ` AS del,
         k.response_body IS NOT NULL
-            AND (CASE WHEN r.kr IS NULL THEN k.response_expires_at ELSE ` + keyBase + ` + r.kr * interval '1 second' END) < now() AS tomb
+            AND (CASE WHEN ` + kr + ` IS NULL THEN k.response_expires_at ELSE ` + keyBase + ` + ` + kr + ` * interval '1 second' END) < now() AS tomb
     FROM idempotency_keys k
-    CROSS JOIN LATERAL (SELECT ` + keepResponseSQL + ` AS kr, ` + keepKeySQL + ` AS kk) r
     WHERE ` + spare + `
 )
 SELECT CASE WHEN del THEN 'delete' ELSE 'tombstone' END, operation, state, day, count(*)
 FROM due WHERE del OR tomb GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`
-	rows, err := conn(db).QueryContext(ctx, q, rules.args()...)
+	rows, err := conn(db).QueryContext(ctx, q, a...)
 	if err != nil {
 		return nil, fmt.Errorf("count due keys: %w", err)
 	}

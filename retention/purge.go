@@ -432,6 +432,12 @@ func (j *PurgeJob) stampBatch(ctx context.Context, tx *gorm.DB, rep *Report, st 
 	if err != nil {
 		return 0, false, nil, err
 	}
+	if len(st.rules.Policies) == 0 {
+		// Without policies the stamps claim wrote are the truth: nothing to re-stamp.
+		err := tx.Exec(`UPDATE retention_settings SET stamp_cursor_at = now() - ? * interval '1 millisecond', stamp_cursor_id = 0`,
+			j.cfg.StampSlack.Milliseconds()).Error
+		return 0, true, func() {}, err
+	}
 	b, err := claim.StampExpiry(ctx, tx, st.rules.Policies, claim.ExpiryCursor{At: s.StampCursorAt, ID: s.StampCursorID}, limit)
 	if err != nil {
 		return 0, false, nil, err
