@@ -213,6 +213,16 @@ func ListPolicies(ctx context.Context, db *gorm.DB) (*PolicySet, error) {
 	return set, nil
 }
 
+// ValidatePolicy checks p against the rules and the current floor without saving it (a form's
+// live validation); SavePolicy checks again under its lock.
+func ValidatePolicy(ctx context.Context, db *gorm.DB, p Policy) error {
+	floor, err := GetFloor(ctx, db)
+	if err != nil {
+		return err
+	}
+	return p.validate(floor)
+}
+
 // SavePolicy validates p and stores it (insert or replace) on behalf of actor. It returns an
 // *InputError wrapping ErrInvalidPolicy for malformed input and ErrBelowFloor for a keep-key
 // period under the floor; nothing is written then. Saving moves the purge's stamp cursor back to

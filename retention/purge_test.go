@@ -48,14 +48,16 @@ func TestPurge_DeletesExpiredKeysWithTheirEvents(t *testing.T) {
 
 func TestPurge_NeverTouchesProcessingKeys(t *testing.T) {
 	b := setup(t)
-	// A key that failed retryably long ago and is being retried right now: processing again,
-	// still carrying the expiry stamps of its failure.
+	// A key that failed retryably long ago and was retried: processing again, still carrying
+	// the expiry stamps of its failure…
 	id := b.key("payment.charge", "retrying", claim.StateFailedRetryable)
 	b.age(id, 40*day)
 	out, err := b.store.Claim(b.ctx, request("payment.charge", "retrying"))
 	if err != nil || out.Kind != claim.Acquired || out.KeyID != id {
 		t.Fatalf("retry claim: %+v, %v", out, err)
 	}
+	// …and whose holder went quiet long ago: past the floor too, waiting for the reclaimer.
+	b.age(id, 40*day)
 	fresh := b.key("payment.charge", "fresh", claim.StateProcessing)
 
 	rep := b.purge(retention.Options{})
