@@ -51,7 +51,8 @@
 //     any re-stamp; a shorter one takes effect when the stamp phase reaches the key. Tombstoning
 //     likewise checks both.
 //   - Every delete or tombstone batch holds the settings row FOR SHARE and reloads the policies
-//     when their generation moved, so no batch applies policies that have just changed.
+//     and the floor when their generation moved (every policy or floor change bumps it), so no
+//     batch applies a policy or floor that has just changed.
 //
 // # Purge
 //

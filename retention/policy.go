@@ -302,7 +302,8 @@ func SetFloor(ctx context.Context, db *gorm.DB, f Floor, actor string) error {
 				f, FormatPeriod(time.Duration(s.KeepKeySeconds)*time.Second), s.Operation, s.State)
 		}
 		if err := tx.Exec(`UPDATE retention_settings SET client_retry_seconds = ?, backfill_seconds = ?,
-			reconciliation_lag_seconds = ?, updated_at = now(), updated_by = ?`,
+			reconciliation_lag_seconds = ?, updated_at = now(), updated_by = ?,
+			stamp_generation = stamp_generation + 1`,
 			int64(f.ClientRetry/time.Second), int64(f.Backfill/time.Second), int64(f.ReconciliationLag/time.Second), actor).Error; err != nil {
 			return fmt.Errorf("save retention floor: %w", err)
 		}
