@@ -63,5 +63,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
 	root.AddCommand(newDemoCmd(), newServeCmd())
+	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
 	return root
 }

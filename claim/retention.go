@@ -1,0 +1,378 @@
+package claim
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Retention's writes to idempotency_keys. They live here because every write to the keys goes
+// through this package; the retention package decides when and how much, and calls these.
+//
+// A key's retention runs in two stages: once response_expires_at has passed, its response is
+// dropped and it stays as a tombstone (fingerprint, state, resource id) that answers a late retry
+// with Expired; once expires_at has passed, the row goes (its key_events cascade). Never touched
+// by either stage: processing keys, keys on legal hold, and keys an open reconciliation finding
+// refers to (the discrepancies table, when that migration is present).
+
+// ExpiryPolicy is one pair of retention periods for keys of Operation ("*": every operation
+// without a policy of its own) that ended in State.
+type ExpiryPolicy struct {
+	Operation    string
+	State        State
+	KeepResponse time.Duration
+	KeepKey      time.Duration
+}
+
+// ExpiryRules say which finished keys may lose their response or their row.
+type ExpiryRules struct {
+	// Policies override the periods stamped when a key ended: a key is deleted only once both its
+	// expires_at and its policy's keep-key period (from when it ended) have passed.
+	Policies []ExpiryPolicy
+	// Floor: no key that ended less than Floor ago is deleted, whatever its stamps say.
+	Floor time.Duration
+	// Operation limits the pass to one operation ("" : all).
+	Operation string
+}
+
+// ExpiryCursor is a position in the index a pass walks (its timestamp column, then id). The zero
+// cursor is the start.
+type ExpiryCursor struct {
+	At time.Time
+	ID int64
+}
+
+// ExpiryCount is how many keys of one operation and state a pass changed.
+type ExpiryCount struct {
+	Operation string
+	State     State
+	N         int64
+}
+
+// ExpiryBatch is what one batch of a pass did. Done: the pass found fewer rows than its limit, so
+// nothing eligible is left after Next.
+type ExpiryBatch struct {
+	Counts []ExpiryCount
+	N      int64
+	Next   ExpiryCursor
+	Done   bool
+}
+
+// keyBase is when a key ended: retention periods count from it.
+const keyBase = `COALESCE(k.completed_at, k.updated_at)`
+
+// sqlArgs numbers a statement's parameters as its text is built.
+type sqlArgs []any
+
+func (a *sqlArgs) add(v any) string {
+	*a = append(*a, v)
+	return "$" + strconv.Itoa(len(*a))
+}
+
+// keepSQL is the policy period (seconds) of key k, or NULL when no policy covers it: its
+// operation's own policy beats '*'. A CASE over the few policies costs next to nothing per row,
+// where a lookup subquery per scanned row would cost more than the delete itself.
+func keepSQL(a *sqlArgs, policies []ExpiryPolicy, period func(ExpiryPolicy) time.Duration) string {
+	if len(policies) == 0 {
+		return "NULL::bigint"
+	}
+	var b strings.Builder
+	b.WriteString("(CASE")
+	for _, own := range []bool{true, false} {
+		for _, p := range policies {
+			if (p.Operation != "*") != own {
+				continue
+			}
+			secs := strconv.FormatInt(int64(period(p)/time.Second), 10)
+			if own {
+				fmt.Fprintf(&b, " WHEN k.state = %s AND k.operation = %s THEN %s", a.add(string(p.State)), a.add(p.Operation), secs)
+			} else {
+				fmt.Fprintf(&b, " WHEN k.state = %s THEN %s", a.add(string(p.State)), secs)
+			}
+		}
+	}
+	b.WriteString(" ELSE NULL::bigint END)")
+	return b.String()
+}
+
+func keepKey(p ExpiryPolicy) time.Duration      { return p.KeepKey }
+func keepResponse(p ExpiryPolicy) time.Duration { return p.KeepResponse }
+
+// spareSQL is the predicate of keys no retention pass may touch: processing keys, keys on legal
+// hold, keys an open reconciliation finding refers to — that clause only when the discrepancies
+// table exists (reconciliation's migration), so that retention works with or without it — and,
+// with an operation filter, every other operation.
+func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (string, error) {
+	var exists bool
+	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&exists); err != nil {
+		return "", fmt.Errorf("look for discrepancies: %w", err)
+	}
+	s := `k.state <> 'processing' AND NOT k.legal_hold`
+	if operation != "" {
+		s += ` AND k.operation = ` + a.add(operation)
+	}
+	if exists {
+		s += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open')`
+	}
+	return s, nil
+}
+
+// floorSQL: the key ended at least Floor ago.
+func (r ExpiryRules) floorSQL() string {
+	return keyBase + ` < now() - interval '` + strconv.FormatInt(int64(r.Floor/time.Second), 10) + ` seconds'`
+}
+
+// DeleteExpiredKeys deletes up to limit keys whose period is over, in (expires_at, id) order
+// after cursor, served by idempotency_keys_expires_idx. A key goes only when its stamp and its
+// policy agree (a policy saved after the key ended may keep it longer than its stamp says; the
+// stamp phase brings stamps in line with shorter ones) and it ended at least Floor ago. Rows
+// locked by a concurrent writer are skipped (SKIP LOCKED), never waited for: a key being
+// written right now is in play. key_events go with their key (ON DELETE CASCADE). Run it inside
+// a transaction to give it a timeout.
+func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int) (ExpiryBatch, error) {
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	if err != nil {
+		return ExpiryBatch{}, err
+	}
+	kk := keepKeySQL(&a, rules)
+	at := a.add(after.At)
+	q := `WITH picked AS (
+    SELECT k.id, k.expires_at AS at FROM idempotency_keys k
+    WHERE k.expires_at >= ` + at + ` AND (k.expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
+      AND k.expires_at < now() AND ` + spare + ` AND ` + rules.floorSQL() + `
+      AND COALESCE(` + keyBase + ` + ` + kk + ` * interval '1 second' < now(), true)
+    ORDER BY k.expires_at, k.id LIMIT ` + a.add(limit) + `
+    FOR UPDATE OF k SKIP LOCKED
+), gone AS (
+    -- id = ANY (ARRAY …): through the primary key, not a hash join against the whole table.
+    DELETE FROM idempotency_keys k WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.operation, k.state
+)`
+	return runExpiryBatch(ctx, db, "delete expired keys", q, a, limit)
+}
+
+func keepKeySQL(a *sqlArgs, r ExpiryRules) string      { return keepSQL(a, r.Policies, keepKey) }
+func keepResponseSQL(a *sqlArgs, r ExpiryRules) string { return keepSQL(a, r.Policies, keepResponse) }
+
+// TombstoneExpiredResponses drops the stored response of up to limit keys whose response period
+// is over (by stamp and by policy), in (response_expires_at, id) order after cursor, served by
+// idempotency_keys_response_expires_idx. The key stays: a late retry with the same intent is
+// answered Expired ("result expired; resource X"), never executed again. Each tombstone is a
+// key event by actor.
+func TombstoneExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int, actor string) (ExpiryBatch, error) {
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	if err != nil {
+		return ExpiryBatch{}, err
+	}
+	kr := keepResponseSQL(&a, rules)
+	at := a.add(after.At)
+	q := `WITH picked AS (
+    SELECT k.id, k.response_expires_at AS at FROM idempotency_keys k
+    WHERE k.response_body IS NOT NULL
+      AND k.response_expires_at >= ` + at + ` AND (k.response_expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
+      AND k.response_expires_at < now() AND ` + spare + `
+      AND COALESCE(` + keyBase + ` + ` + kr + ` * interval '1 second' < now(), true)
+    ORDER BY k.response_expires_at, k.id LIMIT ` + a.add(limit) + `
+    FOR UPDATE OF k SKIP LOCKED
+), gone AS (
+    UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL, response_status = NULL
+    WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.id, k.operation, k.state
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', ` + a.add(actor) + `, '{}' FROM gone
+)`
+	return runExpiryBatch(ctx, db, "tombstone expired responses", q, a, limit)
+}
+
+// expiryBatchTail reports a batch: the last position it picked, and its counts per operation
+// and state. No row at all means nothing was picked.
+const expiryBatchTail = `, last AS (SELECT at, id FROM picked ORDER BY at DESC, id DESC LIMIT 1)
+SELECT last.at, last.id, c.operation, c.state, COALESCE(c.n, 0)
+FROM last LEFT JOIN (SELECT operation, state, count(*) AS n FROM gone GROUP BY 1, 2) c ON true`
+
+func runExpiryBatch(ctx context.Context, db *gorm.DB, what, q string, args []any, limit int) (ExpiryBatch, error) {
+	if limit <= 0 {
+		return ExpiryBatch{}, fmt.Errorf("%s: batch size %d must be positive", what, limit)
+	}
+	rows, err := conn(db).QueryContext(ctx, q+expiryBatchTail, args...)
+	if err != nil {
+		return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var b ExpiryBatch
+	picked := false
+	for rows.Next() {
+		var op, state sql.NullString
+		var n int64
+		if err := rows.Scan(&b.Next.At, &b.Next.ID, &op, &state, &n); err != nil {
+			return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
+		}
+		picked = true
+		if n > 0 {
+			b.Counts = append(b.Counts, ExpiryCount{Operation: op.String, State: State(state.String), N: n})
+			b.N += n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
+	}
+	// Every picked row is locked, so every picked row was changed: fewer than limit means the
+	// index holds nothing more that is due.
+	b.Done = !picked || b.N < int64(limit)
+	return b, nil
+}
+
+// StampBatch is what one batch of StampExpiry did.
+type StampBatch struct {
+	Scanned int64
+	Stamped int64
+	Next    ExpiryCursor
+}
+
+// StampExpiry brings the expiry columns of up to limit ended keys, in (updated_at, id) order
+// after cursor (idempotency_keys_stamp_idx), in line with policies: claim stamps a key with its
+// configured defaults when it ends, and a policy saved later changes what the key's periods are.
+// A response deadline that has already passed never moves later (a tombstone stays a tombstone;
+// a key already answered Expired is not replayed again). Keys without a policy keep their stamps.
+// A key that changed since it was read (version) is left for the next batch, which meets it again
+// at its new updated_at.
+func StampExpiry(ctx context.Context, db *gorm.DB, policies []ExpiryPolicy, after ExpiryCursor, limit int) (StampBatch, error) {
+	if limit <= 0 {
+		return StampBatch{}, fmt.Errorf("stamp expiry: batch size %d must be positive", limit)
+	}
+	var a sqlArgs
+	r := ExpiryRules{Policies: policies}
+	kr, kk := keepResponseSQL(&a, r), keepKeySQL(&a, r)
+	at, id := a.add(after.At), a.add(after.ID)
+	q := `WITH picked AS (
+    SELECT k.id, k.updated_at, k.version,
+        CASE WHEN ` + kr + ` IS NULL OR k.response_expires_at <= now() THEN k.response_expires_at
+             ELSE ` + keyBase + ` + ` + kr + ` * interval '1 second' END AS response_expires_at,
+        CASE WHEN ` + kk + ` IS NULL THEN k.expires_at ELSE ` + keyBase + ` + ` + kk + ` * interval '1 second' END AS expires_at
+    FROM idempotency_keys k
+    WHERE k.state <> 'processing' AND (k.updated_at, k.id) > (` + at + `, ` + id + `)
+    ORDER BY k.updated_at, k.id LIMIT ` + a.add(limit) + `
+), stamped AS (
+    -- id = ANY (ARRAY …) makes the update reach its rows through the primary key rather than
+    -- hash-join the whole table against the batch.
+    UPDATE idempotency_keys k SET response_expires_at = c.response_expires_at, expires_at = c.expires_at
+    FROM picked c
+    WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) AND k.id = c.id AND k.version = c.version AND k.state <> 'processing'
+      AND (k.response_expires_at IS DISTINCT FROM c.response_expires_at OR k.expires_at IS DISTINCT FROM c.expires_at)
+    RETURNING k.id
+), last AS (SELECT updated_at, id FROM picked ORDER BY updated_at DESC, id DESC LIMIT 1)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM stamped),
+       COALESCE((SELECT updated_at FROM last), ` + at + `), COALESCE((SELECT id FROM last), ` + id + `)`
+	var b StampBatch
+	if err := conn(db).QueryRowContext(ctx, q, a...).Scan(&b.Scanned, &b.Stamped, &b.Next.At, &b.Next.ID); err != nil {
+		return StampBatch{}, fmt.Errorf("stamp expiry: %w", err)
+	}
+	return b, nil
+}
+
+// Expiry phases, as CountDue reports them.
+const (
+	PhaseDelete    = "delete"
+	PhaseTombstone = "tombstone"
+)
+
+// DueCount is how many keys of one operation, state and creation day (UTC) a purge would delete
+// or tombstone.
+type DueCount struct {
+	Phase     string
+	Operation string
+	State     State
+	Day       time.Time
+	N         int64
+}
+
+// CountDue counts what a purge with rules would do now, changing nothing: keys it would delete,
+// and keys it would only tombstone. It applies the policies as the purge's stamp phase would
+// have stamped them, so its counts are what a complete run then does. It reads every ended key:
+// give it a statement timeout.
+func CountDue(ctx context.Context, db *gorm.DB, rules ExpiryRules) ([]DueCount, error) {
+	var a sqlArgs
+	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	if err != nil {
+		return nil, err
+	}
+	kr, kk := keepResponseSQL(&a, rules), keepKeySQL(&a, rules)
+	q := `WITH due AS (
+    SELECT k.operation, k.state, (k.created_at AT TIME ZONE 'UTC')::date AS day,
+        (CASE WHEN ` + kk + ` IS NULL THEN k.expires_at ELSE ` + keyBase + ` + ` + kk + ` * interval '1 second' END) < now()
+            AND ` + rules.floorSQL() + ` AS del,
+        k.response_body IS NOT NULL
+            AND (CASE WHEN ` + kr + ` IS NULL THEN k.response_expires_at ELSE ` + keyBase + ` + ` + kr + ` * interval '1 second' END) < now() AS tomb
+    FROM idempotency_keys k
+    WHERE ` + spare + `
+)
+SELECT CASE WHEN del THEN 'delete' ELSE 'tombstone' END, operation, state, day, count(*)
+FROM due WHERE del OR tomb GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`
+	rows, err := conn(db).QueryContext(ctx, q, a...)
+	if err != nil {
+		return nil, fmt.Errorf("count due keys: %w", err)
+	}
+	defer rows.Close()
+	var out []DueCount
+	for rows.Next() {
+		var c DueCount
+		var state string
+		if err := rows.Scan(&c.Phase, &c.Operation, &state, &c.Day, &c.N); err != nil {
+			return nil, fmt.Errorf("count due keys: %w", err)
+		}
+		c.State = State(state)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count due keys: %w", err)
+	}
+	return out, nil
+}
+
+// MaxHoldReason bounds a legal-hold reason.
+const MaxHoldReason = 500
+
+// ErrInvalidHold: a legal-hold request without an operator actor or a reason.
+var ErrInvalidHold = errors.New("invalid legal hold request")
+
+// SetLegalHold puts a key on legal hold (hold true) or lifts it, with a key event by actor
+// (operator:NAME) carrying the reason. A key on hold is never tombstoned or purged. It reports
+// whether anything changed (setting a hold twice records nothing). ErrNotFound when there is no
+// such key; a *FieldError wrapping ErrInvalidHold for a bad actor or reason.
+func SetLegalHold(ctx context.Context, db *gorm.DB, keyID int64, hold bool, actor, reason string) (bool, error) {
+	reason = strings.TrimSpace(reason)
+	switch {
+	case !strings.HasPrefix(actor, "operator:") || len(actor) == len("operator:"):
+		return false, fieldErr(ErrInvalidHold, "actor", "must be operator:NAME, got %q", actor)
+	case reason == "":
+		return false, fieldErr(ErrInvalidHold, "reason", "must not be empty")
+	case len(reason) > MaxHoldReason:
+		return false, fieldErr(ErrInvalidHold, "reason", "is %d characters long, at most %d allowed", len(reason), MaxHoldReason)
+	}
+	kind := "legal_hold_lifted"
+	if hold {
+		kind = "legal_hold_set"
+	}
+	var exists, changed bool
+	err := conn(db).QueryRowContext(ctx, `
+WITH u AS (
+    UPDATE idempotency_keys SET legal_hold = $1 WHERE id = $2 AND legal_hold <> $1 RETURNING id
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $3, $4, $5 FROM u
+)
+SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE id = $2), EXISTS (SELECT 1 FROM u)`,
+		hold, keyID, kind, actor, detailJSON("reason", reason)).Scan(&exists, &changed)
+	if err != nil {
+		return false, fmt.Errorf("legal hold on key %d: %w", keyID, err)
+	}
+	if !exists {
+		return false, fmt.Errorf("key %d: %w", keyID, ErrNotFound)
+	}
+	return changed, nil
+}

@@ -1,0 +1,176 @@
+package retention_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/retention"
+)
+
+// benchRows is how many expired keys each side purges (IDEMOPS_BENCH_ROWS overrides).
+const benchRows = 1_000_000
+
+// BenchmarkPurge purges benchRows expired keys (two events each, plus a tenth as many live
+// keys that must stay) with retention's batched purge, and the same rows in an identical
+// database with one `DELETE … WHERE expires_at < now()`, and reports rows/s of both and their
+// ratio. Target: ≥ 100k rows/s. A claim loop (Claim + Complete, two paced goroutines) runs during
+// both, and alone before them: it reports claim p99 idle, during the purge (target: ≤ 2× idle)
+// and during the single DELETE.
+func BenchmarkPurge(b *testing.B) {
+	rows := benchRows
+	if v, err := strconv.Atoi(os.Getenv("IDEMOPS_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	ctx := context.Background()
+	ours, base := benchDB(b, rows), benchDB(b, rows)
+	// Steady state: a policy equal to the claim defaults, and a stamp cursor that earlier runs
+	// have brought up to now, so that the run measures deletion (with its policy check).
+	if err := retention.SavePolicy(ctx, ours, retention.Policy{Operation: "*", State: claim.StateCompleted,
+		KeepResponse: 72 * time.Hour, KeepKey: 30 * day}, "operator:bench"); err != nil {
+		b.Fatal(err)
+	}
+	pgtest.Exec(b, ours, `UPDATE retention_settings SET stamp_cursor_at = now()`)
+	job, err := retention.NewPurgeJob(ours, retention.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := claim.NewStore(ours, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	baseStore, err := claim.NewStore(base, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	for range b.N {
+		idle := claimLoop(ctx, b, store, "idle", func(ctx context.Context) { sleepCtx(ctx, 3*time.Second) })
+
+		// Both sides run under the same claim load, so that their rates compare.
+		var baseSecs float64
+		duringDelete := claimLoop(ctx, b, baseStore, "delete", func(context.Context) {
+			start := time.Now()
+			if err := base.Exec(`DELETE FROM idempotency_keys WHERE expires_at < now()`).Error; err != nil {
+				b.Error(err)
+			}
+			baseSecs = time.Since(start).Seconds()
+		})
+		var left int64
+		base.Raw(`SELECT count(*) FROM idempotency_keys WHERE key NOT LIKE 'delete-%'`).Scan(&left)
+		if left != int64(rows/10) {
+			b.Fatalf("baseline left %d keys, want %d", left, rows/10)
+		}
+
+		var rep *retention.Report
+		var purgeSecs float64
+		during := claimLoop(ctx, b, store, "during", func(context.Context) {
+			start := time.Now()
+			rep, err = job.Purge(ctx, retention.Options{Actor: "operator:bench"}, nil)
+			purgeSecs = time.Since(start).Seconds()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Deleted != int64(rows) {
+			b.Fatalf("purge deleted %d keys, want %d", rep.Deleted, rows)
+		}
+
+		oursRate, baseRate := float64(rep.Deleted)/purgeSecs, float64(rows)/baseSecs
+		b.ReportMetric(float64(rows), "rows")
+		b.ReportMetric(oursRate, "purge_rows/s")
+		b.ReportMetric(baseRate, "delete_rows/s")
+		b.ReportMetric(oursRate/baseRate, "rate_ratio")
+		b.ReportMetric(ms(idle), "claim_p99_idle_ms")
+		b.ReportMetric(ms(during), "claim_p99_purge_ms")
+		b.ReportMetric(ms(duringDelete), "claim_p99_delete_ms")
+		b.ReportMetric(float64(during)/float64(idle), "p99_ratio")
+		b.Logf("rows %d: purge %.0f rows/s (%.1fs, batch %d, %d timeouts), single DELETE %.0f rows/s (%.1fs), ratio %.2f; "+
+			"claim p99 %.1fms idle, %.1fms during the purge (x%.2f), %.1fms during the single DELETE",
+			rows, oursRate, purgeSecs, rep.BatchSize, rep.Timeouts, baseRate, baseSecs, oursRate/baseRate,
+			ms(idle), ms(during), float64(during)/float64(idle), ms(duringDelete))
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// benchDB is a fresh database with rows expired keys (2 events each) and rows/10 live ones.
+func benchDB(b *testing.B, rows int) *gorm.DB {
+	b.Helper()
+	db, err := pglocal.Open(pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	seedExpired(b, db, "payment.charge", rows, 2, 40*day)
+	seedExpired(b, db, "payment.refund", rows/10, 2, day)
+	pgtest.Exec(b, db, `VACUUM ANALYZE idempotency_keys`)
+	pgtest.Exec(b, db, `VACUUM ANALYZE key_events`)
+	b.Logf("seeded %d keys in %s", rows+rows/10, time.Since(start).Round(time.Millisecond))
+	return db
+}
+
+// claimLoop runs Claim + Complete on fresh keys from two paced goroutines while work runs, and
+// returns the p99 latency of the pairs.
+func claimLoop(ctx context.Context, b *testing.B, store *claim.Store, name string, work func(context.Context)) time.Duration {
+	b.Helper()
+	loopCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lat []time.Duration
+	var failed atomic.Value
+	for g := range 2 {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := 0; loopCtx.Err() == nil && i < 1_000_000; i++ {
+				t := time.Now()
+				out, err := store.Claim(ctx, request("bench.loop", fmt.Sprintf("%s-%d-%d", name, g, i)))
+				if err == nil && out.Kind == claim.Acquired {
+					err = store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, ResourceID: "r"})
+				} else if err == nil {
+					err = fmt.Errorf("claim: %s", out.Kind)
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+				mine = append(mine, time.Since(t))
+				// Paced like a service's traffic (~150 claims/s per goroutine), not a saturating
+				// loop that would take the machine's two cores from both sides.
+				sleepCtx(loopCtx, 5*time.Millisecond)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	work(loopCtx)
+	stop()
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("claim loop %s: %v", name, err)
+	}
+	if len(lat) == 0 {
+		b.Fatalf("claim loop %s measured nothing", name)
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100]
+}

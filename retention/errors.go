@@ -1,0 +1,42 @@
+package retention
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors a caller may need to tell apart. The console maps ErrInvalidPolicy, ErrBelowFloor and
+// ErrInvalidOptions to 400 and ErrPolicyNotFound to 404; the CLI maps the first three to exit 2.
+var (
+	// ErrInvalidPolicy: a policy or floor value that is malformed (negative, not whole seconds,
+	// keep-response longer than keep-key, unknown state, bad operation name).
+	ErrInvalidPolicy = errors.New("invalid retention policy")
+	// ErrBelowFloor: a keep-key period shorter than the floor (retry window + back-fill window +
+	// reconciliation lag), or a floor raised above an existing policy.
+	ErrBelowFloor = errors.New("retention period below the floor")
+	// ErrPolicyNotFound: no policy for that operation and state.
+	ErrPolicyNotFound = errors.New("retention policy not found")
+	// ErrInvalidOptions: bad purge options or job parameters.
+	ErrInvalidOptions = errors.New("invalid purge options")
+	// ErrTooManyTimeouts: a purge phase kept timing out even at the smallest batch.
+	ErrTooManyTimeouts = errors.New("purge batches keep timing out")
+)
+
+// InputError says which field was wrong and why; it wraps one of the errors above.
+type InputError struct {
+	Field  string
+	Reason string
+	Kind   error
+}
+
+func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
+func (e *InputError) Unwrap() error { return e.Kind }
+
+func inputErr(kind error, field, format string, args ...any) error {
+	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}
+}
+
+// IsInputError reports whether err is bad input from the caller (HTTP 400, exit 2).
+func IsInputError(err error) bool {
+	return errors.Is(err, ErrInvalidPolicy) || errors.Is(err, ErrBelowFloor) || errors.Is(err, ErrInvalidOptions)
+}
