@@ -21,12 +21,14 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/retention"
 )
 
 // Default schedules of the daemon's own jobs (operators may change them in the schedules table).
 const (
 	reclaimSpec = "@every 15s"
 	outboxSpec  = "@every 5s"
+	purgeSpec   = "@every 1h"
 )
 
 // daemonDeps is what the daemon's jobs run against.
@@ -78,6 +80,13 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 		return nil, err
 	}
 	if err := d.Register(relay, outboxSpec); err != nil {
+		return nil, err
+	}
+	purge, err := retention.NewPurgeJob(deps.DB, retention.Config{Logger: deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Register(purge, purgeSpec); err != nil {
 		return nil, err
 	}
 	return d, nil
