@@ -17,7 +17,7 @@ import (
 //
 // A key's retention runs in two stages: once response_expires_at has passed, its response is
 // dropped and it stays as a tombstone (fingerprint, state, resource id) that answers a late retry
-// with Expired; once expires_at has passed, the row goes (its key_events cascade). Never touched
+// with Expired; once expires_at has passed, the row goes (with its key_events). Never touched
 // by either stage: processing keys, keys on legal hold, and keys an open reconciliation finding
 // refers to (the discrepancies table, when that migration is present).
 
@@ -133,7 +133,7 @@ func (r ExpiryRules) floorSQL() string {
 // policy agree (a policy saved after the key ended may keep it longer than its stamp says; the
 // stamp phase brings stamps in line with shorter ones) and it ended at least Floor ago. Rows
 // locked by a concurrent writer are skipped (SKIP LOCKED), never waited for: a key being
-// written right now is in play. key_events go with their key (ON DELETE CASCADE). Run it inside
+// written right now is in play. key_events go with their key, in the same statement. Run it inside
 // a transaction to give it a timeout.
 func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int) (ExpiryBatch, error) {
 	var a sqlArgs
@@ -153,6 +153,9 @@ func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, afte
 ), gone AS (
     -- id = ANY (ARRAY …): through the primary key, not a hash join against the whole table.
     DELETE FROM idempotency_keys k WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.operation, k.state
+), gone_events AS (
+    -- A key's history goes with it, in the same statement (served by key_events' primary key).
+    DELETE FROM key_events e WHERE e.key_id = ANY (ARRAY (SELECT id FROM picked))
 )`
 	return runExpiryBatch(ctx, db, "delete expired keys", q, a, limit)
 }

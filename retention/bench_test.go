@@ -62,7 +62,9 @@ func BenchmarkPurge(b *testing.B) {
 		var baseSecs float64
 		duringDelete := claimLoop(ctx, b, baseStore, "delete", func(context.Context) {
 			start := time.Now()
-			if err := base.Exec(`DELETE FROM idempotency_keys WHERE expires_at < now()`).Error; err != nil {
+			// One statement, taking the keys' history with them as the purge does.
+			if err := base.Exec(`WITH gone AS (DELETE FROM idempotency_keys WHERE expires_at < now() RETURNING id)
+				DELETE FROM key_events WHERE key_id IN (SELECT id FROM gone)`).Error; err != nil {
 				b.Error(err)
 			}
 			baseSecs = time.Since(start).Seconds()

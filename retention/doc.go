@@ -5,7 +5,7 @@
 // A key that ended (completed, failed_final, failed_retryable) first loses its stored response
 // and stays as a tombstone — fingerprint, state, resource id — that answers a late retry with
 // claim.Expired ("result expired; resource X", HTTP 410), never with a second execution. Later
-// the row itself goes, with its key_events (ON DELETE CASCADE). After that a late retry is a new
+// the row itself goes, with its key_events (deleted in the same statement). After that a late retry is a new
 // intent; the downstream key, derived from tenant|operation|key without a secret, is the same as
 // before, so the channel's own idempotency is the second line of defence.
 //
