@@ -270,10 +270,10 @@ func (p *barProgress) Report(phase string, done, total int64) {
 func newReconcileImportCmd() *cobra.Command {
 	var (
 		channel, format, profilePath, date, zone, job string
-		operations                                   []string
-		grace                                        time.Duration
-		maxBytes                                     int64
-		asJSON                                       bool
+		operations                                    []string
+		grace                                         time.Duration
+		maxBytes                                      int64
+		asJSON                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "import --channel C --format F FILE",
