@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -79,6 +80,17 @@ type VersionDiff struct {
 }
 
 const diffSamples = 20
+
+// newStagingSuffix names one import's staging table.
+func newStagingSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// analyzeThreshold is the statement size from which the import refreshes the planner's
+// statistics of statement_lines.
+const analyzeThreshold = 10000
 
 // copyBatch is how many lines the parser hands the COPY at a time.
 const copyBatch = 1024
@@ -164,14 +176,15 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 		return nil, fmt.Errorf("import: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after commit
-	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE staging_lines (LIKE statement_line_staging) ON COMMIT DROP`); err != nil {
+	staging := pgx.Identifier{"statement_line_staging_" + newStagingSuffix()}
+	if _, err := tx.Exec(ctx, `CREATE UNLOGGED TABLE `+staging.Sanitize()+` (LIKE statement_line_staging)`); err != nil {
 		return nil, fmt.Errorf("import: staging table: %w", err)
 	}
 
 	hasher := sha256.New()
 	in := &countingReader{r: io.TeeReader(src, hasher), p: p, size: req.Size}
 	feed := newLineFeed(ctx, req.Parser, in, req.Location, p)
-	loaded, copyErr := tx.CopyFrom(ctx, pgx.Identifier{"staging_lines"},
+	loaded, copyErr := tx.CopyFrom(ctx, staging,
 		[]string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw"}, feed)
 	sum, parseErr := feed.finish()
 	switch {
@@ -235,9 +248,19 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO statement_lines (statement_id, line_no, channel_txn_id, merchant_order_no, amount_minor,
 		currency, status, occurred_at, raw)
-		SELECT $1, line_no, channel_txn_id, merchant_order_no, amount_minor, currency, status, occurred_at, raw FROM staging_lines`,
+		SELECT $1, line_no, channel_txn_id, merchant_order_no, amount_minor, currency, status, occurred_at, raw FROM `+staging.Sanitize(),
 		res.StatementID); err != nil {
 		return nil, fmt.Errorf("import: lines: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DROP TABLE `+staging.Sanitize()); err != nil {
+		return nil, fmt.Errorf("import: drop staging: %w", err)
+	}
+	// The matcher plans its joins on these statistics: without them a fresh million-line
+	// statement looks like a handful of rows and gets a million index probes.
+	if sum.Lines >= analyzeThreshold {
+		if _, err := tx.Exec(ctx, `ANALYZE statement_lines`); err != nil {
+			return nil, fmt.Errorf("import: analyze: %w", err)
+		}
 	}
 	if prevID != nil {
 		if res.Diff, err = diffVersions(ctx, tx, *prevID, res.StatementID); err != nil {
