@@ -264,8 +264,17 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
 		return nil, err
 	}
-	if _, err := exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
-		return nil, err
+	// The fallback join scans idempotency_keys (resource_id has no index): only when some line
+	// is left to match by its txn id.
+	var unmatched bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM match_lines WHERE key_id IS NULL AND txn <> '')`).
+		Scan(&unmatched); err != nil {
+		return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
+	}
+	if unmatched {
+		if _, err := exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+			return nil, err
+		}
 	}
 	dups, err := exec("duplicates in file", dupTxnSQL)
 	if err != nil {
