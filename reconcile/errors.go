@@ -54,3 +54,24 @@ func (e *ControlTotalError) Error() string {
 }
 
 func (e *ControlTotalError) Is(target error) bool { return target == ErrControlTotal }
+
+// The kinds of error the import, matching, resolution and scheduling side returns.
+var (
+	// ErrNotFound: no recon job, run or finding with that name or id.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: a recon job, filter or request field is invalid; the message names the field.
+	ErrInvalid = errors.New("invalid")
+	// ErrNotReady: the channel has not published the statement yet (a missing file, HTTP 404).
+	ErrNotReady = errors.New("statement not ready")
+	// ErrFetch: the statement could not be fetched (HTTP error, unreadable file).
+	ErrFetch = errors.New("statement fetch failed")
+	// ErrClosed: the finding is already resolved or ignored.
+	ErrClosed = errors.New("finding already closed")
+	// ErrCannotRecover: recover does not apply to this finding or its key; the message says why.
+	ErrCannotRecover = errors.New("cannot recover")
+)
+
+// invalidf is an ErrInvalid naming the field that is wrong.
+func invalidf(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+}

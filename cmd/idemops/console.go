@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
@@ -107,14 +106,6 @@ beside the data directory when unset).`,
 	return cmd
 }
 
-// cliActor names the person running a CLI command in the audit log.
-func cliActor() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "cli:" + u.Username
-	}
-	return "cli:unknown"
-}
-
 // readPassword reads a new password from stdin (--password-stdin: the first line) or prompts
 // twice on the terminal.
 func readPassword(cmd *cobra.Command) (string, error) {
@@ -188,7 +179,7 @@ func newUserCmd() *cobra.Command {
 				return err
 			}
 			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				o, err := ops.Add(ctx, console.Change{Actor: cliActor()}, console.NewOperator{Name: args[0], Password: pw, Role: role, Tenants: tenants})
+				o, err := ops.Add(ctx, console.Change{Actor: operatorActor()}, console.NewOperator{Name: args[0], Password: pw, Role: role, Tenants: tenants})
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s, tenants %s)\n", o.Name, o.Role, strings.Join(o.Tenants, ","))
 				}
@@ -211,7 +202,7 @@ func newUserCmd() *cobra.Command {
 				return err
 			}
 			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				err := ops.SetPassword(ctx, console.Change{Actor: cliActor()}, args[0], pw)
+				err := ops.SetPassword(ctx, console.Change{Actor: operatorActor()}, args[0], pw)
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "password of %s changed\n", args[0])
 				}
@@ -226,7 +217,7 @@ func newUserCmd() *cobra.Command {
 			Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-					err := ops.SetDisabled(ctx, console.Change{Actor: cliActor()}, args[0], disabled)
+					err := ops.SetDisabled(ctx, console.Change{Actor: operatorActor()}, args[0], disabled)
 					if err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "%s: %sd\n", args[0], use)
 					}
@@ -243,7 +234,7 @@ func newUserCmd() *cobra.Command {
 			label, _ := cmd.Flags().GetString("label")
 			ttl, _ := cmd.Flags().GetDuration("ttl")
 			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				secret, err := ops.CreateToken(ctx, console.Change{Actor: cliActor()}, args[0], label, ttl)
+				secret, err := ops.CreateToken(ctx, console.Change{Actor: operatorActor()}, args[0], label, ttl)
 				if err == nil {
 					fmt.Fprintln(cmd.OutOrStdout(), secret)
 				}

@@ -29,7 +29,8 @@ func retentionErr(err error) error {
 	return err
 }
 
-// operatorActor names the operator running a command: operator:LOGIN.
+// operatorActor names the person running a CLI command in the audit log and key histories:
+// operator:LOGIN (the terminal's login; the console names its signed-in operator instead).
 func operatorActor() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return "operator:" + u.Username

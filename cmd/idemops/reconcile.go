@@ -6,24 +6,29 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 )
 
-// newReconcileCmd is the parent of the reconciliation commands (parse; import, run and findings
-// join it later).
+// newReconcileCmd is the parent of the reconciliation commands: parse (no database), import,
+// run, findings and jobs (these open the database).
 func newReconcileCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reconcile",
 		Short: "Reconcile against payment-channel statements",
 	}
-	cmd.AddCommand(newReconcileParseCmd())
+	cmd.AddCommand(newReconcileParseCmd(), newReconcileImportCmd(), newReconcileRunCmd(), newReconcileFindingsCmd(),
+		newReconcileJobsCmd())
 	return cmd
 }
 
@@ -196,4 +201,378 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 		}
 	}
 	return nil
+}
+
+// reconcileError maps the reconcile package's input errors to usage errors (exit 2); the rest
+// exit 1.
+func reconcileError(err error) error {
+	if errors.Is(err, reconcile.ErrInvalid) || errors.Is(err, reconcile.ErrNotFound) {
+		return usageError{err}
+	}
+	return err
+}
+
+// openReconciler opens the database (migrated) and a Reconciler on it.
+func openReconciler(cmd *cobra.Command) (*database, *reconcile.Reconciler, error) {
+	d, err := openDatabase(cmd.Context(), cmd, true, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := reconcile.New(d.DB, reconcile.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return d, r, nil
+}
+
+// barProgress draws a byte progress bar on stderr when it is a terminal, and says which phase
+// the run is in.
+type barProgress struct {
+	bar *progressbar.ProgressBar
+}
+
+func newBarProgress(size int64) daemon.Progress {
+	if !term.IsTerminal(int(os.Stderr.Fd())) {
+		return daemon.NopProgress{}
+	}
+	if size <= 0 {
+		size = -1
+	}
+	return &barProgress{bar: progressbar.DefaultBytes(size, "importing")}
+}
+
+func (p *barProgress) Report(phase string, done, total int64) {
+	switch phase {
+	case reconcile.PhaseRead:
+		_ = p.bar.Set64(done)
+	case "waiting":
+		p.bar.Describe(fmt.Sprintf("statement not ready, attempt %d", done))
+	case reconcile.PhaseMatch:
+		p.bar.Describe("matched")
+		_ = p.bar.Finish()
+	}
+}
+
+func newReconcileImportCmd() *cobra.Command {
+	var (
+		channel, format, profilePath, date, zone, job string
+		operations                                    []string
+		grace                                         time.Duration
+		maxBytes                                      int64
+		asJSON                                        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "import --channel C --format F FILE",
+		Short: "Import a statement (all lines or none) and match it against the local keys",
+		Long: "Import a channel statement into statements/statement_lines in one transaction and match it.\n" +
+			"The same file again is a no-op (it is matched again); another file for the same channel and\n" +
+			"date becomes the next version and the difference is shown. Which local keys the statement\n" +
+			"covers comes from --job, or from --operation, --tz and --grace; without either LOCAL_ONLY is\n" +
+			"not checked. Prints the run; exits 1 when the statement is rejected or a line does not parse.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("reconcile import takes one statement file, got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if channel == "" && job == "" {
+				return usagef("--channel is required (or --job)")
+			}
+			if format == "" && job != "" && profilePath == "" {
+				format = "-" // resolved from the job below
+			}
+			loc := time.UTC
+			if zone != "" {
+				var err error
+				if loc, err = time.LoadLocation(zone); err != nil {
+					return usagef("--tz: unknown time zone %q", zone)
+				}
+			}
+			sha, size, err := reconcile.HashFile(args[0])
+			if err != nil {
+				return err
+			}
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			req := reconcile.RunRequest{Import: reconcile.ImportRequest{Channel: channel, BillDate: date, Location: loc,
+				Importer: operatorActor(), SHA256: sha, Size: size}}
+			if job != "" {
+				j, err := r.GetJob(cmd.Context(), job)
+				if err != nil {
+					return reconcileError(err)
+				}
+				req.Job = j
+				if channel == "" {
+					req.Import.Channel = j.Channel
+				}
+				if format == "-" {
+					format = j.Format
+				}
+				if zone == "" {
+					req.Import.Location = j.Location()
+				}
+			}
+			if len(operations) > 0 || job == "" {
+				req.Match = &reconcile.MatchSettings{Operations: operations, Location: req.Import.Location, Grace: grace}
+			}
+			parser, err := statementParser(format, profilePath, maxBytes)
+			if err != nil {
+				return err
+			}
+			req.Import.Parser, req.Import.Format = parser, parser.Format()
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			run, err := r.Reconcile(cmd.Context(), req, f, newBarProgress(size))
+			if run != nil {
+				if perr := printReconRun(cmd.OutOrStdout(), run, asJSON); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			return reconcileError(err)
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "", "the channel the statement comes from (e.g. wechat)")
+	cmd.Flags().StringVar(&format, "format", "", "statement format: "+strings.Join(reconcile.Formats(), ", "))
+	cmd.Flags().StringVar(&profilePath, "profile", "", "YAML profile for --format profile (implies it)")
+	cmd.Flags().StringVar(&date, "date", "", "bill date YYYY-MM-DD (default: the day most lines fall on in --tz)")
+	cmd.Flags().StringVar(&zone, "tz", "", "the channel's time zone (default: the job's, else UTC)")
+	cmd.Flags().StringVar(&job, "job", "", "take channel, format, operations, zone and grace from this recon job")
+	cmd.Flags().StringSliceVar(&operations, "operation", nil, "operation whose keys the statement covers (repeatable)")
+	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "keys completed this close to midnight are not LOCAL_ONLY")
+	cmd.Flags().Int64Var(&maxBytes, "max-bytes", reconcile.DefaultMaxBytes, "refuse statements larger than this (decompressed)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	return cmd
+}
+
+func newReconcileRunCmd() *cobra.Command {
+	var (
+		job, date string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run --job NAME [--date D]",
+		Short: "Run a recon job now: fetch its statement (waiting until it is ready), import and match it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if job == "" {
+				return usagef("--job is required")
+			}
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			j, err := r.GetJob(cmd.Context(), job)
+			if err != nil {
+				return reconcileError(err)
+			}
+			run, err := r.RunJob(cmd.Context(), j, date, operatorActor(), newBarProgress(0))
+			if run != nil {
+				if perr := printReconRun(cmd.OutOrStdout(), run, asJSON); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			return reconcileError(err)
+		},
+	}
+	cmd.Flags().StringVar(&job, "job", "", "the recon job to run")
+	cmd.Flags().StringVar(&date, "date", "", "bill date YYYY-MM-DD (default: today in the job's zone minus its offset)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	return cmd
+}
+
+// printReconRun prints a reconciliation run: what was imported, what changed, and the findings per kind.
+func printReconRun(w io.Writer, run *reconcile.Run, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		return enc.Encode(run)
+	}
+	date := "-"
+	if run.BillDate != nil {
+		date = *run.BillDate
+	}
+	fmt.Fprintf(w, "run %d: %s, %s %s\n", run.ID, run.Status, run.Channel, date)
+	if run.StatementID != nil {
+		ver := 0
+		if run.StatementVer != nil {
+			ver = *run.StatementVer
+		}
+		how := "imported"
+		if run.AlreadyImported {
+			how = "already imported; matched again"
+		}
+		fmt.Fprintf(w, "statement %d (version %d): %s, %d lines loaded, %d matched to local keys\n",
+			*run.StatementID, ver, how, run.RowsLoaded, run.RowsMatched)
+	}
+	if df := run.Diff; df != nil {
+		fmt.Fprintf(w, "against version %d: %d added, %d removed, %d changed\n", df.PreviousVersion, df.Added, df.Removed, df.Changed)
+	}
+	if len(run.Counts) == 0 && run.Status == reconcile.RunSucceeded {
+		fmt.Fprintln(w, "findings: none")
+	}
+	kinds := make([]string, 0, len(run.Counts))
+	for k := range run.Counts {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(w, "  %-24s %d\n", k, run.Counts[k])
+	}
+	if len(kinds) > 0 {
+		fmt.Fprintf(w, "see: idemops reconcile findings --run %d\n", run.ID)
+	}
+	return nil
+}
+
+func newReconcileFindingsCmd() *cobra.Command {
+	var (
+		runID       int64
+		kind, state string
+		limit       int
+		asJSON      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "findings --run ID [--json]",
+		Short: "List the findings of a run (those it was the last run to find)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runID <= 0 {
+				return usagef("--run is required (a run id)")
+			}
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if _, err := r.GetRun(cmd.Context(), runID); err != nil {
+				return reconcileError(err)
+			}
+			fs, err := r.ListFindings(cmd.Context(), reconcile.FindingFilter{RunID: runID, Kind: reconcile.Kind(kind),
+				State: reconcile.FindingState(state), Limit: limit})
+			if err != nil {
+				return reconcileError(err)
+			}
+			out := bufio.NewWriter(cmd.OutOrStdout())
+			defer out.Flush()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false)
+				for _, f := range fs {
+					if err := enc.Encode(f); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			fmt.Fprintf(out, "%-8s %-24s %-9s %-10s %-40s %s\n", "ID", "KIND", "STATE", "KEY", "SUBJECT", "DETAIL")
+			for _, f := range fs {
+				key := "-"
+				if f.KeyID != nil {
+					key = fmt.Sprint(*f.KeyID)
+				}
+				fmt.Fprintf(out, "%-8d %-24s %-9s %-10s %-40s %s\n", f.ID, f.Kind, f.State, key, f.Subject, f.Detail)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&runID, "run", 0, "the run whose findings to list")
+	cmd.Flags().StringVar(&kind, "kind", "", "only this kind (e.g. CHANNEL_ONLY)")
+	cmd.Flags().StringVar(&state, "state", "", "only this state: open, resolved, ignored")
+	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many (newest first, ≤ 1000)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per finding")
+	return cmd
+}
+
+func newReconcileJobsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "jobs add|list", Short: "Manage scheduled recon jobs"}
+	var spec reconcile.JobSpec
+	var disabled bool
+	add := &cobra.Command{
+		Use:   "add --name N --channel C --format F --source S --operation OP --cron SPEC [--tz Z]",
+		Short: "Add a recon job (validates the cron spec and shows its next five runs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec.Enabled = !disabled
+			if err := spec.Validate(); err != nil {
+				return usageError{err}
+			}
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			j, err := r.CreateJob(cmd.Context(), spec)
+			if err != nil {
+				return reconcileError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added recon job %s (id %d); next runs:\n", j.Name, j.ID)
+			next, _ := reconcile.NextRuns(j.CronSpec, j.TimeZone, time.Now(), 5)
+			for _, t := range next {
+				fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", t.Format("2006-01-02 15:04 MST"))
+			}
+			return nil
+		},
+	}
+	f := add.Flags()
+	f.StringVar(&spec.Name, "name", "", "job name")
+	f.StringVar(&spec.Channel, "channel", "", "channel (e.g. wechat)")
+	f.StringVar(&spec.Format, "format", "", "statement format: "+strings.Join(reconcile.Formats(), ", "))
+	f.StringVar(&spec.Source, "source", "", "file path pattern or http(s) URL template with {date} (or {yyyymmdd})")
+	f.StringSliceVar(&spec.Operations, "operation", nil, "operation whose keys the channel settles (repeatable)")
+	f.IntVar(&spec.BillDateOffsetDays, "offset", 1, "bill date = today in --tz minus this many days")
+	f.StringVar(&spec.CronSpec, "cron", "", "cron spec, five fields or @daily etc. (e.g. \"0 11 * * *\")")
+	f.StringVar(&spec.TimeZone, "tz", "UTC", "time zone of the cron spec and the bill date")
+	f.IntVar(&spec.GraceSeconds, "grace", 600, "seconds before midnight whose keys are not LOCAL_ONLY yet")
+	f.IntVar(&spec.ReadyDeadlineSeconds, "deadline", 7200, "seconds to keep retrying a statement that is not ready")
+	f.BoolVar(&disabled, "disabled", false, "add the job disabled")
+
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List recon jobs with their next run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			jobs, err := r.ListJobs(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetEscapeHTML(false)
+				for _, j := range jobs {
+					if err := enc.Encode(j); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			fmt.Fprintf(out, "%-20s %-10s %-8s %-8s %-16s %-16s %-22s %s\n", "NAME", "CHANNEL", "FORMAT", "ENABLED", "CRON", "ZONE", "NEXT RUN", "SOURCE")
+			for _, j := range jobs {
+				next := "-"
+				if ts, _ := reconcile.NextRuns(j.CronSpec, j.TimeZone, time.Now(), 1); len(ts) == 1 && j.Enabled {
+					next = ts[0].Format("2006-01-02 15:04 MST")
+				}
+				fmt.Fprintf(out, "%-20s %-10s %-8s %-8t %-16s %-16s %-22s %s\n", j.Name, j.Channel, j.Format, j.Enabled, j.CronSpec, j.TimeZone, next, j.Source)
+			}
+			return nil
+		},
+	}
+	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per job")
+	cmd.AddCommand(add, list)
+	return cmd
 }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestReconcileImport_ImportsOnceMatchesAndListsFindings(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", pgtest.URL(t)}
+	run := func(args ...string) (string, error) {
+		return runIdemops(t, append(append([]string{"reconcile"}, args...), db...)...)
+	}
+	_, err := run("jobs", "add", "--name", "wechat-daily", "--channel", "wechat", "--format", "wechat",
+		"--source", "/bills/{date}.csv", "--operation", "payment.charge", "--cron", "0 61 * * *", "--tz", "Asia/Shanghai")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "cron_spec:") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("bad cron: %v", err)
+	}
+	out, err := run("jobs", "add", "--name", "wechat-daily", "--channel", "wechat", "--format", "wechat",
+		"--source", "/bills/{date}.csv", "--operation", "payment.charge", "--cron", "0 11 * * *", "--tz", "Asia/Shanghai")
+	if err != nil || strings.Count(out, ":00 CST\n") != 5 {
+		t.Fatalf("jobs add: %v\n%s", err, out)
+	}
+	if out, err = run("jobs", "list"); err != nil || !strings.Contains(out, "wechat-daily") {
+		t.Fatalf("jobs list: %v\n%s", err, out)
+	}
+
+	file := filepath.Join(statements, "wechat/all_trades.csv")
+	out, err = run("import", "--job", "wechat-daily", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No local keys: every successful line is CHANNEL_ONLY (the refund line is not an order).
+	for _, want := range []string{"run 1: succeeded, wechat 2024-03-01", "statement 1 (version 1): imported, 4 lines loaded, 0 matched",
+		"CHANNEL_ONLY             3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("import output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run("import", "--job", "wechat-daily", file)
+	if err != nil || !strings.Contains(out, "already imported; matched again") {
+		t.Errorf("second import: %v\n%s", err, out)
+	}
+	out, err = run("findings", "--run", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("findings:\n%s", out)
+	}
+	var f struct {
+		Kind    string `json:"kind"`
+		State   string `json:"state"`
+		Subject string `json:"subject"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &f); err != nil || f.Kind != "CHANNEL_ONLY" || f.State != "open" || !strings.HasPrefix(f.Subject, "txn:") {
+		t.Errorf("finding %s (%v)", lines[0], err)
+	}
+
+	_, err = run("import", "--channel", "wechat", "--format", "wechat", filepath.Join(statements, "wechat/bad_amount.csv"))
+	if err == nil || exitCode(err) != 1 || !strings.HasPrefix(err.Error(), "line 3: ") {
+		t.Errorf("bad line: %v", err)
+	}
+	if _, err = run("findings", "--run", "99"); err == nil || exitCode(err) != 2 {
+		t.Errorf("unknown run: %v", err)
+	}
+	if _, err = run("run", "--job", "nope"); err == nil || exitCode(err) != 2 {
+		t.Errorf("unknown job: %v", err)
+	}
+}

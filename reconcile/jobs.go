@@ -1,0 +1,298 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/robfig/cron/v3"
+)
+
+// JobSpec is what an operator edits of a recon job.
+type JobSpec struct {
+	Name    string `json:"name"`
+	Channel string `json:"channel"`
+	Format  string `json:"format"`
+	// Source is a file path pattern or an http(s) URL template; {date} stands for the bill date
+	// (YYYY-MM-DD) and {yyyymmdd} for it without dashes.
+	Source string `json:"source"`
+	// Operations are the operations whose keys the channel settles, e.g. payment.charge.
+	Operations []string `json:"operations"`
+	// BillDateOffsetDays: the bill date is today (in TimeZone) minus this many days.
+	BillDateOffsetDays int    `json:"bill_date_offset_days"`
+	CronSpec           string `json:"cron_spec"`
+	TimeZone           string `json:"time_zone"`
+	Enabled            bool   `json:"enabled"`
+	// GraceSeconds: keys completed this close to the end of the bill date are not LOCAL_ONLY
+	// (the channel may book them on the next day).
+	GraceSeconds int `json:"grace_seconds"`
+	// ReadyDeadlineSeconds: how long a run retries a statement that is not ready yet.
+	ReadyDeadlineSeconds int `json:"ready_deadline_seconds"`
+}
+
+// ReconJob is a stored recon job.
+type ReconJob struct {
+	ID int64 `json:"id"`
+	JobSpec
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Location is the job's time zone (validated when the job was stored).
+func (j *ReconJob) Location() *time.Location {
+	loc, err := time.LoadLocation(j.TimeZone)
+	if err != nil {
+		return time.UTC
+	}
+	return loc
+}
+
+// BillDate is the bill date a run starting at now reconciles: today in the job's zone minus the
+// offset.
+func (j *ReconJob) BillDate(now time.Time) string {
+	return now.In(j.Location()).AddDate(0, 0, -j.BillDateOffsetDays).Format(time.DateOnly)
+}
+
+// MatchSettings are the job's rules for which local keys a statement covers.
+func (j *ReconJob) MatchSettings() MatchSettings {
+	return MatchSettings{Operations: j.Operations, Location: j.Location(), Grace: time.Duration(j.GraceSeconds) * time.Second}
+}
+
+var (
+	namePattern      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	operationPattern = regexp.MustCompile(`^[^\s,|{}"]{1,128}$`)
+)
+
+// cronParser reads standard five-field specs and descriptors such as @daily. The time zone is
+// a field of its own, not a CRON_TZ prefix.
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseCron validates a cron spec and a time zone; the error is one line naming the field.
+func ParseCron(spec, zone string) (cron.Schedule, *time.Location, error) {
+	if zone == "" {
+		zone = "UTC"
+	}
+	loc, err := time.LoadLocation(zone)
+	if err != nil {
+		return nil, nil, invalidf("time_zone", "unknown time zone %q", zone)
+	}
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil, invalidf("cron_spec", "must not be empty")
+	}
+	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
+		return nil, nil, invalidf("cron_spec", "put the time zone in time_zone, not in the spec")
+	}
+	sched, err := cronParser.Parse(spec)
+	if err != nil {
+		return nil, nil, invalidf("cron_spec", "%q: %s", spec, oneLineError(err))
+	}
+	return sched, loc, nil
+}
+
+// NextRuns returns the next n run times of a cron spec in zone after from (n at most 100).
+func NextRuns(spec, zone string, from time.Time, n int) ([]time.Time, error) {
+	sched, loc, err := ParseCron(spec, zone)
+	if err != nil {
+		return nil, err
+	}
+	n = min(max(n, 0), 100)
+	out := make([]time.Time, 0, n)
+	t := from.In(loc)
+	for len(out) < n {
+		t = sched.Next(t)
+		if t.IsZero() { // a spec that never fires (e.g. 30 February)
+			break
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Validate checks every field of a job; the error names the first wrong one.
+func (s *JobSpec) Validate() error {
+	s.Name, s.Channel, s.Format, s.Source = strings.TrimSpace(s.Name), strings.TrimSpace(s.Channel),
+		strings.TrimSpace(s.Format), strings.TrimSpace(s.Source)
+	if s.TimeZone == "" {
+		s.TimeZone = "UTC"
+	}
+	switch {
+	case !namePattern.MatchString(s.Name):
+		return invalidf("name", "%q: 1-64 letters, digits, '.', '_' or '-'", s.Name)
+	case !namePattern.MatchString(s.Channel):
+		return invalidf("channel", "%q: 1-64 letters, digits, '.', '_' or '-'", s.Channel)
+	case s.Format == FormatProfile:
+		return invalidf("format", "the profile format is not available for scheduled jobs yet; import such statements with the CLI")
+	}
+	if _, ok := registry[s.Format]; !ok {
+		return invalidf("format", "unknown format %q (known: %s)", s.Format, strings.Join(Formats(), ", "))
+	}
+	if err := validateSource(s.Source); err != nil {
+		return err
+	}
+	if len(s.Operations) == 0 {
+		return invalidf("operations", "name at least one operation whose keys the channel settles (e.g. payment.charge)")
+	}
+	for _, op := range s.Operations {
+		if !operationPattern.MatchString(op) {
+			return invalidf("operations", "%q is not an operation name", op)
+		}
+	}
+	switch {
+	case s.BillDateOffsetDays < 0 || s.BillDateOffsetDays > 31:
+		return invalidf("bill_date_offset_days", "%d is outside 0..31", s.BillDateOffsetDays)
+	case s.GraceSeconds < 0 || s.GraceSeconds > 86400:
+		return invalidf("grace_seconds", "%d is outside 0..86400", s.GraceSeconds)
+	case s.ReadyDeadlineSeconds < 0 || s.ReadyDeadlineSeconds > 86400:
+		return invalidf("ready_deadline_seconds", "%d is outside 0..86400", s.ReadyDeadlineSeconds)
+	}
+	_, _, err := ParseCron(s.CronSpec, s.TimeZone)
+	return err
+}
+
+func validateSource(src string) error {
+	if src == "" {
+		return invalidf("source", "must not be empty")
+	}
+	if !strings.Contains(src, "{date}") && !strings.Contains(src, "{yyyymmdd}") {
+		return invalidf("source", "%q has no {date} (or {yyyymmdd}) placeholder", src)
+	}
+	if isHTTPSource(src) {
+		u, err := url.Parse(strings.NewReplacer("{date}", "2006-01-02", "{yyyymmdd}", "20060102").Replace(src))
+		if err != nil || u.Host == "" {
+			return invalidf("source", "%q is not a valid URL template", src)
+		}
+	}
+	return nil
+}
+
+func isHTTPSource(src string) bool {
+	return strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
+}
+
+// jobColumns fills a jobRow.
+const jobColumns = `id, name, channel, format, source, array_to_string(operations, ',') AS operations,
+	bill_date_offset_days, cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, created_at, updated_at`
+
+type jobRow struct {
+	ID                   int64
+	Name                 string
+	Channel              string
+	Format               string
+	Source               string
+	Operations           string
+	BillDateOffsetDays   int
+	CronSpec             string
+	TimeZone             string
+	Enabled              bool
+	GraceSeconds         int
+	ReadyDeadlineSeconds int
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+}
+
+func (r jobRow) job() ReconJob {
+	j := ReconJob{ID: r.ID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, JobSpec: JobSpec{
+		Name: r.Name, Channel: r.Channel, Format: r.Format, Source: r.Source, BillDateOffsetDays: r.BillDateOffsetDays,
+		CronSpec: r.CronSpec, TimeZone: r.TimeZone, Enabled: r.Enabled, GraceSeconds: r.GraceSeconds,
+		ReadyDeadlineSeconds: r.ReadyDeadlineSeconds}}
+	if r.Operations != "" {
+		j.Operations = strings.Split(r.Operations, ",")
+	}
+	return j
+}
+
+// CreateJob validates and stores a new recon job. Errors: ErrInvalid (naming the field, also
+// for a name already taken).
+func (r *Reconciler) CreateJob(ctx context.Context, spec JobSpec) (*ReconJob, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	var rows []jobRow
+	err := r.db.WithContext(ctx).Raw(`INSERT INTO recon_jobs (name, channel, format, source, operations, bill_date_offset_days,
+		cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds)
+		VALUES (?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?) RETURNING `+jobColumns,
+		spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+		spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds).Scan(&rows).Error
+	if isUniqueViolation(err) {
+		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create recon job %s: %w", spec.Name, err)
+	}
+	j := rows[0].job()
+	return &j, nil
+}
+
+// UpdateJob replaces the job named name with spec (which may rename it). Errors: ErrNotFound,
+// ErrInvalid.
+func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (*ReconJob, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	var rows []jobRow
+	err := r.db.WithContext(ctx).Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?,
+		operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
+		grace_seconds = ?, ready_deadline_seconds = ?, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
+		spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+		spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds, name).Scan(&rows).Error
+	if isUniqueViolation(err) {
+		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update recon job %s: %w", name, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+	}
+	j := rows[0].job()
+	return &j, nil
+}
+
+// SetJobEnabled enables or disables a job. Errors: ErrNotFound.
+func (r *Reconciler) SetJobEnabled(ctx context.Context, name string, enabled bool) error {
+	res := r.db.WithContext(ctx).Exec(`UPDATE recon_jobs SET enabled = ?, updated_at = now() WHERE name = ?`, enabled, name)
+	if res.Error != nil {
+		return fmt.Errorf("enable recon job %s: %w", name, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// GetJob reads a job by name. Errors: ErrNotFound.
+func (r *Reconciler) GetJob(ctx context.Context, name string) (*ReconJob, error) {
+	var rows []jobRow
+	if err := r.db.WithContext(ctx).Raw(`SELECT `+jobColumns+` FROM recon_jobs WHERE name = ?`, name).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("recon job %s: %w", name, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+	}
+	j := rows[0].job()
+	return &j, nil
+}
+
+// ListJobs returns every recon job by name (a deployment has a handful, one per channel feed).
+func (r *Reconciler) ListJobs(ctx context.Context) ([]ReconJob, error) {
+	var rows []jobRow
+	if err := r.db.WithContext(ctx).Raw(`SELECT ` + jobColumns + ` FROM recon_jobs ORDER BY name LIMIT 1000`).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list recon jobs: %w", err)
+	}
+	out := make([]ReconJob, len(rows))
+	for i, row := range rows {
+		out[i] = row.job()
+	}
+	return out, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

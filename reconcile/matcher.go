@@ -1,0 +1,362 @@
+package reconcile
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Kind is the kind of a finding.
+type Kind string
+
+// The kinds of finding matching produces.
+const (
+	// LocalOnly: a key completed locally in the bill date (outside the grace window) that the
+	// channel's statement does not list.
+	LocalOnly Kind = "LOCAL_ONLY"
+	// ChannelOnly: a successful channel line with no local key, or whose key is not completed
+	// (processing or failed_retryable: a lost completion).
+	ChannelOnly Kind = "CHANNEL_ONLY"
+	// StatusMismatch: the channel succeeded where the key failed finally, or the channel failed
+	// where the key completed. Detail "direction" says which.
+	StatusMismatch Kind = "STATUS_MISMATCH"
+	// AmountMismatch: both succeeded with different amounts; detail "difference_minor" is
+	// channel minus local.
+	AmountMismatch Kind = "AMOUNT_MISMATCH"
+	// CurrencyMismatch: both succeeded in different currencies.
+	CurrencyMismatch Kind = "CURRENCY_MISMATCH"
+	// DuplicateAtChannel: two successful channel transactions for one key — a double charge.
+	DuplicateAtChannel Kind = "DUPLICATE_AT_CHANNEL"
+	// DuplicateInFile: one channel transaction listed on more than one order line of the file.
+	DuplicateInFile Kind = "DUPLICATE_IN_FILE"
+	// ControlTotalMismatch: the statement's rows do not add up to its own totals; it was rejected.
+	ControlTotalMismatch Kind = "CONTROL_TOTAL_MISMATCH"
+)
+
+// Kinds lists every kind of finding.
+var Kinds = []Kind{LocalOnly, ChannelOnly, StatusMismatch, AmountMismatch, CurrencyMismatch, DuplicateAtChannel,
+	DuplicateInFile, ControlTotalMismatch}
+
+// MatchSettings say which local keys a statement covers.
+type MatchSettings struct {
+	// Operations whose keys the channel settles. Empty: LOCAL_ONLY is not checked (nothing says
+	// which keys the statement must list) and the txn-id fallback looks at every key.
+	Operations []string
+	// Location is the channel's time zone: the bill date is a day in it (default UTC).
+	Location *time.Location
+	// Grace: keys completed this close before the end of the bill date may be booked on the
+	// next day's statement, so they are not LOCAL_ONLY today; the next day's run looks for them
+	// in both days' statements.
+	Grace time.Duration
+}
+
+// MatchResult says what matching found.
+type MatchResult struct {
+	Lines   int64          `json:"lines"`   // order lines (success, failed) considered
+	Matched int64          `json:"matched"` // of them, lines matched to a local key
+	Counts  map[Kind]int64 `json:"counts"`  // findings per kind (found by this run)
+	// Closed is how many open findings of the channel and date this run no longer found and
+	// resolved (reason code not_found_again).
+	Closed int64 `json:"closed"`
+}
+
+// The matcher works set-based in one transaction on temporary tables (dropped at commit):
+//
+//  1. match_lines: the statement's order lines (success, failed) joined to idempotency_keys by
+//     merchant order no = downstream_key (unique index idempotency_keys_downstream_key_idx),
+//     then, for lines still unmatched, by channel txn id = resource_id (a hash join: resource_id
+//     has no index, and the claim's hot path should not pay for one).
+//  2. dup_txn: a channel txn id on more than one order line → DUPLICATE_IN_FILE; one line of
+//     it (the first successful one) stays, the repeats take no further part.
+//  3. multi: keys matched by more than one line. Each local record matches at most once: the
+//     first successful line is its match ("primary"), the others are secondary; two successful
+//     ones → DUPLICATE_AT_CHANNEL.
+//  4. primary lines against their key: CHANNEL_ONLY, STATUS_MISMATCH, CURRENCY_MISMATCH,
+//     AMOUNT_MISMATCH.
+//  5. LOCAL_ONLY: completed keys of the job's operations whose completed_at falls in
+//     [day start − grace, day end − grace) with no line of this statement; those completed
+//     before the day start may have been booked the day before, so a line in the previous
+//     day's latest statement clears them too.
+//  6. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
+const (
+	matchLinesSQL = `
+CREATE TEMP TABLE match_lines ON COMMIT DROP AS
+SELECT l.id AS line_id, l.line_no, l.channel_txn_id AS txn, l.merchant_order_no AS order_no, l.amount_minor, l.currency,
+       l.status, k.id AS key_id, k.state AS key_state, k.amount_minor AS key_amount, upper(k.currency) AS key_currency,
+       CASE WHEN k.id IS NOT NULL THEN 'merchant_order_no' END AS matched_by, false AS repeat, false AS secondary
+FROM statement_lines l
+LEFT JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no
+WHERE l.statement_id = $1 AND l.status IN ('success', 'failed')`
+
+	matchByTxnSQL = `
+UPDATE match_lines m SET key_id = k.id, key_state = k.state, key_amount = k.amount_minor, key_currency = upper(k.currency),
+       matched_by = 'channel_txn_id'
+FROM idempotency_keys k
+WHERE m.key_id IS NULL AND m.txn <> '' AND k.resource_id = m.txn
+  AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[]))`
+
+	dupTxnSQL = `
+CREATE TEMP TABLE dup_txn ON COMMIT DROP AS
+SELECT txn, array_agg(line_id ORDER BY (status = 'success') DESC, line_no) AS line_ids, array_agg(line_no ORDER BY line_no) AS line_nos
+FROM match_lines WHERE txn <> '' AND txn IN (SELECT txn FROM match_lines WHERE txn <> '' GROUP BY txn HAVING count(*) > 1)
+GROUP BY txn`
+
+	markRepeatsSQL = `
+UPDATE match_lines m SET repeat = true
+FROM (SELECT unnest(line_ids[2:]) AS line_id FROM dup_txn) d WHERE m.line_id = d.line_id`
+
+	multiSQL = `
+CREATE TEMP TABLE multi ON COMMIT DROP AS
+SELECT m.key_id,
+       (array_agg(m.line_id ORDER BY (m.status = 'success') DESC, m.line_no))[1] AS primary_line,
+       count(*) FILTER (WHERE m.status = 'success') AS successes,
+       (array_agg(m.line_id ORDER BY m.line_no) FILTER (WHERE m.status = 'success'))[2] AS second_success,
+       jsonb_agg(jsonb_build_object('line', m.line_no, 'channel_txn_id', m.txn, 'amount_minor', m.amount_minor,
+                 'currency', m.currency) ORDER BY m.line_no) FILTER (WHERE m.status = 'success') AS charges,
+       min(m.order_no) AS order_no
+FROM match_lines m
+WHERE NOT m.repeat AND m.key_id IN (SELECT key_id FROM match_lines WHERE key_id IS NOT NULL AND NOT repeat
+                                    GROUP BY key_id HAVING count(*) > 1)
+GROUP BY m.key_id`
+
+	markSecondarySQL = `
+UPDATE match_lines m SET secondary = true
+FROM multi WHERE m.key_id = multi.key_id AND m.line_id <> multi.primary_line AND NOT m.repeat`
+
+	findingsTableSQL = `
+CREATE TEMP TABLE found (kind text NOT NULL, subject text NOT NULL, key_id bigint, line_id bigint, detail jsonb NOT NULL)
+ON COMMIT DROP`
+
+	dupInFileFindingsSQL = `
+INSERT INTO found (kind, subject, key_id, line_id, detail)
+SELECT 'DUPLICATE_IN_FILE', 'txn:' || d.txn, m.key_id, d.line_ids[2],
+       jsonb_build_object('channel_txn_id', d.txn, 'merchant_order_no', m.order_no, 'lines', to_jsonb(d.line_nos),
+                          'count', cardinality(d.line_nos))
+FROM dup_txn d JOIN match_lines m ON m.line_id = d.line_ids[1]`
+
+	dupAtChannelFindingsSQL = `
+INSERT INTO found (kind, subject, key_id, line_id, detail)
+SELECT 'DUPLICATE_AT_CHANNEL', 'key:' || key_id, key_id, second_success,
+       jsonb_build_object('merchant_order_no', order_no, 'successes', successes, 'charges', charges)
+FROM multi WHERE successes > 1`
+
+	lineFindingsSQL = `
+INSERT INTO found (kind, subject, key_id, line_id, detail)
+SELECT c.kind,
+       CASE WHEN m.key_id IS NOT NULL THEN 'key:' || m.key_id WHEN m.txn <> '' THEN 'txn:' || m.txn ELSE 'order:' || m.order_no END,
+       m.key_id, m.line_id,
+       jsonb_build_object('line', m.line_no, 'channel_txn_id', m.txn, 'merchant_order_no', m.order_no,
+           'channel_status', m.status, 'channel_amount_minor', m.amount_minor, 'channel_currency', m.currency,
+           'matched_by', m.matched_by, 'local_state', m.key_state) ||
+       CASE c.kind
+           WHEN 'CHANNEL_ONLY' THEN jsonb_build_object('reason', CASE WHEN m.key_id IS NULL THEN 'no local key' ELSE 'local key not completed' END)
+           WHEN 'STATUS_MISMATCH' THEN jsonb_build_object('direction', CASE WHEN m.status = 'success'
+               THEN 'channel_success_local_failed' ELSE 'channel_failed_local_completed' END)
+           WHEN 'CURRENCY_MISMATCH' THEN jsonb_build_object('local_currency', m.key_currency)
+           WHEN 'AMOUNT_MISMATCH' THEN jsonb_build_object('local_amount_minor', m.key_amount,
+               'difference_minor', m.amount_minor - m.key_amount, 'currency', m.currency)
+       END
+FROM match_lines m
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN m.key_id IS NULL THEN CASE WHEN m.status = 'success' THEN 'CHANNEL_ONLY' END
+    WHEN m.status = 'success' AND m.key_state IN ('processing', 'failed_retryable') THEN 'CHANNEL_ONLY'
+    WHEN m.status = 'success' AND m.key_state = 'failed_final' THEN 'STATUS_MISMATCH'
+    WHEN m.status = 'failed' AND m.key_state = 'completed' THEN 'STATUS_MISMATCH'
+    WHEN m.status = 'success' AND m.key_currency IS NOT NULL AND m.key_currency <> m.currency THEN 'CURRENCY_MISMATCH'
+    WHEN m.status = 'success' AND m.key_amount IS NOT NULL AND m.key_amount <> m.amount_minor THEN 'AMOUNT_MISMATCH'
+END AS kind) c
+WHERE c.kind IS NOT NULL AND NOT m.repeat AND NOT m.secondary`
+
+	// Keys completed in [$2, $3) of the job's operations that no line matched. No index serves
+	// completed_at (claim owns the table); this is one scan per run.
+	localOnlySQL = `
+CREATE TEMP TABLE local_only ON COMMIT DROP AS
+SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation
+FROM idempotency_keys k
+WHERE k.state = 'completed' AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
+  AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
+
+	// Keys completed in the grace window before the day start, found in the previous day's
+	// latest statement ($2), were booked there. Two equality joins (hashable), not one OR.
+	clearEarlyByOrderSQL = `
+DELETE FROM local_only o USING statement_lines p
+WHERE o.completed_at < $1 AND p.statement_id = $2 AND p.merchant_order_no = o.downstream_key`
+	clearEarlyByTxnSQL = `
+DELETE FROM local_only o USING statement_lines p
+WHERE o.completed_at < $1 AND p.statement_id = $2 AND p.channel_txn_id <> '' AND p.channel_txn_id = o.resource_id`
+
+	localOnlyFindingsSQL = `
+INSERT INTO found (kind, subject, key_id, line_id, detail)
+SELECT 'LOCAL_ONLY', 'key:' || id, id, NULL,
+       jsonb_build_object('merchant_order_no', downstream_key, 'operation', operation, 'local_amount_minor', amount_minor,
+                          'local_currency', currency, 'completed_at', completed_at)
+FROM local_only`
+
+	upsertFindingsSQL = `
+INSERT INTO discrepancies (run_id, first_run_id, statement_id, channel, bill_date, kind, subject, key_id, statement_line_id, detail)
+SELECT DISTINCT ON (kind, subject) $1::bigint, $1::bigint, $2::bigint, $3, $4::date, kind, subject, key_id, line_id, detail
+FROM found ORDER BY kind, subject, line_id
+ON CONFLICT (channel, bill_date, kind, subject) DO UPDATE
+SET run_id = EXCLUDED.run_id, statement_id = EXCLUDED.statement_id, key_id = EXCLUDED.key_id,
+    statement_line_id = EXCLUDED.statement_line_id, detail = EXCLUDED.detail, updated_at = now()`
+
+	// Open findings of this channel and date that the run did not find again are closed: the
+	// problem went away (a recovered key, a corrected statement version).
+	closeGoneSQL = `
+UPDATE discrepancies SET state = 'resolved', resolver = 'reconcile', reason_code = 'not_found_again',
+    note = 'not found again by run ' || $1::bigint, resolved_at = now(), updated_at = now()
+WHERE channel = $2 AND bill_date = $3::date AND state = 'open' AND run_id <> $1::bigint`
+)
+
+// Match matches one imported statement against idempotency_keys for run runID and upserts the
+// findings. A re-run of the same statement finds the same findings (updated, not copied); open
+// findings of the channel and date that are no longer found are closed when the statement is
+// the latest version. Errors: ErrNotFound (statement), database errors.
+func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms MatchSettings) (*MatchResult, error) {
+	if ms.Location == nil {
+		ms.Location = time.UTC
+	}
+	if ms.Operations == nil {
+		ms.Operations = []string{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.MatchTimeout)
+	defer cancel()
+	sqlDB, err := r.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	var channel, billDate string
+	var latest bool
+	err = sqlDB.QueryRowContext(ctx, `SELECT channel, to_char(bill_date, 'YYYY-MM-DD'),
+		version = (SELECT max(version) FROM statements o WHERE o.channel = s.channel AND o.bill_date = s.bill_date)
+		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &latest)
+	if err == sql.ErrNoRows {
+		return nil, fmt.Errorf("statement %d: %w", statementID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("match: statement %d: %w", statementID, err)
+	}
+	day, _ := time.ParseInLocation(time.DateOnly, billDate, ms.Location)
+	dayStart, dayEnd := day, day.AddDate(0, 0, 1)
+
+	tx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("match: begin: %w", err)
+	}
+	defer tx.Rollback()
+	res := &MatchResult{Counts: map[Kind]int64{}}
+	exec := func(what, q string, args ...any) (int64, error) {
+		out, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, fmt.Errorf("match statement %d: %s: %w", statementID, what, err)
+		}
+		n, _ := out.RowsAffected()
+		return n, nil
+	}
+	// Hash joins and aggregates over a million lines want memory, not temp files.
+	if _, err := exec("settings", `SET LOCAL work_mem = '128MB'`); err != nil {
+		return nil, err
+	}
+	if res.Lines, err = exec("lines", matchLinesSQL, statementID); err != nil {
+		return nil, err
+	}
+	if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
+		return nil, err
+	}
+	// The fallback join scans idempotency_keys (resource_id has no index): only when some line
+	// is left to match by its txn id.
+	var unmatched bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM match_lines WHERE key_id IS NULL AND txn <> '')`).
+		Scan(&unmatched); err != nil {
+		return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
+	}
+	if unmatched {
+		if _, err := exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+			return nil, err
+		}
+	}
+	dups, err := exec("duplicates in file", dupTxnSQL)
+	if err != nil {
+		return nil, err
+	}
+	if dups > 0 {
+		if _, err := exec("mark repeats", markRepeatsSQL); err != nil {
+			return nil, err
+		}
+	}
+	multi, err := exec("keys with several lines", multiSQL)
+	if err != nil {
+		return nil, err
+	}
+	if multi > 0 {
+		if _, err := exec("mark secondary", markSecondarySQL); err != nil {
+			return nil, err
+		}
+	}
+	steps := []struct{ what, q string }{
+		{"findings table", findingsTableSQL},
+		{"duplicate in file findings", dupInFileFindingsSQL},
+		{"duplicate at channel findings", dupAtChannelFindingsSQL},
+		{"line findings", lineFindingsSQL},
+	}
+	for _, s := range steps {
+		if _, err := exec(s.what, s.q); err != nil {
+			return nil, err
+		}
+	}
+	if len(ms.Operations) > 0 {
+		from, to := dayStart.Add(-ms.Grace), dayEnd.Add(-ms.Grace)
+		if _, err := exec("local only", localOnlySQL, ms.Operations, from, to); err != nil {
+			return nil, err
+		}
+		var prevID sql.NullInt64
+		if ms.Grace > 0 {
+			err := tx.QueryRowContext(ctx, `SELECT id FROM statements WHERE channel = $1 AND bill_date = $2::date - 1
+				ORDER BY version DESC LIMIT 1`, channel, billDate).Scan(&prevID)
+			if err != nil && err != sql.ErrNoRows {
+				return nil, fmt.Errorf("match: previous day: %w", err)
+			}
+		}
+		if prevID.Valid {
+			if _, err := exec("clear early keys", clearEarlyByOrderSQL, dayStart, prevID.Int64); err != nil {
+				return nil, err
+			}
+			if _, err := exec("clear early keys", clearEarlyByTxnSQL, dayStart, prevID.Int64); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := exec("local only findings", localOnlyFindingsSQL); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := exec("upsert findings", upsertFindingsSQL, runID, statementID, channel, billDate); err != nil {
+		return nil, err
+	}
+	if latest {
+		if res.Closed, err = exec("close findings gone", closeGoneSQL, runID, channel, billDate); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT kind, count(DISTINCT subject) FROM found GROUP BY kind`)
+	if err != nil {
+		return nil, fmt.Errorf("match: counts: %w", err)
+	}
+	for rows.Next() {
+		var k string
+		var n int64
+		if err := rows.Scan(&k, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		res.Counts[Kind(k)] = n
+	}
+	rows.Close()
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM match_lines WHERE key_id IS NOT NULL`).Scan(&res.Matched); err != nil {
+		return nil, fmt.Errorf("match: matched: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("match: commit: %w", err)
+	}
+	return res, nil
+}

@@ -1,0 +1,362 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/idemops/idemops/daemon"
+)
+
+// RunStatus is where a recon run stands.
+type RunStatus string
+
+const (
+	RunRunning   RunStatus = "running"
+	RunWaiting   RunStatus = "waiting" // the statement is not ready yet; the run retries
+	RunSucceeded RunStatus = "succeeded"
+	RunRejected  RunStatus = "rejected" // the statement's control totals do not agree
+	RunFailed    RunStatus = "failed"
+)
+
+// Run is one reconciliation: a statement imported (or found already imported) and matched.
+type Run struct {
+	ID              int64            `json:"id"`
+	JobID           *int64           `json:"job_id,omitempty"`
+	JobName         *string          `json:"job_name,omitempty"`
+	Channel         string           `json:"channel"`
+	BillDate        *string          `json:"bill_date,omitempty"`
+	StatementID     *int64           `json:"statement_id,omitempty"`
+	StatementVer    *int             `json:"statement_version,omitempty"`
+	Status          RunStatus        `json:"status"`
+	Actor           string           `json:"actor"`
+	AlreadyImported bool             `json:"already_imported"`
+	RowsParsed      int64            `json:"rows_parsed"`
+	RowsLoaded      int64            `json:"rows_loaded"`
+	RowsMatched     int64            `json:"rows_matched"`
+	Counts          map[string]int64 `json:"counts"`
+	Diff            *VersionDiff     `json:"diff,omitempty"`
+	Error           *string          `json:"error,omitempty"`
+	StartedAt       time.Time        `json:"started_at"`
+	UpdatedAt       time.Time        `json:"updated_at"`
+	FinishedAt      *time.Time       `json:"finished_at,omitempty"`
+}
+
+// RunRequest is one reconciliation to perform.
+type RunRequest struct {
+	// Job, when set, supplies the match settings and is recorded on the run.
+	Job *ReconJob
+	// Import describes the statement (channel, format, bill date, importer).
+	Import ImportRequest
+	// Match overrides the job's match settings (required without a Job for LOCAL_ONLY).
+	Match *MatchSettings
+	// RunID continues a run row already created (the scheduled job creates it before fetching);
+	// 0 creates one.
+	RunID int64
+}
+
+// Reconcile imports a statement and matches it, recording everything on a recon_runs row whose
+// progress (rows parsed, loaded, matched) is updated while it works; p gets the same reports.
+// A statement whose control totals do not agree is rejected (nothing imported) and recorded as a
+// CONTROL_TOTAL_MISMATCH finding of the run; an already imported file is matched again (same
+// findings, updated). The run is returned even with an error (nil only when the run row itself
+// could not be written).
+func (r *Reconciler) Reconcile(ctx context.Context, req RunRequest, src io.Reader, p daemon.Progress) (*Run, error) {
+	if p == nil {
+		p = daemon.NopProgress{}
+	}
+	ms := MatchSettings{}
+	if req.Job != nil {
+		ms = req.Job.MatchSettings()
+		if req.Import.Location == nil {
+			req.Import.Location = ms.Location
+		}
+	}
+	if req.Match != nil {
+		ms = *req.Match
+	}
+	runID := req.RunID
+	if runID == 0 {
+		var err error
+		if runID, err = r.StartRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer); err != nil {
+			return nil, err
+		}
+	}
+	prog := r.newRunProgress(runID, p)
+	res, err := r.Import(ctx, req.Import, src, prog)
+	prog.flush(ctx)
+	switch {
+	case errors.Is(err, ErrControlTotal) && res != nil:
+		var cte *ControlTotalError
+		errors.As(err, &cte)
+		if ferr := r.recordControlTotal(ctx, runID, res, cte); ferr != nil {
+			return r.finishRun(ctx, runID, RunFailed, nil, ferr)
+		}
+		return r.finishRun(ctx, runID, RunRejected, map[Kind]int64{ControlTotalMismatch: 1}, err)
+	case err != nil:
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	diff, _ := json.Marshal(res.Diff)
+	if res.Diff == nil {
+		diff = nil
+	}
+	if err := r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET statement_id = ?, bill_date = ?::date, already_imported = ?,
+		diff = ?::jsonb, updated_at = now() WHERE id = ?`, res.StatementID, res.BillDate, res.AlreadyImported, nullable(diff), runID).Error; err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, fmt.Errorf("record statement on run: %w", err))
+	}
+	mr, err := r.Match(ctx, runID, res.StatementID, ms)
+	if err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	prog.Report(PhaseMatch, mr.Matched, mr.Lines)
+	prog.flush(ctx)
+	return r.finishRun(ctx, runID, RunSucceeded, mr.Counts, nil)
+}
+
+func nullable(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// StartRun creates a recon_runs row in status running (job may be nil for an ad hoc import).
+func (r *Reconciler) StartRun(ctx context.Context, job *ReconJob, channel, billDate, actor string) (int64, error) {
+	var jobID *int64
+	if job != nil {
+		jobID = &job.ID
+		if channel == "" {
+			channel = job.Channel
+		}
+	}
+	var date *string
+	if billDate != "" {
+		date = &billDate
+	}
+	var id int64
+	err := r.db.WithContext(ctx).Raw(`INSERT INTO recon_runs (job_id, channel, bill_date, actor) VALUES (?, ?, ?::date, ?) RETURNING id`,
+		jobID, channel, date, actor).Scan(&id).Error
+	if err != nil {
+		return 0, fmt.Errorf("start recon run: %w", err)
+	}
+	return id, nil
+}
+
+// setRunStatus records a status change of a run still under way (waiting for the statement).
+func (r *Reconciler) setRunStatus(ctx context.Context, runID int64, st RunStatus, note string) error {
+	var msg *string
+	if note != "" {
+		msg = &note
+	}
+	return r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, error = ?, updated_at = now() WHERE id = ?`,
+		st, msg, runID).Error
+}
+
+// finishRun records the end of a run and returns it with runErr (the run's own error).
+func (r *Reconciler) finishRun(ctx context.Context, runID int64, st RunStatus, counts map[Kind]int64, runErr error) (*Run, error) {
+	ctx = context.WithoutCancel(ctx) // a cancelled run is still recorded as over
+	c := map[string]int64{}
+	for k, v := range counts {
+		c[string(k)] = v
+	}
+	cj, _ := json.Marshal(c)
+	var msg *string
+	if runErr != nil {
+		s := oneLineError(runErr)
+		msg = &s
+	}
+	if err := r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, counts = ?::jsonb, error = ?, finished_at = now(), updated_at = now()
+		WHERE id = ?`, st, string(cj), msg, runID).Error; err != nil {
+		return nil, errors.Join(runErr, fmt.Errorf("finish recon run %d: %w", runID, err))
+	}
+	run, err := r.GetRun(ctx, runID)
+	if err != nil {
+		return nil, errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		level := "recon run failed"
+		if st == RunRejected {
+			level = "recon run rejected the statement"
+		}
+		r.cfg.Logger.Warn(level, "run", runID, "channel", run.Channel, "err", oneLineError(runErr))
+	} else if len(run.Counts) > 0 {
+		r.cfg.Logger.Info("recon run found discrepancies", "run", runID, "channel", run.Channel, "counts", run.Counts)
+	}
+	return run, runErr
+}
+
+// recordControlTotal records the rejected statement as a CONTROL_TOTAL_MISMATCH finding of the
+// run, identified by the file's hash (the same file rejected again updates the same finding).
+func (r *Reconciler) recordControlTotal(ctx context.Context, runID int64, res *ImportResult, cte *ControlTotalError) error {
+	ctx = context.WithoutCancel(ctx)
+	if res.BillDate == "" {
+		return fmt.Errorf("control totals do not agree and the statement's bill date is unknown: %w", cte)
+	}
+	detail := map[string]any{"sha256": res.SHA256, "summary_line": cte.Totals.Line, "source": cte.Totals.Source,
+		"checks": cte.Totals.Checks, "mismatches": cte.Totals.Mismatches(), "lines": res.Summary.Lines}
+	dj, _ := json.Marshal(detail)
+	err := r.db.WithContext(ctx).Exec(`INSERT INTO discrepancies (run_id, first_run_id, channel, bill_date, kind, subject, detail)
+		VALUES (?, ?, ?, ?::date, 'CONTROL_TOTAL_MISMATCH', ?, ?::jsonb)
+		ON CONFLICT (channel, bill_date, kind, subject) DO UPDATE SET run_id = EXCLUDED.run_id, detail = EXCLUDED.detail, updated_at = now()`,
+		runID, runID, res.Channel, res.BillDate, "file:"+res.SHA256, string(dj)).Error
+	if err == nil {
+		err = r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET bill_date = ?::date WHERE id = ?`, res.BillDate, runID).Error
+	}
+	if err != nil {
+		return fmt.Errorf("record control total finding: %w", err)
+	}
+	return nil
+}
+
+// runColumns fills a Run (with the job's name and the statement's version).
+const runColumns = `r.id, r.job_id, j.name AS job_name, r.channel, to_char(r.bill_date, 'YYYY-MM-DD') AS bill_date, r.statement_id,
+	s.version AS statement_ver, r.status, r.actor, r.already_imported, r.rows_parsed, r.rows_loaded, r.rows_matched,
+	r.counts::text AS counts, r.diff::text AS diff, r.error, r.started_at, r.updated_at, r.finished_at
+	FROM recon_runs r LEFT JOIN recon_jobs j ON j.id = r.job_id LEFT JOIN statements s ON s.id = r.statement_id`
+
+type runRow struct {
+	ID              int64
+	JobID           *int64
+	JobName         *string
+	Channel         string
+	BillDate        *string
+	StatementID     *int64
+	StatementVer    *int
+	Status          string
+	Actor           string
+	AlreadyImported bool
+	RowsParsed      int64
+	RowsLoaded      int64
+	RowsMatched     int64
+	Counts          *string
+	Diff            *string
+	Error           *string
+	StartedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      *time.Time
+}
+
+func (row runRow) run() Run {
+	run := Run{ID: row.ID, JobID: row.JobID, JobName: row.JobName, Channel: row.Channel, BillDate: row.BillDate,
+		StatementID: row.StatementID, StatementVer: row.StatementVer, Status: RunStatus(row.Status), Actor: row.Actor,
+		AlreadyImported: row.AlreadyImported, RowsParsed: row.RowsParsed, RowsLoaded: row.RowsLoaded, RowsMatched: row.RowsMatched,
+		Counts: map[string]int64{}, Error: row.Error, StartedAt: row.StartedAt, UpdatedAt: row.UpdatedAt, FinishedAt: row.FinishedAt}
+	if row.Counts != nil {
+		_ = json.Unmarshal([]byte(*row.Counts), &run.Counts)
+	}
+	if row.Diff != nil {
+		run.Diff = &VersionDiff{}
+		_ = json.Unmarshal([]byte(*row.Diff), run.Diff)
+	}
+	return run
+}
+
+// GetRun reads one run. Errors: ErrNotFound.
+func (r *Reconciler) GetRun(ctx context.Context, id int64) (*Run, error) {
+	var rows []runRow
+	if err := r.db.WithContext(ctx).Raw(`SELECT `+runColumns+` WHERE r.id = ?`, id).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("recon run %d: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("recon run %d: %w", id, ErrNotFound)
+	}
+	run := rows[0].run()
+	return &run, nil
+}
+
+// RunFilter selects runs, newest first.
+type RunFilter struct {
+	Job string // job name; empty: all
+	// BeforeID continues a listing after its last row (keyset paging); 0: from the newest.
+	BeforeID int64
+	Limit    int // default 50, at most 500
+}
+
+// ListRuns lists runs newest first with their progress and counts per kind
+// (recon_runs_listing_idx / recon_runs_job_idx serve it).
+func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	f.Limit = min(f.Limit, 500)
+	q := r.db.WithContext(ctx)
+	sqlText := `SELECT ` + runColumns + ` WHERE (? = 0 OR r.id < ?)`
+	args := []any{f.BeforeID, f.BeforeID}
+	if f.Job != "" {
+		sqlText += ` AND j.name = ?`
+		args = append(args, f.Job)
+	}
+	sqlText += ` ORDER BY r.id DESC LIMIT ?`
+	args = append(args, f.Limit)
+	var rows []runRow
+	if err := q.Raw(sqlText, args...).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list recon runs: %w", err)
+	}
+	out := make([]Run, len(rows))
+	for i, row := range rows {
+		out[i] = row.run()
+	}
+	return out, nil
+}
+
+// runProgress keeps a run's progress columns current (at most every ProgressInterval) and
+// forwards every report to the caller's Progress.
+type runProgress struct {
+	r     *Reconciler
+	runID int64
+	next  daemon.Progress
+
+	mu                      sync.Mutex
+	parsed, loaded, matched int64
+	last                    time.Time
+	dirty                   bool
+}
+
+func (r *Reconciler) newRunProgress(runID int64, next daemon.Progress) *runProgress {
+	return &runProgress{r: r, runID: runID, next: next}
+}
+
+func (p *runProgress) Report(phase string, done, total int64) {
+	p.next.Report(phase, done, total)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch phase {
+	case PhaseParse:
+		p.parsed = done
+	case PhaseLoad:
+		p.loaded = done
+	case PhaseMatch:
+		p.matched = done
+	default:
+		return
+	}
+	p.dirty = true
+	if time.Since(p.last) >= p.r.cfg.ProgressInterval {
+		p.writeLocked(context.Background())
+	}
+}
+
+func (p *runProgress) flush(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dirty {
+		p.writeLocked(context.WithoutCancel(ctx))
+	}
+}
+
+// writeLocked writes the counters on the pool, outside the import's transaction, so readers see
+// them while the import is still open. A failed progress write is not worth failing the run.
+func (p *runProgress) writeLocked(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p.last, p.dirty = time.Now(), false
+	err := p.r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET rows_parsed = ?, rows_loaded = ?, rows_matched = ?, updated_at = now()
+		WHERE id = ?`, p.parsed, p.loaded, p.matched, p.runID).Error
+	if err != nil {
+		p.r.cfg.Logger.Warn("recon run progress not recorded", "run", p.runID, "err", err)
+	}
+}

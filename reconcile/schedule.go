@@ -1,0 +1,224 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idemops/idemops/daemon"
+)
+
+// JobName is the daemon job name of reconciliation; its schedule params are JobParams.
+const JobName = "reconcile"
+
+// JobParams are the parameters of a "reconcile" schedule.
+type JobParams struct {
+	Job  string `json:"job"`            // the recon job's name
+	Date string `json:"date,omitempty"` // bill date YYYY-MM-DD; empty: today minus the job's offset
+}
+
+// Job runs recon jobs for the daemon (daemon.Job). The integrator mirrors each recon job into
+// the daemon's schedules as {name: "reconcile", params: {"job": NAME}, cron_spec, time_zone}.
+type Job struct{ r *Reconciler }
+
+// NewJob returns the daemon job that runs recon jobs with r.
+func NewJob(r *Reconciler) *Job { return &Job{r: r} }
+
+var _ daemon.Job = (*Job)(nil)
+
+// Name implements daemon.Job.
+func (j *Job) Name() string { return JobName }
+
+// RunOnce implements daemon.Job: it runs the recon job named in params (a disabled job does
+// nothing) and returns the lines loaded and the findings per kind.
+func (j *Job) RunOnce(ctx context.Context, params []byte, p daemon.Progress) (daemon.Stats, error) {
+	var jp JobParams
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &jp); err != nil {
+			return nil, invalidf("params", "not a JSON object {\"job\": NAME, \"date\": YYYY-MM-DD}: %v", err)
+		}
+	}
+	if jp.Job == "" {
+		return nil, invalidf("params.job", "must name a recon job")
+	}
+	job, err := j.r.GetJob(ctx, jp.Job)
+	if err != nil {
+		return nil, err
+	}
+	if !job.Enabled {
+		return daemon.Stats{}, nil
+	}
+	run, err := j.r.RunJob(ctx, job, jp.Date, "daemon", p)
+	if run == nil {
+		return nil, err
+	}
+	stats := daemon.Stats{"lines_loaded": run.RowsLoaded, "lines_matched": run.RowsMatched}
+	for k, v := range run.Counts {
+		stats[strings.ToLower(k)] = v
+	}
+	return stats, err
+}
+
+// RunJob runs one recon job for one bill date (empty: today in the job's zone minus its
+// offset) on behalf of actor: it creates the run, fetches the statement — retrying "not ready
+// yet" with backoff until the job's ready deadline, the run showing status waiting meanwhile —
+// then imports and matches it. A statement still missing at the deadline fails the run with
+// ErrNotReady. The run is returned with any error (nil only if it could not be created).
+func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor string, p daemon.Progress) (*Run, error) {
+	if p == nil {
+		p = daemon.NopProgress{}
+	}
+	if billDate == "" {
+		billDate = job.BillDate(r.cfg.Now())
+	} else if _, err := time.Parse(time.DateOnly, billDate); err != nil {
+		return nil, invalidf("date", "%q is not YYYY-MM-DD", billDate)
+	}
+	runID, err := r.StartRun(ctx, job, job.Channel, billDate, actor)
+	if err != nil {
+		return nil, err
+	}
+	deadline := r.cfg.Now().Add(time.Duration(job.ReadyDeadlineSeconds) * time.Second)
+	backoff := r.cfg.RetryBackoff
+	var src *fetched
+	for attempt := 1; ; attempt++ {
+		src, err = r.fetch(ctx, job.Source, billDate)
+		if err == nil || !errors.Is(err, ErrNotReady) {
+			break
+		}
+		if !r.cfg.Now().Add(backoff).Before(deadline) {
+			err = fmt.Errorf("%w after %d attempts until the deadline (%s): %v", ErrNotReady, attempt,
+				time.Duration(job.ReadyDeadlineSeconds)*time.Second, oneLineError(err))
+			break
+		}
+		_ = r.setRunStatus(ctx, runID, RunWaiting, fmt.Sprintf("attempt %d: %s; retrying in %s", attempt, oneLineError(err), backoff))
+		p.Report("waiting", int64(attempt), 0)
+		select {
+		case <-ctx.Done():
+			return r.finishRun(ctx, runID, RunFailed, nil, fmt.Errorf("%w: cancelled while waiting: %v", ErrNotReady, ctx.Err()))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, r.cfg.RetryBackoffMax)
+	}
+	if err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	defer src.close()
+	if err := r.setRunStatus(ctx, runID, RunRunning, ""); err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	req := RunRequest{Job: job, RunID: runID, Import: ImportRequest{Channel: job.Channel, Format: job.Format,
+		BillDate: billDate, Location: job.Location(), Importer: actor, SHA256: src.sha, Size: src.size}}
+	return r.Reconcile(ctx, req, src.f, p)
+}
+
+// ExpandSource puts the bill date into a job's source pattern.
+func ExpandSource(source, billDate string) string {
+	return strings.NewReplacer("{date}", billDate, "{yyyymmdd}", strings.ReplaceAll(billDate, "-", "")).Replace(source)
+}
+
+// fetched is a statement ready to import: an open file (the source itself, or a temporary copy
+// of an HTTP response) with its hash and size.
+type fetched struct {
+	f    *os.File
+	sha  string
+	size int64
+	temp bool
+}
+
+func (f *fetched) close() {
+	f.f.Close()
+	if f.temp {
+		os.Remove(f.f.Name())
+	}
+}
+
+// fetch gets the statement for billDate. ErrNotReady: the file is missing, HTTP 404, or the
+// channel answered 5xx/429 or not at all (worth retrying); ErrFetch: any other failure;
+// ErrTooLarge: over MaxBytes.
+func (r *Reconciler) fetch(ctx context.Context, source, billDate string) (*fetched, error) {
+	loc := ExpandSource(source, billDate)
+	if isHTTPSource(loc) {
+		return r.fetchHTTP(ctx, loc)
+	}
+	st, err := os.Stat(loc)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s does not exist yet", ErrNotReady, loc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	if st.Size() > r.cfg.MaxBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, loc, st.Size(), r.cfg.MaxBytes)
+	}
+	sha, size, err := HashFile(loc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	f, err := os.Open(loc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	return &fetched{f: f, sha: sha, size: size}, nil
+}
+
+// fetchHTTP downloads the statement into a temporary file (hashing it on the way), so that the
+// import reads a complete file and a known one is skipped unparsed.
+func (r *Reconciler) fetchHTTP(ctx context.Context, u string) (*fetched, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	resp, err := r.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GET %s: %v", ErrNotReady, redactURL(u), err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: GET %s: 404 Not Found", ErrNotReady, redactURL(u))
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrNotReady, redactURL(u), resp.Status)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, redactURL(u), resp.Status)
+	case resp.ContentLength > r.cfg.MaxBytes:
+		return nil, fmt.Errorf("%w: GET %s: %d bytes, the limit is %d", ErrTooLarge, redactURL(u), resp.ContentLength, r.cfg.MaxBytes)
+	}
+	tmp, err := os.CreateTemp(r.cfg.TempDir, "idemops-statement-*")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	out := &fetched{f: tmp, temp: true}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, r.cfg.MaxBytes+1))
+	switch {
+	case err != nil:
+		out.close()
+		return nil, fmt.Errorf("%w: GET %s: reading the body: %v", ErrNotReady, redactURL(u), err)
+	case n > r.cfg.MaxBytes:
+		out.close()
+		return nil, fmt.Errorf("%w: GET %s: more than %d bytes", ErrTooLarge, redactURL(u), r.cfg.MaxBytes)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		out.close()
+		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
+	}
+	out.sha, out.size = hex.EncodeToString(h.Sum(nil)), n
+	return out, nil
+}
+
+// redactURL drops the query (it may carry a token) from URLs in errors and logs.
+func redactURL(u string) string {
+	base, _, _ := strings.Cut(u, "?")
+	return base
+}
