@@ -156,14 +156,18 @@ func (d *Daemon) ID() string { return d.id }
 func (d *Daemon) IsLeader() bool { return d.lead.Load() != nil }
 
 // Register adds a job with its default schedule (a cron spec, UTC). Start creates the schedule
-// row named after the job unless one exists, so an operator's changes survive restarts. Call it
-// before Start. Errors: ErrInvalidSchedule, ErrInvalidConfig (a duplicate or bad name).
+// row named after the job unless one exists, so an operator's changes survive restarts. An empty
+// defaultSpec registers a job that runs only from schedules made elsewhere (one per recon job,
+// with its params). Call it before Start. Errors: ErrInvalidSchedule, ErrInvalidConfig (a
+// duplicate or bad name).
 func (d *Daemon) Register(job Job, defaultSpec string) error {
 	if err := validateName("job name", job.Name()); err != nil {
 		return err
 	}
-	if err := ValidateSchedule(defaultSpec, "UTC"); err != nil {
-		return fmt.Errorf("job %s: %w", job.Name(), err)
+	if defaultSpec != "" {
+		if err := ValidateSchedule(defaultSpec, "UTC"); err != nil {
+			return fmt.Errorf("job %s: %w", job.Name(), err)
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -212,6 +216,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 	d.mu.Unlock()
 
 	for _, r := range jobs {
+		if r.defaultSpec == "" {
+			continue
+		}
 		if err := ensureSchedule(ctx, d.db, ScheduleSpec{Name: r.job.Name(), Job: r.job.Name(), Spec: r.defaultSpec}); err != nil {
 			return err
 		}

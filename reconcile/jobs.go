@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/robfig/cron/v3"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/daemon"
 )
 
 // JobSpec is what an operator edits of a recon job.
@@ -214,11 +218,17 @@ func (r *Reconciler) CreateJob(ctx context.Context, spec JobSpec) (*ReconJob, er
 		return nil, err
 	}
 	var rows []jobRow
-	err := r.db.WithContext(ctx).Raw(`INSERT INTO recon_jobs (name, channel, format, source, operations, bill_date_offset_days,
+	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Raw(`INSERT INTO recon_jobs (name, channel, format, source, operations, bill_date_offset_days,
 		cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds)
 		VALUES (?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?) RETURNING `+jobColumns,
-		spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-		spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds).Scan(&rows).Error
+			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds).Scan(&rows).Error
+		if err != nil {
+			return err
+		}
+		return syncSchedule(ctx, tx, "", rows[0].job())
+	})
 	if isUniqueViolation(err) {
 		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
 	}
@@ -236,11 +246,17 @@ func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (
 		return nil, err
 	}
 	var rows []jobRow
-	err := r.db.WithContext(ctx).Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?,
+	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?,
 		operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
 		grace_seconds = ?, ready_deadline_seconds = ?, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
-		spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-		spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds, name).Scan(&rows).Error
+			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds, name).Scan(&rows).Error
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		return syncSchedule(ctx, tx, name, rows[0].job())
+	})
 	if isUniqueViolation(err) {
 		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
 	}
@@ -256,14 +272,47 @@ func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (
 
 // SetJobEnabled enables or disables a job. Errors: ErrNotFound.
 func (r *Reconciler) SetJobEnabled(ctx context.Context, name string, enabled bool) error {
-	res := r.db.WithContext(ctx).Exec(`UPDATE recon_jobs SET enabled = ?, updated_at = now() WHERE name = ?`, enabled, name)
-	if res.Error != nil {
-		return fmt.Errorf("enable recon job %s: %w", name, res.Error)
+	var rows []jobRow
+	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Raw(`UPDATE recon_jobs SET enabled = ?, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
+			enabled, name).Scan(&rows).Error
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		return syncSchedule(ctx, tx, name, rows[0].job())
+	})
+	if err != nil {
+		return fmt.Errorf("enable recon job %s: %w", name, err)
 	}
-	if res.RowsAffected == 0 {
+	if len(rows) == 0 {
 		return fmt.Errorf("recon job %q: %w", name, ErrNotFound)
 	}
 	return nil
+}
+
+// ScheduleName is the daemon schedule that runs a recon job.
+func ScheduleName(job string) string { return JobName + ":" + job }
+
+// syncSchedule mirrors a recon job into the daemon's schedules, in the transaction that changed
+// the job, so the daemon runs exactly what recon_jobs says: its cron spec in its time zone, paused
+// while the job is disabled, with a timeout that covers waiting for a late statement.
+func syncSchedule(ctx context.Context, tx *gorm.DB, oldName string, j ReconJob) error {
+	if oldName != "" && oldName != j.Name {
+		if err := daemon.DeleteSchedule(ctx, tx, ScheduleName(oldName)); err != nil && !errors.Is(err, daemon.ErrUnknownSchedule) {
+			return err
+		}
+	}
+	params, _ := json.Marshal(JobParams{Job: j.Name})
+	timeout := time.Duration(j.ReadyDeadlineSeconds)*time.Second + 10*time.Minute
+	timeout = min(timeout, 24*time.Hour)
+	if err := daemon.SaveSchedule(ctx, tx, daemon.ScheduleSpec{Name: ScheduleName(j.Name), Job: JobName, Params: params,
+		Spec: j.CronSpec, TimeZone: j.TimeZone, Timeout: timeout}); err != nil {
+		return err
+	}
+	if j.Enabled {
+		return daemon.Resume(ctx, tx, ScheduleName(j.Name))
+	}
+	return daemon.Pause(ctx, tx, ScheduleName(j.Name))
 }
 
 // GetJob reads a job by name. Errors: ErrNotFound.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -87,6 +88,15 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 		return nil, err
 	}
 	if err := d.Register(purge, purgeSpec); err != nil {
+		return nil, err
+	}
+	// Reconciliation runs from one schedule per recon job (kept in step by the reconcile
+	// package), so it has no default schedule of its own.
+	rec, err := reconcile.New(deps.DB, reconcile.Config{Store: deps.Store, Operations: deps.Operations, Logger: deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Register(reconcile.NewJob(rec), ""); err != nil {
 		return nil, err
 	}
 	return d, nil

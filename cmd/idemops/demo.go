@@ -20,6 +20,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/reconcile"
 )
 
 // demoReady is the one line `idemops demo` prints for scripts once everything is up.
@@ -172,7 +173,29 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 		return nil, err
 	}
 	p.stops = append(p.stops, stopDaemon)
+	if err := demoReconJob(ctx, d, store, world); err != nil {
+		p.stop()
+		return nil, err
+	}
 	return p, nil
+}
+
+// demoReconJob schedules reconciliation of today's paysim WeChat bill every minute, so findings
+// appear in the console while the demo runs.
+func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *demo.World) error {
+	rec, err := reconcile.New(d.DB, reconcile.Config{Store: store, Operations: operationSet{world.Operations}})
+	if err != nil {
+		return err
+	}
+	spec := reconcile.JobSpec{Name: "paysim-wechat", Channel: "paysim", Format: "wechat",
+		Source: world.PaysimURL + "/statements/{date}?format=wechat", Operations: []string{demo.OperationCharge},
+		CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60}
+	if _, err := rec.UpdateJob(ctx, spec.Name, spec); errors.Is(err, reconcile.ErrNotFound) {
+		_, err = rec.CreateJob(ctx, spec)
+		return err
+	} else {
+		return err
+	}
 }
 
 // startDaemon builds and starts a replica in this process; stop finishes its batch in hand.
