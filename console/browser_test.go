@@ -151,7 +151,9 @@ func TestBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.querySelector('select[name=state]').value = 'completed'`)); err != nil {
 		t.Fatal(err)
 	}
-	step("search", chromedp.Click(`form[action="/keys"] button[type=submit]`), chromedp.WaitVisible(`table.keys`))
+	// Wait for the new page (its form echoes the filter), not for the old page's table.
+	step("search", chromedp.Click(`form[action="/keys"] button[type=submit]`),
+		chromedp.WaitReady(`select[name=state] option[value=completed][selected]`), chromedp.WaitVisible(`table.keys`))
 	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || !strings.Contains(loc, "state=completed") {
 		t.Errorf("search URL %q (%v): the filter is not in the shareable URL", loc, err)
 	}

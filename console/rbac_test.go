@@ -31,6 +31,15 @@ func TestRoleRouteMatrix(t *testing.T) {
 	k := b.seedKey("acme", "payment.charge", "k-1", `{"amount":100,"currency":"USD"}`, true)
 	id := strconv.FormatInt(k.ID, 10)
 	tid := strconv.FormatInt(target.ID, 10)
+	// A replay request of the key, decided already (approving it again is a 409 for any operator).
+	rq := b.seedFailed("acme", "payment.charge-rq", `{"amount":100,"currency":"USD"}`, true)
+	var rids []int64
+	if err := b.db.Raw(`INSERT INTO replay_requests (key_id, tenant, key_digest, key_version, token_hash, requested_by, requester,
+		reason, preview, needs_approval, state) VALUES (?, 'acme', ?, 1, 'x', ?, 'target', 'matrix', 'a charge', false, 'executed')
+		RETURNING id`, rq.ID, rq.KeyDigest, target.ID).Scan(&rids).Error; err != nil {
+		t.Fatal(err)
+	}
+	rid := strconv.FormatInt(rids[0], 10)
 
 	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
 	cases := map[string]matrixCase{
@@ -55,6 +64,26 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /admin/operators/:id/tokens": {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
 		"GET /api/v1/keys":                 {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
 		"GET /api/v1/keys/:id":             {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
+		// Replays: operators and admins; a confirmation without a token is a 400 once the role passed.
+		"GET /keys/:id/replay":                {"/keys/" + id + "/replay", nil, [4]int{R, F, 200, 200}},
+		"POST /keys/:id/replay":               {"/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{R, F, 400, 400}},
+		"POST /keys/:id/final":                {"/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{R, F, F, 400}},
+		"GET /replays":                        {"/replays", nil, [4]int{R, F, 200, 200}},
+		"GET /replays/:id":                    {"/replays/" + rid, nil, [4]int{R, F, 200, 200}},
+		"POST /replays/:id/approve":           {"/replays/" + rid + "/approve", nil, [4]int{R, F, 409, 409}},
+		"POST /replays/bulk":                  {"/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{R, F, 400, 400}},
+		"GET /replays/bulk/:id":               {"/replays/bulk/999999", nil, [4]int{R, F, 404, 404}},
+		"GET /replays/bulk/:id/progress":      {"/replays/bulk/999999/progress", nil, [4]int{R, F, 404, 404}},
+		"POST /replays/bulk/:id/start":        {"/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{R, F, 404, 404}},
+		"GET /api/v1/keys/:id/replay":         {"/api/v1/keys/" + id + "/replay", nil, [4]int{U, F, 200, 200}},
+		"POST /api/v1/keys/:id/replay":        {"/api/v1/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{U, F, 400, 400}},
+		"GET /api/v1/keys/:id/final":          {"/api/v1/keys/" + id + "/final", nil, [4]int{U, F, F, 200}},
+		"POST /api/v1/keys/:id/final":         {"/api/v1/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{U, F, F, 400}},
+		"GET /api/v1/replays/:id":             {"/api/v1/replays/" + rid, nil, [4]int{U, F, 200, 200}},
+		"POST /api/v1/replays/:id/approve":    {"/api/v1/replays/" + rid + "/approve", url.Values{}, [4]int{U, F, 409, 409}},
+		"POST /api/v1/replays/bulk":           {"/api/v1/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{U, F, 400, 400}},
+		"GET /api/v1/replays/bulk/:id":        {"/api/v1/replays/bulk/999999", nil, [4]int{U, F, 404, 404}},
+		"POST /api/v1/replays/bulk/:id/start": {"/api/v1/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{U, F, 404, 404}},
 	}
 
 	roles := []string{"", "v", "o", "a"}
@@ -83,8 +112,17 @@ func TestRoleRouteMatrix(t *testing.T) {
 				c = b.signIn(role)
 			}
 			switch {
-			case rt.Kind == kindAPI:
+			case rt.Kind == kindAPI && rt.Method == "GET":
 				got = c.api(tc.path, tokens[role])
+			case rt.Kind == kindAPI:
+				body := map[string]any{}
+				for k, v := range tc.form {
+					body[k] = v[0]
+				}
+				if strings.HasSuffix(rt.Path, "/replays/bulk") {
+					body = map[string]any{"filter": map[string]string{"tenant": tc.form.Get("tenant")}}
+				}
+				got = c.apiPost(tc.path, tokens[role], body)
 			case rt.Method == "GET":
 				got = c.get(tc.path)
 			default:
