@@ -55,3 +55,7 @@ func (s *Server) metricsPage(c *gin.Context, _ *request) error {
 	s.metrics.handler.ServeHTTP(c.Writer, c.Request)
 	return nil
 }
+
+// Registerer is the registry /metrics serves: processes that run more than the console (serve,
+// demo) register their daemon's collectors here so one endpoint shows everything.
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.reg }

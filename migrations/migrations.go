@@ -23,9 +23,11 @@ var files embed.FS
 // FS is the embedded migration files.
 func FS() fs.FS { return files }
 
-// Provider returns a goose provider for db over the embedded files.
+// Provider returns a goose provider for db over the embedded files. Migrations are numbered by
+// owning package, so a database made before a lower-numbered file existed gets that file
+// applied late instead of being refused (each file touches only its own tables).
 func Provider(db *sql.DB) (*goose.Provider, error) {
-	return goose.NewProvider(goose.DialectPostgres, db, files)
+	return goose.NewProvider(goose.DialectPostgres, db, files, goose.WithAllowOutofOrder(true))
 }
 
 // Up applies every pending migration.

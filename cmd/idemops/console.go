@@ -27,9 +27,9 @@ import (
 // beside its data directory, generated on first use. Key digests are HMACs under it, so every
 // process of one deployment must share it.
 func digestSecret(cmd *cobra.Command, d *database) ([]byte, error) {
-	if v := os.Getenv("IDEMOPS_DIGEST_SECRET"); v != "" {
+	if v := flagOrEnv(cmd, "digest-secret", "IDEMOPS_DIGEST_SECRET"); v != "" {
 		if len(v) < 16 {
-			return nil, usagef("IDEMOPS_DIGEST_SECRET must be at least 16 characters")
+			return nil, usagef("--digest-secret / IDEMOPS_DIGEST_SECRET must be at least 16 characters")
 		}
 		return []byte(v), nil
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
-	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 )
 
@@ -143,7 +143,7 @@ func (p *demoParts) stop() {
 func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
 	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
 	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
-	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: registryLookup(world.Operations), Logger: log})
+	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -165,15 +165,34 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	}
 	p.consoleURL = url
 	p.stops = append(p.stops, stop)
+	stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{world.Operations},
+		Senders: world.Senders(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.stops = append(p.stops, stopDaemon)
 	return p, nil
 }
 
-// registryLookup adapts a downstream registry to the console's and the daemon's lookups.
-func registryLookup(r *downstream.Registry) func(string) (claim.Operation, bool) {
-	return func(name string) (claim.Operation, bool) {
-		op, err := r.Get(name)
-		return op, err == nil
+// startDaemon builds and starts a replica in this process; stop finishes its batch in hand.
+func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop func(), err error) {
+	dm, err := newDaemon(deps, opt)
+	if err != nil {
+		return nil, daemonErr(err)
 	}
+	// The replica outlives the signal context: the signal starts the graceful Stop.
+	life, kill := context.WithCancel(context.WithoutCancel(ctx))
+	if err := dm.Start(life); err != nil {
+		kill()
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = dm.Stop(sctx)
+		kill()
+	}, nil
 }
 
 func randomToken(n int) string {

@@ -59,8 +59,9 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("data-dir", ".idemops/pg", "where the private PostgreSQL lives when no database URL is given (env IDEMOPS_DATA_DIR)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newMigrateCmd())
+	root.AddCommand(newDaemonCmd(), newJobsCmd())
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
-	root.AddCommand(newDemoCmd())
+	root.AddCommand(newDemoCmd(), newServeCmd())
 	return root
 }

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
+)
+
+// Default schedules of the daemon's own jobs (operators may change them in the schedules table).
+const (
+	reclaimSpec = "@every 15s"
+	outboxSpec  = "@every 5s"
+)
+
+// daemonDeps is what the daemon's jobs run against.
+type daemonDeps struct {
+	DB    *gorm.DB
+	Store *claim.Store
+	// Operations finds a key's Operation for the reclaimer (downstream.Registry from
+	// --operations; the demo's registry in `idemops demo`). A key whose operation is unknown is
+	// parked with a backoff and, after a few tries, flagged "needs attention".
+	Operations daemon.Operations
+	// Senders deliver outbox rows by operation; a row with no sender fails visibly after its
+	// attempts ("no sender registered").
+	Senders    daemon.Senders
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// daemonOptions are the tunables the flags set.
+type daemonOptions struct {
+	Daemon  daemon.Config
+	Reclaim daemon.ReclaimConfig
+	Outbox  daemon.OutboxConfig
+}
+
+// newDaemon builds a replica with every job registered. It is the one place jobs are wired in:
+// reconciliation and retention jobs are added here too (d.Register(job, spec)).
+func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
+	if deps.Operations == nil {
+		deps.Operations = daemon.NoOperations{}
+	}
+	if deps.Senders == nil {
+		deps.Senders = daemon.SenderMap{}
+	}
+	opt.Daemon.DB, opt.Daemon.Registerer, opt.Daemon.Logger = deps.DB, deps.Registerer, deps.Logger
+	opt.Reclaim.Logger, opt.Outbox.Logger = deps.Logger, deps.Logger
+	d, err := daemon.New(opt.Daemon)
+	if err != nil {
+		return nil, err
+	}
+	reclaim, err := daemon.NewReclaimJob(deps.Store, deps.Operations, opt.Reclaim)
+	if err != nil {
+		return nil, err
+	}
+	relay, err := daemon.NewOutboxRelay(deps.DB, deps.Senders, opt.Outbox)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Register(reclaim, reclaimSpec); err != nil {
+		return nil, err
+	}
+	if err := d.Register(relay, outboxSpec); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// addDaemonFlags declares the flags `daemon` and `jobs run` share.
+func addDaemonFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("digest-secret", "", "deployment secret for key digests, at least 16 bytes (env IDEMOPS_DIGEST_SECRET; generated beside the private cluster when unset)")
+	f.String("operations", "", "YAML file of the downstream operations keys use (env IDEMOPS_OPERATIONS; see downstream/testdata/paysim-ops.yaml)")
+	f.Int("reclaim-batch", 100, "expired leases taken over per statement")
+	f.Int("reclaim-max", 10000, "expired leases taken over per run at most")
+	f.Int("reclaim-workers", 4, "keys driven concurrently within a batch")
+	f.Int("outbox-batch", 100, "outbox rows claimed per statement")
+	f.Int("outbox-workers", 4, "outbox rows sent concurrently within a batch")
+	f.Int("outbox-attempts", 10, "sends per outbox row before it is failed")
+}
+
+// daemonSetup opens the database and builds the replica from the flags.
+func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg prometheus.Registerer) (*database, *daemon.Daemon, error) {
+	ctx := cmd.Context()
+	ops, err := loadOperations(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	f := cmd.Flags()
+	opt.Reclaim.BatchSize, _ = f.GetInt("reclaim-batch")
+	opt.Reclaim.MaxPerRun, _ = f.GetInt("reclaim-max")
+	opt.Reclaim.Workers, _ = f.GetInt("reclaim-workers")
+	opt.Outbox.BatchSize, _ = f.GetInt("outbox-batch")
+	opt.Outbox.Workers, _ = f.GetInt("outbox-workers")
+	opt.Outbox.MaxAttempts, _ = f.GetInt("outbox-attempts")
+
+	d, err := openDatabase(ctx, cmd, true, migrate)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret, err := digestSecret(cmd, d)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Owner: "daemon:" + opt.Daemon.Name, Logger: logger})
+	if err != nil {
+		d.Close()
+		return nil, nil, usageError{err}
+	}
+	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger}, opt)
+	if err != nil {
+		d.Close()
+		return nil, nil, daemonErr(err)
+	}
+	return d, dm, nil
+}
+
+// daemonErr maps the daemon package's input errors to a usage error (exit 2), in one place.
+func daemonErr(err error) error {
+	for _, kind := range []error{daemon.ErrInvalidConfig, daemon.ErrInvalidSchedule, daemon.ErrUnknownJob, daemon.ErrUnknownSchedule} {
+		if errors.Is(err, kind) {
+			return usageError{err}
+		}
+	}
+	return err
+}
+
+func newDaemonCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run a daemon replica (leader election, schedules, reclaimer, outbox relay) until SIGINT/SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			var opt daemonOptions
+			opt.Daemon.Name = flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")
+			opt.Daemon.LeaseTTL, _ = f.GetDuration("lease-ttl")
+			opt.Daemon.RenewEvery, _ = f.GetDuration("renew-every")
+			opt.Daemon.ShutdownTimeout, _ = f.GetDuration("shutdown-timeout")
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+			db, d, err := daemonSetup(cmd, true, opt, reg)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+
+			if addr, _ := f.GetString("metrics-addr"); addr != "" {
+				stop, err := serveMetrics(addr, reg)
+				if err != nil {
+					return usagef("--metrics-addr %s: %v", addr, err)
+				}
+				defer stop()
+			}
+			// The daemon outlives the signal context: the signal starts the graceful Stop.
+			life, kill := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer kill()
+			if err := d.Start(life); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
+			<-cmd.Context().Done()
+			fmt.Fprintln(cmd.OutOrStdout(), "stopping: finishing the batches in hand")
+			sctx, cancel := context.WithTimeout(context.Background(), opt.Daemon.ShutdownTimeout+10*time.Second)
+			defer cancel()
+			return d.Stop(sctx)
+		},
+	}
+	addDaemonFlags(cmd)
+	f := cmd.Flags()
+	f.String("replica", "", "replica name shown in the console (env IDEMOPS_REPLICA; default: the host name)")
+	f.Duration("lease-ttl", 15*time.Second, "leader lease TTL")
+	f.Duration("renew-every", 5*time.Second, "leader lease renewal interval (at most half the TTL)")
+	f.Duration("shutdown-timeout", 30*time.Second, "how long a stop waits for the batch in hand")
+	f.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464); empty: off")
+	return cmd
+}
+
+// serveMetrics serves reg on addr until stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 10 * time.Second}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 15 * time.Second, MaxHeaderBytes: 16 << 10}
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+func newJobsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List the daemon's schedules, or run one job now",
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "Schedules with their next run and last run status, the leader and the replicas",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			db, err := openDatabase(ctx, cmd, true, false)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			return schemaErr(printJobs(ctx, cmd.OutOrStdout(), db.DB))
+		},
+	}
+	run := &cobra.Command{
+		Use:   "run NAME",
+		Short: "Run one job (or schedule) now, in this process, and print its stats",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usagef("jobs run takes one job or schedule name")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var opt daemonOptions
+			opt.Daemon.Name = "cli"
+			db, d, err := daemonSetup(cmd, false, opt, prometheus.NewRegistry())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			r, err := d.RunJob(cmd.Context(), args[0])
+			if err = schemaErr(err); err != nil {
+				if errors.Is(err, daemon.ErrUnknownJob) {
+					return usagef("jobs run %s: no such job or schedule (jobs: %s)", args[0], strings.Join(sorted(d.Jobs()), ", "))
+				}
+				return err
+			}
+			printRun(cmd.OutOrStdout(), r)
+			if r.Status != daemon.RunSucceeded {
+				return fmt.Errorf("run %d of %s %s: %s", r.ID, r.Job, r.Status, r.Error)
+			}
+			return nil
+		},
+	}
+	addDaemonFlags(run)
+	cmd.AddCommand(list, run)
+	return cmd
+}
+
+// schemaErr explains a missing table (an unmigrated database) in one line.
+func schemaErr(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42P01" {
+		return fmt.Errorf("the daemon's tables are missing (%s): run `idemops migrate up` first", pg.Message)
+	}
+	return err
+}
+
+func printJobs(ctx context.Context, out io.Writer, db *gorm.DB) error {
+	leader, err := daemon.Leader(ctx, db)
+	if err != nil {
+		return err
+	}
+	switch {
+	case leader == nil:
+		fmt.Fprintln(out, "leader: none ever elected")
+	case leader.Expired:
+		fmt.Fprintf(out, "leader: none (lease of %s, term %d, expired %s)\n", leader.LeaderID, leader.Term, leader.ExpiresAt.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(out, "leader: %s (term %d, since %s)\n", leader.LeaderID, leader.Term, leader.ElectedAt.Format(time.RFC3339))
+	}
+	replicas, err := daemon.Replicas(ctx, db)
+	if err != nil {
+		return err
+	}
+	for _, r := range replicas {
+		fmt.Fprintf(out, "replica: %s on %s pid %d, last seen %s ago\n", r.ID, r.Host, r.PID, time.Since(r.LastSeen).Round(time.Second))
+	}
+	schedules, err := daemon.ListSchedules(ctx, db)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tJOB\tSPEC\tZONE\tNEXT RUN\tSTATE\tLAST RUN\tLAST STATUS")
+	for _, s := range schedules {
+		state := "active"
+		if s.Paused {
+			state = "paused"
+		}
+		if s.RunRequestedAt != nil {
+			state += ", run requested"
+		}
+		last, status := "never", "-"
+		if s.LastRun != nil {
+			last, status = s.LastRun.StartedAt.Format(time.RFC3339), string(s.LastRun.Status)
+			if s.LastRun.Error != "" {
+				status += ": " + s.LastRun.Error
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Job, s.Spec, s.TimeZone,
+			s.NextRunAt.Format(time.RFC3339), state, last, status)
+	}
+	return tw.Flush()
+}
+
+func printRun(out io.Writer, r *daemon.Run) {
+	fmt.Fprintf(out, "run %d of %s: %s in %s\n", r.ID, r.Job, r.Status, r.Duration().Round(time.Millisecond))
+	keys := make([]string, 0, len(r.Stats))
+	for k := range r.Stats {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(out, "  %-18s %d\n", k, r.Stats[k])
+	}
+	if r.Error != "" {
+		fmt.Fprintf(out, "  error: %s\n", r.Error)
+	}
+}
+
+func sorted(s []string) []string {
+	slices.Sort(s)
+	return s
+}

@@ -1,0 +1,159 @@
+package daemon_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+// onlyLeader waits until exactly one of ds leads and returns it.
+func onlyLeader(t *testing.T, ds ...*daemon.Daemon) *daemon.Daemon {
+	t.Helper()
+	var leader *daemon.Daemon
+	eventually(t, 3*time.Second, "one leader", func() bool {
+		n := 0
+		for _, d := range ds {
+			if d.IsLeader() {
+				leader = d
+				n++
+			}
+		}
+		return n == 1
+	})
+	return leader
+}
+
+func TestLeader_OneReplicaLeadsAndReplicasAreVisible(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := newDaemon(t, open(t, url), "a", nil), newDaemon(t, open(t, url), "b", nil)
+	start(t, a)
+	start(t, b)
+	leader := onlyLeader(t, a, b)
+
+	db := open(t, url)
+	ctx := context.Background()
+	info, err := daemon.Leader(ctx, db)
+	if err != nil || info == nil {
+		t.Fatalf("Leader: %v, %v", info, err)
+	}
+	if info.LeaderID != leader.ID() || info.Expired || info.Term < 1 {
+		t.Fatalf("lease %+v, want held by %s", info, leader.ID())
+	}
+	eventually(t, 2*time.Second, "both heartbeats", func() bool {
+		rs, err := daemon.Replicas(ctx, db)
+		if err != nil || len(rs) != 2 {
+			return false
+		}
+		leaders := 0
+		for _, r := range rs {
+			if r.IsLeader {
+				leaders++
+				if r.ID != leader.ID() {
+					t.Fatalf("replica %s shown as leader, want %s", r.ID, leader.ID())
+				}
+			}
+		}
+		return leaders == 1
+	})
+	// The two replicas never lead at once, sampled over a few renewals.
+	for range 30 {
+		if a.IsLeader() && b.IsLeader() {
+			t.Fatal("both replicas lead")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLeader_FailoverWithinOneTTLWhenTheLeaderDies(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	dbA := open(t, url)
+	a := newDaemon(t, dbA, "a", nil)
+	killA := start(t, a)
+	onlyLeader(t, a)
+	b := newDaemon(t, open(t, url), "b", nil)
+	start(t, b)
+
+	db := open(t, url)
+	before, _ := daemon.Leader(context.Background(), db)
+	killA() // no resignation: b has to wait for the lease to run out
+	closeDB(dbA)
+	died := time.Now()
+	eventually(t, 3*time.Second, "b elected", b.IsLeader)
+	took := time.Since(died)
+	// The lease was renewed at most RenewEvery before the kill, so it lapses within one TTL;
+	// b tries again as it runs out.
+	// A margin for a loaded test machine; the log shows the figure.
+	if took > time.Second+500*time.Millisecond {
+		t.Fatalf("failover took %s, want within one TTL (1s)", took)
+	}
+	t.Logf("failover took %s after the leader died (TTL 1s)", took)
+	after, _ := daemon.Leader(context.Background(), db)
+	if after.LeaderID != b.ID() || after.Term != before.Term+1 {
+		t.Fatalf("lease after failover %+v, before %+v", after, before)
+	}
+}
+
+func TestLeader_StopResignsSoTheSuccessorNeedNotWaitForTheTTL(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a := newDaemon(t, open(t, url), "a", func(c *daemon.Config) { c.LeaseTTL = 10 * time.Second; c.RenewEvery = 200 * time.Millisecond })
+	start(t, a)
+	onlyLeader(t, a)
+	b := newDaemon(t, open(t, url), "b", func(c *daemon.Config) { c.LeaseTTL = 10 * time.Second; c.RenewEvery = 200 * time.Millisecond })
+	start(t, b)
+
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	eventually(t, 3*time.Second, "b elected", b.IsLeader)
+	if took := time.Since(stopped); took > time.Second {
+		t.Fatalf("successor took %s after a resignation, want about one renewal interval", took)
+	}
+	rs, _ := daemon.Replicas(context.Background(), open(t, url))
+	for _, r := range rs {
+		if r.ID == a.ID() {
+			t.Fatalf("stopped replica %s still listed", a.ID())
+		}
+	}
+}
+
+func TestLeader_StepsDownAsSoonAsARenewalFails(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	a := newDaemon(t, open(t, url), "a", nil)
+	start(t, a)
+	onlyLeader(t, a)
+
+	// Another replica's election (as after a long pause of a): a's term is over.
+	pgtest.Exec(t, db, `UPDATE daemon_leader SET leader_id = 'intruder', term = term + 1, expires_at = now() + interval '1 hour'`)
+	changed := time.Now()
+	eventually(t, 2*time.Second, "a steps down", func() bool { return !a.IsLeader() })
+	// At the next renewal (250ms), well before the 1s TTL would run out.
+	if took := time.Since(changed); took > time.Second {
+		t.Fatalf("stepping down took %s, want at the next renewal (250ms)", took)
+	}
+}
+
+func TestConfig_ValidatedAtConstruction(t *testing.T) {
+	t.Parallel()
+	db := open(t, pgtest.URL(t))
+	cases := []daemon.Config{
+		{},
+		{DB: db, LeaseTTL: 10 * time.Millisecond},
+		{DB: db, LeaseTTL: time.Second, RenewEvery: 900 * time.Millisecond},
+		{DB: db, Name: "has space"},
+		{DB: db, PollEvery: time.Hour},
+	}
+	for _, c := range cases {
+		if _, err := daemon.New(c); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}

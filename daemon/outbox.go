@@ -1,0 +1,401 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+)
+
+// Sender delivers one outbox message downstream, carrying the downstream key so that a
+// downstream with idempotency dedupes a resend. Wrap an error with Permanent when no retry can
+// help (the row fails at once); any other error is retried with backoff.
+type Sender interface {
+	Send(ctx context.Context, downstreamKey string, payload []byte) error
+}
+
+// Looker is implemented by Senders whose downstream has no idempotency: before any resend the
+// relay asks whether the document already exists there, and marks the row sent when it does.
+type Looker interface {
+	Lookup(ctx context.Context, downstreamKey string) (bool, error)
+}
+
+// Senders finds the Sender for an outbox row's operation.
+type Senders interface {
+	Get(operation string) (Sender, bool)
+}
+
+// SenderMap is a fixed Senders by operation name.
+type SenderMap map[string]Sender
+
+// Get returns the Sender for operation.
+func (m SenderMap) Get(operation string) (Sender, bool) {
+	s, ok := m[operation]
+	return s, ok
+}
+
+// OutboxJobName is the relay's job (and default schedule) name.
+const OutboxJobName = "outbox"
+
+// OutboxConfig tunes the relay. Zero fields take the defaults in one place, withDefaults.
+type OutboxConfig struct {
+	// BatchSize is how many due rows one claim takes (default 100, at most 1000); MaxPerRun caps
+	// a run (default 10000); Workers send a batch concurrently (default 4, at most 64).
+	BatchSize int
+	MaxPerRun int
+	Workers   int
+	// MaxAttempts is how many sends a row gets before it is failed (default 10).
+	MaxAttempts int
+	// BaseBackoff is the pause after the first failed send, doubling per attempt up to
+	// MaxBackoff (defaults 1 s and 5 min).
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+	// SendTimeout bounds one Send or Lookup (default 10 s). SendLease is how long a claimed row
+	// stays "sending" before another relay may take it (default SendTimeout + 30 s; it must
+	// exceed SendTimeout, so a row in flight is never taken).
+	SendTimeout time.Duration
+	SendLease   time.Duration
+	Logger      *slog.Logger
+}
+
+func (c OutboxConfig) withDefaults() (OutboxConfig, error) {
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	if c.MaxPerRun == 0 {
+		c.MaxPerRun = 10000
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BaseBackoff == 0 {
+		c.BaseBackoff = time.Second
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 10 * time.Second
+	}
+	if c.SendLease == 0 {
+		c.SendLease = c.SendTimeout + 30*time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.BatchSize < 1 || c.BatchSize > 1000:
+		return c, configErr("outbox batch size", "%d is outside 1..1000", c.BatchSize)
+	case c.MaxPerRun < 1 || c.MaxPerRun > 10_000_000:
+		return c, configErr("outbox max per run", "%d is outside 1..10000000", c.MaxPerRun)
+	case c.Workers < 1 || c.Workers > 64:
+		return c, configErr("outbox workers", "%d is outside 1..64", c.Workers)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
+		return c, configErr("outbox max attempts", "%d is outside 1..100", c.MaxAttempts)
+	case c.BaseBackoff <= 0 || c.MaxBackoff < c.BaseBackoff:
+		return c, configErr("outbox backoff", "base %s must be positive and at most the max %s", c.BaseBackoff, c.MaxBackoff)
+	case c.SendTimeout <= 0 || c.SendLease <= c.SendTimeout:
+		return c, configErr("outbox send lease", "%s must exceed the send timeout %s", c.SendLease, c.SendTimeout)
+	}
+	return c, nil
+}
+
+// Backoff is the pause after the attempt-th failed send: BaseBackoff doubling per attempt, at
+// most MaxBackoff.
+func (c OutboxConfig) Backoff(attempt int) time.Duration {
+	d := c.BaseBackoff
+	for i := 1; i < attempt && d < c.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxBackoff)
+}
+
+// OutboxRelay sends the outbox rows business transactions staged, after they committed. A row
+// goes pending → sending (claimed, attempts + 1, held for SendLease) → sent, or back to pending
+// with a backoff after a failed send, or failed after MaxAttempts (its attempts and last_error
+// stay on the row). A claimed row is recorded as sending before the Send, so after a crash the
+// next relay knows a send may have reached downstream: it resends under the same downstream key
+// (idempotent downstreams dedupe it) or, for a Looker, looks the document up first.
+type OutboxRelay struct {
+	db      *gorm.DB
+	senders Senders
+	cfg     OutboxConfig
+	m       *prometheus.CounterVec
+}
+
+// NewOutboxRelay validates cfg and returns the relay.
+func NewOutboxRelay(db *gorm.DB, senders Senders, cfg OutboxConfig) (*OutboxRelay, error) {
+	if db == nil || senders == nil {
+		return nil, configErr("outbox", "a database and a senders registry are required")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &OutboxRelay{db: db, senders: senders, cfg: cfg, m: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "idemops", Subsystem: "outbox", Name: "messages_total",
+		Help: "Outbox sends by outcome (sent, found_downstream, retry, failed, released).",
+	}, []string{"outcome"})}, nil
+}
+
+// Name is "outbox".
+func (r *OutboxRelay) Name() string { return OutboxJobName }
+
+// Collectors are the relay's metrics.
+func (r *OutboxRelay) Collectors() []prometheus.Collector { return []prometheus.Collector{r.m} }
+
+// outbox outcomes, the keys of its Stats.
+const (
+	obClaimed   = "claimed"
+	obSent      = "sent"
+	obFound     = "found_downstream"
+	obRetry     = "retry"
+	obFailed    = "failed"
+	obReleased  = "released"
+	obLostClaim = "lost_claim"
+	obError     = "error"
+)
+
+// outboxClaimSQL claims due rows: pending ones, and sending ones whose holder's SendLease ran out
+// (it died mid-send). outbox_due_idx serves it; SKIP LOCKED lets relays split the work. The
+// attempt is counted here, before the send, so a crash after the send is never mistaken for
+// "never sent".
+const outboxClaimSQL = `
+WITH picked AS (
+    SELECT id FROM outbox
+    WHERE state IN ('pending', 'sending') AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT ?
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o SET state = 'sending', attempts = o.attempts + 1,
+    next_attempt_at = now() + ? * interval '1 millisecond'
+FROM picked WHERE o.id = picked.id
+RETURNING o.id, o.operation, o.downstream_key, o.payload::text AS payload, o.attempts`
+
+type claimedMessage struct {
+	ID            int64
+	Operation     string
+	DownstreamKey string
+	Payload       string
+	Attempts      int
+}
+
+// RunOnce relays due rows batch by batch until none is due, MaxPerRun is reached, or the daemon
+// asks it to stop (it finishes the batch in hand and returns ErrStopped).
+func (r *OutboxRelay) RunOnce(ctx context.Context, _ []byte, p Progress) (Stats, error) {
+	stats := Stats{}
+	var mu sync.Mutex
+	count := func(outcome string) {
+		mu.Lock()
+		stats[outcome]++
+		mu.Unlock()
+		r.m.WithLabelValues(outcome).Inc()
+	}
+	done := 0
+	for done < r.cfg.MaxPerRun {
+		if ShouldStop(ctx) {
+			return stats, stopErr(ctx)
+		}
+		var batch []claimedMessage
+		err := r.db.WithContext(ctx).Raw(outboxClaimSQL, min(r.cfg.BatchSize, r.cfg.MaxPerRun-done),
+			r.cfg.SendLease.Milliseconds()).Scan(&batch).Error
+		if err != nil {
+			return stats, fmt.Errorf("claim outbox rows: %w", err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		stats[obClaimed] += int64(len(batch))
+		r.relayBatch(ctx, batch, count)
+		done += len(batch)
+		p.Report("relay", int64(done), 0)
+	}
+	return stats, nil
+}
+
+// relayBatch sends a batch with a small worker pool.
+func (r *OutboxRelay) relayBatch(ctx context.Context, batch []claimedMessage, count func(string)) {
+	work := make(chan claimedMessage)
+	var wg sync.WaitGroup
+	for range min(r.cfg.Workers, len(batch)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range work {
+				count(r.relayOne(ctx, m))
+			}
+		}()
+	}
+	for _, m := range batch {
+		work <- m
+	}
+	close(work)
+	wg.Wait()
+}
+
+// relayOne sends one claimed row and records the result.
+func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
+	log := r.cfg.Logger.With("job", OutboxJobName, "outbox_id", m.ID, "operation", m.Operation)
+	if ctx.Err() != nil {
+		// Cut short before any send: hand the row back untouched by this attempt.
+		return r.release(ctx, m)
+	}
+	s, ok := r.senders.Get(m.Operation)
+	if !ok {
+		return r.failed(ctx, m, fmt.Errorf("no sender registered for operation %s", m.Operation), false)
+	}
+	// A send may have reached downstream already (an earlier attempt): a downstream without
+	// idempotency is asked first and never sent the document twice.
+	if lk, ok := s.(Looker); ok && m.Attempts > 1 {
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+		found, err := lk.Lookup(lctx, m.DownstreamKey)
+		cancel()
+		if err != nil {
+			return r.failed(ctx, m, fmt.Errorf("lookup before resend: %w", err), false)
+		}
+		if found {
+			if err := r.markSent(ctx, m); err != nil {
+				log.Warn("outbox row not marked sent", "err", err)
+				return obError
+			}
+			return obFound
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+	err := s.Send(sctx, m.DownstreamKey, []byte(m.Payload))
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped mid-send: whether it arrived is unknown. The row stays sending until its
+			// lease runs out; the next relay treats it as possibly sent.
+			return obError
+		}
+		return r.failed(ctx, m, err, errors.Is(err, ErrPermanent))
+	}
+	// Downstream acted: record it even if the run is being cancelled.
+	if err := r.markSent(context.WithoutCancel(ctx), m); err != nil {
+		log.Warn("outbox row not marked sent; it will be resent under its downstream key", "err", err)
+		return obError
+	}
+	return obSent
+}
+
+// markSent records delivery. Sent is the truth whoever holds the row now, so it is not a
+// compare-and-set on the attempt.
+func (r *OutboxRelay) markSent(ctx context.Context, m claimedMessage) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return r.db.WithContext(ctx).Exec(`UPDATE outbox SET state = 'sent', sent_at = now(), last_error = NULL
+		WHERE id = ? AND state <> 'sent'`, m.ID).Error
+}
+
+// failed records a failed attempt: back to pending with a backoff, or failed once the attempts
+// are used up (or the error is permanent). The compare-and-set on attempts leaves a row that
+// another relay has taken since alone.
+func (r *OutboxRelay) failed(ctx context.Context, m claimedMessage, sendErr error, permanent bool) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	state, outcome := "pending", obRetry
+	if permanent || m.Attempts >= r.cfg.MaxAttempts {
+		state, outcome = "failed", obFailed
+	}
+	msg := oneLine(sendErr.Error())
+	if len(msg) > 1000 {
+		msg = msg[:1000]
+	}
+	res := r.db.WithContext(ctx).Exec(`UPDATE outbox SET state = ?, last_error = ?,
+		next_attempt_at = now() + ? * interval '1 millisecond'
+		WHERE id = ? AND state = 'sending' AND attempts = ?`,
+		state, msg, r.cfg.Backoff(m.Attempts).Milliseconds(), m.ID, m.Attempts)
+	if res.Error != nil {
+		r.cfg.Logger.Warn("outbox failure not recorded", "outbox_id", m.ID, "err", res.Error)
+		return obError
+	}
+	if res.RowsAffected == 0 {
+		return obLostClaim
+	}
+	if outcome == obFailed {
+		r.cfg.Logger.Warn("outbox row failed", "outbox_id", m.ID, "operation", m.Operation, "attempts", m.Attempts, "err", msg)
+	}
+	return outcome
+}
+
+// release hands back a row claimed but never sent (the run was cut short): the attempt did not
+// happen, so it is not counted.
+func (r *OutboxRelay) release(ctx context.Context, m claimedMessage) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	res := r.db.WithContext(ctx).Exec(`UPDATE outbox SET state = 'pending',
+		attempts = attempts - 1, next_attempt_at = now()
+		WHERE id = ? AND state = 'sending' AND attempts = ?`, m.ID, m.Attempts)
+	if res.Error != nil {
+		return obError
+	}
+	return obReleased
+}
+
+// OutboxRow is one outbox row as the console shows it.
+type OutboxRow struct {
+	ID            int64
+	KeyID         *int64
+	Operation     string
+	DownstreamKey string
+	State         string
+	Attempts      int
+	NextAttemptAt time.Time
+	LastError     *string
+	CreatedAt     time.Time
+	SentAt        *time.Time
+}
+
+// OutboxFilter selects rows for ListOutbox; zero fields do not filter.
+type OutboxFilter struct {
+	State    string // pending, sending, sent, failed
+	BeforeID int64  // keyset: only rows with a smaller id
+	Limit    int    // at most 500 (0: 50)
+}
+
+// ListOutbox returns outbox rows newest first, without payloads.
+func ListOutbox(ctx context.Context, db *gorm.DB, f OutboxFilter) ([]OutboxRow, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	f.Limit = min(f.Limit, 500)
+	q := db.WithContext(ctx).Table("outbox").Select(`id, key_id, operation, downstream_key, state, attempts,
+		next_attempt_at, last_error, created_at, sent_at`)
+	if f.State != "" {
+		q = q.Where("state = ?", f.State)
+	}
+	if f.BeforeID > 0 {
+		q = q.Where("id < ?", f.BeforeID)
+	}
+	var rows []OutboxRow
+	if err := q.Order("id DESC").Limit(f.Limit).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list outbox: %w", err)
+	}
+	return rows, nil
+}
+
+// RetryOutbox gives a failed row one more attempt, due now. Its attempt count is kept, so a
+// Looker downstream is asked before the resend, and a further failure fails it again. It
+// returns an error wrapping ErrInvalidConfig when the row is not failed.
+func RetryOutbox(ctx context.Context, db *gorm.DB, id int64) error {
+	res := db.WithContext(ctx).Exec(`UPDATE outbox SET state = 'pending', next_attempt_at = now()
+		WHERE id = ? AND state = 'failed'`, id)
+	if res.Error != nil {
+		return fmt.Errorf("retry outbox row %d: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return configErr("outbox row", "%d is not a failed row", id)
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/pgtest"
+)
+
+func TestValidateSchedule_OneLineErrorNamingTheField(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		spec, zone string
+		wantIn     string // "" means valid
+	}{
+		{"*/5 * * * *", "UTC", ""},
+		{"0 3 * * *", "Asia/Shanghai", ""},
+		{"@every 10s", "", ""},
+		{"30 0 3 * * *", "Europe/Berlin", ""},
+		{"", "UTC", "spec"},
+		{"every day", "UTC", `spec "every day"`},
+		{"61 * * * *", "UTC", `spec "61 * * * *"`},
+		{"0 0 30 2 *", "UTC", "never fires"},
+		{"TZ=UTC 0 3 * * *", "UTC", "time zone in its own field"},
+		{"0 3 * * *", "Mars/Olympus", `time zone "Mars/Olympus"`},
+		{"0 3 * * *", "Local", `time zone "Local"`},
+	}
+	for _, c := range cases {
+		err := daemon.ValidateSchedule(c.spec, c.zone)
+		if c.wantIn == "" {
+			if err != nil {
+				t.Errorf("ValidateSchedule(%q, %q) = %v, want valid", c.spec, c.zone, err)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, daemon.ErrInvalidSchedule) || !strings.Contains(err.Error(), c.wantIn) ||
+			strings.ContainsAny(err.Error(), "\r\n") {
+			t.Errorf("ValidateSchedule(%q, %q) = %v, want one line containing %q", c.spec, c.zone, err, c.wantIn)
+		}
+	}
+	next, err := daemon.NextRun("0 3 * * *", "Asia/Shanghai", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	if err != nil || !next.Equal(time.Date(2026, 1, 1, 19, 0, 0, 0, time.UTC)) {
+		t.Fatalf("NextRun = %v, %v; want 03:00 Shanghai = 19:00 UTC", next, err)
+	}
+}
+
+func runsOf(t *testing.T, db *gorm.DB, schedule string) []daemon.Run {
+	t.Helper()
+	runs, err := daemon.ListRuns(context.Background(), db, daemon.RunFilter{Schedule: schedule, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+func nextRunAt(t *testing.T, db *gorm.DB, name string) time.Time {
+	t.Helper()
+	s, err := daemon.GetSchedule(context.Background(), db, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.NextRunAt
+}
+
+func TestSchedule_MissedRunRunsOnceAfterARestart(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	job := &countingJob{name: "tick"}
+
+	first := newDaemon(t, open(t, url), "first", nil)
+	if err := first.Register(job, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, first)
+	onlyLeader(t, first)
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if job.runs.Load() != 0 {
+		t.Fatalf("ran %d times before its first slot", job.runs.Load())
+	}
+
+	// Down for three days: three slots missed.
+	pgtest.Exec(t, db, `UPDATE schedules SET next_run_at = now() - interval '3 days' WHERE name = 'tick'`)
+
+	second := newDaemon(t, open(t, url), "second", nil)
+	if err := second.Register(job, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, second)
+	eventually(t, 3*time.Second, "the missed run", func() bool { return job.runs.Load() >= 1 })
+	// Several more polls: no pile-up of the other missed slots.
+	time.Sleep(10 * 20 * time.Millisecond)
+	if n := job.runs.Load(); n != 1 {
+		t.Fatalf("missed schedule ran %d times, want once", n)
+	}
+	if next := nextRunAt(t, db, "tick"); !next.After(time.Now()) {
+		t.Fatalf("next run %v not in the future", next)
+	}
+	eventually(t, 2*time.Second, "the run recorded", func() bool {
+		runs := runsOf(t, db, "tick")
+		return len(runs) == 1 && runs[0].Status == daemon.RunSucceeded
+	})
+	r := runsOf(t, db, "tick")[0]
+	if r.Trigger != daemon.TriggerSchedule || r.Replica != second.ID() || r.Term == nil || r.FinishedAt == nil ||
+		r.Stats["batches"] != 1 || r.Phase != "work" || r.Done != 1 || r.Total != 1 {
+		t.Fatalf("run %+v", r)
+	}
+}
+
+func TestSchedule_PauseRunNowResume(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	ctx := context.Background()
+	job := &countingJob{name: "tick"}
+	d := newDaemon(t, open(t, url), "d", nil)
+	if err := d.Register(job, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, d)
+	onlyLeader(t, d)
+
+	if err := daemon.Pause(ctx, db, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, db, `UPDATE schedules SET next_run_at = now() - interval '1 hour' WHERE name = 'tick'`)
+	time.Sleep(10 * 20 * time.Millisecond)
+	if n := job.runs.Load(); n != 0 {
+		t.Fatalf("paused schedule ran %d times", n)
+	}
+
+	if err := daemon.RunNow(ctx, db, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "the requested run", func() bool { return job.runs.Load() == 1 })
+	time.Sleep(5 * 20 * time.Millisecond)
+	if n := job.runs.Load(); n != 1 {
+		t.Fatalf("run-now ran %d times, want once", n)
+	}
+	eventually(t, 2*time.Second, "the run recorded", func() bool {
+		runs := runsOf(t, db, "tick")
+		return len(runs) == 1 && runs[0].Trigger == daemon.TriggerRunNow && runs[0].Status == daemon.RunSucceeded
+	})
+
+	// The slot missed while paused runs once on resume.
+	if err := daemon.Resume(ctx, db, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "the missed slot after resume", func() bool { return job.runs.Load() == 2 })
+
+	if err := daemon.RunNow(ctx, db, "nope"); !errors.Is(err, daemon.ErrUnknownSchedule) {
+		t.Fatalf("RunNow(nope) = %v, want ErrUnknownSchedule", err)
+	}
+	list, err := daemon.ListSchedules(ctx, db)
+	if err != nil || len(list) != 1 || list[0].LastRun == nil || list[0].Paused {
+		t.Fatalf("ListSchedules = %+v, %v", list, err)
+	}
+}
+
+func TestSchedule_SaveValidatesAndOtherSchedulesRunTheSameJob(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	ctx := context.Background()
+	err := daemon.SaveSchedule(ctx, db, daemon.ScheduleSpec{Name: "recon:alipay", Job: "tick", Spec: "0 3 * *"})
+	if !errors.Is(err, daemon.ErrInvalidSchedule) {
+		t.Fatalf("bad spec saved: %v", err)
+	}
+	err = daemon.SaveSchedule(ctx, db, daemon.ScheduleSpec{Name: "recon:alipay", Job: "tick", Spec: "0 3 * * *", Params: []byte(`[1]`)})
+	if !errors.Is(err, daemon.ErrInvalidConfig) {
+		t.Fatalf("non-object params saved: %v", err)
+	}
+	if err := daemon.SaveSchedule(ctx, db, daemon.ScheduleSpec{Name: "recon:alipay", Job: "tick", Spec: "0 3 * * *",
+		TimeZone: "Asia/Shanghai", Params: []byte(`{"channel":"alipay"}`), Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.RunNow(ctx, db, "recon:alipay"); err != nil {
+		t.Fatal(err)
+	}
+	job := &countingJob{name: "tick"}
+	d := newDaemon(t, open(t, url), "d", nil)
+	if err := d.Register(job, "0 4 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, d)
+	eventually(t, 3*time.Second, "the requested recon schedule", func() bool {
+		runs := runsOf(t, db, "recon:alipay")
+		return len(runs) == 1 && runs[0].Status == daemon.RunSucceeded && runs[0].Job == "tick"
+	})
+}
+
+func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	slow := &countingJob{name: "slow", batch: time.Hour}
+	broken := &countingJob{name: "broken", fail: errors.New("channel said no\nsecond line")}
+	d := newDaemon(t, open(t, url), "d", func(c *daemon.Config) { c.Registerer = reg })
+	for _, j := range []*countingJob{slow, broken} {
+		if err := d.Register(j, "0 3 * * *"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(t, d)
+	onlyLeader(t, d)
+	pgtest.Exec(t, db, `UPDATE schedules SET timeout_ms = 100`)
+	for _, n := range []string{"slow", "broken"} {
+		if err := daemon.RunNow(ctx, db, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 3*time.Second, "both runs ended", func() bool {
+		s, b := runsOf(t, db, "slow"), runsOf(t, db, "broken")
+		return len(s) == 1 && s[0].Status != daemon.RunRunning && len(b) == 1 && b[0].Status != daemon.RunRunning
+	})
+	if r := runsOf(t, db, "slow")[0]; r.Status != daemon.RunTimedOut {
+		t.Fatalf("slow run %+v, want timed_out", r)
+	}
+	if r := runsOf(t, db, "broken")[0]; r.Status != daemon.RunFailed || r.Error != "channel said no" {
+		t.Fatalf("broken run %+v, want failed with a one-line error", r)
+	}
+	want := map[string]bool{`job_runs_total{job="slow",status="timed_out"}`: false, `job_runs_total{job="broken",status="failed"}`: false}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			key := strings.TrimPrefix(mf.GetName(), "idemops_daemon_") + `{job="` + labels["job"] + `",status="` + labels["status"] + `"}`
+			if _, ok := want[key]; ok && m.GetCounter().GetValue() == 1 {
+				want[key] = true
+			}
+		}
+	}
+	for k, ok := range want {
+		if !ok {
+			t.Errorf("metric %s not 1", k)
+		}
+	}
+}
+
+func TestRun_StopFinishesTheBatchInHandAndRecordsAbandoned(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	job := &countingJob{name: "batches", batches: 1000, batch: 50 * time.Millisecond}
+	d := newDaemon(t, open(t, url), "d", nil)
+	if err := d.Register(job, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, d)
+	if err := daemon.RunNow(context.Background(), db, "batches"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "a few batches", func() bool { return job.finishedBatches.Load() >= 3 })
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s, f := job.startedBatches.Load(), job.finishedBatches.Load(); s != f {
+		t.Fatalf("stop left a batch half done: started %d, finished %d", s, f)
+	}
+	runs := runsOf(t, db, "batches")
+	if len(runs) != 1 || runs[0].Status != daemon.RunAbandoned || runs[0].Stats["batches"] != job.finishedBatches.Load() {
+		t.Fatalf("runs %+v, want one abandoned run with its finished batches", runs)
+	}
+}
+
+func TestRun_StopCancelsAJobThatIgnoresItAfterTheShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	job := &countingJob{name: "stubborn", batch: time.Hour}
+	d := newDaemon(t, open(t, url), "d", func(c *daemon.Config) { c.ShutdownTimeout = 200 * time.Millisecond })
+	if err := d.Register(job, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, d)
+	if err := daemon.RunNow(context.Background(), db, "stubborn"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "the run under way", func() bool { return job.startedBatches.Load() == 1 })
+	began := time.Now()
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("Stop took %s with a 200ms shutdown timeout", took)
+	}
+	if runs := runsOf(t, db, "stubborn"); len(runs) != 1 || runs[0].Status != daemon.RunAbandoned {
+		t.Fatalf("runs %+v, want one abandoned", runs)
+	}
+}
+
+func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	db := open(t, url)
+	dbA := open(t, url)
+	jobA := &countingJob{name: "long", batch: time.Hour}
+	a := newDaemon(t, dbA, "a", nil)
+	if err := a.Register(jobA, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	killA := start(t, a)
+	if err := daemon.RunNow(context.Background(), db, "long"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "a's run under way", func() bool { return jobA.startedBatches.Load() == 1 })
+	killA()
+	closeDB(dbA)
+
+	b := newDaemon(t, open(t, url), "b", nil)
+	if err := b.Register(&countingJob{name: "long"}, "0 3 * * *"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	eventually(t, 3*time.Second, "a's run marked abandoned", func() bool {
+		runs := runsOf(t, db, "long")
+		return len(runs) == 1 && runs[0].Status == daemon.RunAbandoned && strings.Contains(runs[0].Error, "earlier leader")
+	})
+}
