@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/daemon"
 )
 
 // matrixCase is one route of the role × route matrix: the expected status for an anonymous
@@ -40,6 +42,16 @@ func TestRoleRouteMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	rid := strconv.FormatInt(rids[0], 10)
+	// A schedule and one finished run of it, as a daemon would have left them.
+	if err := daemon.SaveSchedule(context.Background(), b.db, daemon.ScheduleSpec{Name: "reclaim", Job: "reclaim", Spec: "@every 1m"}); err != nil {
+		t.Fatal(err)
+	}
+	var runIDs []int64
+	if err := b.db.Raw(`INSERT INTO job_runs (schedule, job, trigger, replica, status, deadline_at, finished_at, stats)
+		VALUES ('reclaim', 'reclaim', 'schedule', 'r1', 'succeeded', now(), now(), '{"reclaimed": 3}') RETURNING id`).Scan(&runIDs).Error; err != nil {
+		t.Fatal(err)
+	}
+	runID := strconv.FormatInt(runIDs[0], 10)
 
 	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
 	cases := map[string]matrixCase{
@@ -84,6 +96,17 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /api/v1/replays/bulk":           {"/api/v1/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{U, F, 400, 400}},
 		"GET /api/v1/replays/bulk/:id":        {"/api/v1/replays/bulk/999999", nil, [4]int{U, F, 404, 404}},
 		"POST /api/v1/replays/bulk/:id/start": {"/api/v1/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{U, F, 404, 404}},
+		// The daemon: everyone signed in reads it; operators run a job now; admins pause and resume.
+		"GET /jobs":                 {"/jobs", nil, [4]int{R, 200, 200, 200}},
+		"GET /jobs/runs":            {"/jobs/runs", nil, [4]int{R, 200, 200, 200}},
+		"POST /jobs/run":            {"/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{R, F, R, R}},
+		"POST /jobs/pause":          {"/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
+		"POST /jobs/resume":         {"/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
+		"GET /api/v1/jobs":          {"/api/v1/jobs", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/jobs/runs/:id": {"/api/v1/jobs/runs/" + runID, nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/jobs/run":     {"/api/v1/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{U, F, 202, 202}},
+		"POST /api/v1/jobs/pause":   {"/api/v1/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
+		"POST /api/v1/jobs/resume":  {"/api/v1/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
 	}
 
 	roles := []string{"", "v", "o", "a"}

@@ -64,6 +64,11 @@ func (s *Server) routes() []route {
 		{"GET", "/replays/bulk/:id", RoleOperator, kindPage, s.bulkPage},
 		{"GET", "/replays/bulk/:id/progress", RoleOperator, kindPage, s.bulkProgress},
 		{"POST", "/replays/bulk/:id/start", RoleOperator, kindPage, s.bulkStartPage},
+		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
+		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
+		{"POST", "/jobs/run", RoleOperator, kindPage, s.jobActionPage("run")},
+		{"POST", "/jobs/pause", RoleAdmin, kindPage, s.jobActionPage("pause")},
+		{"POST", "/jobs/resume", RoleAdmin, kindPage, s.jobActionPage("resume")},
 		{"GET", "/audit", RoleAdmin, kindPage, s.auditPage},
 		{"GET", "/admin/operators", RoleAdmin, kindPage, s.operatorsPage},
 		{"POST", "/admin/operators", RoleAdmin, kindPage, s.addOperator},
@@ -81,6 +86,11 @@ func (s *Server) routes() []route {
 		{"POST", "/api/v1/replays/bulk", RoleOperator, kindAPI, s.apiBulkPreview},
 		{"GET", "/api/v1/replays/bulk/:id", RoleOperator, kindAPI, s.apiBulk},
 		{"POST", "/api/v1/replays/bulk/:id/start", RoleOperator, kindAPI, s.apiBulkStart},
+		{"GET", "/api/v1/jobs", RoleViewer, kindAPI, s.apiJobs},
+		{"GET", "/api/v1/jobs/runs/:id", RoleViewer, kindAPI, s.apiJobRun},
+		{"POST", "/api/v1/jobs/run", RoleOperator, kindAPI, s.apiJobAction("run")},
+		{"POST", "/api/v1/jobs/pause", RoleAdmin, kindAPI, s.apiJobAction("pause")},
+		{"POST", "/api/v1/jobs/resume", RoleAdmin, kindAPI, s.apiJobAction("resume")},
 	}
 }
 

@@ -99,3 +99,64 @@ type BulkView struct {
 
 // Running says whether the page should keep polling for progress.
 func (v BulkView) Running() bool { return v.State == "running" }
+
+// LeaderRow is the daemon's leader lease.
+type LeaderRow struct {
+	ID        string
+	Term      int64
+	ElectedAt time.Time
+	ExpiresAt time.Time
+	Expired   bool
+}
+
+// ReplicaRow is one daemon replica.
+type ReplicaRow struct {
+	ID, Name, Host string
+	PID            int
+	StartedAt      time.Time
+	LastSeen       time.Time
+	IsLeader       bool
+}
+
+// ScheduleRow is one scheduled job.
+type ScheduleRow struct {
+	Name, Job, Spec, TimeZone, Params string
+	NextRunAt                         time.Time
+	Paused                            bool
+	Requested                         bool
+	LastStatus                        string
+	LastStarted                       string
+	LastError                         string
+}
+
+// RunRow is one job run.
+type RunRow struct {
+	ID                              int64
+	Schedule, Job, Trigger, Replica string
+	Status                          string
+	StartedAt                       time.Time
+	Duration                        string
+	Phase                           string
+	Done, Total                     int64
+	Stats                           string
+	Error                           string
+}
+
+// RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.
+type RunsView struct {
+	Rows []RunRow
+	Poll bool
+}
+
+// JobsView is the daemon's page.
+type JobsView struct {
+	HasLeader bool
+	Leader    LeaderRow
+	Replicas  []ReplicaRow
+	Schedules []ScheduleRow
+	Runs      RunsView
+	CanRun    bool // operators: run now
+	CanPause  bool // admins: pause and resume
+	Notice    string
+	Error     string
+}
