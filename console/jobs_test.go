@@ -94,7 +94,7 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'running' AND done = 3`) == 1
 	})
 	running := olga.get("/jobs/runs").Body
-	mustContain(t, "runs while running", running, `hx-trigger="every 2s"`, "run_now", "running", "3/10", "sweeping")
+	mustContain(t, "runs while running", running, `hx-trigger="every 1s"`, "run_now", "running", "3/10", "sweeping")
 	close(job.gate)
 	b.eventually("the run to finish", func() bool {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'succeeded'`) == 1

@@ -576,7 +576,7 @@ func JobRuns(v RunsView) templ.Component {
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
 		if v.Poll {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 54, "<div id=\"job-runs\" hx-get=\"/jobs/runs\" hx-trigger=\"every 2s\" hx-swap=\"outerHTML\" data-polling=\"true\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 54, "<div id=\"job-runs\" hx-get=\"/jobs/runs\" hx-trigger=\"every 1s\" hx-swap=\"outerHTML\" data-polling=\"true\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
