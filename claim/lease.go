@@ -119,15 +119,20 @@ func (s *Store) Takeover(ctx context.Context, keyID int64, actor string) (*Lease
 	if err != nil {
 		return nil, err
 	}
+	return s.takeoverKey(ctx, k, actor)
+}
+
+// takeoverKey takes k over at the version it was read at.
+func (s *Store) takeoverKey(ctx context.Context, k *Key, actor string) (*Lease, error) {
 	if !k.Replayable() {
-		return nil, fmt.Errorf("takeover key %d in state %s: %w", keyID, k.State, ErrNotReplayable)
+		return nil, fmt.Errorf("takeover key %d in state %s: %w", k.ID, k.State, ErrNotReplayable)
 	}
 	l, err := s.takeover(ctx, s.db, k.ID, k.Version, actor, s.cfg.Owner)
 	if err != nil {
 		return nil, err
 	}
 	if l == nil {
-		return nil, fmt.Errorf("takeover key %d: %w", keyID, ErrLeaseLost)
+		return nil, fmt.Errorf("takeover key %d: %w", k.ID, ErrLeaseLost)
 	}
 	l.Tenant, l.Operation, l.Key, l.Digest = k.Tenant, k.Operation, k.Key, k.KeyDigest
 	l.DownstreamKey, l.Intent, l.Amount, l.Currency = k.DownstreamKey, json.RawMessage(k.Request), k.AmountMinor, deref(k.Currency)

@@ -33,13 +33,22 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// TestBrowser drives the console in headless Chromium: sign in, search, open a key, reveal
-// (audited), check downstream, a form without its CSRF token refused, a viewer without the
-// reveal button and with a 403 on the POST. It saves screenshots of the main pages to
-// screenshots/ at the repository root (git-ignored).
+// TestBrowser drives the console in headless Chromium, in two flows on one browser: the keys
+// and admin pages (browseKeys), and replays and the daemon's jobs (browseReplaysAndJobs). It
+// saves screenshots of the main pages to screenshots/ at the repository root (git-ignored).
 func TestBrowser(t *testing.T) {
 	t.Parallel()
-	path := chromiumPath(t)
+	br := newBrowser(t)
+	defer br.done()
+	// One Chromium for both flows: two at once would double the suite's time on a small machine.
+	t.Run("keys", func(t *testing.T) { browseKeys(t, br) })
+	t.Run("replays and jobs", func(t *testing.T) { browseReplaysAndJobs(t, br) })
+}
+
+// browseKeys: sign in, search, open a key, reveal (audited), check downstream, a form without
+// its CSRF token refused, a viewer without the reveal button and with a 403 on the POST, the
+// admin pages and the theme toggle.
+func browseKeys(t *testing.T, br *browser) {
 	b := newBundle(t)
 	b.addOperator("olga", RoleOperator, "acme")
 	b.addOperator("vic", RoleViewer, "acme")
@@ -54,89 +63,9 @@ func TestBrowser(t *testing.T) {
 	b.seedKey("globex", "payment.charge", "GLOBEX-1", `{"amount":1,"currency":"EUR"}`, true)
 	b.exec(`UPDATE idempotency_keys SET needs_attention = true WHERE id = (SELECT min(id) FROM idempotency_keys WHERE state = 'processing')`)
 
-	shots := filepath.Join("..", "screenshots")
-	if err := os.MkdirAll(shots, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	// The first action starts the browser; it must not run under the timeout (that would stop
-	// the browser when the timeout fires).
-	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	ctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
-	defer cancelT()
-
-	// Any CSP violation or script error is a failure: the pages must work under the policy.
-	var mu sync.Mutex
-	var problems []string
-	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := chromedp.Listen(ctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch e := ev.(type) {
-		case *cdplog.EventEntryAdded:
-			if e.Entry.Level == cdplog.EntryLevelError && !strings.Contains(e.Entry.Text, "403") {
-				problems = append(problems, e.Entry.Text)
-			}
-		case *runtime.EventExceptionThrown:
-			problems = append(problems, e.ExceptionDetails.Text)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-
-	base := b.ts.URL
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("browser: %s: %v", what, err)
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("browser: text of %s: %v", sel, err)
-		}
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		buf, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	signIn := func(name string) {
-		t.Helper()
-		step("sign in as "+name,
-			chromedp.Navigate(base+"/login"),
-			chromedp.WaitVisible(`input[name=name]`),
-			chromedp.SendKeys(`input[name=name]`, name),
-			chromedp.SendKeys(`input[name=password]`, "correct horse battery"),
-			chromedp.Click(`form button[type=submit]`),
-			chromedp.WaitVisible(`header.top`))
-	}
-	signOut := func() {
-		t.Helper()
-		step("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input[name=name]`))
-	}
+	br.use(t, b)
+	ctx, base := br.ctx, br.base
+	step, text, shot, signIn, signOut := br.step, br.text, br.shot, br.signIn, br.signOut
 	keyURL := fmt.Sprintf("%s/keys/%d", base, target)
 
 	// Sign in, and land on the dashboard.
@@ -151,7 +80,9 @@ func TestBrowser(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.querySelector('select[name=state]').value = 'completed'`)); err != nil {
 		t.Fatal(err)
 	}
-	step("search", chromedp.Click(`form[action="/keys"] button[type=submit]`), chromedp.WaitVisible(`table.keys`))
+	// Wait for the new page (its form echoes the filter), not for the old page's table.
+	step("search", chromedp.Click(`form[action="/keys"] button[type=submit]`),
+		chromedp.WaitReady(`select[name=state] option[value=completed][selected]`), chromedp.WaitVisible(`table.keys`))
 	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || !strings.Contains(loc, "state=completed") {
 		t.Errorf("search URL %q (%v): the filter is not in the shareable URL", loc, err)
 	}
@@ -230,9 +161,122 @@ func TestBrowser(t *testing.T) {
 	}
 	shot("dashboard-" + theme)
 
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
-		t.Errorf("browser errors (CSP violations or script errors): %q", problems)
+}
+
+// browser is a headless Chromium session on a test console, failing the test on any CSP
+// violation or script error (checked by done).
+type browser struct {
+	t        *testing.T
+	ctx      context.Context
+	base     string
+	shots    string
+	mu       sync.Mutex
+	problems []string
+}
+
+// newBrowser starts Chromium; screenshots go to screenshots/ at the repository root
+// (git-ignored). use points it at a test's console.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	br := &browser{t: t, shots: filepath.Join("..", "screenshots")}
+	if err := os.MkdirAll(br.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	bctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(cancelB)
+	// The first action starts the browser; it must not run under the timeout (that would stop
+	// the browser when the timeout fires).
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancelT := context.WithTimeout(bctx, 120*time.Second)
+	t.Cleanup(cancelT)
+	br.ctx = ctx
+
+	// Any CSP violation or script error is a failure: the pages must work under the policy.
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		br.mu.Lock()
+		defer br.mu.Unlock()
+		switch e := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.EntryLevelError && !strings.Contains(e.Entry.Text, "403") && !strings.Contains(e.Entry.Text, "409") {
+				br.problems = append(br.problems, e.Entry.Text)
+			}
+		case *runtime.EventExceptionThrown:
+			br.problems = append(br.problems, e.ExceptionDetails.Text)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return br
+}
+
+// use points the browser at b's console for test t (a subtest: its failures are its own).
+func (br *browser) use(t *testing.T, b *bundle) {
+	br.t, br.base = t, b.ts.URL
+}
+
+func (br *browser) step(what string, steps ...chromedp.Action[chromedp.Void]) {
+	br.t.Helper()
+	if err := chromedp.Do(br.ctx, steps...); err != nil {
+		br.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+func (br *browser) text(sel string) string {
+	br.t.Helper()
+	s, err := chromedp.Run(br.ctx, chromedp.Text(sel))
+	if err != nil {
+		br.t.Fatalf("browser: text of %s: %v", sel, err)
+	}
+	return s
+}
+
+func (br *browser) shot(name string) {
+	br.t.Helper()
+	buf, err := chromedp.Run(br.ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+	if err != nil {
+		br.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(br.shots, name+".png"), buf, 0o644); err != nil {
+		br.t.Fatal(err)
+	}
+}
+
+func (br *browser) signIn(name string) {
+	br.t.Helper()
+	br.step("sign in as "+name,
+		chromedp.Navigate(br.base+"/login"),
+		chromedp.WaitVisible(`input[name=name]`),
+		chromedp.SendKeys(`input[name=name]`, name),
+		chromedp.SendKeys(`input[name=password]`, "correct horse battery"),
+		chromedp.Click(`form button[type=submit]`),
+		chromedp.WaitVisible(`header.top`))
+}
+
+func (br *browser) signOut() {
+	br.t.Helper()
+	br.step("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input[name=name]`))
+}
+
+// done fails the test on any browser error seen.
+func (br *browser) done() {
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	if len(br.problems) > 0 {
+		br.t.Errorf("browser errors (CSP violations or script errors): %q", br.problems)
 	}
 }

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -11,6 +10,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,31 +39,48 @@ type bundle struct {
 	fakeOp *fakeOp
 }
 
-// fakeOp is a downstream that answers lookups from a map (the database is real; downstream is not).
+// fakeOp is a downstream that answers lookups from a map and records executions in it (the
+// database is real; downstream is not).
 type fakeOp struct {
-	name  string
-	found map[string]string // downstream key → resource id
-	err   error
+	name     string
+	mu       sync.Mutex
+	found    map[string]string // downstream key → resource id
+	err      error
+	executes atomic.Int64
 }
 
 func (f *fakeOp) Name() string { return f.name }
 func (f *fakeOp) Intent() claim.IntentSpec {
 	return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}
 }
-func (f *fakeOp) Execute(context.Context, *claim.Lease) (*claim.Document, error) {
-	return nil, fmt.Errorf("fake operation does not execute")
+func (f *fakeOp) Execute(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	f.executes.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := "ch_sent_" + l.DownstreamKey[:8]
+	f.found[l.DownstreamKey] = id
+	return &claim.Document{ResourceID: id}, nil
 }
 func (f *fakeOp) Lookup(_ context.Context, l *claim.Lease) (*claim.Document, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if id, ok := f.found[l.DownstreamKey]; ok {
 		return &claim.Document{ResourceID: id}, nil
 	}
 	return nil, nil
 }
-func (f *fakeOp) Apply(context.Context, *gorm.DB, *claim.Lease, *claim.Document) (*claim.Snapshot, error) {
-	return nil, fmt.Errorf("fake operation does not apply")
+func (f *fakeOp) Apply(_ context.Context, _ *gorm.DB, _ *claim.Lease, doc *claim.Document) (*claim.Snapshot, error) {
+	return &claim.Snapshot{Status: 201, Body: []byte(`{"charge":"` + doc.ResourceID + `"}`), ResourceID: doc.ResourceID}, nil
+}
+
+// has puts a document downstream under k's downstream key.
+func (f *fakeOp) has(k *claim.Key, resourceID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.found[k.DownstreamKey] = resourceID
 }
 
 func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
@@ -83,6 +101,7 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(srv.Close)
 	b := &bundle{t: t, db: db, srv: srv, claims: st, ops: map[string]*Operator{}}
 	b.ts = httptest.NewServer(srv.Handler())
 	t.Cleanup(b.ts.Close)

@@ -26,6 +26,8 @@ var (
 	ErrBadCredentials = errors.New("wrong name or password")
 	// ErrConflict: the thing already exists (an operator name).
 	ErrConflict = errors.New("already exists")
+	// ErrRefused: a guard refused the action in the target's current state (see RefusedError).
+	ErrRefused = errors.New("refused")
 )
 
 // InputError names the field that was wrong.
@@ -56,7 +58,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrThrottled):
 		return http.StatusTooManyRequests
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrConflict), errors.Is(err, ErrRefused):
 		return http.StatusConflict
 	default:
 		return http.StatusInternalServerError
@@ -71,6 +73,10 @@ func publicMessage(err error) string {
 	}
 	if errors.Is(err, claim.ErrNotFound) {
 		return ErrNotFound.Error()
+	}
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return re.Reason
 	}
 	var ie *InputError
 	if errors.As(err, &ie) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -52,6 +53,10 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 			Operation: k.Operation, Key: k.Key, DigestShort: k.KeyDigest[:12], State: string(k.State),
 			Attempts: k.Attempts, CreatedAt: k.CreatedAt, NeedsAttention: k.NeedsAttention})
 	}
+	for name, vals := range f.Query() {
+		v.BulkFields = append(v.BulkFields, templates.Field{Name: name, Value: vals[0]})
+	}
+	sort.Slice(v.BulkFields, func(i, j int) bool { return v.BulkFields[i].Name < v.BulkFields[j].Name })
 	if next != nil {
 		nq := f.Query()
 		nq.Set("after", next.String())
@@ -87,7 +92,8 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 	v := templates.KeyView{Key: k, Events: evs,
 		Request:   templates.Body{Name: "Request", Present: len(k.Request) > 0, Size: len(k.Request)},
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
-		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator}
+		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
+		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal()}
 	return v, nil
 }
 
@@ -223,14 +229,9 @@ func (s *Server) lookup(parent context.Context, op *Operator, k *claim.Key) temp
 		v.Error = fmt.Sprintf("no operation %q is registered", k.Operation)
 		return v
 	}
-	l := &claim.Lease{KeyID: k.ID, Tenant: k.Tenant, Operation: k.Operation, Key: k.Key, Digest: k.KeyDigest,
-		DownstreamKey: k.DownstreamKey, Intent: json.RawMessage(k.Request), Amount: k.AmountMinor, Attempt: k.Attempts, Actor: op.Actor()}
-	if k.Currency != nil {
-		l.Currency = *k.Currency
-	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.LookupTimeout)
 	defer cancel()
-	doc, err := o.Lookup(ctx, l)
+	doc, err := o.Lookup(ctx, k.LookupLease(op.Actor()))
 	switch {
 	case err != nil:
 		v.Error = truncate(err.Error(), 300)

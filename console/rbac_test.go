@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/daemon"
 )
 
 // matrixCase is one route of the role × route matrix: the expected status for an anonymous
@@ -31,6 +33,25 @@ func TestRoleRouteMatrix(t *testing.T) {
 	k := b.seedKey("acme", "payment.charge", "k-1", `{"amount":100,"currency":"USD"}`, true)
 	id := strconv.FormatInt(k.ID, 10)
 	tid := strconv.FormatInt(target.ID, 10)
+	// A replay request of the key, decided already (approving it again is a 409 for any operator).
+	rq := b.seedFailed("acme", "payment.charge-rq", `{"amount":100,"currency":"USD"}`, true)
+	var rids []int64
+	if err := b.db.Raw(`INSERT INTO replay_requests (key_id, tenant, key_digest, key_version, token_hash, requested_by, requester,
+		reason, preview, needs_approval, state) VALUES (?, 'acme', ?, 1, 'x', ?, 'target', 'matrix', 'a charge', false, 'executed')
+		RETURNING id`, rq.ID, rq.KeyDigest, target.ID).Scan(&rids).Error; err != nil {
+		t.Fatal(err)
+	}
+	rid := strconv.FormatInt(rids[0], 10)
+	// A schedule and one finished run of it, as a daemon would have left them.
+	if err := daemon.SaveSchedule(context.Background(), b.db, daemon.ScheduleSpec{Name: "reclaim", Job: "reclaim", Spec: "@every 1m"}); err != nil {
+		t.Fatal(err)
+	}
+	var runIDs []int64
+	if err := b.db.Raw(`INSERT INTO job_runs (schedule, job, trigger, replica, status, deadline_at, finished_at, stats)
+		VALUES ('reclaim', 'reclaim', 'schedule', 'r1', 'succeeded', now(), now(), '{"reclaimed": 3}') RETURNING id`).Scan(&runIDs).Error; err != nil {
+		t.Fatal(err)
+	}
+	runID := strconv.FormatInt(runIDs[0], 10)
 
 	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
 	cases := map[string]matrixCase{
@@ -55,6 +76,37 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /admin/operators/:id/tokens": {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
 		"GET /api/v1/keys":                 {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
 		"GET /api/v1/keys/:id":             {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
+		// Replays: operators and admins; a confirmation without a token is a 400 once the role passed.
+		"GET /keys/:id/replay":                {"/keys/" + id + "/replay", nil, [4]int{R, F, 200, 200}},
+		"POST /keys/:id/replay":               {"/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{R, F, 400, 400}},
+		"POST /keys/:id/final":                {"/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{R, F, F, 400}},
+		"GET /replays":                        {"/replays", nil, [4]int{R, F, 200, 200}},
+		"GET /replays/:id":                    {"/replays/" + rid, nil, [4]int{R, F, 200, 200}},
+		"POST /replays/:id/approve":           {"/replays/" + rid + "/approve", nil, [4]int{R, F, 409, 409}},
+		"POST /replays/bulk":                  {"/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{R, F, 400, 400}},
+		"GET /replays/bulk/:id":               {"/replays/bulk/999999", nil, [4]int{R, F, 404, 404}},
+		"GET /replays/bulk/:id/progress":      {"/replays/bulk/999999/progress", nil, [4]int{R, F, 404, 404}},
+		"POST /replays/bulk/:id/start":        {"/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{R, F, 404, 404}},
+		"GET /api/v1/keys/:id/replay":         {"/api/v1/keys/" + id + "/replay", nil, [4]int{U, F, 200, 200}},
+		"POST /api/v1/keys/:id/replay":        {"/api/v1/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{U, F, 400, 400}},
+		"GET /api/v1/keys/:id/final":          {"/api/v1/keys/" + id + "/final", nil, [4]int{U, F, F, 200}},
+		"POST /api/v1/keys/:id/final":         {"/api/v1/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{U, F, F, 400}},
+		"GET /api/v1/replays/:id":             {"/api/v1/replays/" + rid, nil, [4]int{U, F, 200, 200}},
+		"POST /api/v1/replays/:id/approve":    {"/api/v1/replays/" + rid + "/approve", url.Values{}, [4]int{U, F, 409, 409}},
+		"POST /api/v1/replays/bulk":           {"/api/v1/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{U, F, 400, 400}},
+		"GET /api/v1/replays/bulk/:id":        {"/api/v1/replays/bulk/999999", nil, [4]int{U, F, 404, 404}},
+		"POST /api/v1/replays/bulk/:id/start": {"/api/v1/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{U, F, 404, 404}},
+		// The daemon: everyone signed in reads it; operators run a job now; admins pause and resume.
+		"GET /jobs":                 {"/jobs", nil, [4]int{R, 200, 200, 200}},
+		"GET /jobs/runs":            {"/jobs/runs", nil, [4]int{R, 200, 200, 200}},
+		"POST /jobs/run":            {"/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{R, F, R, R}},
+		"POST /jobs/pause":          {"/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
+		"POST /jobs/resume":         {"/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
+		"GET /api/v1/jobs":          {"/api/v1/jobs", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/jobs/runs/:id": {"/api/v1/jobs/runs/" + runID, nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/jobs/run":     {"/api/v1/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{U, F, 202, 202}},
+		"POST /api/v1/jobs/pause":   {"/api/v1/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
+		"POST /api/v1/jobs/resume":  {"/api/v1/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
 	}
 
 	roles := []string{"", "v", "o", "a"}
@@ -83,8 +135,17 @@ func TestRoleRouteMatrix(t *testing.T) {
 				c = b.signIn(role)
 			}
 			switch {
-			case rt.Kind == kindAPI:
+			case rt.Kind == kindAPI && rt.Method == "GET":
 				got = c.api(tc.path, tokens[role])
+			case rt.Kind == kindAPI:
+				body := map[string]any{}
+				for k, v := range tc.form {
+					body[k] = v[0]
+				}
+				if strings.HasSuffix(rt.Path, "/replays/bulk") {
+					body = map[string]any{"filter": map[string]string{"tenant": tc.form.Get("tenant")}}
+				}
+				got = c.apiPost(tc.path, tokens[role], body)
 			case rt.Method == "GET":
 				got = c.get(tc.path)
 			default:

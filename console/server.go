@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -49,7 +50,15 @@ type Config struct {
 	// QueryTimeout bounds each page's database work (default 5 s); LookupTimeout bounds a
 	// downstream check (default 10 s).
 	QueryTimeout, LookupTimeout time.Duration
-	Logger                      *slog.Logger
+	// ApprovalAbove is the four-eyes threshold: a replay of a key whose amount is above this many
+	// minor units waits for a second operator's approval (default 100000; -1: never).
+	ApprovalAbove int64
+	// BulkCap is the most keys one bulk replay takes (default 500, at most 5000).
+	BulkCap int
+	// BulkPreviewTimeout bounds a bulk preview's downstream lookups (default 20 s); keys not
+	// looked up by then are predicted as "downstream could not answer".
+	BulkPreviewTimeout time.Duration
+	Logger             *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -76,8 +85,23 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LookupTimeout == 0 {
 		c.LookupTimeout = 10 * time.Second
 	}
+	if c.ApprovalAbove == 0 {
+		c.ApprovalAbove = 100000
+	}
+	if c.BulkCap == 0 {
+		c.BulkCap = 500
+	}
+	if c.BulkPreviewTimeout == 0 {
+		c.BulkPreviewTimeout = 20 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.BulkCap < 1 || c.BulkCap > 5000 {
+		return c, errors.New("console: BulkCap must be between 1 and 5000")
+	}
+	if c.ApprovalAbove < -1 {
+		return c, errors.New("console: ApprovalAbove must be -1 (never) or a non-negative amount")
 	}
 	c.Throttle = c.Throttle.withDefaults()
 	if c.IdleTimeout > c.AbsoluteTimeout {
@@ -97,6 +121,10 @@ type Server struct {
 	throttle *throttle
 	metrics  *metrics
 	engine   *gin.Engine
+	// bg runs bulk replays after their request returned; Close cancels and waits for them.
+	bg     sync.WaitGroup
+	bgCtx  context.Context
+	bgStop context.CancelFunc
 }
 
 // New validates cfg and builds the server and its routes.
@@ -116,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
 		metrics:  newMetrics(),
 	}
+	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	// The client address is the connection's peer; X-Forwarded-For is not trusted by default.
@@ -129,6 +158,22 @@ func New(cfg Config) (*Server, error) {
 	e.NoRoute(func(c *gin.Context) { s.fail(c, nil, kindPage, ErrNotFound) })
 	s.engine = e
 	return s, nil
+}
+
+// Close stops background work (running bulk replays stop after their current key) and waits
+// for it.
+func (s *Server) Close() {
+	s.bgStop()
+	s.bg.Wait()
+}
+
+// background runs f on the server's lifetime context.
+func (s *Server) background(f func(ctx context.Context)) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f(s.bgCtx)
+	}()
 }
 
 // Handler is the console's HTTP handler.

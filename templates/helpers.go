@@ -27,3 +27,10 @@ func strp(s *string) string {
 	}
 	return *s
 }
+
+func intp(n *int) string {
+	if n == nil {
+		return "—"
+	}
+	return itoa(int64(*n))
+}

@@ -114,6 +114,8 @@ type KeysView struct {
 	FirstURL string
 	IsFirst  bool
 	Error    string
+	// BulkFields are the search's filters for the bulk-replay form.
+	BulkFields []Field
 }
 
 // Body is a request or response body: redacted unless revealed.
@@ -143,6 +145,9 @@ type KeyView struct {
 	CanCheck  bool
 	Check     CheckView
 	Headers   string
+	// CanReplay shows the replay section (operators); Refusal is why the key may not be replayed.
+	CanReplay bool
+	Refusal   string
 }
 
 // AuditSearch is the audit filter form's values.

@@ -79,6 +79,7 @@ beside the data directory when unset).`,
 			if err != nil {
 				return err
 			}
+			defer srv.Close() // stops running bulk replays between keys
 			if ops, err := srv.Operators().List(ctx); err == nil && len(ops) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "idemops: no operators yet; create one with: idemops user add NAME --role admin --tenants '*'")
 			}

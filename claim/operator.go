@@ -1,0 +1,123 @@
+package claim
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// ErrKeyChanged: the key is no longer at the version the caller read (an operator's preview or
+// confirmation is stale); nothing was written.
+var ErrKeyChanged = errors.New("the key changed since it was read")
+
+// ReplayRefusal says, in words an operator can act on, why k may not be replayed; "" when it
+// may (Replayable). The rule is the claim's, so the console and the API show the same reasons.
+func (k *Key) ReplayRefusal() string {
+	switch {
+	case k.Replayable():
+		return ""
+	case k.State == StateCompleted:
+		return "the key is completed: its stored response is the answer, nothing is replayed"
+	case k.State == StateFailedFinal:
+		return fmt.Sprintf("the key failed finally (%s): a final failure is the answer to every retry and is never executed again",
+			deref(k.ErrorCode))
+	case k.LeaseOwner != nil:
+		return fmt.Sprintf("a live lease is held by %s until %s: that attempt may still be running",
+			*k.LeaseOwner, fmtTime(k.LeaseExpiresAt))
+	case k.NotFoundAt != nil:
+		return fmt.Sprintf("the key is parked until %s: downstream said not found at %s and the quarantine has not passed yet",
+			fmtTime(k.LeaseExpiresAt), fmtTime(k.NotFoundAt))
+	default:
+		return fmt.Sprintf("the key is parked until %s after downstream could not answer (%d failed lookups)",
+			fmtTime(k.LeaseExpiresAt), k.LookupFailures)
+	}
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// LookupLease is a lease carrying k's fields and no token, for a read-only Lookup (an operator's
+// preview or downstream check). It cannot write: every holder write compares the token.
+func (k *Key) LookupLease(actor string) *Lease {
+	return &Lease{KeyID: k.ID, Tenant: k.Tenant, Operation: k.Operation, Key: k.Key, Digest: k.KeyDigest,
+		DownstreamKey: k.DownstreamKey, Intent: json.RawMessage(k.Request), Amount: k.AmountMinor,
+		Currency: deref(k.Currency), Attempt: k.Attempts, NotFoundAt: k.NotFoundAt,
+		Takeover: k.State == StateProcessing, Retry: k.State == StateFailedRetryable, Actor: actor}
+}
+
+// TakeoverAt is Takeover bound to the version the caller read: an operator's confirmed replay
+// runs only if the key is still exactly as previewed. ErrKeyChanged when it moved on;
+// ErrNotReplayable when its state does not allow a takeover.
+func (s *Store) TakeoverAt(ctx context.Context, keyID, version int64, actor string) (*Lease, error) {
+	k, err := s.Get(ctx, keyID)
+	if err != nil {
+		return nil, err
+	}
+	if k.Version != version {
+		return nil, fmt.Errorf("takeover key %d: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
+	}
+	l, err := s.takeoverKey(ctx, k, actor)
+	if errors.Is(err, ErrLeaseLost) {
+		return nil, fmt.Errorf("takeover key %d at version %d: %w", keyID, version, ErrKeyChanged)
+	}
+	return l, err
+}
+
+// markFinalSQL moves a key nobody holds to failed_final: a compare-and-set on the version the
+// operator saw, with its history event in the same statement.
+const markFinalSQL = `
+WITH u AS (
+    UPDATE idempotency_keys
+    SET state = 'failed_final', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        error_code = 'marked_final', error_detail = $3, not_found_at = NULL, needs_attention = false,
+        completed_at = now(), response_expires_at = now() + $4 * interval '1 second',
+        expires_at = now() + $5 * interval '1 second', version = version + 1, updated_at = now()
+    WHERE id = $1 AND version = $2
+      AND (state = 'failed_retryable' OR (state = 'processing' AND lease_expires_at < now()))
+    RETURNING id, state
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail)
+    SELECT id, 'marked_final', $6, $7 FROM u
+)
+SELECT id FROM u`
+
+// MarkFinal moves a stuck key to failed_final on behalf of actor (an administrator), with a
+// reason, in tx (nil: the store's handle) so the caller's audit row commits with it. Allowed
+// when nobody holds a live lease (the states Replayable accepts) and the key is still at
+// version; otherwise ErrNotReplayable or ErrKeyChanged, and nothing is written.
+func (s *Store) MarkFinal(ctx context.Context, tx *gorm.DB, keyID, version int64, actor, reason string) error {
+	if tx == nil {
+		tx = s.db
+	}
+	if reason == "" {
+		return fieldErr(ErrInvalidIntent, "reason", "must not be empty")
+	}
+	var id int64
+	err := conn(tx).QueryRowContext(ctx, markFinalSQL, keyID, version, reason,
+		int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), actor,
+		detailJSON("reason", reason, "version", version)).Scan(&id)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("mark key %d final: %w", keyID, err)
+	}
+	k, gerr := s.Get(ctx, keyID)
+	switch {
+	case gerr != nil:
+		return gerr
+	case k.Version != version || k.Replayable(): // the second: its lease expired just now
+		return fmt.Errorf("mark key %d final: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
+	default:
+		return fmt.Errorf("mark key %d final: %s: %w", keyID, k.ReplayRefusal(), ErrNotReplayable)
+	}
+}

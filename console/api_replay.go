@@ -1,0 +1,216 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+
+	"github.com/gin-gonic/gin"
+)
+
+// The replay API: the same guards and roles as the pages, for automation with bearer tokens.
+// A confirmation is two calls: GET the preview (it carries the token), POST the token with a
+// reason.
+
+// bindJSON reads a small JSON body into v; a bad one is an input error naming the body.
+func bindJSON(c *gin.Context, v any) error {
+	dec := json.NewDecoder(c.Request.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return inputErr("body", "must be a JSON object with the documented fields (%s)", truncate(err.Error(), 120))
+	}
+	return nil
+}
+
+// apiReplayPreview is GET /api/v1/keys/{id}/replay.
+func (s *Server) apiReplayPreview(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
+	defer cancel()
+	k, err := s.getKey(ctx, r.op, id)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, s.previewReplay(ctx, r.op, k))
+	return nil
+}
+
+type confirmBody struct {
+	Token  string `json:"token"`
+	Reason string `json:"reason"`
+}
+
+// apiReplayConfirm is POST /api/v1/keys/{id}/replay {token, reason}: 201 with the request; 200
+// with the same request when the token was used before (nothing is executed again); 409 with
+// the reason when a guard refuses.
+func (s *Server) apiReplayConfirm(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var b confirmBody
+	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	req, dup, err := s.confirm(c, r, id, b.Token, b.Reason)
+	if err != nil {
+		return err
+	}
+	status := http.StatusCreated
+	if dup {
+		status = http.StatusOK
+	}
+	c.JSON(status, gin.H{"request": req, "duplicate": dup})
+	return nil
+}
+
+// apiMarkFinal is POST /api/v1/keys/{id}/final {token, reason} (administrators; the token is
+// the preview's final_token).
+func (s *Server) apiMarkFinal(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var b confirmBody
+	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	k, err := s.markFinal(ctx, r.op, r.ip, id, b.Token, b.Reason)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"id": k.ID, "state": k.State, "version": k.Version})
+	return nil
+}
+
+// apiFinalToken is GET /api/v1/keys/{id}/final (administrators): the token a mark-final
+// confirms, bound to the key's current version.
+func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	k, err := s.getKey(ctx, r.op, id)
+	if err != nil {
+		return err
+	}
+	out := gin.H{"id": k.ID, "state": k.State, "version": k.Version, "allowed": k.Replayable(), "refusal": k.ReplayRefusal()}
+	if k.Replayable() {
+		out["token"] = s.confirmToken(actionFinal, r.op, k.ID, k.Version)
+	}
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+// apiReplay is GET /api/v1/replays/{id}.
+func (s *Server) apiReplay(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	req, err := s.getReplay(ctx, r.op, id)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, req)
+	return nil
+}
+
+// apiReplayApprove is POST /api/v1/replays/{id}/approve: a second operator approves and the
+// replay runs; 403 for the requester.
+func (s *Server) apiReplayApprove(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
+	defer cancel()
+	req, err := s.approveReplay(ctx, r.op, r.ip, id)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, req)
+	return nil
+}
+
+// apiBulkPreview is POST /api/v1/replays/bulk {"filter": {"state": "failed_retryable", ...}}:
+// the key search's filters (as on GET /api/v1/keys); 201 with the previewed run.
+func (s *Server) apiBulkPreview(c *gin.Context, r *request) error {
+	var b struct {
+		Filter map[string]string `json:"filter"`
+	}
+	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	q := url.Values{}
+	for k, v := range b.Filter {
+		q.Set(k, v)
+	}
+	f, err := bulkFilter(q)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
+	defer cancel()
+	run, err := s.previewBulk(ctx, r.op, r.ip, f)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusCreated, run)
+	return nil
+}
+
+// apiBulk is GET /api/v1/replays/bulk/{id}: the run, its progress and its per-key results.
+func (s *Server) apiBulk(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := s.getBulkRun(ctx, r.op, id)
+	if err != nil {
+		return err
+	}
+	items, err := s.bulkItems(ctx, id)
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []BulkItem{}
+	}
+	c.JSON(http.StatusOK, gin.H{"run": run, "items": items})
+	return nil
+}
+
+// apiBulkStart is POST /api/v1/replays/bulk/{id}/start {reason}: 202; poll GET for progress.
+func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := s.startBulk(ctx, r.op, r.ip, id, b.Reason)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusAccepted, run)
+	return nil
+}

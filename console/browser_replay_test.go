@@ -1,0 +1,108 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// browseReplaysAndJobs drives the replay flow and the jobs page in headless Chromium: a
+// preview that finds the charge downstream and its confirmation, a stale confirmation refused,
+// a four-eyes request approved by a second operator, a bulk replay with live progress, and the
+// jobs page running a job with live progress. Screenshots go to screenshots/.
+func browseReplaysAndJobs(t *testing.T, br *browser) {
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("oscar", RoleOperator, "acme")
+	found := b.seedFailed("acme", "order-found", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
+	b.fakeOp.has(found, "ch_found_1")
+	stale := b.seedFailed("acme", "order-stale", `{"amount":500,"currency":"USD","payee":"bob"}`, true)
+	big := b.seedFailed("acme", "order-big", `{"amount":250000,"currency":"USD","payee":"bigco"}`, true)
+	for i := 0; i < 4; i++ {
+		b.seedFailed("acme", fmt.Sprintf("order-bulk-%d", i), fmt.Sprintf(`{"amount":%d,"currency":"EUR","payee":"carol"}`, 100+i), true)
+	}
+	job := b.startDaemon()
+
+	br.use(t, b)
+	base := br.base
+	br.signIn("olga")
+
+	// A replay whose preview finds the charge: recorded, nothing sent.
+	br.step("open the key", chromedp.Navigate(fmt.Sprintf("%s/keys/%d", base, found.ID)), chromedp.WaitVisible(`#replay-link`))
+	br.step("preview", chromedp.Click(`#replay-link`), chromedp.WaitVisible(`#preview-text`))
+	if got := br.text(`#preview-text`); got != "the channel already has this charge (ch_found_1) — it will be recorded, nothing is sent" {
+		t.Errorf("preview text %q", got)
+	}
+	br.step("reason", chromedp.SendKeys(`textarea[name=reason]`, "customer says it was charged; record it"))
+	br.shot("replay-preview")
+	br.step("confirm", chromedp.Click(`#confirm-replay`), chromedp.WaitVisible(`#replay-request`))
+	if got := br.text(`#replay-outcome`); !strings.Contains(got, "recorded: the channel already had it (ch_found_1); nothing was sent") {
+		t.Errorf("outcome %q", got)
+	}
+	br.shot("replay-done")
+	if n := b.fakeOp.executes.Load(); n != 0 {
+		t.Errorf("executions: %d", n)
+	}
+
+	// A stale confirmation: the key changed while the preview was open.
+	br.step("preview the stale key", chromedp.Navigate(fmt.Sprintf("%s/keys/%d/replay", base, stale.ID)), chromedp.WaitVisible(`#confirm-replay`))
+	l, err := b.claims.Takeover(context.Background(), stale.ID, "service:payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.claims.Release(context.Background(), l, "client retry gave up"); err != nil {
+		t.Fatal(err)
+	}
+	br.step("confirm stale", chromedp.SendKeys(`textarea[name=reason]`, "retry"), chromedp.Click(`#confirm-replay`),
+		chromedp.WaitVisible(`#replay-error`))
+	if got := br.text(`#replay-error`); !strings.Contains(got, "the key changed since the preview") {
+		t.Errorf("stale confirmation: %q", got)
+	}
+	br.shot("replay-refused-stale")
+
+	// Four eyes: olga requests, oscar approves.
+	br.step("preview the big key", chromedp.Navigate(fmt.Sprintf("%s/keys/%d/replay", base, big.ID)), chromedp.WaitVisible(`#confirm-replay`))
+	br.step("request", chromedp.SendKeys(`textarea[name=reason]`, "large charge lost in the outage"), chromedp.Click(`#confirm-replay`),
+		chromedp.WaitVisible(`#replay-request`))
+	if got := br.text(`#replay-state`); got != "pending" {
+		t.Errorf("four-eyes request state %q", got)
+	}
+	br.shot("replay-pending")
+	br.signOut()
+	br.signIn("oscar")
+	br.step("replays", chromedp.Navigate(base+"/replays"), chromedp.WaitVisible(`table.replays`))
+	br.shot("replays")
+	br.step("open the pending request", chromedp.Click(`table.replays a`), chromedp.WaitVisible(`#approve-replay`))
+	br.step("approve", chromedp.Click(`#approve-replay`), chromedp.WaitNotPresent(`#approve-replay`))
+	if got := br.text(`#replay-state`); got != "executed" {
+		t.Errorf("after approval: %q", got)
+	}
+	br.shot("replay-approved")
+
+	// A bulk replay of the EUR keys, with live progress.
+	br.step("search", chromedp.Navigate(base+"/keys?state=failed_retryable&field=currency&value=EUR"), chromedp.WaitVisible(`table.keys`))
+	br.step("bulk preview", chromedp.Click(`#bulk-replay summary`), chromedp.Click(`#preview-bulk`), chromedp.WaitVisible(`#bulk-form`))
+	br.shot("bulk-preview")
+	br.step("start bulk", chromedp.SendKeys(`#bulk-form textarea[name=reason]`, "channel outage 10:00-10:20"),
+		chromedp.Click(`#start-bulk`), chromedp.WaitVisible(`#bulk-progress[data-state=done]`))
+	if got := br.text(`#bulk-count`); got != "4 of 4" {
+		t.Errorf("bulk progress %q", got)
+	}
+	br.shot("bulk-done")
+
+	// The jobs page: run a job now and watch its progress arrive by polling.
+	br.step("jobs", chromedp.Navigate(base+"/jobs"), chromedp.WaitVisible(`#run-sweep`))
+	br.step("run now", chromedp.Click(`#run-sweep`), chromedp.WaitVisible(`#jobs-notice`))
+	br.step("progress arrives", chromedp.Poll[chromedp.Void](`document.querySelector("#job-runs") && document.querySelector("#job-runs").textContent.includes("3/10")`, chromedp.WithPollingInterval(100*time.Millisecond)))
+	br.shot("jobs-running")
+	close(job.gate)
+	br.step("run finishes", chromedp.WaitVisible(`#job-runs[data-polling=false]`))
+	if got := br.text(`#job-runs`); !strings.Contains(got, "succeeded") || !strings.Contains(got, "swept=10") {
+		t.Errorf("job runs after the run: %q", got)
+	}
+	br.shot("jobs")
+}

@@ -1,0 +1,227 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/templates"
+)
+
+// The daemon's pages read its tables through the daemon package and steer it the way the
+// daemon itself is steered: run now, pause and resume are rows the leader reads at its next
+// poll, written together with their audit row. Running a job now is an operator's call;
+// pausing and resuming stop or restart a safety net (the reclaimer, the purge), so they are
+// an administrator's.
+
+// jobsNotices are the fixed messages a redirect after a job action may show.
+var jobsNotices = map[string]string{
+	"run":    "Run requested: the leader starts it at its next poll.",
+	"pause":  "Schedule paused: its regular runs stop until it is resumed (run now still works).",
+	"resume": "Schedule resumed.",
+}
+
+// jobRunsShown is how many runs the jobs page lists.
+const jobRunsShown = 30
+
+func statsText(s daemon.Stats) string {
+	names := make([]string, 0, len(s))
+	for k := range s {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s=%d", k, s[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s *Server) runsView(ctx context.Context, requested bool) (templates.RunsView, error) {
+	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+	if err != nil {
+		return templates.RunsView{}, err
+	}
+	v := templates.RunsView{Poll: requested}
+	for _, r := range runs {
+		row := templates.RunRow{ID: r.ID, Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger, Replica: r.Replica,
+			Status: string(r.Status), StartedAt: r.StartedAt, Duration: r.Duration().Round(time.Millisecond).String(),
+			Phase: r.Phase, Done: r.Done, Total: r.Total, Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
+		if r.Status == daemon.RunRunning {
+			v.Poll = true
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v, nil
+}
+
+func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, error) {
+	v := templates.JobsView{CanRun: r.op.Role >= RoleOperator, CanPause: r.op.Role >= RoleAdmin}
+	leader, err := daemon.Leader(ctx, s.db)
+	if err != nil {
+		return v, err
+	}
+	if leader != nil {
+		v.HasLeader = true
+		v.Leader = templates.LeaderRow{ID: leader.LeaderID, Term: leader.Term, ElectedAt: leader.ElectedAt,
+			ExpiresAt: leader.ExpiresAt, Expired: leader.Expired}
+	}
+	replicas, err := daemon.Replicas(ctx, s.db)
+	if err != nil {
+		return v, err
+	}
+	for _, rp := range replicas {
+		v.Replicas = append(v.Replicas, templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
+			StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader})
+	}
+	schedules, err := daemon.ListSchedules(ctx, s.db)
+	if err != nil {
+		return v, err
+	}
+	requested := false
+	for _, sc := range schedules {
+		row := templates.ScheduleRow{Name: sc.Name, Job: sc.Job, Spec: sc.Spec, TimeZone: sc.TimeZone,
+			Params: string(sc.Params), NextRunAt: sc.NextRunAt, Paused: sc.Paused, Requested: sc.RunRequestedAt != nil}
+		if row.Params == "{}" {
+			row.Params = ""
+		}
+		if sc.LastRun != nil {
+			row.LastStatus, row.LastStarted = string(sc.LastRun.Status), sc.LastRun.StartedAt.UTC().Format("2006-01-02 15:04:05Z")
+			row.LastError = truncate(sc.LastRun.Error, 200)
+		}
+		requested = requested || row.Requested
+		v.Schedules = append(v.Schedules, row)
+	}
+	if v.Runs, err = s.runsView(ctx, requested); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// jobsPage is GET /jobs.
+func (s *Server) jobsPage(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	v, err := s.jobsView(ctx, r)
+	if err != nil {
+		return err
+	}
+	v.Notice = jobsNotices[c.Query("notice")]
+	s.render(c, http.StatusOK, templates.JobsPage(chrome(r, "jobs"), v))
+	return nil
+}
+
+// jobRunsPartial is GET /jobs/runs: the runs table the jobs page polls.
+func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	v, err := s.jobsView(ctx, r)
+	if err != nil {
+		return err
+	}
+	s.render(c, http.StatusOK, templates.JobRuns(v.Runs))
+	return nil
+}
+
+// jobAction runs one of the daemon's schedule switches with its audit row, in one transaction.
+func (s *Server) jobAction(ctx context.Context, r *request, action, name string) error {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 128 {
+		return inputErr("name", "name the schedule (1–128 characters)")
+	}
+	apply := map[string]func(context.Context, *gorm.DB, string) error{
+		"run": daemon.RunNow, "pause": daemon.Pause, "resume": daemon.Resume}[action]
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := apply(ctx, tx, name); err != nil {
+			if errors.Is(err, daemon.ErrUnknownSchedule) {
+				return fmt.Errorf("schedule %q: %w", truncate(name, 40), ErrNotFound)
+			}
+			return err
+		}
+		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
+			Target: "schedule:" + name})
+	})
+}
+
+func (s *Server) jobActionPage(action string) func(c *gin.Context, r *request) error {
+	return func(c *gin.Context, r *request) error {
+		ctx, cancel := s.ctx(c)
+		defer cancel()
+		if err := s.jobAction(ctx, r, action, c.PostForm("name")); err != nil {
+			return err
+		}
+		c.Redirect(http.StatusSeeOther, "/jobs?notice="+url.QueryEscape(action))
+		return nil
+	}
+}
+
+// apiJobs is GET /api/v1/jobs: the leader, replicas, schedules and recent runs.
+func (s *Server) apiJobs(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	leader, err := daemon.Leader(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	replicas, err := daemon.Replicas(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	schedules, err := daemon.ListSchedules(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"leader": leader, "replicas": replicas, "schedules": schedules, "runs": runs})
+	return nil
+}
+
+// apiJobRun is GET /api/v1/jobs/runs/{id}: one run with its progress, stats and error.
+func (s *Server) apiJobRun(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := daemon.GetRun(ctx, s.db, id)
+	if errors.Is(err, daemon.ErrUnknownRun) {
+		return fmt.Errorf("run %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, run)
+	return nil
+}
+
+// apiJobAction is POST /api/v1/jobs/{run,pause,resume} {"name": schedule}.
+func (s *Server) apiJobAction(action string) func(c *gin.Context, r *request) error {
+	return func(c *gin.Context, r *request) error {
+		var b struct {
+			Name string `json:"name"`
+		}
+		if err := bindJSON(c, &b); err != nil {
+			return err
+		}
+		ctx, cancel := s.ctx(c)
+		defer cancel()
+		if err := s.jobAction(ctx, r, action, b.Name); err != nil {
+			return err
+		}
+		c.JSON(http.StatusAccepted, gin.H{"schedule": b.Name, "action": action})
+		return nil
+	}
+}

@@ -1,0 +1,136 @@
+package console
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemops/idemops/daemon"
+)
+
+// gatedJob reports progress and waits for its gate, so a test can watch a run while it runs.
+type gatedJob struct {
+	gate chan struct{}
+}
+
+func (j *gatedJob) Name() string { return "sweep" }
+func (j *gatedJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (daemon.Stats, error) {
+	p.Report("sweeping", 3, 10)
+	select {
+	case <-j.gate:
+	case <-ctx.Done():
+		return daemon.Stats{"swept": 3}, ctx.Err()
+	}
+	return daemon.Stats{"swept": 10}, nil
+}
+
+// startDaemon runs a real daemon replica on b's database with one gated job.
+func (b *bundle) startDaemon() *gatedJob {
+	b.t.Helper()
+	d, err := daemon.New(daemon.Config{DB: b.db, Name: "replica-a", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
+		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	job := &gatedJob{gate: make(chan struct{})}
+	if err := d.Register(job, "@every 1h"); err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = d.Stop(sctx)
+		cancel()
+	})
+	b.eventually("a leader", func() bool { return d.IsLeader() })
+	return job
+}
+
+func (b *bundle) eventually(what string, cond func() bool) {
+	b.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns: the jobs page shows the leader, the
+// replicas and the schedules; an operator runs a job now (audited) and watches its progress
+// (the runs table polls while it runs and stops polling after); only an admin pauses and
+// resumes.
+func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("vic", RoleViewer, "acme")
+	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("ada", RoleAdmin, "*")
+	job := b.startDaemon()
+
+	vic := b.signIn("vic")
+	page := vic.get("/jobs").Body
+	mustContain(t, "viewer's jobs page", page, "replica-a", "leader", `id="schedule-sweep"`, "@every 1h", "No job has run yet")
+	mustNotContain(t, "viewer's jobs page", page, `id="run-sweep"`, `id="pause-sweep"`)
+
+	olga := b.signIn("olga")
+	mustContain(t, "operator's jobs page", olga.get("/jobs").Body, `id="run-sweep"`)
+	mustNotContain(t, "operator's jobs page", olga.get("/jobs").Body, `id="pause-sweep"`)
+	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 || got.Location != "/jobs?notice=run" {
+		t.Fatalf("run now: %d %s", got.Status, got.Location)
+	}
+	b.eventually("the run to start", func() bool {
+		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'running' AND done = 3`) == 1
+	})
+	running := olga.get("/jobs/runs").Body
+	mustContain(t, "runs while running", running, `hx-trigger="every 1s"`, "run_now", "running", "3/10", "sweeping")
+	close(job.gate)
+	b.eventually("the run to finish", func() bool {
+		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'succeeded'`) == 1
+	})
+	done := olga.get("/jobs/runs").Body
+	mustContain(t, "runs after the run", done, `data-polling="false"`, "succeeded", "swept=10")
+	mustNotContain(t, "runs after the run", done, "hx-get")
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'job.run' AND actor = 'operator:olga' AND target = 'schedule:sweep'`); n != 1 {
+		t.Errorf("run now audit rows: %d", n)
+	}
+
+	if got := olga.post("/jobs/pause", url.Values{"name": {"sweep"}}, true); got.Status != 403 {
+		t.Errorf("operator pause: %d, want 403", got.Status)
+	}
+	ada := b.signIn("ada")
+	if got := ada.post("/jobs/pause", url.Values{"name": {"sweep"}}, true); got.Status != 303 {
+		t.Fatalf("admin pause: %d", got.Status)
+	}
+	mustContain(t, "paused", ada.get("/jobs?notice=pause").Body, "Schedule paused", "paused", `id="resume-sweep"`)
+	tok := b.token("ada")
+	if got := ada.apiPost("/api/v1/jobs/resume", tok, map[string]string{"name": "sweep"}); got.Status != 202 {
+		t.Errorf("API resume: %d", got.Status)
+	}
+	if b.count(`SELECT count(*) FROM schedules WHERE name = 'sweep' AND NOT paused`) != 1 {
+		t.Error("the schedule is still paused after resume")
+	}
+	if got := ada.post("/jobs/pause", url.Values{"name": {"no-such-job"}}, true); got.Status != 404 {
+		t.Errorf("pause of an unknown schedule: %d", got.Status)
+	}
+	for _, action := range []string{"job.pause", "job.resume"} {
+		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ? AND actor = 'operator:ada'`, action); n != 1 {
+			t.Errorf("%s audit rows: %d", action, n)
+		}
+	}
+	jobs := vic.api("/api/v1/jobs", b.token("vic"))
+	if jobs.Status != 200 || !strings.Contains(jobs.Body, `"LeaderID"`) || !strings.Contains(jobs.Body, `"swept":10`) {
+		t.Errorf("API jobs: %d %s", jobs.Status, truncate(jobs.Body, 300))
+	}
+}

@@ -1,0 +1,162 @@
+package templates
+
+import (
+	"time"
+
+	"github.com/idemops/idemops/claim"
+)
+
+// ReplayPreviewData is what a replay of one key will do.
+type ReplayPreviewData struct {
+	Allowed       bool
+	Outcome       string
+	Text          string
+	Action        string
+	Amount        string
+	NeedsApproval bool
+	Token         string
+}
+
+// ReplayPreviewView is the page before a replay is confirmed.
+type ReplayPreviewView struct {
+	Key     *claim.Key
+	Preview ReplayPreviewData
+	// Error is a refusal at confirmation (the key changed, a guard said no).
+	Error  string
+	Reason string
+	// CanMarkFinal offers the administrator's "mark final" with its own token.
+	CanMarkFinal bool
+	FinalToken   string
+	Requests     []ReplayRow
+}
+
+// ReplayRow is one replay request as shown.
+type ReplayRow struct {
+	ID            int64
+	Href          string
+	KeyID         int64
+	KeyHref       string
+	Tenant        string
+	DigestShort   string
+	Requester     string
+	Reason        string
+	Action        string
+	State         string
+	NeedsApproval bool
+	Approver      string
+	OutcomeKind   string
+	Outcome       string
+	CreatedAt     time.Time
+	CanApprove    bool
+	BulkHref      string
+}
+
+// ReplayView is one replay request's page.
+type ReplayView struct {
+	Req    ReplayRow
+	Notice string
+}
+
+// ReplaysView lists replay requests: waiting for approval, then recent.
+type ReplaysView struct {
+	Pending []ReplayRow
+	Recent  []ReplayRow
+}
+
+// BulkItemRow is one key of a bulk replay.
+type BulkItemRow struct {
+	Seq         int
+	KeyID       int64
+	KeyHref     string
+	KeyState    string
+	Predicted   string
+	Result      string
+	Detail      string
+	RequestHref string
+}
+
+// BulkView is a bulk replay: its preview, its progress, its per-key results.
+type BulkView struct {
+	ID           int64
+	Href         string
+	ProgressHref string
+	StartHref    string
+	FilterHref   string
+	Filter       string
+	State        string
+	Operator     string
+	Reason       string
+	Total        int
+	Processed    int
+	Capped       bool
+	Cap          int
+	ByState      []Count
+	ByOutcome    []Count
+	Results      []Count
+	Items        []BulkItemRow
+	Error        string
+}
+
+// Running says whether the page should keep polling for progress.
+func (v BulkView) Running() bool { return v.State == "running" }
+
+// LeaderRow is the daemon's leader lease.
+type LeaderRow struct {
+	ID        string
+	Term      int64
+	ElectedAt time.Time
+	ExpiresAt time.Time
+	Expired   bool
+}
+
+// ReplicaRow is one daemon replica.
+type ReplicaRow struct {
+	ID, Name, Host string
+	PID            int
+	StartedAt      time.Time
+	LastSeen       time.Time
+	IsLeader       bool
+}
+
+// ScheduleRow is one scheduled job.
+type ScheduleRow struct {
+	Name, Job, Spec, TimeZone, Params string
+	NextRunAt                         time.Time
+	Paused                            bool
+	Requested                         bool
+	LastStatus                        string
+	LastStarted                       string
+	LastError                         string
+}
+
+// RunRow is one job run.
+type RunRow struct {
+	ID                              int64
+	Schedule, Job, Trigger, Replica string
+	Status                          string
+	StartedAt                       time.Time
+	Duration                        string
+	Phase                           string
+	Done, Total                     int64
+	Stats                           string
+	Error                           string
+}
+
+// RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.
+type RunsView struct {
+	Rows []RunRow
+	Poll bool
+}
+
+// JobsView is the daemon's page.
+type JobsView struct {
+	HasLeader bool
+	Leader    LeaderRow
+	Replicas  []ReplicaRow
+	Schedules []ScheduleRow
+	Runs      RunsView
+	CanRun    bool // operators: run now
+	CanPause  bool // admins: pause and resume
+	Notice    string
+	Error     string
+}
