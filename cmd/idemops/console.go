@@ -75,7 +75,11 @@ beside the data directory when unset).`,
 			if err != nil {
 				return err
 			}
-			srv, err := console.New(console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure})
+			ops, err := loadOperations(cmd)
+			if err != nil {
+				return err
+			}
+			srv, err := console.New(console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get})
 			if err != nil {
 				return err
 			}
@@ -104,6 +108,7 @@ beside the data directory when unset).`,
 	}
 	cmd.Flags().String("addr", "127.0.0.1:8080", "address to listen on")
 	cmd.Flags().Bool("secure-cookies", false, "mark cookies Secure (behind a TLS-terminating proxy)")
+	cmd.Flags().String("operations", "", "YAML file of downstream operations for replays and checks (env IDEMOPS_OPERATIONS)")
 	return cmd
 }
 

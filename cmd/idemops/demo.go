@@ -148,7 +148,8 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	if err != nil {
 		return nil, err
 	}
-	change := console.Change{Actor: "cli:demo"}
+	p.stops = append(p.stops, srv.Close) // bulk replays stop between keys
+	change := console.Change{Actor: "operator:demo"}
 	_, err = srv.Operators().Add(ctx, change, console.NewOperator{Name: p.operatorUser, Password: p.operatorPassword,
 		Role: console.RoleAdmin, Tenants: []string{console.AllTenants}})
 	if errors.Is(err, console.ErrConflict) { // a previous demo run made it: give it this run's password
