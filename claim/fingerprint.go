@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,7 +145,7 @@ func normalize(v any, path string) (any, error) {
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, val := range t {
-			nk := norm.NFC.String(strings.TrimSpace(k))
+			nk := nfcTrim(k)
 			n, err := normalize(val, path+"."+nk)
 			if err != nil {
 				return nil, err
@@ -164,7 +163,7 @@ func normalize(v any, path string) (any, error) {
 		}
 		return t, nil
 	case string:
-		return norm.NFC.String(strings.TrimSpace(t)), nil
+		return nfcTrim(t), nil
 	case json.Number:
 		n, err := canonicalDecimal(string(t))
 		if err != nil {
@@ -176,31 +175,59 @@ func normalize(v any, path string) (any, error) {
 	}
 }
 
-// canonicalDecimal renders a JSON number exactly: no exponent, no trailing fractional zeros,
-// no "-0". Exponents are bounded so a tiny input cannot expand into a huge string.
+// canonicalDecimal renders a JSON number exactly, by moving its decimal point: no exponent, no
+// leading or trailing zeros that carry no value, no "-0". Exponents are bounded so a tiny input
+// cannot expand into a huge string. (json.Number has already passed the JSON number grammar.)
 func canonicalDecimal(s string) (canonicalNumber, error) {
-	r, ok := new(big.Rat).SetString(s)
-	if !ok {
-		return "", fmt.Errorf("number %q does not parse", s)
-	}
-	if _, exp, found := strings.Cut(strings.ToLower(s), "e"); found {
-		e, err := strconv.Atoi(exp)
+	neg := strings.HasPrefix(s, "-")
+	mant, exp := strings.TrimPrefix(s, "-"), 0
+	if i := strings.IndexAny(mant, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(mant[i+1:], "+"))
 		if err != nil || e > 400 || e < -400 {
 			return "", fmt.Errorf("number %q is out of range", s)
 		}
+		mant, exp = mant[:i], e
 	}
-	if r.IsInt() {
-		return canonicalNumber(r.Num().String()), nil
+	intPart, frac, _ := strings.Cut(mant, ".")
+	if intPart == "" || strings.Trim(intPart+frac, "0123456789") != "" {
+		return "", fmt.Errorf("number %q does not parse", s)
 	}
-	// A JSON decimal is a finite decimal fraction: find the digits it needs.
-	for prec := 1; prec <= 800; prec++ {
-		str := r.FloatString(prec)
-		back, _ := new(big.Rat).SetString(str)
-		if back.Cmp(r) == 0 {
-			return canonicalNumber(str), nil
-		}
+	digits := intPart + frac
+	point := len(intPart) + exp // position of the decimal point within digits
+	trimmed := strings.TrimLeft(digits, "0")
+	point -= len(digits) - len(trimmed)
+	digits = strings.TrimRight(trimmed, "0")
+	if digits == "" {
+		return "0", nil
 	}
-	return "", fmt.Errorf("number %q has too many digits", s)
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch {
+	case point <= 0:
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", -point))
+		b.WriteString(digits)
+	case point >= len(digits):
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", point-len(digits)))
+	default:
+		b.WriteString(digits[:point])
+		b.WriteByte('.')
+		b.WriteString(digits[point:])
+	}
+	return canonicalNumber(b.String()), nil
+}
+
+// nfcTrim trims and NFC-normalizes s; most intent strings are already normal (ASCII), which
+// the quick check answers without allocating.
+func nfcTrim(s string) string {
+	s = strings.TrimSpace(s)
+	if norm.NFC.IsNormalString(s) {
+		return s
+	}
+	return norm.NFC.String(s)
 }
 
 func writeCanonical(buf *bytes.Buffer, v any) {

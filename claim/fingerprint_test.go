@@ -3,6 +3,8 @@ package claim_test
 import (
 	"encoding/json"
 	"errors"
+	"math/big"
+	"strings"
 	"testing"
 
 	"github.com/idemops/idemops/claim"
@@ -125,4 +127,35 @@ func hasLongNumber(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// FuzzCanonicalNumber: a canonical number has exactly the value of the number it came from.
+func FuzzCanonicalNumber(f *testing.F) {
+	for _, s := range []string{"0", "-0.0", "100", "1e2", "1.50", "0.00012", "-12.3400e-3", "123456789012345678901234567890", "9.99E+20"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, num string) {
+		in, err := claim.Canonicalize([]byte(`{"n":`+num+`}`), claim.IntentSpec{})
+		if err != nil {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(string(in.Canonical)))
+		dec.UseNumber()
+		var out map[string]any
+		if err := dec.Decode(&out); err != nil {
+			t.Fatalf("%s: %v", in.Canonical, err)
+		}
+		n, isNumber := out["n"].(json.Number)
+		if !isNumber {
+			return // the fuzzer wrote another JSON value
+		}
+		want, ok1 := new(big.Rat).SetString(strings.TrimSpace(num))
+		got, ok2 := new(big.Rat).SetString(string(n))
+		if !ok1 || !ok2 || want.Cmp(got) != 0 {
+			t.Fatalf("%q became %q", num, n)
+		}
+		if strings.ContainsAny(string(n), "eE+") || string(n) == "-0" {
+			t.Fatalf("%q is not canonical: %q", num, n)
+		}
+	})
 }
