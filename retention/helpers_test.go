@@ -126,12 +126,15 @@ func (b *bundle) purge(opts retention.Options) *retention.Report {
 	return rep
 }
 
-// createDiscrepancies makes the smallest table reconciliation's migration will provide, so that
-// the purge's open-findings guard can be tested on this branch.
-func (b *bundle) createDiscrepancies() {
-	pgtest.Exec(b.t, b.db, `CREATE TABLE discrepancies (
-		id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key_id bigint NULL,
-		state text NOT NULL CHECK (state IN ('open', 'resolved', 'ignored')))`)
+// finding records a reconciliation finding on keyID in the given state (open, resolved,
+// ignored), in reconciliation's own tables.
+func (b *bundle) finding(keyID int64, state string) {
+	var runID int64
+	if err := b.db.Raw(`INSERT INTO recon_runs (channel, actor) VALUES ('paysim', 'daemon') RETURNING id`).Scan(&runID).Error; err != nil {
+		b.t.Fatal(err)
+	}
+	pgtest.Exec(b.t, b.db, `INSERT INTO discrepancies (run_id, first_run_id, channel, bill_date, kind, subject, key_id, state)
+		VALUES (?, ?, 'paysim', current_date, 'LOCAL_ONLY', ?, ?, ?)`, runID, runID, fmt.Sprintf("key:%d", keyID), keyID, state)
 }
 
 // seedExpired inserts n ended keys of op directly (data set-up for volume; the claim path is

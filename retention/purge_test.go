@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -130,14 +129,15 @@ func TestSetLegalHold_NeedsOperatorReasonAndKey(t *testing.T) {
 
 func TestPurge_KeysOfOpenFindingsAreNeverPurged(t *testing.T) {
 	b := setup(t)
-	b.createDiscrepancies()
 	open := b.key("payment.charge", "open", claim.StateCompleted)
 	resolved := b.key("payment.charge", "resolved", claim.StateCompleted)
 	openResp := b.key("payment.charge", "open-response", claim.StateCompleted)
 	b.age(open, 31*day)
 	b.age(resolved, 31*day)
 	b.age(openResp, 4*day)
-	pgtest.Exec(t, b.db, `INSERT INTO discrepancies (key_id, state) VALUES (?, 'open'), (?, 'resolved'), (?, 'open')`, open, resolved, openResp)
+	b.finding(open, "open")
+	b.finding(resolved, "resolved")
+	b.finding(openResp, "open")
 
 	b.purge(retention.Options{})
 
