@@ -269,6 +269,21 @@ func writeCanonical(buf *bytes.Buffer, v any) {
 }
 
 func writeString(buf *bytes.Buffer, s string) {
+	// Most intent strings are plain ASCII: write them directly; anything needing an escape goes
+	// through encoding/json (without HTML escaping), so the output is the same either way.
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		buf.WriteByte('"')
+		buf.WriteString(s)
+		buf.WriteByte('"')
+		return
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)
