@@ -105,4 +105,16 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 		t.Errorf("job runs after the run: %q", got)
 	}
 	br.shot("jobs")
+
+	// Retention and reconciliation pages, for the screenshots (their behaviour is tested in
+	// retention_test.go and recon_test.go).
+	b.seedReconJob("stripe-daily")
+	run := b.seedReconRun("stripe")
+	b.seedFinding(run, "CHANNEL_ONLY", "txn:browser", nil, `{"channel_status":"success"}`)
+	br.step("retention", chromedp.Navigate(base+"/retention/preview"), chromedp.WaitVisible(`#preview`))
+	br.shot("retention")
+	br.step("reconcile", chromedp.Navigate(base+"/reconcile"), chromedp.WaitVisible(`#recon-job-stripe-daily`))
+	br.shot("reconcile")
+	br.step("findings", chromedp.Navigate(base+"/reconcile/findings"), chromedp.WaitVisible(`table.findings`))
+	br.shot("reconcile-findings")
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/retention"
 )
 
 // Errors the console's methods return. statusOf maps them to HTTP statuses in one place.
@@ -28,6 +30,8 @@ var (
 	ErrConflict = errors.New("already exists")
 	// ErrRefused: a guard refused the action in the target's current state (see RefusedError).
 	ErrRefused = errors.New("refused")
+	// ErrTooLarge: an upload is over its size limit.
+	ErrTooLarge = errors.New("upload too large")
 )
 
 // InputError names the field that was wrong.
@@ -52,10 +56,19 @@ func statusOf(err error) int {
 		return http.StatusUnauthorized
 	case errors.Is(err, ErrForbidden), errors.Is(err, ErrCSRF):
 		return http.StatusForbidden
-	case errors.Is(err, ErrNotFound), errors.Is(err, claim.ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, claim.ErrNotFound), errors.Is(err, retention.ErrPolicyNotFound),
+		errors.Is(err, reconcile.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, ErrInvalidInput), errors.Is(err, claim.ErrInvalidKey), errors.Is(err, claim.ErrInvalidScope):
+	case errors.Is(err, ErrInvalidInput), errors.Is(err, claim.ErrInvalidKey), errors.Is(err, claim.ErrInvalidScope),
+		errors.Is(err, claim.ErrInvalidHold), retention.IsInputError(err), errors.Is(err, reconcile.ErrInvalid),
+		errors.Is(err, reconcile.ErrUnknownFormat), errors.Is(err, reconcile.ErrProfile):
 		return http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge), errors.Is(err, reconcile.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, reconcile.ErrMalformed), errors.Is(err, reconcile.ErrControlTotal):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, reconcile.ErrClosed), errors.Is(err, reconcile.ErrCannotRecover):
+		return http.StatusConflict
 	case errors.Is(err, ErrThrottled):
 		return http.StatusTooManyRequests
 	case errors.Is(err, ErrConflict), errors.Is(err, ErrRefused):
@@ -85,6 +98,21 @@ func publicMessage(err error) string {
 	var fe *claim.FieldError
 	if errors.As(err, &fe) {
 		return fe.Error()
+	}
+	var rie *retention.InputError
+	if errors.As(err, &rie) {
+		return rie.Error()
+	}
+	var le *reconcile.LineError
+	if errors.As(err, &le) {
+		return le.Error()
+	}
+	var cte *reconcile.ControlTotalError
+	if errors.As(err, &cte) {
+		return cte.Error()
+	}
+	if errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, retention.ErrPolicyNotFound) {
+		return ErrNotFound.Error()
 	}
 	for _, k := range []error{ErrUnauthenticated, ErrForbidden, ErrCSRF, ErrNotFound, ErrThrottled, ErrBadCredentials, ErrConflict} {
 		if errors.Is(err, k) {

@@ -52,6 +52,17 @@ func TestRoleRouteMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	runID := strconv.FormatInt(runIDs[0], 10)
+	// A recon job, a run and a finding already resolved (acting on it again is a 409).
+	b.seedReconJob("daily")
+	reconRun := b.seedReconRun("stripe")
+	closed := b.seedFinding(reconRun, "CHANNEL_ONLY", "txn:matrix", nil, `{"channel_status":"success"}`)
+	b.exec(`UPDATE discrepancies SET state = 'resolved' WHERE id = ?`, closed)
+	rrid, fid := strconv.FormatInt(reconRun, 10), strconv.FormatInt(closed, 10)
+	jobForm := url.Values{"name": {"daily"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
+		"cron_spec": {"0 6 * * *"}, "time_zone": {"UTC"}, "operations": {"payment.charge"}}
+	newJob := url.Values{"name": {"matrix-job"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
+		"cron_spec": {"0 6 * * *"}, "time_zone": {"UTC"}, "operations": {"payment.charge"}}
+	policy := url.Values{"operation": {"*"}, "state": {"completed"}, "keep_response": {"3d"}, "keep_key": {"30d"}}
 
 	const R, F, U = 303, 403, 401 // redirect, forbidden, unauthorized
 	cases := map[string]matrixCase{
@@ -107,6 +118,45 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /api/v1/jobs/run":     {"/api/v1/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{U, F, 202, 202}},
 		"POST /api/v1/jobs/pause":   {"/api/v1/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
 		"POST /api/v1/jobs/resume":  {"/api/v1/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
+		// Retention: everyone reads; admins change policies, the floor and legal holds.
+		"POST /keys/:id/hold":             {"/keys/" + id + "/hold", url.Values{"hold": {"1"}, "reason": {"matrix"}}, [4]int{R, F, F, R}},
+		"GET /retention":                  {"/retention", nil, [4]int{R, 200, 200, 200}},
+		"GET /retention/preview":          {"/retention/preview?operation=payment.charge", nil, [4]int{R, 200, 200, 200}},
+		"POST /retention/policies":        {"/retention/policies", policy, [4]int{R, F, F, R}},
+		"POST /retention/policies/delete": {"/retention/policies/delete", url.Values{"operation": {"nope"}, "state": {"completed"}}, [4]int{R, F, F, 404}},
+		"POST /retention/floor":           {"/retention/floor", url.Values{"client_retry": {"24h"}, "backfill": {"72h"}, "reconciliation_lag": {"48h"}}, [4]int{R, F, F, R}},
+		"GET /api/v1/retention/policies":  {"/api/v1/retention/policies", nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/retention/policies": {"/api/v1/retention/policies", policy, [4]int{U, F, F, 200}},
+		"GET /api/v1/retention/preview":   {"/api/v1/retention/preview", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/retention/purges":    {"/api/v1/retention/purges", nil, [4]int{U, 200, 200, 200}},
+		// Reconciliation: everyone reads; operators act on findings, run jobs now and upload;
+		// admins create, edit, enable and disable jobs.
+		"GET /reconcile":                     {"/reconcile", nil, [4]int{R, 200, 200, 200}},
+		"GET /reconcile/next-runs":           {"/reconcile/next-runs?cron_spec=0+6+*+*+*", nil, [4]int{R, 200, 200, 200}},
+		"POST /reconcile/jobs":               {"/reconcile/jobs", newJob, [4]int{R, F, F, R}},
+		"GET /reconcile/jobs/:name":          {"/reconcile/jobs/daily", nil, [4]int{R, 200, 200, 200}},
+		"POST /reconcile/jobs/:name":         {"/reconcile/jobs/daily", jobForm, [4]int{R, F, F, R}},
+		"POST /reconcile/jobs/:name/enabled": {"/reconcile/jobs/daily/enabled", url.Values{"enabled": {"1"}}, [4]int{R, F, F, R}},
+		"POST /reconcile/jobs/:name/run":     {"/reconcile/jobs/daily/run", nil, [4]int{R, F, R, R}},
+		"POST /reconcile/upload":             {"/reconcile/upload", url.Values{"channel": {"stripe"}}, [4]int{R, F, 400, 400}}, // no file
+		"GET /reconcile/runs":                {"/reconcile/runs", nil, [4]int{R, 200, 200, 200}},
+		"GET /reconcile/runs/:id":            {"/reconcile/runs/" + rrid, nil, [4]int{R, 200, 200, 200}},
+		"GET /reconcile/findings":            {"/reconcile/findings", nil, [4]int{R, 200, 200, 200}},
+		"POST /reconcile/findings/:id/resolve": {"/reconcile/findings/" + fid + "/resolve", url.Values{"reason_code": {"x"}, "note": {"n"}},
+			[4]int{R, F, 409, 409}},
+		"POST /reconcile/findings/:id/ignore":  {"/reconcile/findings/" + fid + "/ignore", url.Values{"note": {"n"}}, [4]int{R, F, 409, 409}},
+		"POST /reconcile/findings/:id/recover": {"/reconcile/findings/" + fid + "/recover", url.Values{"note": {"n"}}, [4]int{R, F, 409, 409}},
+		"GET /api/v1/reconcile/jobs":           {"/api/v1/reconcile/jobs", nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/reconcile/jobs": {"/api/v1/reconcile/jobs", url.Values{"name": {"api-job"}, "channel": {"stripe"}, "format": {"stripe"},
+			"source": {"/data/{date}.csv"}, "cron_spec": {"0 6 * * *"}, "time_zone": {"UTC"}, "operations": {"payment.charge"}}, [4]int{U, F, F, 201}},
+		"GET /api/v1/reconcile/runs":        {"/api/v1/reconcile/runs", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/reconcile/runs/:id":    {"/api/v1/reconcile/runs/" + rrid, nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/reconcile/findings":    {"/api/v1/reconcile/findings", nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/reconcile/statements": {"/api/v1/reconcile/statements", url.Values{"channel": {"stripe"}}, [4]int{U, F, 400, 400}},
+		"POST /api/v1/reconcile/findings/:id/resolve": {"/api/v1/reconcile/findings/" + fid + "/resolve", url.Values{"reason_code": {"x"}, "note": {"n"}},
+			[4]int{U, F, 409, 409}},
+		"POST /api/v1/reconcile/findings/:id/ignore":  {"/api/v1/reconcile/findings/" + fid + "/ignore", url.Values{"note": {"n"}}, [4]int{U, F, 409, 409}},
+		"POST /api/v1/reconcile/findings/:id/recover": {"/api/v1/reconcile/findings/" + fid + "/recover", url.Values{"note": {"n"}}, [4]int{U, F, 409, 409}},
 	}
 
 	roles := []string{"", "v", "o", "a"}
@@ -141,6 +191,9 @@ func TestRoleRouteMatrix(t *testing.T) {
 				body := map[string]any{}
 				for k, v := range tc.form {
 					body[k] = v[0]
+				}
+				if strings.HasSuffix(rt.Path, "/reconcile/jobs") {
+					body["operations"] = []string{"payment.charge"}
 				}
 				if strings.HasSuffix(rt.Path, "/replays/bulk") {
 					body = map[string]any{"filter": map[string]string{"tenant": tc.form.Get("tenant")}}

@@ -21,6 +21,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/retention"
 )
 
 //go:embed static
@@ -58,7 +60,14 @@ type Config struct {
 	// BulkPreviewTimeout bounds a bulk preview's downstream lookups (default 20 s); keys not
 	// looked up by then are predicted as "downstream could not answer".
 	BulkPreviewTimeout time.Duration
-	Logger             *slog.Logger
+	// UploadLimit bounds a statement upload (default 256 MiB).
+	UploadLimit int64
+	// PreviewTimeout bounds a retention dry run started from the console (default 60 s).
+	PreviewTimeout time.Duration
+	// Reconcile tunes the reconciler behind the reconciliation pages; its Store, Operations and
+	// Auditor are always the console's own (Claims, Operations, the audit log).
+	Reconcile reconcile.Config
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -94,8 +103,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BulkPreviewTimeout == 0 {
 		c.BulkPreviewTimeout = 20 * time.Second
 	}
+	if c.UploadLimit == 0 {
+		c.UploadLimit = 256 << 20
+	}
+	if c.PreviewTimeout == 0 {
+		c.PreviewTimeout = 60 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.UploadLimit < 0 {
+		return c, errors.New("console: UploadLimit must be positive")
 	}
 	if c.BulkCap < 1 || c.BulkCap > 5000 {
 		return c, errors.New("console: BulkCap must be between 1 and 5000")
@@ -121,6 +139,8 @@ type Server struct {
 	throttle *throttle
 	metrics  *metrics
 	engine   *gin.Engine
+	recon    *reconcile.Reconciler
+	purge    *retention.PurgeJob
 	// bg runs bulk replays after their request returned; Close cancels and waits for them.
 	bg     sync.WaitGroup
 	bgCtx  context.Context
@@ -144,6 +164,20 @@ func New(cfg Config) (*Server, error) {
 		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
 		metrics:  newMetrics(),
 	}
+	rc := cfg.Reconcile
+	rc.Store, rc.Auditor, rc.Operations = cfg.Claims, reconAuditor{s}, nil
+	if rc.Logger == nil {
+		rc.Logger = cfg.Logger
+	}
+	if cfg.Operations != nil {
+		rc.Operations = operationsFunc(cfg.Operations)
+	}
+	if s.recon, err = reconcile.New(cfg.DB, rc); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	if s.purge, err = retention.NewPurgeJob(cfg.DB, retention.Config{CountTimeout: cfg.PreviewTimeout, Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
@@ -151,7 +185,7 @@ func New(cfg Config) (*Server, error) {
 	if err := e.SetTrustedProxies(nil); err != nil {
 		return nil, err
 	}
-	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, limitBody)
+	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, s.limitBody)
 	for _, rt := range s.routes() {
 		e.Handle(rt.Method, rt.Path, s.enforce(rt))
 	}
@@ -195,9 +229,17 @@ func (s *Server) ctx(c *gin.Context) (context.Context, context.CancelFunc) {
 // maxBody bounds every request body; forms here are small.
 const maxBody = 64 << 10
 
-func limitBody(c *gin.Context) {
+// uploadRoutes take a statement upload: their bodies are bounded by Config.UploadLimit instead.
+var uploadRoutes = map[string]bool{"/reconcile/upload": true, "/api/v1/reconcile/statements": true}
+
+func (s *Server) limitBody(c *gin.Context) {
 	if c.Request.Body != nil {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBody)
+		limit := int64(maxBody)
+		if uploadRoutes[c.FullPath()] {
+			// The multipart envelope (form fields, boundaries) gets a little room above the file.
+			limit = s.cfg.UploadLimit + maxBody
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	}
 	c.Next()
 }

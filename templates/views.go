@@ -148,6 +148,8 @@ type KeyView struct {
 	// CanReplay shows the replay section (operators); Refusal is why the key may not be replayed.
 	CanReplay bool
 	Refusal   string
+	// CanHold shows the legal-hold form (administrators).
+	CanHold bool
 }
 
 // AuditSearch is the audit filter form's values.

@@ -1,0 +1,130 @@
+package console
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/reconcile"
+)
+
+// The reconciliation pages drive a reconcile.Reconciler built on the console's own claim store,
+// operations and audit log, so a finding's resolution is recorded in the same hash chain as
+// every other console action.
+
+// operationsFunc adapts Config.Operations to reconcile.Operations.
+type operationsFunc func(name string) (claim.Operation, bool)
+
+func (f operationsFunc) Get(name string) (claim.Operation, bool) { return f(name) }
+
+// reconAuditor records the reconciler's resolutions in the console's audit log. A finding about
+// a key is recorded under the key's tenant, so tenant-limited audit views see it.
+type reconAuditor struct{ s *Server }
+
+func (a reconAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
+	e := Entry{Actor: actor, Action: action, Target: target, Detail: detail}
+	if id, ok := detail["key_id"].(int64); ok {
+		var tenants []string
+		if err := a.s.db.WithContext(ctx).Raw(`SELECT tenant FROM idempotency_keys WHERE id = ?`, id).Scan(&tenants).Error; err != nil {
+			return fmt.Errorf("audit %s: key tenant: %w", action, err)
+		}
+		if len(tenants) == 1 {
+			e.Tenant = tenants[0]
+		}
+	}
+	return a.s.audit.Append(ctx, nil, e)
+}
+
+// keyTenants returns the tenant of each of ids that still exists.
+func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string, error) {
+	out := map[int64]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		ID     int64
+		Tenant string
+	}
+	if err := s.db.WithContext(ctx).Raw(`SELECT id, tenant FROM idempotency_keys WHERE id IN ?`, ids).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("finding keys: %w", err)
+	}
+	for _, r := range rows {
+		out[r.ID] = r.Tenant
+	}
+	return out, nil
+}
+
+// Finding visibility. A channel-level finding (no key) is about the channel's statement and is
+// shown to everyone with the route's role. A key-level finding is shown only to operators who
+// may see the key's tenant; when the key no longer exists its tenant is unknown, and only
+// operators who see every tenant see the finding.
+func findingVisible(op *Operator, f *reconcile.Finding, tenants map[int64]string) bool {
+	if f.KeyID == nil || op.SeesAllTenants() {
+		return true
+	}
+	t, ok := tenants[*f.KeyID]
+	return ok && op.MaySee(t)
+}
+
+// findingsPageMax bounds the database pages one listing reads to fill a page for a
+// tenant-limited operator (the rest is reached through the next-page cursor).
+const findingsPageMax = 10
+
+// listFindings returns up to f.Limit findings op may see, and the keyset cursor of the next page
+// (0: none). Rows op may not see are skipped, not counted.
+func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
+	want := f.Limit
+	var out []reconcile.Finding
+	for range findingsPageMax {
+		f.Limit = want + 1
+		rows, err := s.recon.ListFindings(ctx, f)
+		if err != nil {
+			return nil, 0, err
+		}
+		var ids []int64
+		for _, r := range rows {
+			if r.KeyID != nil {
+				ids = append(ids, *r.KeyID)
+			}
+		}
+		tenants, err := s.keyTenants(ctx, ids)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i := range rows {
+			if !findingVisible(op, &rows[i], tenants) {
+				continue
+			}
+			if len(out) == want {
+				return out, out[len(out)-1].ID, nil
+			}
+			out = append(out, rows[i])
+		}
+		if len(rows) < f.Limit {
+			return out, 0, nil
+		}
+		f.BeforeID = rows[len(rows)-1].ID
+	}
+	// Bounded: what was scanned is shown, and the next page continues after it.
+	return out, f.BeforeID, nil
+}
+
+// getFinding reads one finding op may see; one of a tenant op may not see is ErrNotFound.
+func (s *Server) getFinding(ctx context.Context, op *Operator, id int64) (*reconcile.Finding, error) {
+	f, err := s.recon.GetFinding(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	if f.KeyID != nil {
+		ids = append(ids, *f.KeyID)
+	}
+	tenants, err := s.keyTenants(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	if !findingVisible(op, f, tenants) {
+		return nil, fmt.Errorf("finding %d: %w", id, ErrNotFound)
+	}
+	return f, nil
+}

@@ -1,0 +1,70 @@
+package templates
+
+import "time"
+
+// FloorView is the retention floor and its three parts.
+type FloorView struct {
+	Total, ClientRetry, Backfill, ReconciliationLag string
+	UpdatedBy                                       string
+	UpdatedAt                                       time.Time
+}
+
+// PolicyRow is one retention policy.
+type PolicyRow struct {
+	Operation, State, KeepResponse, KeepKey, UpdatedBy string
+	UpdatedAt                                          time.Time
+}
+
+// PolicyForm is the set-a-policy form's values and what was wrong with them.
+type PolicyForm struct {
+	Operation, State, KeepResponse, KeepKey string
+	Error                                   string
+}
+
+// FloorForm is the floor form's values and what was wrong with them.
+type FloorForm struct {
+	ClientRetry, Backfill, ReconciliationLag string
+	Error                                    string
+}
+
+// DueRow is one line of a dry run: keys of one operation and state created on one day that a
+// purge would delete or tombstone.
+type DueRow struct {
+	Phase, Operation, State, Day string
+	N                            int64
+}
+
+// PreviewView is a dry run's result.
+type PreviewView struct {
+	Done                bool
+	Operation           string
+	Deleted, Tombstoned int64
+	Rows                []DueRow
+	RunID               int64
+}
+
+// PurgeRow is one purge_log row.
+type PurgeRow struct {
+	ID                             int64
+	StartedAt                      time.Time
+	FinishedAt                     *time.Time
+	DryRun                         bool
+	Actor, Operation, Status       string
+	Deleted, Tombstoned, Restamped int64
+	Timeouts, BatchSize            int
+	Error                          string
+}
+
+// RetentionView is the retention page.
+type RetentionView struct {
+	Floor       FloorView
+	Policies    []PolicyRow
+	States      []string
+	CanEdit     bool
+	Notice      string
+	Form        PolicyForm
+	FloorForm   FloorForm
+	Preview     PreviewView
+	History     []PurgeRow
+	HistoryNext string
+}
