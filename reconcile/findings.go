@@ -182,8 +182,11 @@ var reasonCodePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 // maxNote bounds an operator's note.
 const maxNote = 2000
 
+// operatorPattern is the console's operator name rule (letters, digits, '.', '_', '@', '-').
+var operatorPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
+
 func checkOperator(operator string) error {
-	if !namePattern.MatchString(operator) {
+	if !operatorPattern.MatchString(operator) {
 		return invalidf("operator", "%q is not an operator name", operator)
 	}
 	return nil
