@@ -676,7 +676,9 @@ func classify(ctx context.Context, a *activeRun, err error) RunStatus {
 	if errors.Is(err, ErrStopped) {
 		return RunAbandoned
 	}
-	if ctx.Err() != nil {
+	// A job that failed on its own account failed, even if its deadline passed meanwhile; only an
+	// error that is the context's own ending is a timeout or an abandonment.
+	if ctx.Err() != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		if errors.Is(context.Cause(ctx), errTimedOut) {
 			return RunTimedOut
 		}

@@ -214,7 +214,7 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 	}
 	start(t, d)
 	onlyLeader(t, d)
-	pgtest.Exec(t, db, `UPDATE schedules SET timeout_ms = 100`)
+	pgtest.Exec(t, db, `UPDATE schedules SET timeout_ms = 100 WHERE name = 'slow'`)
 	for _, n := range []string{"slow", "broken"} {
 		if err := daemon.RunNow(ctx, db, n); err != nil {
 			t.Fatal(err)
