@@ -55,7 +55,7 @@ func peakRSS() int64 {
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
 // BenchmarkReconcile1M parses, loads and matches a benchRows-line WeChat bill against as many
-// local keys, end to end through Reconcile (run row, COPY into staging, statement_lines,
+// local keys, end to end through Reconcile (run row, COPY into statement_lines,
 // matching, findings), side by side with the baseline: the same parse streamed by raw pgx
 // CopyFrom into one table, then one SQL join against idempotency_keys. Reports both times, the
 // ratio, and the peak RSS of the reconcile path (VmHWM, reset before it).
@@ -168,8 +168,7 @@ func baselineCopyAndJoin(ctx context.Context, sqlDB *sql.DB, path string) (int64
 	err = conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
 		feed := newLineFeed(ctx, p, bufio.NewReaderSize(f, 1<<20), time.UTC, daemon.NopProgress{})
-		_, cerr := pc.CopyFrom(ctx, pgx.Identifier{"bench_baseline_lines"},
-			[]string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw"}, feed)
+		_, cerr := pc.CopyFrom(ctx, pgx.Identifier{"bench_baseline_lines"}, lineColumns[1:], feed)
 		if _, perr := feed.finish(); perr != nil {
 			return perr
 		}

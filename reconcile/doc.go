@@ -2,7 +2,8 @@
 // local records (idempotency_keys) and keeps the findings that operators resolve.
 //
 // Reconciler (New) owns the tables of migrations/00004_reconcile.sql: Import loads a statement
-// atomically (COPY into staging, then statement_lines; SHA-256 dedupe; versions with a diff),
+// atomically (COPY into statement_lines in the transaction that writes the statement row; SHA-256
+// dedupe; versions with a diff),
 // Match finds discrepancies set-based in SQL (see the comment above its queries), Reconcile does
 // both on a recon_runs row with live progress, RunJob fetches a recon job's statement first, and
 // Resolve, Ignore and Recover close findings (Recover through the claim logic). Job is the

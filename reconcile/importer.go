@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -25,7 +24,7 @@ import (
 const (
 	PhaseRead  = "read"  // bytes of the statement read, of its size when known
 	PhaseParse = "parse" // lines parsed
-	PhaseLoad  = "load"  // lines copied into the staging table
+	PhaseLoad  = "load"  // lines copied into statement_lines (uncommitted until the import ends)
 	PhaseMatch = "match" // lines matched to local keys (set at the end of matching)
 )
 
@@ -81,23 +80,19 @@ type VersionDiff struct {
 
 const diffSamples = 20
 
-// newStagingSuffix names one import's staging table.
-func newStagingSuffix() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// hashJoinThreshold is the statement size from which the matcher plans hash joins whatever the
+// planner's statistics of statement_lines say.
+const hashJoinThreshold = 10000
 
-// analyzeThreshold is the statement size from which the import refreshes the planner's
-// statistics of statement_lines.
-const analyzeThreshold = 10000
+// lineColumns are the statement_lines columns the import COPYs, in lineFeed.Values order.
+var lineColumns = []string{"statement_id", "line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw"}
 
 // copyBatch is how many lines the parser hands the COPY at a time.
 const copyBatch = 1024
 
-// Import loads one statement file atomically: lines stream from the parser into a staging table
-// with COPY and move into statement_lines with the statement row in the same transaction, so a
-// line that does not parse, control totals that do not agree, a size over the limit or any
+// Import loads one statement file atomically: lines stream from the parser with COPY straight
+// into statement_lines, in the transaction that then writes their statement row, so a line that
+// does not parse, control totals that do not agree, a size over the limit or any
 // database error leave nothing behind. The file's SHA-256 makes importing it again a no-op
 // (AlreadyImported); another file for the same channel and date becomes the next version, and
 // Diff says what changed. Progress gets PhaseRead, PhaseParse and PhaseLoad.
@@ -176,16 +171,28 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 		return nil, fmt.Errorf("import: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // no-op after commit
-	staging := pgx.Identifier{"statement_line_staging_" + newStagingSuffix()}
-	if _, err := tx.Exec(ctx, `CREATE UNLOGGED TABLE `+staging.Sanitize()+` (LIKE statement_line_staging)`); err != nil {
-		return nil, fmt.Errorf("import: staging table: %w", err)
+	// The statement_lines rows of an uncommitted import are its staging table: no other session
+	// sees them before the commit, and a rollback discards them (vacuum reclaims the space). A
+	// separate staging table would cost a second write of every line (the raw rows are most of a
+	// statement's bytes) for no gain in atomicity.
+	//
+	// A crash before the commit's WAL reaches disk loses the import as if it never ran: the job
+	// or operator imports the file again (the SHA-256 dedupe makes that safe), so the commit
+	// need not wait for the flush.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		return nil, fmt.Errorf("import: settings: %w", err)
 	}
-
+	// The statement's id is drawn first so the lines can carry it from the COPY on; its row is
+	// written once the parse has told what to put in it (no foreign key ties the two).
+	var statementID int64
+	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('statements', 'id'))`).Scan(&statementID); err != nil {
+		return nil, fmt.Errorf("import: statement id: %w", err)
+	}
 	hasher := sha256.New()
 	in := &countingReader{r: io.TeeReader(src, hasher), p: p, size: req.Size}
 	feed := newLineFeed(ctx, req.Parser, in, req.Location, p)
-	loaded, copyErr := tx.CopyFrom(ctx, staging,
-		[]string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw"}, feed)
+	feed.statementID = statementID
+	loaded, copyErr := tx.CopyFrom(ctx, pgx.Identifier{"statement_lines"}, lineColumns, feed)
 	sum, parseErr := feed.finish()
 	switch {
 	case parseErr != nil:
@@ -240,27 +247,11 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 		res.Version = *prevVersion + 1
 	}
 	sumJSON, _ := json.Marshal(sum)
-	if err := tx.QueryRow(ctx, `INSERT INTO statements (channel, bill_date, format, sha256, version, row_count, total_minor, bytes, summary, importer)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
-		req.Channel, billDate, req.Format, sha, res.Version, sum.Lines, sum.TotalMinor, sum.Bytes, string(sumJSON), req.Importer).
-		Scan(&res.StatementID); err != nil {
+	res.StatementID = statementID
+	if _, err := tx.Exec(ctx, `INSERT INTO statements (id, channel, bill_date, format, sha256, version, row_count, total_minor, bytes, summary, importer)
+		OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		statementID, req.Channel, billDate, req.Format, sha, res.Version, sum.Lines, sum.TotalMinor, sum.Bytes, string(sumJSON), req.Importer); err != nil {
 		return nil, fmt.Errorf("import: statement: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO statement_lines (statement_id, line_no, channel_txn_id, merchant_order_no, amount_minor,
-		currency, status, occurred_at, raw)
-		SELECT $1, line_no, channel_txn_id, merchant_order_no, amount_minor, currency, status, occurred_at, raw FROM `+staging.Sanitize(),
-		res.StatementID); err != nil {
-		return nil, fmt.Errorf("import: lines: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `DROP TABLE `+staging.Sanitize()); err != nil {
-		return nil, fmt.Errorf("import: drop staging: %w", err)
-	}
-	// The matcher plans its joins on these statistics: without them a fresh million-line
-	// statement looks like a handful of rows and gets a million index probes.
-	if sum.Lines >= analyzeThreshold {
-		if _, err := tx.Exec(ctx, `ANALYZE statement_lines`); err != nil {
-			return nil, fmt.Errorf("import: analyze: %w", err)
-		}
 	}
 	if prevID != nil {
 		if res.Diff, err = diffVersions(ctx, tx, *prevID, res.StatementID); err != nil {
@@ -355,6 +346,9 @@ type lineFeed struct {
 	i       int
 	loaded  int64
 	p       daemon.Progress
+	// statementID, when set, leads each row's values (lineColumns); unset, the row starts at
+	// line_no (lineColumns[1:]).
+	statementID int64
 	// set by the parser goroutine before done closes
 	sum      *Summary
 	err      error
@@ -423,6 +417,9 @@ func (f *lineFeed) Next() bool {
 // Values implements pgx.CopyFromSource.
 func (f *lineFeed) Values() ([]any, error) {
 	l := &f.cur[f.i]
+	if f.statementID != 0 {
+		return []any{f.statementID, int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw}, nil
+	}
 	return []any{int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw}, nil
 }
 

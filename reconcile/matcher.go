@@ -61,13 +61,17 @@ type MatchResult struct {
 	Closed int64 `json:"closed"`
 }
 
-// The matcher works set-based in one transaction on temporary tables (dropped at commit):
+// The matcher works set-based in one transaction on temporary tables (dropped at commit). A
+// statement of hashJoinThreshold lines or more is matched with enable_nestloop off: it was just
+// imported and has no statistics, and the planner would take it for a handful of lines.
 //
 //  1. match_lines: the statement's order lines (success, failed) joined to idempotency_keys by
 //     merchant order no = downstream_key (unique index idempotency_keys_downstream_key_idx),
 //     then, for lines still unmatched, by channel txn id = resource_id (a hash join: resource_id
 //     has no index, and the claim's hot path should not pay for one).
-//  2. dup_txn: a channel txn id on more than one order line → DUPLICATE_IN_FILE; one line of
+//  2. one pass over match_lines (grouping sets) says whether any txn id or key is on more than
+//     one line; only then are dup_txn and multi built (a clean statement needs neither).
+//     dup_txn: a channel txn id on more than one order line → DUPLICATE_IN_FILE; one line of
 //     it (the first successful one) stays, the repeats take no further part.
 //  3. multi: keys matched by more than one line. Each local record matches at most once: the
 //     first successful line is its match ("primary"), the others are secondary; two successful
@@ -96,6 +100,15 @@ FROM idempotency_keys k
 WHERE m.key_id IS NULL AND m.txn <> '' AND k.resource_id = m.txn
   AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[]))`
 
+	// One pass over match_lines says whether any txn id or key appears on more than one line;
+	// only then do the exact statements below run (a clean statement has neither). The key
+	// count includes repeats of a txn id: it may only say "maybe".
+	duplicateProbeSQL = `
+SELECT count(*) FILTER (WHERE g = 1) > 0, count(*) FILTER (WHERE g = 2) > 0 FROM (
+    SELECT GROUPING(txn, key_id) AS g FROM match_lines
+    GROUP BY GROUPING SETS ((txn), (key_id))
+    HAVING count(*) > 1 AND (GROUPING(txn) = 1 OR txn <> '') AND (GROUPING(key_id) = 1 OR key_id IS NOT NULL)) d`
+
 	dupTxnSQL = `
 CREATE TEMP TABLE dup_txn ON COMMIT DROP AS
 SELECT txn, array_agg(line_id ORDER BY (status = 'success') DESC, line_no) AS line_ids, array_agg(line_no ORDER BY line_no) AS line_nos
@@ -123,6 +136,13 @@ GROUP BY m.key_id`
 	markSecondarySQL = `
 UPDATE match_lines m SET secondary = true
 FROM multi WHERE m.key_id = multi.key_id AND m.line_id <> multi.primary_line AND NOT m.repeat`
+
+	// When the probe finds no duplicates, the finding statements below read empty tables.
+	emptyDupTxnSQL = `
+CREATE TEMP TABLE IF NOT EXISTS dup_txn ON COMMIT DROP AS SELECT NULL::text AS txn, NULL::bigint[] AS line_ids, NULL::int[] AS line_nos LIMIT 0`
+	emptyMultiSQL = `
+CREATE TEMP TABLE IF NOT EXISTS multi ON COMMIT DROP AS SELECT NULL::bigint AS key_id, NULL::bigint AS primary_line, 0::bigint AS successes,
+    NULL::bigint AS second_success, NULL::jsonb AS charges, NULL::text AS order_no LIMIT 0`
 
 	findingsTableSQL = `
 CREATE TEMP TABLE found (kind text NOT NULL, subject text NOT NULL, key_id bigint, line_id bigint, detail jsonb NOT NULL)
@@ -228,9 +248,10 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	}
 	var channel, billDate string
 	var latest bool
-	err = sqlDB.QueryRowContext(ctx, `SELECT channel, to_char(bill_date, 'YYYY-MM-DD'),
+	var rowCount int64
+	err = sqlDB.QueryRowContext(ctx, `SELECT channel, to_char(bill_date, 'YYYY-MM-DD'), row_count,
 		version = (SELECT max(version) FROM statements o WHERE o.channel = s.channel AND o.bill_date = s.bill_date)
-		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &latest)
+		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &rowCount, &latest)
 	if err == sql.ErrNoRows {
 		return nil, fmt.Errorf("statement %d: %w", statementID, ErrNotFound)
 	}
@@ -255,14 +276,24 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		return n, nil
 	}
 	// Hash joins and aggregates over a million lines want memory, not temp files.
-	if _, err := exec("settings", `SET LOCAL work_mem = '128MB'`); err != nil {
+	if _, err := exec("settings", `SET LOCAL work_mem = '256MB'`); err != nil {
 		return nil, err
+	}
+	// A statement just imported has no statistics yet (an ANALYZE of statement_lines would cost
+	// the import a sampling pass): the planner takes its lines for a handful and probes the keys'
+	// index once per line. For a large statement, hash joins are the plan.
+	if rowCount >= hashJoinThreshold {
+		if _, err := exec("settings", `SET LOCAL enable_nestloop = off`); err != nil {
+			return nil, err
+		}
 	}
 	if res.Lines, err = exec("lines", matchLinesSQL, statementID); err != nil {
 		return nil, err
 	}
-	if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
-		return nil, err
+	if rowCount < hashJoinThreshold { // larger ones are planned with enable_nestloop off
+		if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
+			return nil, err
+		}
 	}
 	// The fallback join scans idempotency_keys (resource_id has no index): only when some line
 	// is left to match by its txn id.
@@ -276,26 +307,17 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, err
 		}
 	}
-	dups, err := exec("duplicates in file", dupTxnSQL)
-	if err != nil {
+	var maybeDupTxn, maybeMulti bool
+	if err := tx.QueryRowContext(ctx, duplicateProbeSQL).Scan(&maybeDupTxn, &maybeMulti); err != nil {
+		return nil, fmt.Errorf("match statement %d: duplicates: %w", statementID, err)
+	}
+	if err := markDuplicates(exec, maybeDupTxn, maybeMulti); err != nil {
 		return nil, err
-	}
-	if dups > 0 {
-		if _, err := exec("mark repeats", markRepeatsSQL); err != nil {
-			return nil, err
-		}
-	}
-	multi, err := exec("keys with several lines", multiSQL)
-	if err != nil {
-		return nil, err
-	}
-	if multi > 0 {
-		if _, err := exec("mark secondary", markSecondarySQL); err != nil {
-			return nil, err
-		}
 	}
 	steps := []struct{ what, q string }{
 		{"findings table", findingsTableSQL},
+		{"duplicate tables", emptyDupTxnSQL},
+		{"duplicate tables", emptyMultiSQL},
 		{"duplicate in file findings", dupInFileFindingsSQL},
 		{"duplicate at channel findings", dupAtChannelFindingsSQL},
 		{"line findings", lineFindingsSQL},
@@ -359,4 +381,32 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		return nil, fmt.Errorf("match: commit: %w", err)
 	}
 	return res, nil
+}
+
+// markDuplicates builds dup_txn and multi and marks repeated and secondary lines, each only when
+// the probe says there may be some.
+func markDuplicates(exec func(what, q string, args ...any) (int64, error), maybeDupTxn, maybeMulti bool) error {
+	if maybeDupTxn {
+		dups, err := exec("duplicates in file", dupTxnSQL)
+		if err != nil {
+			return err
+		}
+		if dups > 0 {
+			if _, err := exec("mark repeats", markRepeatsSQL); err != nil {
+				return err
+			}
+		}
+	}
+	if maybeMulti {
+		multi, err := exec("keys with several lines", multiSQL)
+		if err != nil {
+			return err
+		}
+		if multi > 0 {
+			if _, err := exec("mark secondary", markSecondarySQL); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
