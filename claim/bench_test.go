@@ -32,7 +32,18 @@ func BenchmarkClaimComplete(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pool, err := pgxpool.New(context.Background(), url)
+	poolSize := envInt("IDEMOPS_BENCH_POOL", 16)
+	sqlDB, _ := db.DB()
+	sqlDB.SetMaxOpenConns(poolSize)
+	// Both sides get the same connection pool size (IDEMOPS_BENCH_POOL, default 16): pgxpool's
+	// default (4 on this machine) would cap the baseline at 4 backends while the claim path ran
+	// 16, and on 2 cores 4 backends contend far less than 16.
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pcfg.MaxConns = int32(poolSize)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		b.Fatal(err)
 	}
