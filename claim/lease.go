@@ -238,13 +238,17 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 // failed_retryable, since an earlier attempt may have reached downstream.
 func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 	if !l.MustCheckDownstream() && l.Attempt == 1 {
-		res := s.db.WithContext(ctx).Exec(`DELETE FROM idempotency_keys WHERE id = ? AND lease_token = ? AND state = 'processing'`,
-			l.KeyID, l.Token)
-		if res.Error != nil {
-			return fmt.Errorf("release %s: %w", l.Digest, res.Error)
-		}
-		if res.RowsAffected == 0 {
+		// The key's history goes with it in the same statement (key_events has no foreign key).
+		var id int64
+		err := conn(s.db).QueryRowContext(ctx, `WITH d AS (
+			DELETE FROM idempotency_keys WHERE id = $1 AND lease_token = $2 AND state = 'processing' RETURNING id
+		), ev AS (DELETE FROM key_events WHERE key_id IN (SELECT id FROM d))
+		SELECT id FROM d`, l.KeyID, l.Token).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("release %s: %w", l.Digest, ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("release %s: %w", l.Digest, err)
 		}
 		return nil
 	}
