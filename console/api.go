@@ -75,13 +75,9 @@ type apiEvent struct {
 
 // apiKey is GET /api/v1/keys/{id}; a key of a tenant the token may not see is a 404.
 func (s *Server) apiKey(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}

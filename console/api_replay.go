@@ -25,13 +25,9 @@ func bindJSON(c *gin.Context, v any) error {
 
 // apiReplayPreview is GET /api/v1/keys/{id}/replay.
 func (s *Server) apiReplayPreview(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}
@@ -92,13 +88,9 @@ func (s *Server) apiMarkFinal(c *gin.Context, r *request) error {
 // apiFinalToken is GET /api/v1/keys/{id}/final (administrators): the token a mark-final
 // confirms, bound to the key's current version.
 func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}

@@ -99,13 +99,9 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 
 // key is the key detail page.
 func (s *Server) key(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}
@@ -120,13 +116,9 @@ func (s *Server) key(c *gin.Context, r *request) error {
 // reveal shows the request and response bodies, after recording the reveal in the audit log
 // and in the key's history: no audit row, no reveal.
 func (s *Server) reveal(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}

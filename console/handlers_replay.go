@@ -93,13 +93,9 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 
 // replayPreview is GET /keys/{id}/replay: the read-only preview and the confirmation form.
 func (s *Server) replayPreview(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
 	}

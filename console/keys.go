@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gin-gonic/gin"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -283,6 +284,15 @@ func (s *Server) getKey(ctx context.Context, op *Operator, id int64) (*claim.Key
 		return nil, fmt.Errorf("key %d: %w", id, ErrNotFound)
 	}
 	return k, nil
+}
+
+// keyParam reads the key named by the route's {id}, under the same rule as getKey.
+func (s *Server) keyParam(ctx context.Context, c *gin.Context, r *request) (*claim.Key, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	return s.getKey(ctx, r.op, id)
 }
 
 func parseID(s string) (int64, error) {
