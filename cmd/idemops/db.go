@@ -21,8 +21,10 @@ type database struct {
 }
 
 func (d *database) Close() {
-	if sqlDB, err := d.DB.DB(); err == nil {
-		sqlDB.Close()
+	if d.DB != nil {
+		if sqlDB, err := d.DB.DB(); err == nil {
+			sqlDB.Close()
+		}
 	}
 	if d.cluster != nil {
 		d.cluster.Stop()
@@ -66,7 +68,7 @@ func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate
 	db, err := pglocal.Open(d.URL)
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect to the database (--database-url / DATABASE_URL): %w", err)
 	}
 	d.DB = db
 	if migrate {
