@@ -107,55 +107,75 @@ func keepResponse(p ExpiryPolicy) time.Duration { return p.KeepResponse }
 // spareSQL is the predicate of keys no retention pass may touch: processing keys, keys on legal
 // hold, keys an open reconciliation finding refers to — that clause only when the discrepancies
 // table exists (reconciliation's migration), so that retention works with or without it — and,
-// with an operation filter, every other operation.
-func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (string, error) {
+// with an operation filter, every other operation. own is the part that reads only the key's
+// row, which a batch's write checks again on the row it changes.
+func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (all, own string, err error) {
 	var exists bool
 	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&exists); err != nil {
-		return "", fmt.Errorf("look for discrepancies: %w", err)
+		return "", "", fmt.Errorf("look for discrepancies: %w", err)
 	}
-	s := `k.state <> 'processing' AND NOT k.legal_hold`
+	own = `k.state <> 'processing' AND NOT k.legal_hold`
 	if operation != "" {
-		s += ` AND k.operation = ` + a.add(operation)
+		own += ` AND k.operation = ` + a.add(operation)
 	}
+	all = own
 	if exists {
-		s += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open')`
+		all += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open')`
 	}
-	return s, nil
+	return all, own, nil
 }
 
 // floorSQL: the key ended at least Floor ago.
 func (r ExpiryRules) floorSQL() string {
-	return keyBase + ` < now() - interval '` + strconv.FormatInt(int64(r.Floor/time.Second), 10) + ` seconds'`
+	return keyBase + ` < now() - ` + r.floorInterval()
+}
+
+func (r ExpiryRules) floorInterval() string {
+	return `interval '` + strconv.FormatInt(int64(r.Floor/time.Second), 10) + ` seconds'`
 }
 
 // DeleteExpiredKeys deletes up to limit keys whose period is over, in (expires_at, id) order
 // after cursor, served by idempotency_keys_expires_idx. A key goes only when its stamp and its
 // policy agree (a policy saved after the key ended may keep it longer than its stamp says; the
-// stamp phase brings stamps in line with shorter ones) and it ended at least Floor ago. Rows
-// locked by a concurrent writer are skipped (SKIP LOCKED), never waited for: a key being
-// written right now is in play. key_events go with their key, in the same statement. Run it inside
-// a transaction to give it a timeout.
+// stamp phase brings stamps in line with shorter ones) and it ended at least Floor ago. The batch
+// is read without row locks (locking each row first cost more than deleting it); a key that a
+// concurrent writer changed in between — claimed again, put on hold, completed anew — is passed
+// over (a later run meets it again if it is still due), a key being written right now is waited
+// for (up to the transaction's lock timeout) and then passed over if its writer changed it. key_events, and what refers to a deleted key, go in the same statement.
+// Run it inside a transaction to give it a timeout.
 func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int) (ExpiryBatch, error) {
 	var a sqlArgs
-	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	spare, own, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return ExpiryBatch{}, err
 	}
-	kk := keepKeySQL(&a, rules)
+	due := `k.expires_at < now() AND ` + own + ` AND ` + rules.floorSQL() + `
+      AND COALESCE(` + keyBase + ` + ` + keepKeySQL(&a, rules) + ` * interval '1 second' < now(), true)`
 	at := a.add(after.At)
 	q := `WITH picked AS (
-    SELECT k.id, k.expires_at AS at FROM idempotency_keys k
+    SELECT k.id, k.ctid AS tid, k.expires_at AS at FROM idempotency_keys k
     WHERE k.expires_at >= ` + at + ` AND (k.expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
-      AND k.expires_at < now() AND ` + spare + ` AND ` + rules.floorSQL() + `
-      AND COALESCE(` + keyBase + ` + ` + kk + ` * interval '1 second' < now(), true)
+      AND ` + due + ` AND ` + spare + `
     ORDER BY k.expires_at, k.id LIMIT ` + a.add(limit) + `
-    FOR UPDATE OF k SKIP LOCKED
 ), gone AS (
-    -- id = ANY (ARRAY …): through the primary key, not a hash join against the whole table.
-    DELETE FROM idempotency_keys k WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.operation, k.state
+    -- By the rows' physical addresses (a TID scan), not through the primary key once more. A row
+    -- updated since it was picked has moved to a new address and is passed over; the conditions
+    -- run again on every row deleted all the same, so that no change slips between pick and delete.
+    DELETE FROM idempotency_keys k WHERE k.ctid = ANY (ARRAY (SELECT tid FROM picked)) AND ` + due + `
+    RETURNING k.id, k.operation, k.state
 ), gone_events AS (
-    -- A key's history goes with it, in the same statement (served by key_events' primary key).
-    DELETE FROM key_events e WHERE e.key_id = ANY (ARRAY (SELECT id FROM picked))
+    -- A key's history goes with it, in the same statement (a nested loop over key_events'
+    -- primary key: cheaper here than one index scan of an id array).
+    DELETE FROM key_events e USING gone g WHERE e.key_id = g.id
+), gone_items AS (
+    -- What refers to a key, set-based here rather than by a foreign key's trigger per row:
+    -- replay requests and bulk items go with their key, outbox rows forget it. Joins, so that
+    -- the planner may read a small table once rather than probe its index once per key.
+    DELETE FROM replay_bulk_items i USING gone g WHERE i.key_id = g.id
+), gone_requests AS (
+    DELETE FROM replay_requests r USING gone g WHERE r.key_id = g.id
+), unlinked AS (
+    UPDATE outbox o SET key_id = NULL FROM gone g WHERE o.key_id = g.id
 )`
 	return runExpiryBatch(ctx, db, "delete expired keys", q, a, limit)
 }
@@ -167,26 +187,32 @@ func keepResponseSQL(a *sqlArgs, r ExpiryRules) string { return keepSQL(a, r.Pol
 // is over (by stamp and by policy), in (response_expires_at, id) order after cursor, served by
 // idempotency_keys_response_expires_idx. The key stays: a late retry with the same intent is
 // answered Expired ("result expired; resource X"), never executed again. Each tombstone is a
-// key event by actor.
+// key event by actor. Keys whose key period is over as well are the delete pass's (a purge runs
+// it first); only those the floor still keeps are tombstoned here (a key the floor keeps ended
+// less than Floor ago, so its expires_at is later than now - Floor). The index carries
+// expires_at so that the scan skips the others without reading their rows — among them the
+// dead entries of every key the delete pass has just removed, which would otherwise cost a heap
+// visit each.
 func TombstoneExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int, actor string) (ExpiryBatch, error) {
 	var a sqlArgs
-	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	spare, own, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return ExpiryBatch{}, err
 	}
-	kr := keepResponseSQL(&a, rules)
+	due := `k.response_body IS NOT NULL AND k.response_expires_at < now()
+      AND k.expires_at >= now() - ` + rules.floorInterval() + ` AND ` + own + `
+      AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&a, rules) + ` * interval '1 second' < now(), true)`
 	at := a.add(after.At)
 	q := `WITH picked AS (
-    SELECT k.id, k.response_expires_at AS at FROM idempotency_keys k
-    WHERE k.response_body IS NOT NULL
-      AND k.response_expires_at >= ` + at + ` AND (k.response_expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
-      AND k.response_expires_at < now() AND ` + spare + `
-      AND COALESCE(` + keyBase + ` + ` + kr + ` * interval '1 second' < now(), true)
+    SELECT k.id, k.ctid AS tid, k.response_expires_at AS at FROM idempotency_keys k
+    WHERE k.response_expires_at >= ` + at + ` AND (k.response_expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
+      AND ` + due + ` AND ` + spare + `
     ORDER BY k.response_expires_at, k.id LIMIT ` + a.add(limit) + `
-    FOR UPDATE OF k SKIP LOCKED
 ), gone AS (
+    -- As in DeleteExpiredKeys: no row locks to pick, every condition again on the row written.
     UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL, response_status = NULL
-    WHERE k.id = ANY (ARRAY (SELECT id FROM picked)) RETURNING k.id, k.operation, k.state
+    WHERE k.ctid = ANY (ARRAY (SELECT tid FROM picked)) AND ` + due + `
+    RETURNING k.id, k.operation, k.state
 ), ev AS (
     INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', ` + a.add(actor) + `, '{}' FROM gone
 )`
@@ -196,7 +222,7 @@ func TombstoneExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRul
 // expiryBatchTail reports a batch: the last position it picked, and its counts per operation
 // and state. No row at all means nothing was picked.
 const expiryBatchTail = `, last AS (SELECT at, id FROM picked ORDER BY at DESC, id DESC LIMIT 1)
-SELECT last.at, last.id, c.operation, c.state, COALESCE(c.n, 0)
+SELECT last.at, last.id, (SELECT count(*) FROM picked), c.operation, c.state, COALESCE(c.n, 0)
 FROM last LEFT JOIN (SELECT operation, state, count(*) AS n FROM gone GROUP BY 1, 2) c ON true`
 
 func runExpiryBatch(ctx context.Context, db *gorm.DB, what, q string, args []any, limit int) (ExpiryBatch, error) {
@@ -209,14 +235,13 @@ func runExpiryBatch(ctx context.Context, db *gorm.DB, what, q string, args []any
 	}
 	defer rows.Close()
 	var b ExpiryBatch
-	picked := false
+	var picked int64
 	for rows.Next() {
 		var op, state sql.NullString
 		var n int64
-		if err := rows.Scan(&b.Next.At, &b.Next.ID, &op, &state, &n); err != nil {
+		if err := rows.Scan(&b.Next.At, &b.Next.ID, &picked, &op, &state, &n); err != nil {
 			return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
 		}
-		picked = true
 		if n > 0 {
 			b.Counts = append(b.Counts, ExpiryCount{Operation: op.String, State: State(state.String), N: n})
 			b.N += n
@@ -225,9 +250,9 @@ func runExpiryBatch(ctx context.Context, db *gorm.DB, what, q string, args []any
 	if err := rows.Err(); err != nil {
 		return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
 	}
-	// Every picked row is locked, so every picked row was changed: fewer than limit means the
-	// index holds nothing more that is due.
-	b.Done = !picked || b.N < int64(limit)
+	// Fewer picked than limit: the index holds nothing more that is due. (A picked row that a
+	// concurrent writer made no longer due is passed over; a later run meets it again if it is.)
+	b.Done = picked < int64(limit)
 	return b, nil
 }
 
@@ -301,7 +326,7 @@ type DueCount struct {
 // give it a statement timeout.
 func CountDue(ctx context.Context, db *gorm.DB, rules ExpiryRules) ([]DueCount, error) {
 	var a sqlArgs
-	spare, err := spareSQL(ctx, db, &a, rules.Operation)
+	spare, _, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return nil, err
 	}

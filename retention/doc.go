@@ -58,22 +58,31 @@
 //
 // Three phases, each in batches: stamp, delete (before tombstone, so that a key due for both is
 // deleted rather than first rewritten), tombstone. A batch is one transaction with SET LOCAL
-// statement_timeout and lock_timeout; it picks up to LIMIT rows (default 10,000) in the order of
-// the index that serves the phase — (expires_at, id) on idempotency_keys_expires_idx,
-// (response_expires_at, id) on idempotency_keys_response_expires_idx — after a cursor, so spared
-// rows (held, in a finding, covered by a longer policy) are passed once rather than rescanned by
-// every batch. Rows are locked FOR UPDATE SKIP LOCKED: a key some claim is writing right now is
-// skipped, never waited for, and is met again by the next run; the claim that finds its row
-// gone retries the insert (claim's bounded race loop). A timed-out batch changes nothing and is
-// tried again; ShrinkAfter timeouts in a row halve the batch (not below MinBatchSize); after
-// MaxTimeouts the run stops with ErrTooManyTimeouts. A random pause (PauseMin..PauseMax) separates
-// batches. One purge_log row per run (dry runs too) records actor, operation filter, counts per
-// phase, operation and state (jsonb), timeouts, the batch size it ended with, status and error.
+// statement_timeout and lock_timeout, bitmap scans, sorts and JIT off (so that its plan is the
+// ordered index walk even while the statistics still count rows an earlier batch removed); it
+// picks up to LIMIT rows (default 10,000) in the order of the index that serves the phase —
+// (expires_at, id) on idempotency_keys_expires_idx, (response_expires_at, id) on
+// idempotency_keys_response_expires_idx, which also carries expires_at so that the tombstone
+// pass skips the keys the delete pass owns without reading their rows — after a cursor, so
+// spared rows (held, in a finding, covered by a longer policy) are passed once rather than
+// rescanned by every batch. Rows are picked without row locks (locking each cost more than
+// deleting it) and written by their physical address: a key some writer changed since it was
+// picked has a new address and is passed over (met again by the next run), a key being written
+// right now is waited for up to the lock timeout, and every row-level condition is checked
+// again on the row written; the claim that finds its row gone retries the insert (claim's
+// bounded race loop). A deleted key takes its key_events, replay requests and bulk items with
+// it and clears outbox.key_id, set-based in the same statement (those tables carry no foreign
+// key to idempotency_keys: a trigger per deleted key was a third of the purge's time). A
+// timed-out batch changes nothing and is tried again; ShrinkAfter timeouts in a row halve the
+// batch (not below MinBatchSize); after MaxTimeouts the run stops with ErrTooManyTimeouts. A
+// random pause (PauseMin..PauseMax, 2..10 ms) separates batches. One purge_log row per run (dry
+// runs too) records actor, operation filter, counts per phase, operation and state (jsonb),
+// timeouts, the batch size it ended with, status and error.
 //
 // Known limit: an open finding inserted in the same instant as a batch that already read the
-// discrepancies table can miss the batch's NOT EXISTS check (it is not re-evaluated under the
-// row lock); reconciliation should reference the key with a foreign key, whose lock conflicts
-// with the purge's row lock, to close that window.
+// discrepancies table can miss the batch's NOT EXISTS check (it is not evaluated again at the
+// delete); reconciliation should reference the key with a foreign key, whose lock conflicts
+// with the purge's delete, to close that window.
 //
 // # Dry run
 //

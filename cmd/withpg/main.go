@@ -33,7 +33,10 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: dir + "/data", Fast: true, MaxConnections: 400})
+	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: dir + "/data", Fast: true, MaxConnections: 400,
+		// Room for the benchmarks' million-key databases (two at a time) in shared memory; a
+		// test run's small databases never fill it.
+		SharedBuffers: "4GB"})
 	if err != nil {
 		os.RemoveAll(dir)
 		fatal(err)

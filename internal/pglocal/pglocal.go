@@ -9,6 +9,7 @@
 package pglocal
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -41,6 +42,8 @@ type Options struct {
 	Fast bool
 	// MaxConnections defaults to 200.
 	MaxConnections int
+	// SharedBuffers is PostgreSQL's shared_buffers (default "256MB").
+	SharedBuffers string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
 }
@@ -130,7 +133,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port), "-k", sockDir,
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "max_connections=" + strconv.Itoa(opt.MaxConnections),
-		"-c", "shared_buffers=256MB",
+		"-c", "shared_buffers=" + cmp.Or(opt.SharedBuffers, "256MB"),
 	}
 	if opt.Fast {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
