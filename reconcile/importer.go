@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -248,9 +250,12 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 	}
 	sumJSON, _ := json.Marshal(sum)
 	res.StatementID = statementID
-	if _, err := tx.Exec(ctx, `INSERT INTO statements (id, channel, bill_date, format, sha256, version, row_count, total_minor, bytes, summary, importer)
-		OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		statementID, req.Channel, billDate, req.Format, sha, res.Version, sum.Lines, sum.TotalMinor, sum.Bytes, string(sumJSON), req.Importer); err != nil {
+	repeatedTxns, repeatedOrders := feed.repeats.maybe()
+	if _, err := tx.Exec(ctx, `INSERT INTO statements (id, channel, bill_date, format, sha256, version, row_count, total_minor, bytes, summary, importer,
+			repeated_txn_ids, repeated_order_nos)
+		OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		statementID, req.Channel, billDate, req.Format, sha, res.Version, sum.Lines, sum.TotalMinor, sum.Bytes, string(sumJSON), req.Importer,
+		repeatedTxns, repeatedOrders); err != nil {
 		return nil, fmt.Errorf("import: statement: %w", err)
 	}
 	if prevID != nil {
@@ -354,6 +359,7 @@ type lineFeed struct {
 	err      error
 	perDate  map[string]int
 	location *time.Location
+	repeats  repeatFinder
 }
 
 func newLineFeed(ctx context.Context, parser Parser, src io.Reader, loc *time.Location, p daemon.Progress) *lineFeed {
@@ -380,8 +386,10 @@ func (f *lineFeed) parse(parser Parser, src io.Reader) {
 		f.p.Report(PhaseParse, parsed, 0)
 		return nil
 	}
+	f.repeats.seed = maphash.MakeSeed()
 	f.sum, f.err = parser.Parse(f.ctx, src, func(l StatementLine) error {
 		f.perDate[l.OccurredAt.In(f.location).Format(time.DateOnly)]++
+		f.repeats.add(l)
 		batch = append(batch, l)
 		parsed++
 		if len(batch) == copyBatch {
@@ -440,6 +448,40 @@ func (f *lineFeed) finish() (*Summary, error) {
 	}
 	<-f.done
 	return f.sum, f.err
+}
+
+// repeatFinder notes, for the order lines (success, failed) of a statement, the 64-bit hashes
+// of their channel txn ids and merchant order numbers: 8 bytes a line each, sorted once at the
+// end, where an exact answer would hold every string. The matcher needs only "none repeats" to
+// skip its duplicate passes over a million lines; a hash collision merely sends it to look.
+type repeatFinder struct {
+	seed         maphash.Seed
+	txns, orders []uint64
+}
+
+func (r *repeatFinder) add(l StatementLine) {
+	if l.Status != StatusSuccess && l.Status != StatusFailed {
+		return
+	}
+	if l.ChannelTxnID != "" {
+		r.txns = append(r.txns, maphash.String(r.seed, l.ChannelTxnID))
+	}
+	r.orders = append(r.orders, maphash.String(r.seed, l.MerchantOrderNo))
+}
+
+// maybe reports whether any txn id, and any order number, may appear on more than one line.
+func (r *repeatFinder) maybe() (txnIDs, orderNos bool) {
+	return anyRepeat(r.txns), anyRepeat(r.orders)
+}
+
+func anyRepeat(h []uint64) bool {
+	slices.Sort(h)
+	for i := 1; i < len(h); i++ {
+		if h[i] == h[i-1] {
+			return true
+		}
+	}
+	return false
 }
 
 // commonDate is the day most lines fall on (ties: the earliest).

@@ -69,8 +69,11 @@ type MatchResult struct {
 //     merchant order no = downstream_key (unique index idempotency_keys_downstream_key_idx),
 //     then, for lines still unmatched, by channel txn id = resource_id (a hash join: resource_id
 //     has no index, and the claim's hot path should not pay for one).
-//  2. one pass over match_lines (grouping sets) says whether any txn id or key is on more than
-//     one line; only then are dup_txn and multi built (a clean statement needs neither).
+//  2. duplicates are looked for only where they may be: the import noted (by 64-bit hashes)
+//     whether any txn id or order number repeats among the order lines, and a key can also meet
+//     a second line through the txn-id fallback. A statement imported before the import took
+//     note is probed instead (one grouping-sets pass over match_lines). Only then are dup_txn
+//     and multi built (a clean statement needs neither).
 //     dup_txn: a channel txn id on more than one order line → DUPLICATE_IN_FILE; one line of
 //     it (the first successful one) stays, the repeats take no further part.
 //  3. multi: keys matched by more than one line. Each local record matches at most once: the
@@ -249,9 +252,11 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	var channel, billDate string
 	var latest bool
 	var rowCount int64
+	var repeatedTxns, repeatedOrders sql.NullBool
 	err = sqlDB.QueryRowContext(ctx, `SELECT channel, to_char(bill_date, 'YYYY-MM-DD'), row_count,
-		version = (SELECT max(version) FROM statements o WHERE o.channel = s.channel AND o.bill_date = s.bill_date)
-		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &rowCount, &latest)
+		version = (SELECT max(version) FROM statements o WHERE o.channel = s.channel AND o.bill_date = s.bill_date),
+		repeated_txn_ids, repeated_order_nos
+		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &rowCount, &latest, &repeatedTxns, &repeatedOrders)
 	if err == sql.ErrNoRows {
 		return nil, fmt.Errorf("statement %d: %w", statementID, ErrNotFound)
 	}
@@ -275,8 +280,13 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		n, _ := out.RowsAffected()
 		return n, nil
 	}
-	// Hash joins and aggregates over a million lines want memory, not temp files.
-	if _, err := exec("settings", `SET LOCAL work_mem = '256MB'`); err != nil {
+	// Hash joins and aggregates over a million lines want memory, not temp files. No parallel
+	// workers: on this project's reference machine (2 cores) a parallel hash join of a million
+	// lines took twice as long as a serial one, and a reconciliation must not take every core
+	// from the claims running beside it. No JIT: compiling costs more than the few expressions
+	// per row it would speed up.
+	if _, err := exec("settings", `SELECT set_config('work_mem', '256MB', true),
+		set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true)`); err != nil {
 		return nil, err
 	}
 	// A statement just imported has no statistics yet (an ANALYZE of statement_lines would cost
@@ -302,14 +312,20 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		Scan(&unmatched); err != nil {
 		return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
 	}
+	var byTxn int64
 	if unmatched {
-		if _, err := exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+		if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
 			return nil, err
 		}
 	}
-	var maybeDupTxn, maybeMulti bool
-	if err := tx.QueryRowContext(ctx, duplicateProbeSQL).Scan(&maybeDupTxn, &maybeMulti); err != nil {
-		return nil, fmt.Errorf("match statement %d: duplicates: %w", statementID, err)
+	// What the import saw says whether any txn id or order number repeats; a key can also meet
+	// two lines when one matched it by txn id. Only a statement imported before the import
+	// looked (NULL) needs the probe, a pass over every line.
+	maybeDupTxn, maybeMulti := repeatedTxns.Bool, repeatedOrders.Bool || byTxn > 0
+	if !repeatedTxns.Valid || !repeatedOrders.Valid {
+		if err := tx.QueryRowContext(ctx, duplicateProbeSQL).Scan(&maybeDupTxn, &maybeMulti); err != nil {
+			return nil, fmt.Errorf("match statement %d: duplicates: %w", statementID, err)
+		}
 	}
 	if err := markDuplicates(exec, maybeDupTxn, maybeMulti); err != nil {
 		return nil, err
