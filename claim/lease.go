@@ -142,13 +142,20 @@ func (s *Store) takeoverKey(ctx context.Context, k *Key, actor string) (*Lease, 
 
 // holderWrite runs a compare-and-set on the lease token with its event in the same statement,
 // and turns "no row matched" into ErrLeaseLost.
+//
+// Holder writes match on id and lease token only, never on state as well: a token is set only
+// while the key is processing (CHECK idempotency_keys_lease_consistent), so the state adds
+// nothing, and "state = 'processing' AND id = $n" let the planner pick the console's
+// (state, created_at, id) index, walking every dead 'processing' entry the key's earlier
+// versions left there — a Complete that took tens of milliseconds on a busy table instead of
+// one primary-key probe.
 func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
 	if tx == nil {
 		tx = s.db
 	}
 	n := len(args)
 	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
-    WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` AND state = 'processing' RETURNING id
+    WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` RETURNING id
 ), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $` + strconv.Itoa(n+3) + `, $` + strconv.Itoa(n+4) + `, $` + strconv.Itoa(n+5) + ` FROM u)
 SELECT id FROM u`
 	all := append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
@@ -166,7 +173,7 @@ SELECT id FROM u`
 // Renew extends the lease by the TTL. ErrLeaseLost means someone else holds the key now: stop.
 func (s *Store) Renew(ctx context.Context, l *Lease) error {
 	res, err := conn(s.db).ExecContext(ctx, `UPDATE idempotency_keys SET lease_expires_at = now() + $1 * interval '1 millisecond'
-		WHERE id = $2 AND lease_token = $3 AND state = 'processing'`, s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token)
+		WHERE id = $2 AND lease_token = $3`, s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token)
 	if err != nil {
 		return fmt.Errorf("renew %s: %w", l.Digest, err)
 	}
@@ -241,7 +248,7 @@ func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 		// The key's history goes with it in the same statement (key_events has no foreign key).
 		var id int64
 		err := conn(s.db).QueryRowContext(ctx, `WITH d AS (
-			DELETE FROM idempotency_keys WHERE id = $1 AND lease_token = $2 AND state = 'processing' RETURNING id
+			DELETE FROM idempotency_keys WHERE id = $1 AND lease_token = $2 RETURNING id
 		), ev AS (DELETE FROM key_events WHERE key_id IN (SELECT id FROM d))
 		SELECT id FROM d`, l.KeyID, l.Token).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
