@@ -96,6 +96,39 @@ FROM statement_lines l
 LEFT JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no
 WHERE l.statement_id = $1 AND l.status IN ('success', 'failed')`
 
+	// The lean plan, for a statement whose import saw no repeated txn id or order number: one
+	// full join of its order lines with the keys keeps only what can make a finding — lines
+	// without a key or disagreeing with theirs (into match_lines) and keys of the job's
+	// operations completed in the window with no line (into local_only) — where the full plan
+	// writes every line and joins the keys a second time for LOCAL_ONLY. The condition on
+	// matched lines is the negation of "lineFindingsSQL finds nothing here"; keeping a line too
+	// many only costs a row.
+	leanLinesTableSQL = `
+CREATE TEMP TABLE match_lines (line_id bigint, line_no integer, txn text, order_no text, amount_minor bigint, currency text,
+    status text, key_id bigint, key_state text, key_amount bigint, key_currency text, matched_by text, repeat boolean, secondary boolean)
+ON COMMIT DROP`
+	leanLocalOnlyTableSQL = `
+CREATE TEMP TABLE local_only (id bigint, downstream_key text, resource_id text, amount_minor bigint, currency text,
+    completed_at timestamptz, operation text) ON COMMIT DROP`
+	leanMatchSQL = `
+WITH j AS (
+    SELECT l.id AS line_id, l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor AS line_amount, l.currency AS line_currency,
+           l.status, k.id AS key_id, k.state, k.amount_minor, k.currency, k.downstream_key, k.resource_id, k.completed_at, k.operation
+    FROM (SELECT * FROM statement_lines WHERE statement_id = $1 AND status IN ('success', 'failed')) l
+    FULL JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no
+    WHERE (l.id IS NOT NULL AND (k.id IS NULL OR NOT (
+               (l.status = 'success' AND k.state = 'completed' AND (k.currency IS NULL OR upper(k.currency) = l.currency)
+                AND (k.amount_minor IS NULL OR k.amount_minor = l.amount_minor))
+            OR (l.status = 'failed' AND k.state <> 'completed'))))
+       OR (l.id IS NULL AND k.state = 'completed' AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4)
+), lines AS (
+    INSERT INTO match_lines
+    SELECT line_id, line_no, channel_txn_id, merchant_order_no, line_amount, line_currency, status, key_id, state, amount_minor,
+           upper(currency), CASE WHEN key_id IS NOT NULL THEN 'merchant_order_no' END, false, false
+    FROM j WHERE line_id IS NOT NULL
+)
+INSERT INTO local_only SELECT key_id, downstream_key, resource_id, amount_minor, currency, completed_at, operation FROM j WHERE line_id IS NULL`
+
 	matchByTxnSQL = `
 UPDATE match_lines m SET key_id = k.id, key_state = k.state, key_amount = k.amount_minor, key_currency = upper(k.currency),
        matched_by = 'channel_txn_id'
@@ -253,10 +286,11 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	var latest bool
 	var rowCount int64
 	var repeatedTxns, repeatedOrders sql.NullBool
+	var orderLines sql.NullInt64
 	err = sqlDB.QueryRowContext(ctx, `SELECT channel, to_char(bill_date, 'YYYY-MM-DD'), row_count,
 		version = (SELECT max(version) FROM statements o WHERE o.channel = s.channel AND o.bill_date = s.bill_date),
-		repeated_txn_ids, repeated_order_nos
-		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &rowCount, &latest, &repeatedTxns, &repeatedOrders)
+		repeated_txn_ids, repeated_order_nos, order_lines
+		FROM statements s WHERE id = $1`, statementID).Scan(&channel, &billDate, &rowCount, &latest, &repeatedTxns, &repeatedOrders, &orderLines)
 	if err == sql.ErrNoRows {
 		return nil, fmt.Errorf("statement %d: %w", statementID, ErrNotFound)
 	}
@@ -297,26 +331,50 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, err
 		}
 	}
-	if res.Lines, err = exec("lines", matchLinesSQL, statementID); err != nil {
-		return nil, err
-	}
-	if rowCount < hashJoinThreshold { // larger ones are planned with enable_nestloop off
-		if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
-			return nil, err
-		}
-	}
-	// The fallback join scans idempotency_keys (resource_id has no index): only when some line
-	// is left to match by its txn id.
-	var unmatched bool
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM match_lines WHERE key_id IS NULL AND txn <> '')`).
-		Scan(&unmatched); err != nil {
-		return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
-	}
+	from, to := dayStart.Add(-ms.Grace), dayEnd.Add(-ms.Grace)
+	// The lean plan when the import saw no repeats; the full one otherwise, or when a line
+	// matched a key through its txn id (that key may also be the key of a line the lean plan
+	// did not keep). At most two rounds.
+	lean := repeatedTxns.Valid && repeatedOrders.Valid && orderLines.Valid && !repeatedTxns.Bool && !repeatedOrders.Bool
 	var byTxn int64
-	if unmatched {
-		if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+	for round := 0; round < 2; round++ {
+		if lean {
+			if _, err := exec("lean tables", leanLinesTableSQL); err != nil {
+				return nil, err
+			}
+			if _, err := exec("lean tables", leanLocalOnlyTableSQL); err != nil {
+				return nil, err
+			}
+			if _, err := exec("lines", leanMatchSQL, statementID, ms.Operations, from, to); err != nil {
+				return nil, err
+			}
+		} else if res.Lines, err = exec("lines", matchLinesSQL, statementID); err != nil {
 			return nil, err
 		}
+		if rowCount < hashJoinThreshold { // larger ones are planned with enable_nestloop off
+			if _, err := exec("analyze", `ANALYZE match_lines`); err != nil {
+				return nil, err
+			}
+		}
+		// The fallback join scans idempotency_keys (resource_id has no index): only when some
+		// line is left to match by its txn id.
+		var unmatched bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM match_lines WHERE key_id IS NULL AND txn <> '')`).
+			Scan(&unmatched); err != nil {
+			return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
+		}
+		if unmatched {
+			if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+				return nil, err
+			}
+		}
+		if !lean || byTxn == 0 {
+			break
+		}
+		if _, err := exec("full plan", `DROP TABLE match_lines, local_only`); err != nil {
+			return nil, err
+		}
+		lean = false
 	}
 	// What the import saw says whether any txn id or order number repeats; a key can also meet
 	// two lines when one matched it by txn id. Only a statement imported before the import
@@ -344,9 +402,10 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		}
 	}
 	if len(ms.Operations) > 0 {
-		from, to := dayStart.Add(-ms.Grace), dayEnd.Add(-ms.Grace)
-		if _, err := exec("local only", localOnlySQL, ms.Operations, from, to); err != nil {
-			return nil, err
+		if !lean {
+			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to); err != nil {
+				return nil, err
+			}
 		}
 		var prevID sql.NullInt64
 		if ms.Grace > 0 {
@@ -390,8 +449,15 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		res.Counts[Kind(k)] = n
 	}
 	rows.Close()
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM match_lines WHERE key_id IS NOT NULL`).Scan(&res.Matched); err != nil {
+	// The full plan kept every order line; the lean one only those without a key or at odds
+	// with theirs, so its total comes from the import.
+	var matched, unmatched int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(key_id), count(*) - count(key_id) FROM match_lines`).Scan(&matched, &unmatched); err != nil {
 		return nil, fmt.Errorf("match: matched: %w", err)
+	}
+	res.Matched = matched
+	if lean {
+		res.Lines, res.Matched = orderLines.Int64, orderLines.Int64-unmatched
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("match: commit: %w", err)

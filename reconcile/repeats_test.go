@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,50 @@ func TestMatch_StatementWithoutRepeatNotesIsProbed(t *testing.T) {
 	sort.Strings(names)
 	if !slices.Equal(names, w.want) {
 		t.Fatalf("findings\n got %q\nwant %q", names, w.want)
+	}
+}
+
+// Without repeats the matcher takes its lean plan (one join keeps only the lines and keys that
+// can make a finding); it finds the same as the full plan, and counts every order line.
+func TestMatch_LeanPlanFindsWhatTheFullPlanFinds(t *testing.T) {
+	b := setup(t)
+	w := buildWorld(b)
+	var lines []wechatLine
+	seen := map[string]bool{}
+	for _, l := range w.lines {
+		// Drop the repeats (the double charge's second txn, the txn listed twice) and the line
+		// matched through its txn id, each of which sends the matcher to its full plan.
+		if l.Txn == "4200000011" || (l.Txn == "4200000012" && seen[l.Txn]) || l.Order == "" {
+			continue
+		}
+		seen[l.Txn] = true
+		lines = append(lines, l)
+	}
+	var want []string
+	for _, name := range w.want {
+		if !strings.HasPrefix(name, "DUPLICATE_") {
+			want = append(want, name)
+		}
+	}
+	// The key matched by txn id in the full world has no line here: it is LOCAL_ONLY now.
+	want = append(want, "LOCAL_ONLY key:"+itoa(w.keys["by-txn"].ID))
+	sort.Strings(want)
+
+	job := b.createJob("wechat-daily", "/nonexistent/{date}.csv", 10*time.Minute)
+	run, err := b.reconcileFile(job, wechatBill(lines, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(`SELECT count(*) FROM statements WHERE NOT repeated_txn_ids AND NOT repeated_order_nos AND order_lines = 9`); n != 1 {
+		t.Fatalf("the import did not note 9 order lines without repeats")
+	}
+	_, names := b.findings(run.ID)
+	sort.Strings(names)
+	if !slices.Equal(names, want) {
+		t.Fatalf("findings\n got %q\nwant %q", names, want)
+	}
+	// 10 lines in the file, the refund is not an order line; of the 9, the unknown order has no key.
+	if run.RowsLoaded != 10 || run.RowsMatched != 8 {
+		t.Errorf("loaded %d, matched %d; want 10, 8", run.RowsLoaded, run.RowsMatched)
 	}
 }
