@@ -20,9 +20,10 @@ test:
 test-race:
 	$(GO) run ./cmd/withpg -- $(GO) test -race -count=1 ./claim/...
 
-## bench: benchmarks against their baselines, one run each
+## bench: benchmarks against their baselines, one run each, one package at a time (two
+## packages' benchmarks side by side on a 2-core machine measure each other, not themselves)
 bench:
-	$(GO) run ./cmd/withpg -- $(GO) test -run '^$$' -bench . -benchtime 1x -count=1 -timeout 60m $(PKGS)
+	$(GO) run ./cmd/withpg -- $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count=1 -timeout 60m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
