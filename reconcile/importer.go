@@ -254,7 +254,7 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 			repeated_txn_ids, repeated_order_nos, order_lines)
 		OVERRIDING SYSTEM VALUE VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		statementID, req.Channel, billDate, req.Format, sha, res.Version, sum.Lines, sum.TotalMinor, sum.Bytes, string(sumJSON), req.Importer,
-		repeatedTxns, repeatedOrders, len(feed.repeats.orders)); err != nil {
+		repeatedTxns, repeatedOrders, feed.repeats.orderLines()); err != nil {
 		return nil, fmt.Errorf("import: statement: %w", err)
 	}
 	if prevID != nil {
@@ -456,7 +456,7 @@ func (f *lineFeed) finish() (*Summary, error) {
 // skip its duplicate passes over a million lines; a hash collision merely sends it to look.
 type repeatFinder struct {
 	seed         maphash.Seed
-	txns, orders []uint64
+	txns, orders hashChunks
 }
 
 func (r *repeatFinder) add(l StatementLine) {
@@ -464,14 +464,43 @@ func (r *repeatFinder) add(l StatementLine) {
 		return
 	}
 	if l.ChannelTxnID != "" {
-		r.txns = append(r.txns, maphash.String(r.seed, l.ChannelTxnID))
+		r.txns.add(maphash.String(r.seed, l.ChannelTxnID))
 	}
-	r.orders = append(r.orders, maphash.String(r.seed, l.MerchantOrderNo))
+	r.orders.add(maphash.String(r.seed, l.MerchantOrderNo))
 }
+
+// orderLines is how many order lines were added.
+func (r *repeatFinder) orderLines() int { return r.orders.n }
 
 // maybe reports whether any txn id, and any order number, may appear on more than one line.
 func (r *repeatFinder) maybe() (txnIDs, orderNos bool) {
-	return anyRepeat(r.txns), anyRepeat(r.orders)
+	return anyRepeat(r.txns.all()), anyRepeat(r.orders.all())
+}
+
+// hashChunks collects hashes in fixed chunks: one growing slice of a million entries cost the
+// import more in reallocation and page faults than the hashing itself.
+type hashChunks struct {
+	chunks [][]uint64
+	n      int
+}
+
+const hashChunk = 1 << 16
+
+func (h *hashChunks) add(v uint64) {
+	if len(h.chunks) == 0 || len(h.chunks[len(h.chunks)-1]) == hashChunk {
+		h.chunks = append(h.chunks, make([]uint64, 0, hashChunk))
+	}
+	last := &h.chunks[len(h.chunks)-1]
+	*last = append(*last, v)
+	h.n++
+}
+
+func (h *hashChunks) all() []uint64 {
+	out := make([]uint64, 0, h.n)
+	for _, c := range h.chunks {
+		out = append(out, c...)
+	}
+	return out
 }
 
 func anyRepeat(h []uint64) bool {
