@@ -75,7 +75,7 @@
 // key to idempotency_keys: a trigger per deleted key was a third of the purge's time). A
 // timed-out batch changes nothing and is tried again; ShrinkAfter timeouts in a row halve the
 // batch (not below MinBatchSize); after MaxTimeouts the run stops with ErrTooManyTimeouts. A
-// random pause (PauseMin..PauseMax, 2..10 ms) separates batches. One purge_log row per run (dry
+// random pause (PauseMin..PauseMax, 1..5 ms) separates batches. One purge_log row per run (dry
 // runs too) records actor, operation filter, counts per phase, operation and state (jsonb),
 // timeouts, the batch size it ended with, status and error.
 //

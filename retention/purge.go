@@ -36,7 +36,7 @@ type Config struct {
 	ShrinkAfter int
 	MaxTimeouts int
 	// PauseMin..PauseMax is the random pause between batches, so that a purge never holds the
-	// database in one long burst (defaults 2 ms..10 ms; a negative PauseMax: no pause).
+	// database in one long burst (defaults 1 ms..5 ms; a negative PauseMax: no pause).
 	PauseMin time.Duration
 	PauseMax time.Duration
 	// StampSlack is how far back the stamp phase looks again once caught up, for keys whose
@@ -71,7 +71,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxTimeouts = 20
 	}
 	if c.PauseMin == 0 && c.PauseMax == 0 {
-		c.PauseMin, c.PauseMax = 2*time.Millisecond, 10*time.Millisecond
+		c.PauseMin, c.PauseMax = time.Millisecond, 5*time.Millisecond
 	}
 	if c.PauseMax < 0 {
 		c.PauseMin, c.PauseMax = 0, 0
