@@ -45,8 +45,12 @@ func (f *fakeOrders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		case 99.0:
+			// Slower than the execute timeout: answers only after the client has given up.
 			f.mu.Unlock()
-			time.Sleep(500 * time.Millisecond)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
 			f.mu.Lock()
 		}
 		state := "open"
@@ -88,8 +92,10 @@ func newOrdersOp(t *testing.T) (*downstream.HTTPOperation, *fakeOrders) {
 		KeyHeader: "X-Request-Key",
 		Execute:   downstream.ExecuteConfig{URL: ts.URL + "/orders", KeyField: "order_no"},
 		Lookup:    downstream.LookupConfig{URL: ts.URL + "/orders/{downstream_key}"},
-		Timeouts:  downstream.TimeoutConfig{Execute: 200 * time.Millisecond},
-		Response:  downstream.ResponseConfig{ResourceID: "data.id", Status: "data.state", FailedValues: []string{"rejected"}, FailureStatus: 409},
+		// Long enough for a loaded CI machine to answer the others (200 ms was not), short
+		// enough for the timeout test.
+		Timeouts: downstream.TimeoutConfig{Execute: 2 * time.Second},
+		Response: downstream.ResponseConfig{ResourceID: "data.id", Status: "data.state", FailedValues: []string{"rejected"}, FailureStatus: 409},
 	}, ts.Client())
 	if err != nil {
 		t.Fatal(err)
