@@ -86,6 +86,11 @@ type MatchResult struct {
 //     before the day start may have been booked the day before, so a line in the previous
 //     day's latest statement clears them too.
 //  6. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
+//
+// That is the full plan. A statement whose import saw no repeated txn id or order number takes
+// the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join that keeps only the lines
+// that can make a finding and the keys of the window that no line names; steps 2 and 3 have
+// nothing to do. A line matched through its txn id sends it back to the full plan.
 const (
 	matchLinesSQL = `
 CREATE TEMP TABLE match_lines ON COMMIT DROP AS
