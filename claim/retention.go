@@ -141,8 +141,9 @@ func (r ExpiryRules) floorInterval() string {
 // is read without row locks (locking each row first cost more than deleting it); a key that a
 // concurrent writer changed in between — claimed again, put on hold, completed anew — is passed
 // over (a later run meets it again if it is still due), a key being written right now is waited
-// for (up to the transaction's lock timeout) and then passed over if its writer changed it. key_events, and what refers to a deleted key, go in the same statement.
-// Run it inside a transaction to give it a timeout.
+// for (up to the transaction's lock timeout) and then passed over if its writer changed it.
+// key_events, and what refers to a deleted key, go in the same statement. Run it inside a
+// transaction to give it a timeout.
 func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int) (ExpiryBatch, error) {
 	var a sqlArgs
 	spare, own, err := spareSQL(ctx, db, &a, rules.Operation)
