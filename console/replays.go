@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/money"
 )
 
 // A manual replay is the most dangerous button in the system, so it is a request with guards,
@@ -97,7 +98,7 @@ func actionOf(k *claim.Key) string {
 	}
 	text := article + " " + noun
 	if k.AmountMinor != nil && k.Currency != nil {
-		text += " of " + FormatAmount(*k.AmountMinor, *k.Currency)
+		text += " of " + money.Display(*k.AmountMinor, *k.Currency)
 	}
 	var intent struct {
 		Payee any `json:"payee"`
@@ -159,7 +160,7 @@ func (s *Server) needsApproval(k *claim.Key) bool {
 func (s *Server) previewReplay(ctx context.Context, op *Operator, k *claim.Key) ReplayPreview {
 	p := ReplayPreview{KeyID: k.ID, Version: k.Version, State: k.State, Action: actionOf(k)}
 	if k.AmountMinor != nil && k.Currency != nil {
-		p.Amount = FormatAmount(*k.AmountMinor, *k.Currency)
+		p.Amount = money.Display(*k.AmountMinor, *k.Currency)
 	}
 	p.Outcome, p.Text = s.predict(ctx, op, k)
 	if p.Outcome == PredictRefused {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemops/idemops/money"
 )
 
 // adyenParser reads Adyen's Settlement details report: UTF-8 CSV, one per payout batch. Type
@@ -73,20 +75,20 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 			l.ChannelTxnID = cell(f, psp)
 			l.MerchantOrderNo = cell(f, ref)
 			var err error
-			if l.Currency, err = normalizeCurrency(cell(f, currency)); err != nil {
+			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "Gross Currency: %v", err)
 			}
-			exp, _ := CurrencyExponent(l.Currency)
+			exp, _ := money.Exponent(l.Currency)
 			cr, dr := cell(f, credit), cell(f, debit)
 			switch {
 			case cr != "" && dr != "":
 				return l, "", lineErrorf(rec.line, "both Gross Credit (GC) and Gross Debit (GC) are filled")
 			case cr != "":
-				if l.AmountMinor, err = parseDecimal(cr, exp, amountSyntax{}); err != nil {
+				if l.AmountMinor, err = money.ParseScaled(cr, exp, 0); err != nil {
 					return l, "", lineErrorf(rec.line, "Gross Credit (GC): %v", err)
 				}
 			case dr != "":
-				if l.AmountMinor, err = parseDecimal(dr, exp, amountSyntax{}); err != nil {
+				if l.AmountMinor, err = money.ParseScaled(dr, exp, 0); err != nil {
 					return l, "", lineErrorf(rec.line, "Gross Debit (GC): %v", err)
 				}
 				l.AmountMinor = -l.AmountMinor

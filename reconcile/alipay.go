@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/idemops/idemops/money"
 )
 
 // alipayParser reads Alipay's 业务明细 (trade detail) file: GBK CSV framed by `#` preamble and
@@ -132,7 +134,7 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			if err != nil {
 				return sum, lineErrorf(rec.line, "footer count %q: %v", m[1], err)
 			}
-			amount, err := parseControl(m[2], amountSyntax{thousands: ','})
+			amount, err := parseControl(m[2], ',')
 			if err != nil {
 				return sum, lineErrorf(rec.line, "footer amount: %v", err)
 			}
@@ -200,11 +202,11 @@ func (c alipayColumns) line(rec record, h *header) (l StatementLine, raw int64, 
 	}
 	l.Status = st
 	text := alipayValue(f[c.amount])
-	syn := amountSyntax{thousands: ','}
-	if l.AmountMinor, err = parseDecimal(text, 2, syn); err != nil {
+	const thousands = ','
+	if l.AmountMinor, err = money.ParseScaled(text, 2, thousands); err != nil {
 		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
 	}
-	if raw, err = parseControl(text, syn); err != nil {
+	if raw, err = parseControl(text, thousands); err != nil {
 		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
 	}
 	at := c.created

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/money"
 )
 
 // benchRows is the size of the generated WeChat bill; IDEMOPS_BENCH_ROWS overrides it.
@@ -44,7 +46,7 @@ func writeWechatBill(w io.Writer, n int) error {
 	for i := 0; i < n; i++ {
 		at := start.Add(time.Duration(i%86400) * time.Second).Format(localTimeLayout)
 		amount := int64(100 + i%50000)
-		yuan := FormatMinor(amount, "CNY")
+		yuan := money.Format(amount, "CNY")
 		if i%10 == 9 {
 			refunded += amount
 			fmt.Fprintf(bw, "`%s,`wx2421b1c4370ec43b,`1900000109,`0,`,`42000021562024030%011d,`ORD-%09d,`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`JSAPI,`REFUND,`CMB_CREDIT,`CNY,`0.00,`0.00,`5030050935202403%013d,`RF-%09d,`%s,`0.00,`ORIGINAL,`SUCCESS,`会员月卡,`,`0.00,`0.60%%,`0.00,`%s,`\n",
@@ -56,7 +58,7 @@ func writeWechatBill(w io.Writer, n int) error {
 			at, i, i, yuan, yuan)
 	}
 	fmt.Fprintln(bw, "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额")
-	p, r := FormatMinor(paid, "CNY"), FormatMinor(refunded, "CNY")
+	p, r := money.Format(paid, "CNY"), money.Format(refunded, "CNY")
 	fmt.Fprintf(bw, "`%d,`%s,`%s,`0.00,`0.00,`%s,`%s\n", n, p, r, p, r)
 	return bw.Flush()
 }

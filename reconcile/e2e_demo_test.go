@@ -24,6 +24,7 @@ import (
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -448,11 +449,11 @@ func column(t *testing.T, header []string, name string) int {
 // addAmount adds minor units to a backticked CNY amount.
 func addAmount(t *testing.T, v string, minor int64) string {
 	t.Helper()
-	n, err := reconcile.ParseAmount(strings.TrimPrefix(v, "`"), "CNY")
+	n, err := money.Parse(strings.TrimPrefix(v, "`"), "CNY")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return "`" + reconcile.FormatMinor(n+minor, "CNY")
+	return "`" + money.Format(n+minor, "CNY")
 }
 
 // wechatDuplicateRow lists the detail row of channel transaction txn twice, and makes the
@@ -471,7 +472,7 @@ func wechatDuplicateRow(t *testing.T, bill []byte, txn string) []byte {
 	sum[column(t, sumHeader, "总交易单数")] = fmt.Sprintf("`%d", len(details))
 	for total, detailCol := range map[string]string{"应结订单总金额": "应结订单金额", "退款总金额": "退款金额",
 		"充值券退款总金额": "充值券退款金额", "手续费总金额": "手续费", "订单总金额": "订单金额", "申请退款总金额": "申请退款金额"} {
-		v, err := reconcile.ParseAmount(strings.TrimPrefix(row[column(t, header, detailCol)], "`"), "CNY")
+		v, err := money.Parse(strings.TrimPrefix(row[column(t, header, detailCol)], "`"), "CNY")
 		if err != nil {
 			t.Fatal(err)
 		}

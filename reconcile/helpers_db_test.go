@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -231,7 +232,7 @@ func wechatBill(lines []wechatLine, skew int64) []byte {
 	var b strings.Builder
 	b.WriteString("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注\n")
 	var settled, refunded, ordered, applied int64
-	yuan := func(v int64) string { return reconcile.FormatMinor(v, "CNY") }
+	yuan := func(v int64) string { return money.Format(v, "CNY") }
 	for i, l := range lines {
 		cur := l.Cur
 		if cur == "" {

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/idemops/idemops/money"
 )
 
 // Status is what a statement line says happened to the money, normalized over all formats.
@@ -167,13 +169,14 @@ func (c *ControlTotals) addAmount(name string, stated, computed int64) {
 // exponent and for fee columns that carry more decimals than the currency.
 const controlScale = 6
 
-func parseControl(s string, syn amountSyntax) (int64, error) {
-	return parseDecimal(s, controlScale, syn)
+// parseControl reads a control total at controlScale; thousands as for money.ParseScaled.
+func parseControl(s string, thousands byte) (int64, error) {
+	return money.ParseScaled(s, controlScale, thousands)
 }
 
 // formatControl renders a controlScale value with at least two decimals, trailing zeros trimmed.
 func formatControl(v int64) string {
-	s := formatScaled(v, controlScale)
+	s := money.FormatScaled(v, controlScale)
 	for strings.HasSuffix(s, "0") && len(s)-strings.IndexByte(s, '.') > 3 {
 		s = s[:len(s)-1]
 	}

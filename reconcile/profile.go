@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemops/idemops/money"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -172,7 +173,7 @@ func ParseProfile(source string, data []byte) (*Profile, error) {
 	case c.Currency != "" && pf.Currency != "":
 		return nil, bad("currency", "set either currency or columns.currency, not both")
 	case pf.Currency != "":
-		cur, err := normalizeCurrency(pf.Currency)
+		cur, err := money.Normalize(pf.Currency)
 		if err != nil {
 			return nil, bad("currency", "%v", err)
 		}
@@ -322,15 +323,15 @@ func (p *Profile) bind(h *header) (rowReader, error) {
 		l.Currency = p.currency
 		var err error
 		if currency >= 0 {
-			if l.Currency, err = normalizeCurrency(value(f, currency)); err != nil {
+			if l.Currency, err = money.Normalize(value(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "%s: %v", h.names[currency], err)
 			}
 		}
-		scale, _ := CurrencyExponent(l.Currency)
+		scale, _ := money.Exponent(l.Currency)
 		if p.minor {
 			scale = 0
 		}
-		if l.AmountMinor, err = parseDecimal(value(f, amount), scale, amountSyntax{thousands: p.thousands}); err != nil {
+		if l.AmountMinor, err = money.ParseScaled(value(f, amount), scale, p.thousands); err != nil {
 			return l, "", lineErrorf(rec.line, "%s: %v", h.names[amount], err)
 		}
 		if p.unsigned && st.sign() != 0 {

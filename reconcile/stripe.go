@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/idemops/idemops/money"
 )
 
 // stripeParser reads Stripe's itemized payout reconciliation report
@@ -76,11 +78,11 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			}
 			l.MerchantOrderNo = cell(f, order)
 			var err error
-			if l.Currency, err = normalizeCurrency(cell(f, currency)); err != nil {
+			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "currency: %v", err)
 			}
-			exp, _ := CurrencyExponent(l.Currency)
-			if l.AmountMinor, err = parseDecimal(cell(f, gross), exp, amountSyntax{}); err != nil {
+			exp, _ := money.Exponent(l.Currency)
+			if l.AmountMinor, err = money.ParseScaled(cell(f, gross), exp, 0); err != nil {
 				return l, "", lineErrorf(rec.line, "gross: %v", err)
 			}
 			if l.OccurredAt, err = parseUTCTime(cell(f, created)); err != nil {

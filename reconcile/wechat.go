@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/idemops/idemops/money"
 )
 
 // wechatParser reads a WeChat Pay trade bill of type ALL (交易账单): UTF-8 CSV, detail header,
@@ -130,7 +132,7 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			if col < 0 {
 				continue
 			}
-			v, err := parseControl(wechatValue(rec.fields[col]), amountSyntax{})
+			v, err := parseControl(wechatValue(rec.fields[col]), 0)
 			if err != nil {
 				return sum, lineErrorf(rec.line, "%s: %v", h.names[col], err)
 			}
@@ -171,7 +173,7 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		if col < 0 || cols.controls[i] < 0 {
 			continue
 		}
-		v, err := parseControl(wechatValue(srow.fields[col]), amountSyntax{})
+		v, err := parseControl(wechatValue(srow.fields[col]), 0)
 		if err != nil {
 			return sum, lineErrorf(srow.line, "%s: %v", sh.names[col], err)
 		}
@@ -204,7 +206,7 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 	}
 	l.Status = st
 	if c.currency >= 0 {
-		cur, err := normalizeCurrency(wechatValue(f[c.currency]))
+		cur, err := money.Normalize(wechatValue(f[c.currency]))
 		if err != nil {
 			return l, lineErrorf(rec.line, "%s: %v", h.names[c.currency], err)
 		}
@@ -216,8 +218,8 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 			return l, lineErrorf(rec.line, "a REFUND row, but the header has no 退款金额 column")
 		}
 	}
-	exp, _ := CurrencyExponent(l.Currency)
-	amount, err := parseDecimal(wechatValue(f[col]), exp, amountSyntax{})
+	exp, _ := money.Exponent(l.Currency)
+	amount, err := money.ParseScaled(wechatValue(f[col]), exp, 0)
 	if err != nil {
 		return l, lineErrorf(rec.line, "%s: %v", h.names[col], err)
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -148,7 +149,7 @@ func (p *linePrinter) line(l reconcile.StatementLine) error {
 		return p.enc.Encode(jsonLine{l.LineNo, l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), at})
 	}
 	_, err := fmt.Fprintf(p.w, "%-7d %-19s %20s %-4s %-24s %-32s %s\n", l.LineNo, l.Status,
-		reconcile.FormatMinor(l.AmountMinor, l.Currency), l.Currency, l.MerchantOrderNo, l.ChannelTxnID, at)
+		money.Format(l.AmountMinor, l.Currency), l.Currency, l.MerchantOrderNo, l.ChannelTxnID, at)
 	return err
 }
 
@@ -179,7 +180,7 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 	}
 	fmt.Fprintln(p.w)
 	for _, cur := range sum.Currencies() {
-		fmt.Fprintf(p.w, "total %s %s\n", cur, reconcile.FormatMinor(sum.ByCurrency[cur], cur))
+		fmt.Fprintf(p.w, "total %s %s\n", cur, money.Format(sum.ByCurrency[cur], cur))
 	}
 	if sum.Control == nil {
 		fmt.Fprintf(p.w, "control totals: none (a %s statement states none)\n", sum.Format)

@@ -445,3 +445,20 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.body.Write(b)
 }
 func (r *recorder) WriteHeader(s int) { r.status = s }
+
+// paysim settles every active ISO 4217 currency with its ISO exponent (the money package's one
+// table): 12345 minor units of IDR are 123.45 IDR, not 12345 — the console's old 100× error.
+func TestCharge_AcceptsEveryISOCurrencyWithItsExponent(t *testing.T) {
+	t.Parallel()
+	_, c := start(t, paysim.Config{})
+	ctx := context.Background()
+	for i, cur := range []string{"IDR", "COP", "JPY", "BHD", "PKR"} {
+		got, err := c.CreateCharge(ctx, "iso-"+itoa(i), charge(12345, cur, "", "alice", "tea"), "")
+		if err != nil {
+			t.Fatalf("%s: %v", cur, err)
+		}
+		if got.Currency != cur || got.AmountMinor != 12345 {
+			t.Fatalf("%s: charge %+v", cur, got)
+		}
+	}
+}

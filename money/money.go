@@ -1,14 +1,19 @@
-package reconcile
+// Package money is the one currency table of idemops: ISO 4217 codes and their minor-unit
+// exponents, exact parsing of decimal amounts into int64 minor units and exact formatting back.
+// No floating point anywhere. Console, reconcile, paysim and the demo all use it; there is no
+// other copy of the table.
+package money
 
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
-// currencyExponents lists every active ISO 4217 currency whose minor unit is not two digits.
-// Every other code in iso4217Codes has exponent 2.
-var currencyExponents = map[string]int{
+// exponents lists every active ISO 4217 currency whose minor unit is not two digits (ISO 4217
+// list one, the "minor unit" column). Every other code in codes has exponent 2.
+var exponents = map[string]int{
 	// no minor unit
 	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
 	"RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
@@ -18,8 +23,9 @@ var currencyExponents = map[string]int{
 	"CLF": 4, "UYW": 4,
 }
 
-// iso4217Codes are the active ISO 4217 codes (space separated) that statements may carry.
-const iso4217Codes = "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV " +
+// codes are the active ISO 4217 currency codes (space separated); funds codes included, precious
+// metals and testing codes (XAU, XTS, XXX …) excluded because nothing is charged in them.
+const codes = "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV " +
 	"BRL BSD BTN BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK " +
 	"DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HTG HUF IDR ILS INR " +
 	"IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL " +
@@ -28,59 +34,60 @@ const iso4217Codes = "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BH
 	"SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS UAH UGX USD USN UYI UYU UYW UZS VED VES VND VUV " +
 	"WST XAF XCD XCG XOF XPF YER ZAR ZMW ZWG ZWL"
 
-var knownCurrencies = func() map[string]bool {
+var known = func() map[string]bool {
 	m := make(map[string]bool)
-	for _, c := range strings.Fields(iso4217Codes) {
+	for _, c := range strings.Fields(codes) {
 		m[c] = true
 	}
 	return m
 }()
 
-// CurrencyExponent returns the number of minor-unit digits of an ISO 4217 code (upper case):
-// 2 for CNY, USD and EUR, 0 for JPY and KRW, 3 for BHD and KWD. ok is false for unknown codes.
-func CurrencyExponent(code string) (exp int, ok bool) {
-	if !knownCurrencies[code] {
+// Codes returns every currency code the table knows, in alphabetical order.
+func Codes() []string { return strings.Fields(codes) }
+
+// Exponent returns the number of minor-unit digits of an ISO 4217 code (upper case): 2 for CNY,
+// USD, EUR and IDR, 0 for JPY and KRW, 3 for BHD and KWD. ok is false for unknown codes.
+func Exponent(code string) (exp int, ok bool) {
+	if !known[code] {
 		return 0, false
 	}
-	if e, found := currencyExponents[code]; found {
+	if e, found := exponents[code]; found {
 		return e, true
 	}
 	return 2, true
 }
 
-// normalizeCurrency upper-cases a currency code and checks that ISO 4217 knows it.
-func normalizeCurrency(s string) (string, error) {
+// Known reports whether code is an active ISO 4217 code (upper case).
+func Known(code string) bool { return known[code] }
+
+// Normalize upper-cases and trims a currency code and checks that ISO 4217 knows it.
+func Normalize(s string) (string, error) {
 	c := strings.ToUpper(strings.TrimSpace(s))
 	if c == "" {
 		return "", errors.New("empty currency")
 	}
-	if !knownCurrencies[c] {
+	if !known[c] {
 		return "", fmt.Errorf("unknown currency %q", s)
 	}
 	return c, nil
 }
 
-// amountSyntax says which spellings of a number a format uses.
-type amountSyntax struct {
-	// thousands allows a grouping separator between digit groups of three ("1,234.56").
-	thousands byte
-}
-
-// ParseAmount converts a decimal amount in major units ("12.3", "-0.50") into exact minor units
-// of currency (1230, -50 for CNY). It never goes through floating point. An empty or malformed
-// value, or one with more decimals than the currency has (other than trailing zeros), is an error.
-func ParseAmount(s, currency string) (int64, error) {
-	exp, ok := CurrencyExponent(currency)
+// Parse converts a decimal amount in major units ("12.3", "-0.50") into exact minor units of
+// currency (1230, -50 for CNY). An empty or malformed value, or one with more decimals than the
+// currency has (other than trailing zeros), is an error.
+func Parse(s, currency string) (int64, error) {
+	exp, ok := Exponent(currency)
 	if !ok {
 		return 0, fmt.Errorf("unknown currency %q", currency)
 	}
-	return parseDecimal(s, exp, amountSyntax{})
+	return ParseScaled(s, exp, 0)
 }
 
-// parseDecimal reads an optionally signed decimal number and returns it scaled by 10^scale.
+// ParseScaled reads an optionally signed decimal number and returns it scaled by 10^scale.
 // Digits are required on both sides of a decimal point; fractional digits beyond scale must be
 // zeros (the value stays exact); exponents, currency symbols and inner spaces are rejected.
-func parseDecimal(s string, scale int, syn amountSyntax) (int64, error) {
+// thousands, when not 0, is a grouping separator allowed between groups of three digits.
+func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 	orig := s
 	if s == "" {
 		return 0, errors.New("empty amount")
@@ -96,9 +103,9 @@ func parseDecimal(s string, scale int, syn amountSyntax) (int64, error) {
 	if intPart == "" || (hasPoint && frac == "") {
 		return 0, fmt.Errorf("malformed amount %q", orig)
 	}
-	if syn.thousands != 0 && strings.IndexByte(intPart, syn.thousands) >= 0 {
+	if thousands != 0 && strings.IndexByte(intPart, thousands) >= 0 {
 		var err error
-		if intPart, err = ungroup(intPart, syn.thousands); err != nil {
+		if intPart, err = ungroup(intPart, thousands); err != nil {
 			return 0, fmt.Errorf("malformed amount %q: %v", orig, err)
 		}
 	}
@@ -159,24 +166,38 @@ func ungroup(s string, sep byte) (string, error) {
 	return strings.Join(groups, ""), nil
 }
 
-// FormatMinor renders minor units in major units with the currency's exponent: FormatMinor(-50,
-// "CNY") is "-0.50", FormatMinor(500, "JPY") is "500". ParseAmount reads its output back exactly.
-func FormatMinor(minor int64, currency string) string {
-	exp, ok := CurrencyExponent(currency)
+// Format renders minor units in major units with the currency's exponent, without the code:
+// Format(-50, "CNY") is "-0.50", Format(500, "JPY") is "500", Format(12345, "IDR") is "123.45".
+// Parse reads its output back exactly. An unknown currency is rendered as plain minor units.
+func Format(minor int64, currency string) string {
+	exp, ok := Exponent(currency)
 	if !ok {
-		exp = 2
+		return strconv.FormatInt(minor, 10)
 	}
-	return formatScaled(minor, exp)
+	return FormatScaled(minor, exp)
 }
 
-func formatScaled(v int64, scale int) string {
+// Display renders an amount for people: "123.45 IDR", "500 JPY", "-0.05 EUR". An unknown currency
+// is never guessed at: its minor units are shown as such, `42 minor units of "XX1"`.
+func Display(minor int64, currency string) string {
+	if _, ok := Exponent(currency); !ok {
+		return strconv.FormatInt(minor, 10) + " minor units of " + strconv.Quote(currency)
+	}
+	return Format(minor, currency) + " " + currency
+}
+
+// FormatScaled renders v / 10^scale exactly: FormatScaled(-5, 2) is "-0.05".
+func FormatScaled(v int64, scale int) string {
 	neg := v < 0
 	// Work on the magnitude as uint64 so that the most negative int64 renders too.
 	u := uint64(v)
 	if neg {
 		u = -u
 	}
-	digits := fmt.Sprintf("%0*d", scale+1, u)
+	digits := strconv.FormatUint(u, 10)
+	if len(digits) <= scale {
+		digits = strings.Repeat("0", scale-len(digits)+1) + digits
+	}
 	var b strings.Builder
 	if neg {
 		b.WriteByte('-')
