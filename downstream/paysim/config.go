@@ -41,8 +41,9 @@ type Config struct {
 	// beyond them new writes answer 503 state_full.
 	MaxCharges, MaxRefunds, MaxNotifications int
 
-	// StateFile, when set, is loaded at start and written (atomically) at most every
-	// SaveInterval while the state changes (default 1 s), and on Close.
+	// StateFile, when set, is loaded at start and written atomically and fsync'd after every
+	// change, before the answer, so confirmed charges survive kill -9; a failed write is
+	// retried every SaveInterval (default 1 s) and on Close.
 	StateFile    string
 	SaveInterval time.Duration
 

@@ -107,14 +107,19 @@ func (s *Server) Save() error {
 	}
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
+	// The write stays under s.mu so an older snapshot never lands after a newer one that
+	// changed() wrote.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	b, err := json.Marshal(stateFile{Version: stateFileVersion, state: s.st})
-	s.dirty = false
-	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.cfg.StateFile, b)
+	if err := writeFileAtomic(s.cfg.StateFile, b); err != nil {
+		return err
+	}
+	s.dirty = false
+	return nil
 }
 
 // Close stops the background saver and saves the state one last time.
@@ -149,8 +154,24 @@ func (s *Server) saveLoop() {
 	}
 }
 
-// changed marks the state for the saver; callers hold s.mu.
-func (s *Server) changed() { s.dirty = true }
+// changed records a change; callers hold s.mu and answer only after it returns. With a state
+// file the whole state is written and fsync'd here, before the answer, so a charge the channel
+// confirmed survives kill -9 of paysim (the periodic saver then only retries a failed write).
+func (s *Server) changed() {
+	s.dirty = true
+	if s.cfg.StateFile == "" {
+		return
+	}
+	b, err := json.Marshal(stateFile{Version: stateFileVersion, state: s.st})
+	if err == nil {
+		err = writeFileAtomic(s.cfg.StateFile, b)
+	}
+	if err != nil {
+		s.cfg.Logger.Error("paysim: save state", "err", err)
+		return
+	}
+	s.dirty = false
+}
 
 // apiError is paysim's error body.
 type apiError struct {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -460,5 +461,35 @@ func TestCharge_AcceptsEveryISOCurrencyWithItsExponent(t *testing.T) {
 		if got.Currency != cur || got.AmountMinor != 12345 {
 			t.Fatalf("%s: charge %+v", cur, got)
 		}
+
+// A charge the channel confirmed is on disk before the answer: a second server loading the file
+// while the first was never closed (as after kill -9) knows it.
+func TestPersistence_ConfirmedChargeSurvivesWithoutClose(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "paysim.json")
+	// A long interval: only the write before the answer can have saved the charge.
+	cfg := paysim.Config{Seed: 5, StateFile: file, SaveInterval: time.Hour}
+	ctx := context.Background()
+	_, c1 := start(t, cfg)
+	ch, err := c1.CreateCharge(ctx, "k1", charge(700, "EUR", "", "p", "x"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.Refund(ctx, "k1", "r1", paysim.RefundRequest{AmountMinor: 200}); err != nil {
+		t.Fatal(err)
+	}
+	srv2, err := paysim.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv2.ChargeCount("k1"); n != 1 {
+		t.Fatalf("charges for k1 after a crash: %d, want 1 (%s)", n, ch.ID)
+	}
+	defer srv2.Close()
+	ts := httptest.NewServer(srv2)
+	defer ts.Close()
+	got, err := paysim.NewClient(ts.URL, ts.Client()).GetCharge(ctx, "k1")
+	if err != nil || got.ID != ch.ID || got.RefundedMinor != 200 {
+		t.Fatalf("charge after a crash: %+v, %v", got, err)
 	}
 }

@@ -186,11 +186,23 @@ func writeFileAtomic(path string, b []byte) error {
 		tmp.Close()
 		return fmt.Errorf("paysim: save state: %w", err)
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("paysim: save state: %w", err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("paysim: save state: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("paysim: save state: %w", err)
+	}
+	// The rename is durable only once the directory is.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("paysim: save state: %w", err)
+		}
 	}
 	return nil
 }
