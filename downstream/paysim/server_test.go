@@ -461,6 +461,8 @@ func TestCharge_AcceptsEveryISOCurrencyWithItsExponent(t *testing.T) {
 		if got.Currency != cur || got.AmountMinor != 12345 {
 			t.Fatalf("%s: charge %+v", cur, got)
 		}
+	}
+}
 
 // A charge the channel confirmed is on disk before the answer: a second server loading the file
 // while the first was never closed (as after kill -9) knows it.
