@@ -1,6 +1,9 @@
 package console
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestSafeNext_OnlySameSiteAbsolutePaths: a post-sign-in redirect that a browser could read as
 // another site ("//", "/\", a scheme, a tab or newline it would drop) becomes "/".
@@ -28,5 +31,17 @@ func TestSafeNext_OnlySameSiteAbsolutePaths(t *testing.T) {
 		if got := safeNext(in); got != want {
 			t.Errorf("safeNext(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestAPI_OversizedJSONBodyIs413: a JSON body past the console's limit is "too large", not a
+// malformed body.
+func TestAPI_OversizedJSONBodyIs413(t *testing.T) {
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	olga := b.signIn("olga")
+	big := map[string]string{"reason": strings.Repeat("x", 10<<20)}
+	if got := olga.apiPost("/api/v1/replays/bulk", b.token("olga"), big); got.Status != 413 {
+		t.Errorf("10 MB JSON body: %d, want 413", got.Status)
 	}
 }
