@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -18,6 +20,9 @@ func bindJSON(c *gin.Context, v any) error {
 	dec := json.NewDecoder(c.Request.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
+		}
 		return inputErr("body", "must be a JSON object with the documented fields (%s)", truncate(err.Error(), 120))
 	}
 	return nil

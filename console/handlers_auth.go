@@ -4,7 +4,10 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,10 +22,22 @@ func (s *Server) setCookie(c *gin.Context, name, value string, maxAge int) {
 	})
 }
 
-// safeNext keeps a post-sign-in redirect on this site: a local absolute path only.
+// safeNext keeps a post-sign-in redirect on this site: a local absolute path only. Browsers drop
+// tabs and newlines and read a backslash as a slash, so "/\t/evil" and "/\\evil" are "//evil" to
+// them: any control character or backslash, invalid UTF-8, or anything that parses with a scheme
+// or host sends the operator to "/" instead.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.ContainsAny(next, "\r\n") || len(next) > 2048 {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || len(next) > 2048 ||
+		!utf8.ValidString(next) || strings.ContainsRune(next, '\\') {
+		return "/"
+	}
+	for _, r := range next {
+		if r < 0x20 || r == 0x7f || unicode.IsControl(r) {
+			return "/"
+		}
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil ||
+		strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return next
