@@ -60,9 +60,33 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 		if cs.err != nil {
 			return nil, cs.err
 		}
+		netCurrency := h.col("Net Currency")
+		grossMoney := moneyColumns(h, []string{"Gross Debit (GC)", "Gross Credit (GC)"}, nil)
+		netMoney := moneyColumns(h, []string{"Net Debit (NC)", "Net Credit (NC)"},
+			[]string{"Commission (NC)", "Markup (NC)", "Scheme Fees (NC)", "Interchange (NC)"})
+		rate := h.col("Exchange Rate")
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
+			// Every money column, whatever the row's Type.
+			exp, err := cellExponent(rec, h, currency, trimCell)
+			if err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, grossMoney, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if exp, err = cellExponent(rec, h, netCurrency, trimCell); err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, netMoney, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if r := cell(f, rate); r != "" {
+				if v, err := money.ParseScaled(r, 12, 0); err != nil || v < 0 {
+					return l, "", lineErrorf(rec.line, "Exchange Rate: not a non-negative decimal: %q", r)
+				}
+			}
 			typ := cell(f, kind)
 			st, known := adyenTypes[typ]
 			if !known {
@@ -74,11 +98,10 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 			l.Status = st
 			l.ChannelTxnID = cell(f, psp)
 			l.MerchantOrderNo = cell(f, ref)
-			var err error
 			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "Gross Currency: %v", err)
 			}
-			exp, _ := money.Exponent(l.Currency)
+			exp, _ = money.Exponent(l.Currency)
 			cr, dr := cell(f, credit), cell(f, debit)
 			switch {
 			case cr != "" && dr != "":

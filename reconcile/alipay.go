@@ -35,6 +35,7 @@ func alipayValue(s string) string { return strings.TrimSpace(s) }
 
 type alipayColumns struct {
 	txn, order, kind, created, finished, amount int
+	money                                       []moneyColumn
 }
 
 func alipayDetailColumns(h *header) (c alipayColumns, err error) {
@@ -54,6 +55,7 @@ func alipayDetailColumns(h *header) (c alipayColumns, err error) {
 		}
 	}
 	c.finished = h.col("完成时间")
+	c.money = alipayMoneyColumns(h)
 	return c, nil
 }
 
@@ -151,6 +153,9 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			return sum, err
 		}
 		lastRow = rec.line
+		if err := checkMoney(rec, h, cols.money, 2, ',', alipayValue); err != nil {
+			return sum, err
+		}
 		var line StatementLine
 		var raw int64
 		if line, raw, err = cols.line(rec, h); err != nil {

@@ -59,9 +59,26 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		// charge, else the balance transaction's source (a refund's re_…).
 		txnCols := []int{h.col("payment_intent_id"), h.col("charge_id"), h.col("source_id")}
 		order := h.col("payment_metadata[order_no]")
+		amounts := moneyColumns(h, []string{"gross", "fee", "net"}, nil)
+		facing := moneyColumns(h, []string{"customer_facing_amount"}, nil)
+		facingCurrency := h.col("customer_facing_currency")
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
+			// Every money column, whatever the row's category.
+			exp, err := cellExponent(rec, h, currency, trimCell)
+			if err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, amounts, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if exp, err = cellExponent(rec, h, facingCurrency, trimCell); err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, facing, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
 			cat := cell(f, category)
 			st, known := stripeCategories[cat]
 			if !known {
@@ -77,11 +94,10 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 				}
 			}
 			l.MerchantOrderNo = cell(f, order)
-			var err error
 			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "currency: %v", err)
 			}
-			exp, _ := money.Exponent(l.Currency)
+			exp, _ = money.Exponent(l.Currency)
 			if l.AmountMinor, err = money.ParseScaled(cell(f, gross), exp, 0); err != nil {
 				return l, "", lineErrorf(rec.line, "gross: %v", err)
 			}

@@ -56,6 +56,7 @@ func wechatValue(s string) string {
 type wechatColumns struct {
 	time, txn, order, status, currency, amount, refund int
 	controls                                           []int // detail column per wechatControls entry, -1 if absent
+	money                                              []moneyColumn
 }
 
 func wechatDetailColumns(h *header) (c wechatColumns, err error) {
@@ -78,6 +79,7 @@ func wechatDetailColumns(h *header) (c wechatColumns, err error) {
 	// The refund columns are missing in the oldest layout; a REFUND row there fails.
 	c.refund = h.col("申请退款金额", "退款金额")
 	c.currency = h.col("货币种类")
+	c.money = moneyColumns(h, wechatMoneyNames, wechatFeeNames)
 	c.controls = make([]int, len(wechatControls))
 	for i, ctl := range wechatControls {
 		c.controls[i] = h.col(ctl.column...)
@@ -128,6 +130,13 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			return sum, err
 		}
 		rows++
+		exp, err := cellExponent(rec, h, cols.currency, wechatValue)
+		if err != nil {
+			return sum, err
+		}
+		if err := checkMoney(rec, h, cols.money, exp, 0, wechatValue); err != nil {
+			return sum, err
+		}
 		for i, col := range cols.controls {
 			if col < 0 {
 				continue

@@ -1,0 +1,119 @@
+package reconcile
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// corruptCell rewrites one cell of a physical line of a CSV text, finding the column by its
+// name in the header on headerLine. WeChat's backtick prefix is kept.
+func corruptCell(t *testing.T, text string, headerLine, line int, column, value string) string {
+	t.Helper()
+	eol := "\n"
+	if strings.Contains(text, "\r\n") {
+		eol = "\r\n"
+	}
+	lines := strings.Split(text, eol)
+	readLine := func(n int) []string {
+		r := csv.NewReader(strings.NewReader(lines[n-1]))
+		r.LazyQuotes = true
+		rec, err := r.Read()
+		if err != nil {
+			t.Fatalf("line %d: %v", n, err)
+		}
+		return rec
+	}
+	col := -1
+	for i, n := range readLine(headerLine) {
+		if strings.TrimSpace(n) == column {
+			col = i
+		}
+	}
+	if col < 0 {
+		t.Fatalf("no column %s", column)
+	}
+	rec := readLine(line)
+	if strings.HasPrefix(rec[col], "`") {
+		value = "`" + value
+	}
+	rec[col] = value
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	w.Flush()
+	lines[line-1] = strings.TrimSuffix(b.String(), "\n")
+	return strings.Join(lines, eol)
+}
+
+// TestEveryMoneyColumnIsValidated: a malformed value in any money column of any row fails the
+// parse at that line and column, whether or not the parser uses the column, and whether or not
+// the row is an order line.
+func TestEveryMoneyColumnIsValidated(t *testing.T) {
+	t.Parallel()
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	tests := []struct {
+		format, fixture    string
+		headerLine, line   int
+		column, value, why string
+	}{
+		{"wechat", "testdata/wechat/all_trades.csv", 1, 2, "订单金额", "105.0.0", "malformed"},
+		{"wechat", "testdata/wechat/all_trades.csv", 1, 3, "代金券金额", "1,00", "malformed"},
+		{"wechat", "testdata/wechat/all_trades.csv", 1, 4, "手续费", "-0.170001", "more than 5 decimals"},
+		{"wechat", "testdata/wechat/all_trades.csv", 1, 5, "应结订单金额", "1e3", "malformed"},
+		{"wechat", "testdata/wechat/all_trades.csv", 1, 5, "申请退款金额", "0.001", "more than 2 decimals"},
+		{"wechat", "testdata/wechat/older_layout.csv", 1, 3, "代金券或立减优惠金额", "x", "malformed"},
+		{"alipay", "testdata/alipay/src/trade_detail.utf8.csv", 5, 6, "订单金额（元）", "105.0.0", "malformed"},
+		{"alipay", "testdata/alipay/src/trade_detail.utf8.csv", 5, 7, "商家优惠（元）", "1.234", "more than 2 decimals"},
+		{"alipay", "testdata/alipay/src/trade_detail.utf8.csv", 5, 8, "服务费（元）", "--0.12", "malformed"},
+		{"alipay", "testdata/alipay/src/trade_detail.utf8.csv", 5, 9, "分润（元）", "0.0.0", "malformed"},
+		{"alipay", "testdata/alipay/src/trade_detail.utf8.csv", 5, 6, "集分宝（元）", "NaN", "malformed"},
+		{"stripe", "testdata/stripe/itemized.csv", 1, 2, "net", "48.24.1", "malformed"},
+		{"stripe", "testdata/stripe/itemized.csv", 1, 3, "fee", "-180.5", "more than 0 decimals"},
+		{"stripe", "testdata/stripe/itemized.csv", 1, 4, "customer_facing_amount", "10.0.0", "malformed"},
+		{"stripe", "testdata/stripe/itemized.csv", 1, 5, "gross", "-2.00x", "malformed"}, // a fee row, not an order line
+		{"adyen", "testdata/adyen/settlement_detail_report_batch_42.csv", 1, 2, "Interchange (NC)", "1.5.0", "malformed"},
+		{"adyen", "testdata/adyen/settlement_detail_report_batch_42.csv", 1, 3, "Net Credit (NC)", "71.101", "more than 2 decimals"},
+		{"adyen", "testdata/adyen/settlement_detail_report_batch_42.csv", 1, 6, "Net Debit (NC)", "0,10", "malformed"}, // a Fee row
+		{"adyen", "testdata/adyen/settlement_detail_report_batch_42.csv", 1, 2, "Exchange Rate", "one", "not a non-negative decimal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format+"/"+tt.column+"/"+tt.value, func(t *testing.T) {
+			t.Parallel()
+			good := read(tt.fixture)
+			if _, _, err := parseString(t, tt.format, gbkIf(t, tt.format, good)); err != nil {
+				t.Fatalf("the uncorrupted fixture does not parse: %v", err)
+			}
+			bad := gbkIf(t, tt.format, corruptCell(t, good, tt.headerLine, tt.line, tt.column, tt.value))
+			lines, _, err := parseString(t, tt.format, bad)
+			want := fmt.Sprintf("line %d: ", tt.line) + tt.column + ": "
+			if err == nil || !errors.Is(err, ErrMalformed) || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), tt.why) {
+				t.Fatalf("error %v; want %q…%s", err, want, tt.why)
+			}
+			for _, l := range lines {
+				if l.LineNo >= tt.line {
+					t.Errorf("line %d was handed on after the error", l.LineNo)
+				}
+			}
+		})
+	}
+}
+
+func gbkIf(t *testing.T, format, text string) string {
+	if format != "alipay" {
+		return text
+	}
+	return string(encodeGBKFixture(t, []byte(text)))
+}
