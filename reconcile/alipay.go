@@ -36,6 +36,8 @@ func alipayValue(s string) string { return strings.TrimSpace(s) }
 type alipayColumns struct {
 	txn, order, kind, created, finished, amount int
 	money                                       []moneyColumn
+	// ordered is 订单金额 (the amount we asked for), fee 服务费 (written negative); -1 if absent.
+	ordered, fee int
 }
 
 func alipayDetailColumns(h *header) (c alipayColumns, err error) {
@@ -47,7 +49,9 @@ func alipayDetailColumns(h *header) (c alipayColumns, err error) {
 		{&c.order, []string{"商户订单号"}},
 		{&c.kind, []string{"业务类型"}},
 		{&c.created, []string{"创建时间"}},
-		// 商家实收 is what the merchant received (refunds negative) and what the footer sums.
+		// 商家实收 is what the merchant received (refunds negative) and what the footer sums;
+		// the line's amount is 订单金额 for a trade (merchant discounts lower 商家实收, not
+		// the amount we asked for) and 商家实收 for a refund (its 订单金额 is the original order's).
 		{&c.amount, []string{"商家实收（元）"}},
 	} {
 		if *step.dst, err = h.need(step.names...); err != nil {
@@ -56,6 +60,8 @@ func alipayDetailColumns(h *header) (c alipayColumns, err error) {
 	}
 	c.finished = h.col("完成时间")
 	c.money = alipayMoneyColumns(h)
+	c.ordered = h.col("订单金额（元）")
+	c.fee = h.col("服务费（元）")
 	return c, nil
 }
 
@@ -213,6 +219,25 @@ func (c alipayColumns) line(rec record, h *header) (l StatementLine, raw int64, 
 	}
 	if raw, err = parseControl(text, thousands); err != nil {
 		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	received, err := subMinorCell(text, 2, thousands)
+	if err != nil {
+		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	if st == StatusSuccess && c.ordered >= 0 {
+		if l.AmountMinor, err = money.ParseScaled(alipayValue(f[c.ordered]), 2, thousands); err != nil {
+			return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.ordered], err)
+		}
+	}
+	if c.fee >= 0 {
+		charged, err := subMinorCell(alipayValue(f[c.fee]), 2, thousands)
+		if err != nil {
+			return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.fee], err)
+		}
+		l.FeeMinor = -charged // Alipay writes the fee it takes as a negative 服务费
+	}
+	if l.NetMinor, err = netOf(received, l.FeeMinor); err != nil {
+		return l, 0, lineErrorf(rec.line, "%v", err)
 	}
 	at := c.created
 	if c.finished >= 0 && alipayValue(f[c.finished]) != "" {

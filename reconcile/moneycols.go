@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"errors"
+	"math"
 	"strings"
 
 	"github.com/idemops/idemops/money"
@@ -91,3 +93,26 @@ var (
 		"总金额", "代金券或立减优惠金额", "代金券或立减优惠退款金额", "企业红包金额", "企业红包退款金额"}
 	wechatFeeNames = []string{"手续费"}
 )
+
+// subMinorCell reads a money cell at exp as a SubMinor; an empty cell is zero.
+func subMinorCell(s string, exp int, thousands byte) (SubMinor, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := money.ParseScaled(s, exp+subMinorDecimals, thousands)
+	return SubMinor(v), err
+}
+
+// netOf is settled − fee, refusing an overflow.
+func netOf(settled, fee SubMinor) (SubMinor, error) {
+	n, ok := addChecked(int64(settled), -int64(fee))
+	if !ok || fee == math.MinInt64 {
+		return 0, errors.New("net amount overflows")
+	}
+	return SubMinor(n), nil
+}
+
+func addSub(a, b SubMinor) (SubMinor, bool) {
+	n, ok := addChecked(int64(a), int64(b))
+	return SubMinor(n), ok
+}

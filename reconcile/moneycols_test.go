@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -116,4 +117,63 @@ func gbkIf(t *testing.T, format, text string) string {
 		return text
 	}
 	return string(encodeGBKFixture(t, []byte(text)))
+}
+
+// TestAmountFeeNet: the three amounts of a line mean the same in every format: amount_minor is
+// what we asked for (Alipay: 订单金额, not 商家实收 lowered by a merchant discount), fee_minor the
+// channel's fee as a positive number, net_minor what the merchant is credited; fees stay exact at
+// the channel's precision (WeChat 手续费 has five decimals).
+func TestAmountFeeNet(t *testing.T) {
+	t.Parallel()
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// Alipay: 订单金额 105.00, 商家优惠 10.00, 商家实收 95.00, 服务费 -0.63 → 10500, 63, 9437.
+	ali := read("testdata/alipay/src/trade_detail.utf8.csv")
+	for col, v := range map[string]string{"订单金额（元）": "105.00", "商家优惠（元）": "10.00", "商家实收（元）": "95.00", "服务费（元）": "-0.63"} {
+		ali = corruptCell(t, ali, 5, 6, col, v)
+	}
+	ali = strings.Replace(ali, "商家实收共1,295.00元", "商家实收共1,302.00元", 1)
+	lines, _, err := parseString(t, "alipay", string(encodeGBKFixture(t, []byte(ali))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lines[0]; l.AmountMinor != 10500 || l.FeeMinor != 63000 || l.NetMinor != 9437000 {
+		t.Errorf("alipay discounted trade: amount %d fee %s net %s; want 10500, 63, 9437", l.AmountMinor, l.FeeMinor, l.NetMinor)
+	}
+	if l := lines[2]; l.Status != StatusRefund || l.AmountMinor != -2000 || l.FeeMinor.String() != "-12" || l.NetMinor.String() != "-1988" {
+		t.Errorf("alipay refund: amount %d fee %s net %s; want -2000, -12 (the fee returned), -1988", l.AmountMinor, l.FeeMinor, l.NetMinor)
+	}
+
+	// WeChat: a 手续费 of 0.00020 yuan is 0.02 fen, kept exact; net = 应结订单金额 − 手续费.
+	wx := corruptCell(t, read("testdata/wechat/all_trades.csv"), 1, 3, "手续费", "0.00020")
+	lines, _, err = parseString(t, "wechat", wx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lines[1]
+	if l.AmountMinor != 50 || l.FeeMinor != 20 || l.NetMinor != 49980 {
+		t.Errorf("wechat: amount %d fee %d net %d (SubMinor); want 50, 20, 49980", l.AmountMinor, l.FeeMinor, l.NetMinor)
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"amount_minor":50,`) || !strings.Contains(string(b), `"fee_minor":0.02,"net_minor":49.98`) {
+		t.Errorf("JSON %s; want amount_minor 50, fee_minor 0.02, net_minor 49.98", b)
+	}
+	var back StatementLine
+	if err := json.Unmarshal(b, &back); err != nil || back.FeeMinor != l.FeeMinor || back.NetMinor != l.NetMinor {
+		t.Errorf("JSON round trip: %+v, %v", back, err)
+	}
+
+	// Stripe: a fee that is not gross − net is a corrupt row.
+	st := corruptCell(t, read("testdata/stripe/itemized.csv"), 1, 2, "fee", "-1.76")
+	if _, _, err := parseString(t, "stripe", st); err == nil || !strings.HasPrefix(err.Error(), "line 2: fee: -1.76 is not gross − net") {
+		t.Errorf("stripe fee disagreeing with gross − net: %v", err)
+	}
 }

@@ -57,6 +57,9 @@ type wechatColumns struct {
 	time, txn, order, status, currency, amount, refund int
 	controls                                           []int // detail column per wechatControls entry, -1 if absent
 	money                                              []moneyColumn
+	// fee is 手续费; settle (应结订单金额) and paid (退款金额) are what the channel settles for a
+	// payment and pays back for a refund: net = settle − fee, or −paid − fee.
+	fee, settle, paid int
 }
 
 func wechatDetailColumns(h *header) (c wechatColumns, err error) {
@@ -80,6 +83,9 @@ func wechatDetailColumns(h *header) (c wechatColumns, err error) {
 	c.refund = h.col("申请退款金额", "退款金额")
 	c.currency = h.col("货币种类")
 	c.money = moneyColumns(h, wechatMoneyNames, wechatFeeNames)
+	c.fee = h.col("手续费")
+	c.settle = h.col("应结订单金额", "总金额")
+	c.paid = h.col("退款金额", "申请退款金额")
 	c.controls = make([]int, len(wechatControls))
 	for i, ctl := range wechatControls {
 		c.controls[i] = h.col(ctl.column...)
@@ -240,6 +246,30 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 		amount = -amount
 	}
 	l.AmountMinor = amount
+	if c.fee >= 0 {
+		if l.FeeMinor, err = subMinorCell(wechatValue(f[c.fee]), exp, 0); err != nil {
+			return l, lineErrorf(rec.line, "%s: %v", h.names[c.fee], err)
+		}
+	}
+	col = c.settle
+	if st == StatusRefund {
+		col = c.paid
+	}
+	var settled SubMinor
+	if col >= 0 {
+		if settled, err = subMinorCell(wechatValue(f[col]), exp, 0); err != nil {
+			return l, lineErrorf(rec.line, "%s: %v", h.names[col], err)
+		}
+	}
+	if st == StatusRefund {
+		settled = -settled
+	}
+	if st == StatusFailed {
+		settled = 0
+	}
+	if l.NetMinor, err = netOf(settled, l.FeeMinor); err != nil {
+		return l, lineErrorf(rec.line, "%v", err)
+	}
 	if l.OccurredAt, err = parseLocalTime(wechatValue(f[c.time]), localTimeLayout, shanghai); err != nil {
 		return l, lineErrorf(rec.line, "%s: %v", h.names[c.time], err)
 	}

@@ -132,6 +132,10 @@ type jsonLine struct {
 	Currency        string `json:"currency"`
 	Status          string `json:"status"`
 	OccurredAt      string `json:"occurred_at"`
+	// fee and net in minor units, exact at the channel's precision (WeChat fees: 0.02 fen)
+	FeeMinor    reconcile.SubMinor `json:"fee_minor"`
+	NetMinor    reconcile.SubMinor `json:"net_minor"`
+	NetCurrency string             `json:"net_currency,omitempty"`
 }
 
 func (p *linePrinter) start() {
@@ -146,7 +150,8 @@ func (p *linePrinter) start() {
 func (p *linePrinter) line(l reconcile.StatementLine) error {
 	at := l.OccurredAt.Format(time.RFC3339)
 	if p.json {
-		return p.enc.Encode(jsonLine{l.LineNo, l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), at})
+		return p.enc.Encode(jsonLine{l.LineNo, l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), at,
+			l.FeeMinor, l.NetMinor, l.NetCurrency})
 	}
 	_, err := fmt.Fprintf(p.w, "%-7d %-19s %20s %-4s %-24s %-32s %s\n", l.LineNo, l.Status,
 		money.Format(l.AmountMinor, l.Currency), l.Currency, l.MerchantOrderNo, l.ChannelTxnID, at)

@@ -45,7 +45,8 @@ func TestReconcileParse_JSONIsOneObjectPerLineThenTheSummary(t *testing.T) {
 	if len(objs) != 5 {
 		t.Fatalf("%d objects; want 4 lines and a summary:\n%s", len(objs), out)
 	}
-	keys := []string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at"}
+	keys := []string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at",
+		"fee_minor", "net_minor"}
 	refund := objs[2]
 	if len(refund) != len(keys) {
 		t.Errorf("line object has keys %v; want exactly %v", refund, keys)
@@ -56,7 +57,8 @@ func TestReconcileParse_JSONIsOneObjectPerLineThenTheSummary(t *testing.T) {
 		}
 	}
 	if refund["line_no"] != 4.0 || refund["amount_minor"] != -2800.0 || refund["status"] != "refund" ||
-		refund["currency"] != "CNY" || refund["occurred_at"] != "2024-03-01T10:02:09Z" || refund["merchant_order_no"] != "ORD-20240301-0001" {
+		refund["currency"] != "CNY" || refund["occurred_at"] != "2024-03-01T10:02:09Z" || refund["merchant_order_no"] != "ORD-20240301-0001" ||
+		refund["fee_minor"] != -17.0 || refund["net_minor"] != -2783.0 {
 		t.Errorf("refund line %v", refund)
 	}
 	sum, ok := objs[4]["summary"].(map[string]any)
