@@ -177,3 +177,41 @@ func TestAmountFeeNet(t *testing.T) {
 		t.Errorf("stripe fee disagreeing with gross − net: %v", err)
 	}
 }
+
+// TestWechatFeeTotal: 手续费总金额 is checked against the exact sum of the five-decimal 手续费
+// cells, rounded half away from zero to the decimals the total is written with.
+func TestWechatFeeTotal(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("testdata/wechat/all_trades.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fees sum to 0.77 + 0.00020 − 0.17 + 7.41 = 8.01020.
+	text := corruptCell(t, string(b), 1, 3, "手续费", "0.00020")
+	tests := []struct{ stated, err string }{
+		{"8.01", ""},
+		{"8.0102", ""},
+		{"8.01020", ""},
+		{"8.02", "手续费总金额 stated 8.02, computed 8.01"},
+		{"8.0103", "手续费总金额 stated 8.0103, computed 8.0102"},
+	}
+	for _, tt := range tests {
+		_, _, err := parseString(t, "wechat", corruptCell(t, text, 6, 7, "手续费总金额", tt.stated))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("stated %s: %v", tt.stated, err)
+		case tt.err != "" && (err == nil || !errors.Is(err, ErrControlTotal) || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("stated %s: error %v; want CONTROL_TOTAL with %q", tt.stated, err, tt.err)
+		}
+	}
+	// Half away from zero.
+	for _, c := range []struct {
+		v    int64
+		d    int
+		want int64
+	}{{8_015000, 2, 8_020000}, {8_014999, 2, 8_010000}, {-8_015000, 2, -8_020000}, {-8_014999, 2, -8_010000}, {123, 6, 123}} {
+		if got := roundControl(c.v, c.d); got != c.want {
+			t.Errorf("roundControl(%d, %d) = %d; want %d", c.v, c.d, got, c.want)
+		}
+	}
+}

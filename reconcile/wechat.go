@@ -32,20 +32,23 @@ var wechatStatuses = map[string]Status{
 const wechatSummaryCount = "总交易单数"
 
 // wechatControls pairs each money total of the summary row with the detail column it sums.
-// 手续费总金额 is not checked: fee cells may carry more decimals than the rounded total.
+// 手续费 cells carry up to five decimals: the sum is exact, and compared with 手续费总金额
+// rounded (half away from zero) to as many decimals as the total is written with.
 var wechatControls = []struct {
-	total  string
-	column []string
+	total   string
+	column  []string
+	rounded bool
 }{
-	{"应结订单总金额", []string{"应结订单金额"}},
-	{"退款总金额", []string{"退款金额"}},
-	{"充值券退款总金额", []string{"充值券退款金额"}},
-	{"订单总金额", []string{"订单金额"}},
-	{"申请退款总金额", []string{"申请退款金额"}},
+	{"应结订单总金额", []string{"应结订单金额"}, false},
+	{"退款总金额", []string{"退款金额"}, false},
+	{"充值券退款总金额", []string{"充值券退款金额"}, false},
+	{"手续费总金额", []string{"手续费"}, true},
+	{"订单总金额", []string{"订单金额"}, false},
+	{"申请退款总金额", []string{"申请退款金额"}, false},
 	// the older layout's names
-	{"总交易额", []string{"总金额", "应结订单金额"}},
-	{"总退款金额", []string{"退款金额"}},
-	{"总代金券或立减优惠退款金额", []string{"代金券或立减优惠退款金额"}},
+	{"总交易额", []string{"总金额", "应结订单金额"}, false},
+	{"总退款金额", []string{"退款金额"}, false},
+	{"总代金券或立减优惠退款金额", []string{"代金券或立减优惠退款金额"}, false},
 }
 
 // wechatValue strips the backtick WeChat puts in front of every value.
@@ -188,11 +191,20 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		if col < 0 || cols.controls[i] < 0 {
 			continue
 		}
-		v, err := parseControl(wechatValue(srow.fields[col]), 0)
+		text := wechatValue(srow.fields[col])
+		v, err := parseControl(text, 0)
 		if err != nil {
 			return sum, lineErrorf(srow.line, "%s: %v", sh.names[col], err)
 		}
-		ct.addAmount(ctl.total, v, sums[i])
+		computed := sums[i]
+		if ctl.rounded {
+			decimals := 0
+			if _, frac, ok := strings.Cut(text, "."); ok {
+				decimals = len(frac)
+			}
+			computed = roundControl(computed, decimals)
+		}
+		ct.addAmount(ctl.total, v, computed)
 	}
 	if extra, err := rr.next(); err == nil {
 		return sum, lineErrorf(extra.line, "unexpected content after the summary row")
@@ -274,4 +286,27 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 		return l, lineErrorf(rec.line, "%s: %v", h.names[c.time], err)
 	}
 	return l, nil
+}
+
+// roundControl rounds a controlScale value to decimals, half away from zero.
+func roundControl(v int64, decimals int) int64 {
+	if decimals >= controlScale {
+		return v
+	}
+	unit := int64(1)
+	for i := decimals; i < controlScale; i++ {
+		unit *= 10
+	}
+	q, r := v/unit, v%unit
+	if r < 0 {
+		r = -r
+	}
+	if 2*r >= unit {
+		if v < 0 {
+			q--
+		} else {
+			q++
+		}
+	}
+	return q * unit
 }
