@@ -138,6 +138,12 @@ func TestAmountFeeNet(t *testing.T) {
 		ali = corruptCell(t, ali, 5, 6, col, v)
 	}
 	ali = strings.Replace(ali, "商家实收共1,295.00元", "商家实收共1,302.00元", 1)
+	// The footer states the 商家优惠 total too: it is checked.
+	if _, _, err := parseString(t, "alipay", string(encodeGBKFixture(t, []byte(ali)))); err == nil ||
+		!errors.Is(err, ErrControlTotal) || !strings.Contains(err.Error(), "交易合计/商家优惠 stated 0.00, computed 10.00") {
+		t.Errorf("a footer whose 商家优惠 total disagrees: %v", err)
+	}
+	ali = strings.Replace(ali, "商家优惠共0.00元", "商家优惠共10.00元", 1)
 	lines, _, err := parseString(t, "alipay", string(encodeGBKFixture(t, []byte(ali))))
 	if err != nil {
 		t.Fatal(err)
