@@ -175,3 +175,19 @@ func TestIdemopsMainHelper(t *testing.T) {
 	main()
 	os.Exit(0)
 }
+
+func TestReconcileParse_TextShowsFeeAndNet(t *testing.T) {
+	t.Parallel()
+	out, err := runIdemops(t, "reconcile", "parse", "--format", "alipay", filepath.Join(statements, "alipay/trade_detail.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.HasSuffix(strings.TrimSpace(lines[0]), "FEE                  NET") {
+		t.Errorf("header %q lacks FEE and NET", lines[0])
+	}
+	// 商家实收 88.00, 服务费 -0.53: fee 0.53, net 87.47.
+	if f := strings.Fields(lines[1]); len(f) < 2 || f[len(f)-2] != "0.53" || f[len(f)-1] != "87.47" {
+		t.Errorf("first line %q; want fee 0.53 and net 87.47", lines[1])
+	}
+}
