@@ -60,9 +60,35 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 		if cs.err != nil {
 			return nil, cs.err
 		}
+		netCurrency := h.col("Net Currency")
+		grossMoney := moneyColumns(h, []string{"Gross Debit (GC)", "Gross Credit (GC)"}, nil)
+		netMoney := moneyColumns(h, []string{"Net Debit (NC)", "Net Credit (NC)"},
+			[]string{"Commission (NC)", "Markup (NC)", "Scheme Fees (NC)", "Interchange (NC)"})
+		rate := h.col("Exchange Rate")
+		netDebit, netCredit := h.col("Net Debit (NC)"), h.col("Net Credit (NC)")
+		feeCols := moneyColumns(h, nil, []string{"Commission (NC)", "Markup (NC)", "Scheme Fees (NC)", "Interchange (NC)"})
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
+			// Every money column, whatever the row's Type.
+			exp, err := cellExponent(rec, h, currency, trimCell)
+			if err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, grossMoney, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if exp, err = cellExponent(rec, h, netCurrency, trimCell); err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, netMoney, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if r := cell(f, rate); r != "" {
+				if v, err := money.ParseScaled(r, 12, 0); err != nil || v < 0 {
+					return l, "", lineErrorf(rec.line, "Exchange Rate: not a non-negative decimal: %q", r)
+				}
+			}
 			typ := cell(f, kind)
 			st, known := adyenTypes[typ]
 			if !known {
@@ -74,11 +100,10 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 			l.Status = st
 			l.ChannelTxnID = cell(f, psp)
 			l.MerchantOrderNo = cell(f, ref)
-			var err error
 			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "Gross Currency: %v", err)
 			}
-			exp, _ := money.Exponent(l.Currency)
+			exp, _ = money.Exponent(l.Currency)
 			cr, dr := cell(f, credit), cell(f, debit)
 			switch {
 			case cr != "" && dr != "":
@@ -94,6 +119,28 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 				l.AmountMinor = -l.AmountMinor
 			default:
 				return l, "", lineErrorf(rec.line, "neither Gross Credit (GC) nor Gross Debit (GC) is filled")
+			}
+			// Fee: the (NC) fee columns summed; net: Net Credit − Net Debit, in Net Currency.
+			if nc := cell(f, netCurrency); nc != "" {
+				if nc, err = money.Normalize(nc); err != nil {
+					return l, "", lineErrorf(rec.line, "Net Currency: %v", err)
+				}
+				if nc != l.Currency {
+					l.NetCurrency = nc
+				}
+				exp, _ = money.Exponent(nc)
+			}
+			for _, fc := range feeCols {
+				v, _ := subMinorCell(cell(f, fc.col), exp, 0)
+				var ok bool
+				if l.FeeMinor, ok = addSub(l.FeeMinor, v); !ok {
+					return l, "", lineErrorf(rec.line, "%s: the fee total overflows", h.names[fc.col])
+				}
+			}
+			ncr, _ := subMinorCell(cell(f, netCredit), exp, 0)
+			ndr, _ := subMinorCell(cell(f, netDebit), exp, 0)
+			if l.NetMinor, err = netOf(ncr, ndr); err != nil {
+				return l, "", lineErrorf(rec.line, "Net Credit (NC): %v", err)
 			}
 			loc, err := adyenZone(cell(f, zone))
 			if err != nil {

@@ -26,8 +26,8 @@ var alipayStatuses = map[string]Status{
 // The footer totals: `#交易合计：N笔，商家实收共X元，…` and `#退款合计：N笔，商家实收退款共-Y元，…`.
 // Amounts may be written with grouping commas.
 var (
-	alipayTradeFooter  = regexp.MustCompile(`^#交易合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元`)
-	alipayRefundFooter = regexp.MustCompile(`^#退款合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收退款共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元`)
+	alipayTradeFooter  = regexp.MustCompile(`^#交易合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元(?:[，,]\s*商家优惠共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元)?`)
+	alipayRefundFooter = regexp.MustCompile(`^#退款合计[：:]\s*(\d+)\s*笔[，,]\s*商家实收退款共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元(?:[，,]\s*商家优惠退款共\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)\s*元)?`)
 )
 
 // alipayValue trims the padding and the trailing TAB Alipay appends to ID cells.
@@ -35,6 +35,10 @@ func alipayValue(s string) string { return strings.TrimSpace(s) }
 
 type alipayColumns struct {
 	txn, order, kind, created, finished, amount int
+	money                                       []moneyColumn
+	// ordered is 订单金额 (the amount we asked for), fee 服务费 (written negative); -1 if absent.
+	ordered, fee int
+	discount     int // 商家优惠（元）, summed for the footer; -1 if absent
 }
 
 func alipayDetailColumns(h *header) (c alipayColumns, err error) {
@@ -46,7 +50,9 @@ func alipayDetailColumns(h *header) (c alipayColumns, err error) {
 		{&c.order, []string{"商户订单号"}},
 		{&c.kind, []string{"业务类型"}},
 		{&c.created, []string{"创建时间"}},
-		// 商家实收 is what the merchant received (refunds negative) and what the footer sums.
+		// 商家实收 is what the merchant received (refunds negative) and what the footer sums;
+		// the line's amount is 订单金额 for a trade (merchant discounts lower 商家实收, not
+		// the amount we asked for) and 商家实收 for a refund (its 订单金额 is the original order's).
 		{&c.amount, []string{"商家实收（元）"}},
 	} {
 		if *step.dst, err = h.need(step.names...); err != nil {
@@ -54,6 +60,10 @@ func alipayDetailColumns(h *header) (c alipayColumns, err error) {
 		}
 	}
 	c.finished = h.col("完成时间")
+	c.money = alipayMoneyColumns(h)
+	c.ordered = h.col("订单金额（元）")
+	c.fee = h.col("服务费（元）")
+	c.discount = h.col("商家优惠（元）")
 	return c, nil
 }
 
@@ -62,6 +72,10 @@ type alipayTotals struct {
 	line  int
 	count int
 	sum   int64
+	// discount is 商家优惠 (the footer's 商家优惠共/商家优惠退款共); hasDiscount is false when
+	// the footer does not state it.
+	discount    int64
+	hasDiscount bool
 }
 
 func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
@@ -139,6 +153,12 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 				return sum, lineErrorf(rec.line, "footer amount: %v", err)
 			}
 			*t = &alipayTotals{line: rec.line, count: n, sum: amount}
+			if m[3] != "" {
+				if (*t).discount, err = parseControl(m[3], ','); err != nil {
+					return sum, lineErrorf(rec.line, "footer 商家优惠: %v", err)
+				}
+				(*t).hasDiscount = true
+			}
 			continue
 		}
 		if inFooter {
@@ -151,6 +171,9 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			return sum, err
 		}
 		lastRow = rec.line
+		if err := checkMoney(rec, h, cols.money, 2, ',', alipayValue); err != nil {
+			return sum, err
+		}
 		var line StatementLine
 		var raw int64
 		if line, raw, err = cols.line(rec, h); err != nil {
@@ -161,6 +184,15 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		var ok bool
 		if c.sum, ok = addChecked(c.sum, raw); !ok {
 			return sum, lineErrorf(rec.line, "%s: the column total overflows", h.names[cols.amount])
+		}
+		if cols.discount >= 0 {
+			d, err := parseControl(alipayValue(rec.fields[cols.discount]), ',')
+			if err != nil && alipayValue(rec.fields[cols.discount]) != "" {
+				return sum, lineErrorf(rec.line, "%s: %v", h.names[cols.discount], err)
+			}
+			if c.discount, ok = addChecked(c.discount, d); !ok {
+				return sum, lineErrorf(rec.line, "%s: the column total overflows", h.names[cols.discount])
+			}
 		}
 		line.Raw = rec.text
 		if err := sink.emit(line); err != nil {
@@ -179,6 +211,14 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 	ct.addAmount("交易合计/商家实收", trade.sum, computed[StatusSuccess].sum)
 	ct.addCount("退款合计/笔", refund.count, computed[StatusRefund].count)
 	ct.addAmount("退款合计/商家实收退款", refund.sum, computed[StatusRefund].sum)
+	if cols.discount >= 0 {
+		if trade.hasDiscount {
+			ct.addAmount("交易合计/商家优惠", trade.discount, computed[StatusSuccess].discount)
+		}
+		if refund.hasDiscount {
+			ct.addAmount("退款合计/商家优惠退款", refund.discount, computed[StatusRefund].discount)
+		}
+	}
 	sum.Control = ct
 	if !ct.OK() {
 		return sum, &ControlTotalError{Totals: ct}
@@ -208,6 +248,25 @@ func (c alipayColumns) line(rec record, h *header) (l StatementLine, raw int64, 
 	}
 	if raw, err = parseControl(text, thousands); err != nil {
 		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	received, err := subMinorCell(text, 2, thousands)
+	if err != nil {
+		return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.amount], err)
+	}
+	if st == StatusSuccess && c.ordered >= 0 {
+		if l.AmountMinor, err = money.ParseScaled(alipayValue(f[c.ordered]), 2, thousands); err != nil {
+			return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.ordered], err)
+		}
+	}
+	if c.fee >= 0 {
+		charged, err := subMinorCell(alipayValue(f[c.fee]), 2, thousands)
+		if err != nil {
+			return l, 0, lineErrorf(rec.line, "%s: %v", h.names[c.fee], err)
+		}
+		l.FeeMinor = -charged // Alipay writes the fee it takes as a negative 服务费
+	}
+	if l.NetMinor, err = netOf(received, l.FeeMinor); err != nil {
+		return l, 0, lineErrorf(rec.line, "%v", err)
 	}
 	at := c.created
 	if c.finished >= 0 && alipayValue(f[c.finished]) != "" {

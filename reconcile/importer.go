@@ -86,7 +86,8 @@ const diffSamples = 20
 const hashJoinThreshold = 10000
 
 // lineColumns are the statement_lines columns the import COPYs, in lineFeed.Values order.
-var lineColumns = []string{"statement_id", "line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw"}
+var lineColumns = []string{"statement_id", "line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at", "raw",
+	"fee_subminor", "net_subminor", "net_currency"}
 
 // copyBatch is how many lines the parser hands the COPY at a time.
 const copyBatch = 1024
@@ -425,10 +426,16 @@ func (f *lineFeed) Next() bool {
 // Values implements pgx.CopyFromSource.
 func (f *lineFeed) Values() ([]any, error) {
 	l := &f.cur[f.i]
-	if f.statementID != 0 {
-		return []any{f.statementID, int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw}, nil
+	var netCurrency any // NULL: the net is in the line's currency
+	if l.NetCurrency != "" {
+		netCurrency = l.NetCurrency
 	}
-	return []any{int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw}, nil
+	if f.statementID != 0 {
+		return []any{f.statementID, int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw,
+			int64(l.FeeMinor), int64(l.NetMinor), netCurrency}, nil
+	}
+	return []any{int32(l.LineNo), l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), l.OccurredAt, l.Raw,
+		int64(l.FeeMinor), int64(l.NetMinor), netCurrency}, nil
 }
 
 // Err implements pgx.CopyFromSource: a parse error ends the COPY (and so the import).

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -57,6 +58,14 @@ type StatementLine struct {
 	Currency        string    `json:"currency"`          // ISO 4217, upper case
 	Status          Status    `json:"status"`
 	OccurredAt      time.Time `json:"occurred_at"` // UTC
+	// FeeMinor is the channel's fee for the line, positive when charged (a fee returned on a
+	// refund is negative); NetMinor is what the merchant is credited for the line (refunds
+	// negative). Both are exact at the channel's precision: SubMinor, thousandths of a minor
+	// unit, because WeChat Pay states fees to 1e-5 yuan. Both are in NetCurrency when it is set
+	// (Adyen settles in another currency than the gross), otherwise in Currency.
+	FeeMinor    SubMinor `json:"fee_minor"`
+	NetMinor    SubMinor `json:"net_minor"`
+	NetCurrency string   `json:"net_currency,omitempty"`
 	// Raw is the row exactly as the file has it, decoded to UTF-8, without the line terminator
 	// (a record spanning lines keeps its inner newlines). Summary.Header names its columns.
 	Raw string `json:"raw"`
@@ -181,4 +190,41 @@ func formatControl(v int64) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// SubMinor is an exact amount in thousandths of a currency's minor unit (1e-5 yuan for CNY):
+// fine enough for every fee a channel states per line. JSON writes it in minor units, as an
+// exact decimal number: 63, 0.02, -16.83.
+type SubMinor int64
+
+// subMinorDecimals is the number of decimals a SubMinor carries below the minor unit.
+const subMinorDecimals = 3
+
+// Minor converts whole minor units to a SubMinor (false on overflow).
+func toSubMinor(minor int64) (SubMinor, bool) {
+	const f = 1000
+	if minor > (1<<63-1)/f || minor < -(1<<63-1)/f {
+		return 0, false
+	}
+	return SubMinor(minor * f), true
+}
+
+// String renders the value in minor units, trailing zeros of the fraction trimmed.
+func (v SubMinor) String() string {
+	s := money.FormatScaled(int64(v), subMinorDecimals)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// MarshalJSON writes the exact decimal number of minor units.
+func (v SubMinor) MarshalJSON() ([]byte, error) { return []byte(v.String()), nil }
+
+// UnmarshalJSON reads a decimal number of minor units with at most three decimals.
+func (v *SubMinor) UnmarshalJSON(b []byte) error {
+	n, err := money.ParseScaled(string(b), subMinorDecimals, 0)
+	if err != nil {
+		return errors.New("fee/net: " + err.Error())
+	}
+	*v = SubMinor(n)
+	return nil
 }

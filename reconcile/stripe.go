@@ -59,9 +59,27 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		// charge, else the balance transaction's source (a refund's re_…).
 		txnCols := []int{h.col("payment_intent_id"), h.col("charge_id"), h.col("source_id")}
 		order := h.col("payment_metadata[order_no]")
+		amounts := moneyColumns(h, []string{"gross", "fee", "net"}, nil)
+		facing := moneyColumns(h, []string{"customer_facing_amount"}, nil)
+		facingCurrency := h.col("customer_facing_currency")
+		feeCol, netCol := h.col("fee"), h.col("net")
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
+			// Every money column, whatever the row's category.
+			exp, err := cellExponent(rec, h, currency, trimCell)
+			if err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, amounts, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
+			if exp, err = cellExponent(rec, h, facingCurrency, trimCell); err != nil {
+				return l, "", err
+			}
+			if err := checkMoney(rec, h, facing, exp, 0, trimCell); err != nil {
+				return l, "", err
+			}
 			cat := cell(f, category)
 			st, known := stripeCategories[cat]
 			if !known {
@@ -77,13 +95,30 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 				}
 			}
 			l.MerchantOrderNo = cell(f, order)
-			var err error
 			if l.Currency, err = money.Normalize(cell(f, currency)); err != nil {
 				return l, "", lineErrorf(rec.line, "currency: %v", err)
 			}
-			exp, _ := money.Exponent(l.Currency)
+			exp, _ = money.Exponent(l.Currency)
 			if l.AmountMinor, err = money.ParseScaled(cell(f, gross), exp, 0); err != nil {
 				return l, "", lineErrorf(rec.line, "gross: %v", err)
+			}
+			// net is what the balance was credited; fee = gross − net. Stripe writes the fee
+			// positive (the test reports of some exports negative): either sign must agree.
+			g, _ := subMinorCell(cell(f, gross), exp, 0)
+			fee, _ := subMinorCell(cell(f, feeCol), exp, 0)
+			if n := cell(f, netCol); n != "" {
+				l.NetMinor, _ = subMinorCell(n, exp, 0)
+				if l.FeeMinor, err = netOf(g, l.NetMinor); err != nil {
+					return l, "", lineErrorf(rec.line, "fee: %v", err)
+				}
+				if cell(f, feeCol) != "" && fee != l.FeeMinor && -fee != l.FeeMinor {
+					return l, "", lineErrorf(rec.line, "fee: %s is not gross − net (%s − %s)", cell(f, feeCol), cell(f, gross), n)
+				}
+			} else {
+				l.FeeMinor = fee
+				if l.NetMinor, err = netOf(g, fee); err != nil {
+					return l, "", lineErrorf(rec.line, "net: %v", err)
+				}
 			}
 			if l.OccurredAt, err = parseUTCTime(cell(f, created)); err != nil {
 				return l, "", lineErrorf(rec.line, "created_utc: %v", err)

@@ -32,20 +32,23 @@ var wechatStatuses = map[string]Status{
 const wechatSummaryCount = "总交易单数"
 
 // wechatControls pairs each money total of the summary row with the detail column it sums.
-// 手续费总金额 is not checked: fee cells may carry more decimals than the rounded total.
+// 手续费 cells carry up to five decimals: the sum is exact, and compared with 手续费总金额
+// rounded (half away from zero) to as many decimals as the total is written with.
 var wechatControls = []struct {
-	total  string
-	column []string
+	total   string
+	column  []string
+	rounded bool
 }{
-	{"应结订单总金额", []string{"应结订单金额"}},
-	{"退款总金额", []string{"退款金额"}},
-	{"充值券退款总金额", []string{"充值券退款金额"}},
-	{"订单总金额", []string{"订单金额"}},
-	{"申请退款总金额", []string{"申请退款金额"}},
+	{"应结订单总金额", []string{"应结订单金额"}, false},
+	{"退款总金额", []string{"退款金额"}, false},
+	{"充值券退款总金额", []string{"充值券退款金额"}, false},
+	{"手续费总金额", []string{"手续费"}, true},
+	{"订单总金额", []string{"订单金额"}, false},
+	{"申请退款总金额", []string{"申请退款金额"}, false},
 	// the older layout's names
-	{"总交易额", []string{"总金额", "应结订单金额"}},
-	{"总退款金额", []string{"退款金额"}},
-	{"总代金券或立减优惠退款金额", []string{"代金券或立减优惠退款金额"}},
+	{"总交易额", []string{"总金额", "应结订单金额"}, false},
+	{"总退款金额", []string{"退款金额"}, false},
+	{"总代金券或立减优惠退款金额", []string{"代金券或立减优惠退款金额"}, false},
 }
 
 // wechatValue strips the backtick WeChat puts in front of every value.
@@ -56,6 +59,10 @@ func wechatValue(s string) string {
 type wechatColumns struct {
 	time, txn, order, status, currency, amount, refund int
 	controls                                           []int // detail column per wechatControls entry, -1 if absent
+	money                                              []moneyColumn
+	// fee is 手续费; settle (应结订单金额) and paid (退款金额) are what the channel settles for a
+	// payment and pays back for a refund: net = settle − fee, or −paid − fee.
+	fee, settle, paid int
 }
 
 func wechatDetailColumns(h *header) (c wechatColumns, err error) {
@@ -78,6 +85,10 @@ func wechatDetailColumns(h *header) (c wechatColumns, err error) {
 	// The refund columns are missing in the oldest layout; a REFUND row there fails.
 	c.refund = h.col("申请退款金额", "退款金额")
 	c.currency = h.col("货币种类")
+	c.money = moneyColumns(h, wechatMoneyNames, wechatFeeNames)
+	c.fee = h.col("手续费")
+	c.settle = h.col("应结订单金额", "总金额")
+	c.paid = h.col("退款金额", "申请退款金额")
 	c.controls = make([]int, len(wechatControls))
 	for i, ctl := range wechatControls {
 		c.controls[i] = h.col(ctl.column...)
@@ -128,6 +139,13 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			return sum, err
 		}
 		rows++
+		exp, err := cellExponent(rec, h, cols.currency, wechatValue)
+		if err != nil {
+			return sum, err
+		}
+		if err := checkMoney(rec, h, cols.money, exp, 0, wechatValue); err != nil {
+			return sum, err
+		}
 		for i, col := range cols.controls {
 			if col < 0 {
 				continue
@@ -173,11 +191,20 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		if col < 0 || cols.controls[i] < 0 {
 			continue
 		}
-		v, err := parseControl(wechatValue(srow.fields[col]), 0)
+		text := wechatValue(srow.fields[col])
+		v, err := parseControl(text, 0)
 		if err != nil {
 			return sum, lineErrorf(srow.line, "%s: %v", sh.names[col], err)
 		}
-		ct.addAmount(ctl.total, v, sums[i])
+		computed := sums[i]
+		if ctl.rounded {
+			decimals := 0
+			if _, frac, ok := strings.Cut(text, "."); ok {
+				decimals = len(frac)
+			}
+			computed = roundControl(computed, decimals)
+		}
+		ct.addAmount(ctl.total, v, computed)
 	}
 	if extra, err := rr.next(); err == nil {
 		return sum, lineErrorf(extra.line, "unexpected content after the summary row")
@@ -231,8 +258,55 @@ func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {
 		amount = -amount
 	}
 	l.AmountMinor = amount
+	if c.fee >= 0 {
+		if l.FeeMinor, err = subMinorCell(wechatValue(f[c.fee]), exp, 0); err != nil {
+			return l, lineErrorf(rec.line, "%s: %v", h.names[c.fee], err)
+		}
+	}
+	col = c.settle
+	if st == StatusRefund {
+		col = c.paid
+	}
+	var settled SubMinor
+	if col >= 0 {
+		if settled, err = subMinorCell(wechatValue(f[col]), exp, 0); err != nil {
+			return l, lineErrorf(rec.line, "%s: %v", h.names[col], err)
+		}
+	}
+	if st == StatusRefund {
+		settled = -settled
+	}
+	if st == StatusFailed {
+		settled = 0
+	}
+	if l.NetMinor, err = netOf(settled, l.FeeMinor); err != nil {
+		return l, lineErrorf(rec.line, "%v", err)
+	}
 	if l.OccurredAt, err = parseLocalTime(wechatValue(f[c.time]), localTimeLayout, shanghai); err != nil {
 		return l, lineErrorf(rec.line, "%s: %v", h.names[c.time], err)
 	}
 	return l, nil
+}
+
+// roundControl rounds a controlScale value to decimals, half away from zero.
+func roundControl(v int64, decimals int) int64 {
+	if decimals >= controlScale {
+		return v
+	}
+	unit := int64(1)
+	for i := decimals; i < controlScale; i++ {
+		unit *= 10
+	}
+	q, r := v/unit, v%unit
+	if r < 0 {
+		r = -r
+	}
+	if 2*r >= unit {
+		if v < 0 {
+			q--
+		} else {
+			q++
+		}
+	}
+	return q * unit
 }

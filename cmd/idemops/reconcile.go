@@ -132,6 +132,10 @@ type jsonLine struct {
 	Currency        string `json:"currency"`
 	Status          string `json:"status"`
 	OccurredAt      string `json:"occurred_at"`
+	// fee and net in minor units, exact at the channel's precision (WeChat fees: 0.02 fen)
+	FeeMinor    reconcile.SubMinor `json:"fee_minor"`
+	NetMinor    reconcile.SubMinor `json:"net_minor"`
+	NetCurrency string             `json:"net_currency,omitempty"`
 }
 
 func (p *linePrinter) start() {
@@ -140,17 +144,38 @@ func (p *linePrinter) start() {
 		p.enc.SetEscapeHTML(false)
 		return
 	}
-	fmt.Fprintf(p.w, "%-7s %-19s %-20s %-4s %-24s %-32s %s\n", "LINE", "STATUS", "AMOUNT", "CUR", "ORDER NO", "CHANNEL TXN ID", "OCCURRED AT (UTC)")
+	fmt.Fprintf(p.w, "%-7s %-19s %-20s %-4s %-24s %-32s %-20s %12s %20s\n", "LINE", "STATUS", "AMOUNT", "CUR", "ORDER NO", "CHANNEL TXN ID", "OCCURRED AT (UTC)", "FEE", "NET")
 }
 
 func (p *linePrinter) line(l reconcile.StatementLine) error {
 	at := l.OccurredAt.Format(time.RFC3339)
 	if p.json {
-		return p.enc.Encode(jsonLine{l.LineNo, l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), at})
+		return p.enc.Encode(jsonLine{l.LineNo, l.ChannelTxnID, l.MerchantOrderNo, l.AmountMinor, l.Currency, string(l.Status), at,
+			l.FeeMinor, l.NetMinor, l.NetCurrency})
 	}
-	_, err := fmt.Fprintf(p.w, "%-7d %-19s %20s %-4s %-24s %-32s %s\n", l.LineNo, l.Status,
-		money.Format(l.AmountMinor, l.Currency), l.Currency, l.MerchantOrderNo, l.ChannelTxnID, at)
+	netCur := l.Currency
+	if l.NetCurrency != "" {
+		netCur = l.NetCurrency
+	}
+	net := formatSubMinor(l.NetMinor, netCur)
+	if l.NetCurrency != "" {
+		net += " " + l.NetCurrency
+	}
+	_, err := fmt.Fprintf(p.w, "%-7d %-19s %20s %-4s %-24s %-32s %-20s %12s %20s\n", l.LineNo, l.Status,
+		money.Format(l.AmountMinor, l.Currency), l.Currency, l.MerchantOrderNo, l.ChannelTxnID, at,
+		formatSubMinor(l.FeeMinor, netCur), net)
 	return err
+}
+
+// formatSubMinor renders a fee or net in major units, exact: at least the currency's decimals,
+// more where the channel stated more (a WeChat fee of 0.00020).
+func formatSubMinor(v reconcile.SubMinor, currency string) string {
+	exp, _ := money.Exponent(currency)
+	s := money.FormatScaled(int64(v), exp+3)
+	for i := 0; i < 3 && strings.HasSuffix(s, "0"); i++ {
+		s = s[:len(s)-1]
+	}
+	return strings.TrimSuffix(s, ".")
 }
 
 func (p *linePrinter) summary(sum *reconcile.Summary) error {

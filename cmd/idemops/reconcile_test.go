@@ -45,7 +45,8 @@ func TestReconcileParse_JSONIsOneObjectPerLineThenTheSummary(t *testing.T) {
 	if len(objs) != 5 {
 		t.Fatalf("%d objects; want 4 lines and a summary:\n%s", len(objs), out)
 	}
-	keys := []string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at"}
+	keys := []string{"line_no", "channel_txn_id", "merchant_order_no", "amount_minor", "currency", "status", "occurred_at",
+		"fee_minor", "net_minor"}
 	refund := objs[2]
 	if len(refund) != len(keys) {
 		t.Errorf("line object has keys %v; want exactly %v", refund, keys)
@@ -56,7 +57,8 @@ func TestReconcileParse_JSONIsOneObjectPerLineThenTheSummary(t *testing.T) {
 		}
 	}
 	if refund["line_no"] != 4.0 || refund["amount_minor"] != -2800.0 || refund["status"] != "refund" ||
-		refund["currency"] != "CNY" || refund["occurred_at"] != "2024-03-01T10:02:09Z" || refund["merchant_order_no"] != "ORD-20240301-0001" {
+		refund["currency"] != "CNY" || refund["occurred_at"] != "2024-03-01T10:02:09Z" || refund["merchant_order_no"] != "ORD-20240301-0001" ||
+		refund["fee_minor"] != -17.0 || refund["net_minor"] != -2783.0 {
 		t.Errorf("refund line %v", refund)
 	}
 	sum, ok := objs[4]["summary"].(map[string]any)
@@ -172,4 +174,20 @@ func TestIdemopsMainHelper(t *testing.T) {
 	os.Args = append([]string{"idemops"}, strings.Split(os.Getenv("IDEMOPS_MAIN_ARGS"), "\x1f")...)
 	main()
 	os.Exit(0)
+}
+
+func TestReconcileParse_TextShowsFeeAndNet(t *testing.T) {
+	t.Parallel()
+	out, err := runIdemops(t, "reconcile", "parse", "--format", "alipay", filepath.Join(statements, "alipay/trade_detail.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.HasSuffix(strings.TrimSpace(lines[0]), "FEE                  NET") {
+		t.Errorf("header %q lacks FEE and NET", lines[0])
+	}
+	// 商家实收 88.00, 服务费 -0.53: fee 0.53, net 87.47.
+	if f := strings.Fields(lines[1]); len(f) < 2 || f[len(f)-2] != "0.53" || f[len(f)-1] != "87.47" {
+		t.Errorf("first line %q; want fee 0.53 and net 87.47", lines[1])
+	}
 }
