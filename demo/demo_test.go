@@ -185,3 +185,42 @@ func TestTraffic_ProducesEveryScenario(t *testing.T) {
 	_ = json.NewEncoder(&buf).Encode(got)
 	t.Log(buf.String())
 }
+
+// Validation is not execution: an invalid parameter is refused before the claim (problem+json
+// naming the field, nothing stored, no replay), and the same key with a corrected body charges.
+// A decline is the business outcome: the key fails finally and the retry replays it.
+func TestPayments_RefusalIsNotStoredButADeclineIsReplayed(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 3, DeclinePayees: []string{"mallory"}})
+	bad := e.pay("pay-v", strings.Replace(body, "1234", "-5", 1))
+	if bad.status != 400 || bad.header.Get("Content-Type") != "application/problem+json" ||
+		bad.body["type"] != "/problems/invalid-field" || bad.body["field"] != "amount_minor" {
+		t.Fatalf("invalid amount: %+v", bad)
+	}
+	again := e.pay("pay-v", strings.Replace(body, "1234", "-5", 1))
+	if again.status != 400 || again.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the refusal was replayed: %+v", again)
+	}
+	if r := e.pay("pay-v", strings.Replace(body, `"CNY"`, `"XXY"`, 1)); r.status != 400 || r.body["field"] != "currency" {
+		t.Fatalf("invalid currency: %+v", r)
+	}
+	ok := e.pay("pay-v", body)
+	if ok.status != 201 || ok.header.Get("Idempotent-Replayed") != "" || ok.body["status"] != "succeeded" {
+		t.Fatalf("corrected body under the same key: %+v", ok)
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", "payment.charge", "pay-v")); n != 1 {
+		t.Fatalf("%d charges at paysim", n)
+	}
+
+	declined := strings.Replace(body, `"alice"`, `"mallory"`, 1)
+	d1 := e.pay("pay-d", declined)
+	if d1.status != 402 || d1.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("decline: %+v", d1)
+	}
+	d2 := e.pay("pay-d", declined)
+	if d2.status != 402 || d2.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("decline retry is not replayed: %+v", d2)
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", "payment.charge", "pay-d")); n != 1 {
+		t.Fatalf("%d declined charges at paysim", n)
+	}
+}

@@ -6,6 +6,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/money"
 )
 
 // OperationCharge is the payments service's operation name.
@@ -53,6 +55,37 @@ type chargeBody struct {
 	Payee           string `json:"payee"`
 	Description     string `json:"description"`
 	ClientTS        string `json:"client_ts"`
+}
+
+// validateCharge refuses a charge body before anything is claimed or charged: an invalid
+// parameter is not the business outcome, so the same key with a corrected body executes. A
+// declined charge (paysim's verdict) is the business outcome: it fails the key and is replayed.
+func validateCharge(raw []byte) error {
+	var b struct {
+		AmountMinor     *json.Number `json:"amount_minor"`
+		Currency        *string      `json:"currency"`
+		MerchantOrderNo *string      `json:"merchant_order_no"`
+		Payee           *string      `json:"payee"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&b); err != nil {
+		return httpidem.Refuse("", "the body must be a JSON object with amount_minor, currency and payee")
+	}
+	if b.AmountMinor == nil {
+		return httpidem.Refuse("amount_minor", "is required")
+	}
+	n, err := b.AmountMinor.Int64()
+	if err != nil || n <= 0 {
+		return httpidem.Refuse("amount_minor", "must be a positive integer (minor units)")
+	}
+	if b.Currency == nil || !money.Known(strings.ToUpper(*b.Currency)) {
+		return httpidem.Refuse("currency", "must be an ISO 4217 code")
+	}
+	if b.Payee == nil || strings.TrimSpace(*b.Payee) == "" {
+		return httpidem.Refuse("payee", "is required")
+	}
+	return nil
 }
 
 // PaymentID is derived from the downstream key, so a recovery that creates the row later (the
@@ -129,7 +162,7 @@ func (s *Service) Handler() http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
 	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10}
-	charge := httpidem.Handler(cfg, s.charge)
+	charge := httpidem.Handler(cfg, s.charge, validateCharge)
 	r.POST("/v1/payments", func(c *gin.Context) {
 		if c.GetHeader("X-Demo-Crash") == "after-charge" { // demo traffic simulates a crash
 			crash := &atomic.Bool{}

@@ -85,13 +85,14 @@ type Route struct {
 	Intent claim.IntentSpec
 }
 
-// Handler answers a route by running op through the claim logic.
-func Handler(cfg Config, op claim.Operation) gin.HandlerFunc {
+// Handler answers a route by running op through the claim logic. Validators run on the body
+// before the claim: a refusal answers 400 invalid-field and stores nothing under the key.
+func Handler(cfg Config, op claim.Operation, validators ...Validator) gin.HandlerFunc {
 	cfg = cfg.withDefaults()
 	route := Route{Operation: op.Name(), Intent: op.Intent()}
 	return func(c *gin.Context) {
 		req, ok := readRequest(c, cfg, route)
-		if !ok {
+		if !ok || !validate(c, cfg, req.Intent, validators) {
 			return
 		}
 		out, err := cfg.Store.Run(c.Request.Context(), op, req)
@@ -138,7 +139,7 @@ func Middleware(cfg Config, route Route) gin.HandlerFunc {
 				"an earlier attempt with this key did not finish; it needs recovery before a retry can run", nil)
 			return
 		}
-		st := &leaseState{lease: out.Lease}
+		st := &leaseState{lease: out.Lease, cfg: cfg}
 		rec := &recorder{ResponseWriter: c.Writer, limit: cfg.Store.Config().MaxSnapshotBytes}
 		c.Writer = rec
 		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), leaseKey{}, st))
@@ -169,6 +170,7 @@ func Middleware(cfg Config, route Route) gin.HandlerFunc {
 
 type leaseState struct {
 	lease *claim.Lease
+	cfg   Config
 	done  bool
 }
 

@@ -19,6 +19,8 @@ type Problem struct {
 	Status     int    `json:"status"`
 	Detail     string `json:"detail,omitempty"`
 	ResourceID string `json:"resource_id,omitempty"`
+	// Field names the request field an invalid-field problem is about.
+	Field string `json:"field,omitempty"`
 }
 
 // Problems lists every problem type this package answers, for a service's docs page.
@@ -29,6 +31,7 @@ var Problems = map[string]string{
 	"body-too-large":         "The request body exceeds the size limit.",
 	"body-unreadable":        "The request body could not be read.",
 	"invalid-request":        "The request body is not a JSON object, or a field the operation needs is missing or malformed.",
+	"invalid-field":          "A request parameter (named in `field`) is invalid. Nothing was executed or stored under the key: correct the request and retry with the same key.",
 	"request-in-progress":    "A request with this key is still being processed. Retry after the Retry-After interval with the same key.",
 	"key-reused":             "This key was already used with a different request. Use a new key for a new intent.",
 	"result-expired":         "The stored result of this key has expired; the key is kept as a tombstone so the request is not executed again. Query the resource by its id.",
@@ -111,6 +114,15 @@ func writeProblem(c *gin.Context, cfg Config, status int, typ, title, detail str
 	if resourceID != nil {
 		p.ResourceID = *resourceID
 	}
+	writeProblemDoc(c, p)
+}
+
+func writeProblemField(c *gin.Context, cfg Config, status int, typ, title, detail, field string) {
+	writeProblemDoc(c, Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail, Field: field})
+}
+
+func writeProblemDoc(c *gin.Context, p Problem) {
+	status := p.Status
 	b, _ := json.Marshal(p)
 	c.Header("Content-Type", "application/problem+json")
 	c.Status(status)
