@@ -39,6 +39,33 @@ func (s *Server) apiKeys(c *gin.Context, r *request) error {
 	return nil
 }
 
+// findBody is the body of POST /api/v1/keys/find: the raw key travels in the body, never in
+// the URL.
+type findBody struct {
+	Key string `json:"key"`
+}
+
+// apiFindKey is POST /api/v1/keys/find: the keys the caller may see whose raw key is exactly
+// the one given, in every tenant and operation, in the shape of GET /api/v1/keys (no further
+// page: at most MaxFound).
+func (s *Server) apiFindKey(c *gin.Context, r *request) error {
+	var body findBody
+	if err := bindJSON(c, &body); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	rows, err := FindKeys(ctx, s.db, r.op, body.Key)
+	if err != nil {
+		return err
+	}
+	if rows == nil {
+		rows = []KeySummary{}
+	}
+	c.JSON(http.StatusOK, gin.H{"keys": rows, "next_cursor": nil})
+	return nil
+}
+
 // apiKeyDetail is a key as the API shows it: bodies stay redacted (their sizes only).
 type apiKeyDetail struct {
 	ID                 int64       `json:"id"`

@@ -2,9 +2,11 @@ package console
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +105,80 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(0, min(len(s)-1, i-1))]
+}
+
+// BenchmarkFindByKey measures the header's find by key over 1M keys (IDEMOPS_BENCH_ROWS
+// overrides), each raw key present in two tenants: random existing keys looked up as a "*"
+// operator and as one limited to three tenants, plus missing keys. Target p99 ≤ 5 ms. It fails
+// if the plan is not an index scan of the key column (migration 00035).
+func BenchmarkFindByKey(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ 100", v)
+		}
+		rows = n
+	}
+	const samples = 300
+	db := pgtest.New(b)
+	ctx := context.Background()
+	start := time.Now()
+	// Row i has the key 'order-' || i/2, so every key is in two tenants (i%10 and (i+1)%10).
+	if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+			request, state, downstream_key, created_at, updated_at)
+		SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'order-' || (i / 2),
+			md5(i::text) || md5('x' || i), md5('f' || i), 1, '{"amount": 1}', 'completed', md5('d' || i),
+			now() - i * interval '1 second', now()
+		FROM generate_series(1, ?) AS i`, rows).Error; err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("set-up: %d keys in %s", rows, time.Since(start).Round(time.Millisecond))
+	var plan []string
+	if err := db.Raw(`EXPLAIN SELECT id FROM idempotency_keys WHERE key = 'order-17' AND tenant IN ('tenant-1','tenant-2')
+		ORDER BY tenant, operation, id LIMIT 100`).Scan(&plan).Error; err != nil {
+		b.Fatal(err)
+	}
+	if p := strings.Join(plan, "\n"); !strings.Contains(p, "idempotency_keys_key_idx") {
+		b.Fatalf("find by key is not served by the key index:\n%s", p)
+	}
+	all := &Operator{Role: RoleViewer, Tenants: []string{AllTenants}}
+	some := &Operator{Role: RoleViewer, Tenants: []string{"tenant-1", "tenant-2", "tenant-3"}}
+	rng := rand.New(rand.NewPCG(1, 2))
+	query := func(op *Operator, key string) time.Duration {
+		t0 := time.Now()
+		if _, err := FindKeys(ctx, db, op, key); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	next := func() string { return "order-" + strconv.Itoa(1+rng.IntN(rows/2-1)) }
+	for i := 0; i < 20; i++ {
+		query(all, next())
+	}
+	if got, _ := FindKeys(ctx, db, all, "order-17"); len(got) != 2 {
+		b.Fatalf("order-17 found %d times, want 2 (two tenants)", len(got))
+	}
+	var allT, someT, missT []time.Duration
+	for i := 0; i < samples; i++ {
+		allT = append(allT, query(all, next()))
+		someT = append(someT, query(some, next()))
+		missT = append(missT, query(all, "missing-"+strconv.Itoa(i)))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		query(all, next())
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(float64(rows), "keys")
+	b.ReportMetric(ms(percentile(allT, 50)), "p50_all_ms")
+	b.ReportMetric(ms(percentile(allT, 99)), "p99_all_ms")
+	b.ReportMetric(ms(percentile(someT, 99)), "p99_scoped_ms")
+	b.ReportMetric(ms(percentile(missT, 99)), "p99_missing_ms")
+	b.Logf("find by key over %d keys: * p50 %.2f ms p99 %.2f ms; 3 tenants p99 %.2f ms; missing p99 %.2f ms (target p99 ≤ 5 ms)",
+		rows, ms(percentile(allT, 50)), ms(percentile(allT, 99)), ms(percentile(someT, 99)), ms(percentile(missT, 99)))
 }

@@ -302,3 +302,32 @@ func parseID(s string) (int64, error) {
 	}
 	return id, nil
 }
+
+// MaxFound bounds a find by key: a key quoted by a customer exists once per tenant and
+// operation, so more than this many matches is only listed up to here.
+const MaxFound = 100
+
+// FindKeys returns the keys op may see whose raw key is exactly key, in every tenant and
+// operation (tenant · operation order), at most MaxFound of them. Tenant scope is part of the
+// query, like SearchKeys. Served by the index on the key column (migration 00035): the digest
+// cannot serve it, it is an HMAC over tenant|operation|key.
+func FindKeys(ctx context.Context, db dbHandle, op *Operator, key string) ([]KeySummary, error) {
+	if err := claim.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	where, args := "key = ?", []any{key}
+	if !op.SeesAllTenants() {
+		if len(op.Tenants) == 0 {
+			return nil, nil
+		}
+		where, args = where+" AND tenant IN ?", append(args, op.Tenants)
+	}
+	sql := `SELECT id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at
+		FROM idempotency_keys WHERE ` + where + ` ORDER BY tenant, operation, id LIMIT ?`
+	args = append(args, MaxFound)
+	var rows []KeySummary
+	if err := db.WithContext(ctx).Raw(sql, args...).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("find key: %w", err)
+	}
+	return rows, nil
+}

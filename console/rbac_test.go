@@ -87,6 +87,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /admin/operators/:id/tokens": {"/admin/operators/" + tid + "/tokens", url.Values{"label": {"ci"}}, [4]int{R, F, F, 200}},
 		"GET /api/v1/keys":                 {"/api/v1/keys", nil, [4]int{U, 200, 200, 200}},
 		"GET /api/v1/keys/:id":             {"/api/v1/keys/" + id, nil, [4]int{U, 200, 200, 200}},
+		"POST /api/v1/keys/find":           {"/api/v1/keys/find", url.Values{"key": {"k-1"}}, [4]int{U, 200, 200, 200}},
 		// Replays: operators and admins; a confirmation without a token is a 400 once the role passed.
 		"GET /keys/:id/replay":                {"/keys/" + id + "/replay", nil, [4]int{R, F, 200, 200}},
 		"POST /keys/:id/replay":               {"/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{R, F, 400, 400}},

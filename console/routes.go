@@ -97,6 +97,7 @@ func (s *Server) routes() []route {
 		{"POST", "/admin/operators/:id/tokens", RoleAdmin, kindPage, s.createToken},
 		{"GET", "/api/v1/keys", RoleViewer, kindAPI, s.apiKeys},
 		{"GET", "/api/v1/keys/:id", RoleViewer, kindAPI, s.apiKey},
+		{"POST", "/api/v1/keys/find", RoleViewer, kindAPI, s.apiFindKey},
 		{"GET", "/api/v1/keys/:id/replay", RoleOperator, kindAPI, s.apiReplayPreview},
 		{"POST", "/api/v1/keys/:id/replay", RoleOperator, kindAPI, s.apiReplayConfirm},
 		{"GET", "/api/v1/keys/:id/final", RoleAdmin, kindAPI, s.apiFinalToken},

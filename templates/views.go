@@ -99,6 +99,14 @@ type KeyRow struct {
 	NeedsAttention bool
 }
 
+// KeyFindView answers the header's find box when the key matched none or several keys.
+type KeyFindView struct {
+	Key       string
+	Rows      []KeyRow
+	Limit     int
+	Truncated bool
+}
+
 // KeySearch is the search form's current values.
 type KeySearch struct {
 	Tenant, Operation, State, From, To, Digest, Field, Value string
