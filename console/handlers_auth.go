@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -64,7 +65,7 @@ func (s *Server) showLogin(c *gin.Context, status int, next, name, msg string) {
 	s.render(c, status, templates.LoginPage(templates.LoginView{Name: name, CSRF: token, Next: safeNext(next), Error: msg}))
 }
 
-// login checks the throttle, then the password; a success starts a new session (a fresh id, so
+// login counts the attempt against the throttle, then checks the password; a success starts a new session (a fresh id, so
 // a planted cookie cannot be fixed onto the operator).
 func (s *Server) login(c *gin.Context, r *request) error {
 	cookie, _ := c.Cookie(loginCookie)
@@ -75,35 +76,36 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	name, password, next := strings.TrimSpace(c.PostForm("name")), c.PostForm("password"), c.PostForm("next")
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.throttle.check(ctx, name, r.ip); err != nil {
-		if errors.Is(err, ErrThrottled) {
-			s.metrics.logins.WithLabelValues("throttled").Inc()
-			s.showLogin(c, http.StatusTooManyRequests, next, name, err.Error())
-			return nil
+	// The attempt is counted before the password is checked, so parallel attempts past the
+	// limit are refused without spending a check (see throttle.attempt).
+	started, err := s.throttle.attempt(ctx, name, r.ip)
+	if started {
+		s.cfg.Logger.Warn("sign-in locked out", "ip", r.ip)
+		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
+			Target: "operator:" + truncate(name, 64)}); err != nil {
+			return err
 		}
+	}
+	var te *ThrottledError
+	if errors.As(err, &te) {
+		s.metrics.logins.WithLabelValues("throttled").Inc()
+		c.Header("Retry-After", strconv.Itoa(te.retryAfterSeconds()))
+		s.showLogin(c, http.StatusTooManyRequests, next, name, te.Error())
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	op, err := s.ops.Authenticate(ctx, name, password)
 	if errors.Is(err, ErrBadCredentials) {
 		s.metrics.logins.WithLabelValues("failure").Inc()
-		locked, ferr := s.throttle.fail(ctx, name, r.ip)
-		if ferr != nil {
-			return ferr
-		}
-		if locked {
-			s.cfg.Logger.Warn("sign-in locked out", "ip", r.ip)
-			if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
-				Target: "operator:" + truncate(name, 64)}); err != nil {
-				return err
-			}
-		}
 		s.showLogin(c, http.StatusUnauthorized, next, name, ErrBadCredentials.Error())
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.throttle.succeed(ctx, op.Name); err != nil {
+	if err := s.throttle.succeed(ctx, op.Name, r.ip); err != nil {
 		return err
 	}
 	id, err := s.sessions.create(ctx, op, r.ip, c.Request.UserAgent())

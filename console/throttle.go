@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -34,31 +35,37 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 	return c
 }
 
-// throttle keeps failure counts in login_throttle, shared by every console replica.
+// throttle keeps attempt counts in login_throttle, shared by every console replica.
 type throttle struct {
 	db  *gorm.DB
 	cfg ThrottleConfig
 }
 
-// check returns ErrThrottled when the name or the address is locked out.
-func (t *throttle) check(ctx context.Context, user, ip string) error {
-	var n int64
-	err := t.db.WithContext(ctx).Raw(`SELECT count(*) FROM login_throttle
-		WHERE ((scope = 'user' AND subject = ?) OR (scope = 'ip' AND subject = ?)) AND locked_until > now()`,
-		strings.ToLower(user), ip).Scan(&n).Error
-	if err != nil {
-		return fmt.Errorf("check throttle: %w", err)
+// ThrottledError is ErrThrottled with the time left until the lockout ends (for Retry-After).
+type ThrottledError struct{ RetryAfter time.Duration }
+
+func (e *ThrottledError) Error() string { return ErrThrottled.Error() }
+func (e *ThrottledError) Unwrap() error { return ErrThrottled }
+
+// retryAfterSeconds is the Retry-After value: whole seconds, rounded up, at least 1.
+func (e *ThrottledError) retryAfterSeconds() int {
+	s := int(math.Ceil(e.RetryAfter.Seconds()))
+	if s < 1 {
+		s = 1
 	}
-	if n > 0 {
-		return ErrThrottled
-	}
-	return nil
+	return s
 }
 
-// fail counts a failed attempt for the name and the address; it returns true when this failure
-// started a lockout.
-func (t *throttle) fail(ctx context.Context, user, ip string) (bool, error) {
-	locked := false
+// attempt counts one sign-in attempt for the name and for the address BEFORE the password is
+// checked, so parallel attempts cannot all slip past a read-then-count check: each scope's count
+// is bumped by one atomic INSERT … ON CONFLICT DO UPDATE … RETURNING, and PostgreSQL's row lock
+// serialises concurrent bumps, so within a window at most limit attempts per scope see a count
+// ≤ limit and reach the password check. The attempt that takes a count to limit+1 starts the
+// lockout (started is true for it alone); attempts during a lockout keep counting but neither
+// extend nor restart it. It returns a *ThrottledError when either scope is locked out; the caller
+// must then not check the password.
+func (t *throttle) attempt(ctx context.Context, user, ip string) (started bool, err error) {
+	var wait time.Duration
 	for _, s := range []struct {
 		scope, subject string
 		limit          int
@@ -66,29 +73,63 @@ func (t *throttle) fail(ctx context.Context, user, ip string) (bool, error) {
 		if s.subject == "" {
 			continue
 		}
-		var lockedNow []bool
-		err := t.db.WithContext(ctx).Raw(`INSERT INTO login_throttle AS l (scope, subject, failures, first_failure_at)
-			VALUES (?, ?, 1, now())
-			ON CONFLICT (scope, subject) DO UPDATE SET
-				failures = CASE WHEN l.first_failure_at < now() - ? * interval '1 second' THEN 1 ELSE l.failures + 1 END,
-				first_failure_at = CASE WHEN l.first_failure_at < now() - ? * interval '1 second' THEN now() ELSE l.first_failure_at END
-			RETURNING failures >= ?`, s.scope, s.subject, t.cfg.Window.Seconds(), t.cfg.Window.Seconds(), s.limit).Scan(&lockedNow).Error
-		if err != nil {
-			return false, fmt.Errorf("count failed sign-in: %w", err)
+		// In DO UPDATE, l.* is the row before this attempt: a lockout still running keeps its
+		// end; an ended lockout or a window gone by starts a fresh count at 1.
+		var rows []struct {
+			Failures int
+			LeftMS   float64
 		}
-		if len(lockedNow) == 1 && lockedNow[0] {
-			if err := t.db.WithContext(ctx).Exec(`UPDATE login_throttle SET locked_until = now() + ? * interval '1 second',
-				failures = 0, first_failure_at = now() WHERE scope = ? AND subject = ?`,
-				t.cfg.Lockout.Seconds(), s.scope, s.subject).Error; err != nil {
-				return false, fmt.Errorf("lock out: %w", err)
-			}
-			locked = true
+		err := t.db.WithContext(ctx).Raw(`INSERT INTO login_throttle AS l (scope, subject, failures, first_failure_at)
+			VALUES (@scope, @subject, 1, now())
+			ON CONFLICT (scope, subject) DO UPDATE SET
+				failures = CASE
+					WHEN l.locked_until > now() THEN l.failures + 1
+					WHEN l.locked_until IS NOT NULL OR l.first_failure_at < now() - @window * interval '1 second' THEN 1
+					ELSE l.failures + 1 END,
+				first_failure_at = CASE
+					WHEN l.locked_until > now() THEN l.first_failure_at
+					WHEN l.locked_until IS NOT NULL OR l.first_failure_at < now() - @window * interval '1 second' THEN now()
+					ELSE l.first_failure_at END,
+				locked_until = CASE
+					WHEN l.locked_until > now() THEN l.locked_until
+					WHEN l.locked_until IS NULL AND l.first_failure_at >= now() - @window * interval '1 second'
+						AND l.failures + 1 > @limit THEN now() + @lockout * interval '1 second'
+					END
+			RETURNING failures, COALESCE(EXTRACT(EPOCH FROM (locked_until - now())) * 1000, 0)::float8 AS left_ms`,
+			map[string]any{"scope": s.scope, "subject": s.subject, "limit": s.limit,
+				"window": t.cfg.Window.Seconds(), "lockout": t.cfg.Lockout.Seconds()}).Scan(&rows).Error
+		if err != nil {
+			return false, fmt.Errorf("count sign-in attempt: %w", err)
+		}
+		if len(rows) != 1 || rows[0].LeftMS <= 0 {
+			continue
+		}
+		if rows[0].Failures == s.limit+1 {
+			started = true
+		}
+		if d := time.Duration(rows[0].LeftMS * float64(time.Millisecond)); d > wait {
+			wait = d
 		}
 	}
-	return locked, nil
+	if wait > 0 {
+		return started, &ThrottledError{RetryAfter: wait}
+	}
+	return false, nil
 }
 
-// succeed clears the name's failure count (the address keeps its own).
-func (t *throttle) succeed(ctx context.Context, user string) error {
-	return t.db.WithContext(ctx).Exec(`DELETE FROM login_throttle WHERE scope = 'user' AND subject = ?`, strings.ToLower(user)).Error
+// succeed clears the name's count, and takes this attempt back off the address's count (an
+// address counts failures, so an office signing in many times is not locked out by successes).
+func (t *throttle) succeed(ctx context.Context, user, ip string) error {
+	if err := t.db.WithContext(ctx).Exec(`DELETE FROM login_throttle WHERE scope = 'user' AND subject = ?`,
+		strings.ToLower(user)).Error; err != nil {
+		return fmt.Errorf("clear sign-in count: %w", err)
+	}
+	if ip == "" {
+		return nil
+	}
+	if err := t.db.WithContext(ctx).Exec(`UPDATE login_throttle SET failures = greatest(failures - 1, 0)
+		WHERE scope = 'ip' AND subject = ? AND locked_until IS NULL`, ip).Error; err != nil {
+		return fmt.Errorf("clear sign-in count: %w", err)
+	}
+	return nil
 }
