@@ -75,7 +75,7 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 func grantable(admin *Operator, tenants []string) error {
 	for _, t := range tenants {
 		if !admin.MaySee(t) {
-			return fmt.Errorf("%w: you may not grant tenant %q", ErrForbidden, t)
+			return &RefusedError{Reason: fmt.Sprintf("you may not grant tenant %q: it is not one of yours", t), Kind: ErrForbidden}
 		}
 	}
 	return nil
