@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -28,10 +29,10 @@ func roleNames() []string {
 	return out
 }
 
-func (s *Server) operatorsView(c *gin.Context) (templates.OperatorsView, error) {
+func (s *Server) operatorsView(c *gin.Context, r *request) (templates.OperatorsView, error) {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	ops, err := s.ops.List(ctx)
+	ops, err := s.ops.ListFor(ctx, r.op) // only the operators r.op may manage
 	if err != nil {
 		return templates.OperatorsView{}, err
 	}
@@ -48,7 +49,7 @@ func (s *Server) operatorsView(c *gin.Context) (templates.OperatorsView, error) 
 }
 
 func (s *Server) operatorsPage(c *gin.Context, r *request) error {
-	v, err := s.operatorsView(c)
+	v, err := s.operatorsView(c, r)
 	if err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 	if code := statusOf(err); code != http.StatusBadRequest && code != http.StatusConflict && code != http.StatusForbidden {
 		return err
 	}
-	v, verr := s.operatorsView(c)
+	v, verr := s.operatorsView(c, r)
 	if verr != nil {
 		return verr
 	}
@@ -74,13 +75,15 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 func grantable(admin *Operator, tenants []string) error {
 	for _, t := range tenants {
 		if !admin.MaySee(t) {
-			return fmt.Errorf("%w: you may not grant tenant %q", ErrForbidden, t)
+			return &RefusedError{Reason: fmt.Sprintf("you may not grant tenant %q: it is not one of yours", t), Kind: ErrForbidden}
 		}
 	}
 	return nil
 }
 
-func (s *Server) change(r *request) Change { return Change{Actor: r.op.Actor(), IP: r.ip} }
+func (s *Server) change(r *request) Change {
+	return Change{Actor: r.op.Actor(), IP: r.ip, Scope: r.op.Tenants}
+}
 
 func (s *Server) addOperator(c *gin.Context, r *request) error {
 	role, err := ParseRole(c.PostForm("role"))
@@ -92,6 +95,7 @@ func (s *Server) addOperator(c *gin.Context, r *request) error {
 		return s.adminError(c, r, err)
 	}
 	if err := grantable(r.op, tenants); err != nil {
+		s.refuse(c, r, "operator.add", "operator:"+strings.TrimSpace(c.PostForm("name")), err)
 		return s.adminError(c, r, err)
 	}
 	ctx, cancel := s.ctx(c)
@@ -105,18 +109,32 @@ func (s *Server) addOperator(c *gin.Context, r *request) error {
 	return nil
 }
 
-func (s *Server) target(c *gin.Context) (*Operator, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("operator: %w", ErrNotFound)
-	}
+// target loads the operator the route names, for the acting operator (see loadOperatorFor); a
+// refusal is audited under action.
+func (s *Server) target(c *gin.Context, r *request, action string) (*Operator, error) {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	return s.ops.ByID(ctx, id)
+	o, err := s.loadOperatorFor(ctx, r, c.Param("id"))
+	if err != nil && errors.Is(err, ErrNotFound) {
+		s.auditRefusal(ctx, r, action, "operator-id:"+c.Param("id"), err)
+	}
+	return o, err
+}
+
+// refuse audits a refused admin action on target.
+func (s *Server) refuse(c *gin.Context, r *request, action, target string, err error) {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	s.auditRefusal(ctx, r, action, target, err)
+}
+
+// refusable reports whether err is a refusal worth an audit row (not a malformed form).
+func refusable(err error) bool {
+	return errors.Is(err, ErrForbidden) || errors.Is(err, ErrRefused) || errors.Is(err, ErrNotFound)
 }
 
 func (s *Server) setAccess(c *gin.Context, r *request) error {
-	o, err := s.target(c)
+	o, err := s.target(c, r, "operator.set_access")
 	if err != nil {
 		return err
 	}
@@ -129,6 +147,7 @@ func (s *Server) setAccess(c *gin.Context, r *request) error {
 		return s.adminError(c, r, err)
 	}
 	if err := grantable(r.op, tenants); err != nil {
+		s.refuse(c, r, "operator.set_access", "operator:"+o.Name, err)
 		return s.adminError(c, r, err)
 	}
 	if o.ID == r.op.ID && role < RoleAdmin {
@@ -137,6 +156,9 @@ func (s *Server) setAccess(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if err := s.ops.SetAccess(ctx, s.change(r), o.Name, role, tenants); err != nil {
+		if refusable(err) {
+			s.auditRefusal(ctx, r, "operator.set_access", "operator:"+o.Name, err)
+		}
 		return s.adminError(c, r, err)
 	}
 	if o.ID == r.op.ID { // our own session ended with the change
@@ -148,18 +170,23 @@ func (s *Server) setAccess(c *gin.Context, r *request) error {
 }
 
 func (s *Server) setStatus(c *gin.Context, r *request) error {
-	o, err := s.target(c)
+	o, err := s.target(c, r, "operator.status")
 	if err != nil {
 		return err
 	}
 	disabled := c.PostForm("disabled") == "true"
 	if disabled && o.ID == r.op.ID {
-		return s.adminError(c, r, inputErr("disabled", "you cannot disable yourself"))
+		err := refused("you cannot disable yourself (ask another admin)")
+		s.refuse(c, r, "operator.disable", "operator:"+o.Name, err)
+		return s.adminError(c, r, err)
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if err := s.ops.SetDisabled(ctx, s.change(r), o.Name, disabled); err != nil {
-		return err
+		if refusable(err) {
+			s.auditRefusal(ctx, r, "operator.disable", "operator:"+o.Name, err)
+		}
+		return s.adminError(c, r, err)
 	}
 	notice := "enabled"
 	if disabled {
@@ -172,7 +199,7 @@ func (s *Server) setStatus(c *gin.Context, r *request) error {
 // createToken makes an API token for an operator and shows it once, in the response to the
 // POST (never in a URL).
 func (s *Server) createToken(c *gin.Context, r *request) error {
-	o, err := s.target(c)
+	o, err := s.target(c, r, "token.create")
 	if err != nil {
 		return err
 	}
@@ -182,7 +209,7 @@ func (s *Server) createToken(c *gin.Context, r *request) error {
 	if err != nil {
 		return s.adminError(c, r, err)
 	}
-	v, err := s.operatorsView(c)
+	v, err := s.operatorsView(c, r)
 	if err != nil {
 		return err
 	}

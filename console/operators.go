@@ -137,6 +137,9 @@ func NewOperators(db *gorm.DB, argon Argon2Params) *Operators {
 type Change struct {
 	Actor string // operator:NAME or cli:USER
 	IP    string
+	// Scope is the acting operator's tenants: a target outside them is not found (see covers).
+	// nil for the CLI, which whoever holds the database runs.
+	Scope []string
 }
 
 type operatorRow struct {
@@ -342,15 +345,25 @@ func (d *Operators) SetDisabled(ctx context.Context, ch Change, name string, dis
 
 func (d *Operators) update(ctx context.Context, ch Change, name, action string, detail map[string]any, apply func(tx *gorm.DB, id int64) error) error {
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var ids []int64
-		if err := tx.Raw(`SELECT id FROM operators WHERE name = ? FOR UPDATE`, name).Scan(&ids).Error; err != nil {
+		if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, adminLockID).Error; err != nil {
+			return fmt.Errorf("%s: lock: %w", action, err)
+		}
+		q, args := "o.name = ?", []any{name}
+		if where, sargs := scopeWhere(ch.Scope); where != "" {
+			q, args = q+" AND "+where, append(args, sargs...)
+		}
+		var rows []operatorRow
+		if err := tx.Raw(operatorSelect+" WHERE "+q+" FOR UPDATE OF o", args...).Scan(&rows).Error; err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
-		if len(ids) == 0 {
+		if len(rows) == 0 {
 			return fmt.Errorf("operator %s: %w", name, ErrNotFound)
 		}
-		if err := apply(tx, ids[0]); err != nil {
+		if err := apply(tx, rows[0].ID); err != nil {
 			return fmt.Errorf("%s: %w", action, err)
+		}
+		if err := lastStarAdmin(tx, rows[0].operator().activeStarAdmin(), name); err != nil {
+			return err
 		}
 		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + name, Detail: detail})
 	})
