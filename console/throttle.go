@@ -95,7 +95,9 @@ func (t *throttle) attempt(ctx context.Context, user, ip string) (started bool, 
 					WHEN l.locked_until IS NULL AND l.first_failure_at >= now() - @window * interval '1 second'
 						AND l.failures + 1 > @limit THEN now() + @lockout * interval '1 second'
 					END
-			RETURNING failures, COALESCE(EXTRACT(EPOCH FROM (locked_until - now())) * 1000, 0)::float8 AS left_ms`,
+			-- clock_timestamp, not now(): an attempt that waited on this row's lock began its
+			-- transaction before the one that set locked_until, so now() would overstate the wait.
+			RETURNING failures, COALESCE(EXTRACT(EPOCH FROM (locked_until - clock_timestamp())) * 1000, 0)::float8 AS left_ms`,
 			map[string]any{"scope": s.scope, "subject": s.subject, "limit": s.limit,
 				"window": t.cfg.Window.Seconds(), "lockout": t.cfg.Lockout.Seconds()}).Scan(&rows).Error
 		if err != nil {
