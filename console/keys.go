@@ -217,14 +217,15 @@ func SearchKeys(ctx context.Context, db dbHandle, op *Operator, f KeyFilter) ([]
 	}
 	var where []string
 	var args []any
-	if !op.SeesAllTenants() {
-		if f.Tenant != "" && !op.MaySee(f.Tenant) {
-			return nil, nil, nil
-		}
-		if len(op.Tenants) == 0 {
-			return nil, nil, nil
-		}
-		where, args = append(where, "tenant IN ?"), append(args, op.Tenants)
+	if f.Tenant != "" && !op.MaySee(f.Tenant) {
+		return nil, nil, nil
+	}
+	cond, condArgs, none := tenantCondition(op)
+	if none {
+		return nil, nil, nil
+	}
+	if cond != "" {
+		where, args = append(where, cond), append(args, condArgs...)
 	}
 	add := func(cond string, a ...any) { where, args = append(where, cond), append(args, a...) }
 	if f.Tenant != "" {
@@ -316,11 +317,12 @@ func FindKeys(ctx context.Context, db dbHandle, op *Operator, key string) ([]Key
 		return nil, err
 	}
 	where, args := "key = ?", []any{key}
-	if !op.SeesAllTenants() {
-		if len(op.Tenants) == 0 {
-			return nil, nil
-		}
-		where, args = where+" AND tenant IN ?", append(args, op.Tenants)
+	cond, condArgs, none := tenantCondition(op)
+	if none {
+		return nil, nil
+	}
+	if cond != "" {
+		where, args = where+" AND "+cond, append(args, condArgs...)
 	}
 	sql := `SELECT id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at
 		FROM idempotency_keys WHERE ` + where + ` ORDER BY tenant, operation, id LIMIT ?`
@@ -330,4 +332,17 @@ func FindKeys(ctx context.Context, db dbHandle, op *Operator, key string) ([]Key
 		return nil, fmt.Errorf("find key: %w", err)
 	}
 	return rows, nil
+}
+
+// tenantCondition is the SQL condition that limits keys to the tenants op may see: "" for an
+// operator of every tenant, none when op sees no tenant at all. Key search and find by key both
+// use it, so the two cannot drift apart.
+func tenantCondition(op *Operator) (cond string, args []any, none bool) {
+	if op.SeesAllTenants() {
+		return "", nil, false
+	}
+	if len(op.Tenants) == 0 {
+		return "", nil, true
+	}
+	return "tenant IN ?", []any{op.Tenants}, false
 }
