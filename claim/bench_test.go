@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/pglocal"
@@ -208,4 +209,91 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// BenchmarkOneCommit compares the one-commit path (RunLocal: claim, a business row and completion
+// in one transaction) with raw SQL doing what a two-commit path does — the claim insert, then the
+// business row and the completion in a second transaction — on a durable cluster at one client,
+// where each commit's flush is the cost. Target: throughput ratio ≥ 1.8.
+func BenchmarkOneCommit(b *testing.B) {
+	ops := envInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000)
+	url := durableURL(b)
+	db, err := pglocal.Open(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: secret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Exec(`CREATE TABLE credits (id bigserial PRIMARY KEY, key_id bigint NOT NULL, amount bigint NOT NULL)`).Error; err != nil {
+		b.Fatal(err)
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	spec := claim.IntentSpec{AmountField: "amount_minor", CurrencyField: "currency"}
+	body := []byte(`{"credit_id":"cr_1"}`)
+	ours := func(ctx context.Context, tenant string, i int) error {
+		out, err := store.RunLocal(ctx, claim.Request{Tenant: tenant, Operation: "credit.grant", Key: "k-" + strconv.Itoa(i),
+			Intent: payment(100 + i), Spec: spec, Actor: "service:bench"},
+			func(ctx context.Context, tx *gorm.DB, l *claim.Lease) (*claim.Snapshot, error) {
+				if err := tx.Exec(`INSERT INTO credits (key_id, amount) VALUES (?, ?)`, l.KeyID, *l.Amount).Error; err != nil {
+					return nil, err
+				}
+				return &claim.Snapshot{Status: 201, Body: body, ResourceID: "cr_1"}, nil
+			})
+		if err != nil {
+			return err
+		}
+		if out.Kind != claim.Completed {
+			return fmt.Errorf("unexpected %s", out.Kind)
+		}
+		return nil
+	}
+	baseline := func(ctx context.Context, tenant string, i int) error {
+		var id int64
+		key := "k-" + strconv.Itoa(i)
+		err := pool.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+			request, state, lease_owner, lease_token, lease_expires_at, downstream_key)
+			VALUES ($1, 'credit.grant', $2, $3, $4, 1, $5, 'processing', 'bench', gen_random_uuid(), now() + interval '30 seconds', $6)
+			ON CONFLICT DO NOTHING RETURNING id`,
+			tenant, key, claim.Digest(secret, tenant, "credit.grant", key), "fp", string(payment(100+i)),
+			claim.DownstreamKey(tenant, "credit.grant", key)).Scan(&id)
+		if err != nil {
+			return err
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, `INSERT INTO credits (key_id, amount) VALUES ($1, $2)`, id, 100+i); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
+			lease_expires_at = NULL, response_status = 201, response_body = $2, resource_id = 'cr_1',
+			completed_at = now(), updated_at = now() WHERE id = $1`, id, body); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	runLoad(b, 1, 0, 100, "warm-ours", ours)
+	runLoad(b, 1, 0, 100, "warm-base", baseline)
+	var o, r loadResult
+	for i := 0; i < ops; i++ {
+		first, second, fo, so := ours, baseline, &o, &r
+		if i%2 == 1 {
+			first, second, fo, so = baseline, ours, &r, &o
+		}
+		fo.add(runLoad(b, 1, i, 1, fmt.Sprintf("%p", fo), first))
+		so.add(runLoad(b, 1, i, 1, fmt.Sprintf("%p", so), second))
+	}
+	b.ReportMetric(o.perSec(), "one_commit_ops/s")
+	b.ReportMetric(r.perSec(), "raw_two_commit_ops/s")
+	b.ReportMetric(o.perSec()/r.perSec(), "throughput_ratio")
+	fmt.Printf("one-commit path (durable, c=1): ours %.0f ops/s, raw two-commit %.0f ops/s, ratio %.2f (target ≥ 1.8)\n",
+		o.perSec(), r.perSec(), o.perSec()/r.perSec())
 }
