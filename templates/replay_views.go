@@ -49,6 +49,8 @@ type ReplayRow struct {
 	CreatedAt     time.Time
 	CanApprove    bool
 	BulkHref      string
+	// Waiting, while the replay holds its key through the quarantine, says when it looks again.
+	Waiting string
 }
 
 // ReplayView is one replay request's page.
