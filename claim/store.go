@@ -278,6 +278,10 @@ func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.claimPrepared(ctx, p)
+}
+
+func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error) {
 	// Bounded: each round either inserts, answers from the existing row, or loses a race to a
 	// concurrent transition (or purge) of that row and reads it again.
 	for round := 0; round < 5; round++ {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,25 +47,70 @@ func statsText(s daemon.Stats) string {
 	return strings.Join(parts, " ")
 }
 
-func (s *Server) runsView(ctx context.Context, requested bool) (templates.RunsView, error) {
-	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+// runStatuses are the statuses the runs filter offers.
+var runStatuses = []daemon.RunStatus{daemon.RunRunning, daemon.RunSucceeded, daemon.RunFailed, daemon.RunAbandoned, daemon.RunTimedOut}
+
+// runFilter reads the runs filter from the query (?job=, ?status=): an unknown status is a 400
+// naming the field.
+func runFilter(c *gin.Context) (daemon.RunFilter, error) {
+	f := daemon.RunFilter{Limit: jobRunsShown, Job: strings.TrimSpace(c.Query("job")), Status: daemon.RunStatus(c.Query("status"))}
+	if f.Status != "" && !slices.Contains(runStatuses, f.Status) {
+		return f, inputErr("status", "%q is not a run status (running, succeeded, failed, abandoned, timed_out)", f.Status)
+	}
+	if len(f.Job) > 128 {
+		return f, inputErr("job", "longer than 128 characters")
+	}
+	return f, nil
+}
+
+func jobRunRow(r daemon.Run) templates.RunRow {
+	row := templates.RunRow{ID: r.ID, Href: fmt.Sprintf("/jobs/runs/%d", r.ID), Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger,
+		Replica: r.Replica, Status: string(r.Status), StartedAt: r.StartedAt, DeadlineAt: r.DeadlineAt,
+		Duration: r.Duration().Round(time.Millisecond).String(), Phase: r.Phase, Done: r.Done, Total: r.Total,
+		Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
+	if r.FinishedAt != nil {
+		row.FinishedAt = *r.FinishedAt
+	}
+	if r.ProgressAt != nil {
+		row.ProgressAt = *r.ProgressAt
+	}
+	if r.Term != nil {
+		row.Term = *r.Term
+	}
+	return row
+}
+
+func (s *Server) runsView(ctx context.Context, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
+	runs, err := daemon.ListRuns(ctx, s.db, f)
 	if err != nil {
 		return templates.RunsView{}, err
 	}
-	v := templates.RunsView{Poll: requested}
+	v := templates.RunsView{Poll: requested, Job: f.Job, Status: string(f.Status), PollHref: "/jobs/runs"}
+	if q := runQuery(f); q != "" {
+		v.PollHref += "?" + q
+		v.Filtered = true
+	}
 	for _, r := range runs {
-		row := templates.RunRow{ID: r.ID, Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger, Replica: r.Replica,
-			Status: string(r.Status), StartedAt: r.StartedAt, Duration: r.Duration().Round(time.Millisecond).String(),
-			Phase: r.Phase, Done: r.Done, Total: r.Total, Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
 		if r.Status == daemon.RunRunning {
 			v.Poll = true
 		}
-		v.Rows = append(v.Rows, row)
+		v.Rows = append(v.Rows, jobRunRow(r))
 	}
 	return v, nil
 }
 
-func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, error) {
+func runQuery(f daemon.RunFilter) string {
+	q := url.Values{}
+	if f.Job != "" {
+		q.Set("job", f.Job)
+	}
+	if f.Status != "" {
+		q.Set("status", string(f.Status))
+	}
+	return q.Encode()
+}
+
+func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (templates.JobsView, error) {
 	v := templates.JobsView{CanRun: r.op.Role >= RoleOperator, CanPause: r.op.Role >= RoleAdmin}
 	leader, err := daemon.Leader(ctx, s.db)
 	if err != nil {
@@ -101,17 +147,50 @@ func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, 
 		requested = requested || row.Requested
 		v.Schedules = append(v.Schedules, row)
 	}
-	if v.Runs, err = s.runsView(ctx, requested); err != nil {
+	if v.Runs, err = s.runsView(ctx, requested, f); err != nil {
 		return v, err
 	}
+	for _, st := range runStatuses {
+		v.Runs.Statuses = append(v.Runs.Statuses, string(st))
+	}
+	for _, sc := range v.Schedules {
+		if !slices.Contains(v.Runs.Jobs, sc.Job) {
+			v.Runs.Jobs = append(v.Runs.Jobs, sc.Job)
+		}
+	}
 	return v, nil
+}
+
+// jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
+func (s *Server) jobRunPage(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := daemon.GetRun(ctx, s.db, id)
+	if errors.Is(err, daemon.ErrUnknownRun) {
+		return fmt.Errorf("job run %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	row := jobRunRow(*run)
+	row.Error = run.Error
+	s.render(c, http.StatusOK, templates.JobRunPage(chrome(r, "jobs"), row))
+	return nil
 }
 
 // jobsPage is GET /jobs.
 func (s *Server) jobsPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	v, err := s.jobsView(ctx, r)
+	f, err := runFilter(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.jobsView(ctx, r, f)
 	if err != nil {
 		return err
 	}
@@ -124,7 +203,11 @@ func (s *Server) jobsPage(c *gin.Context, r *request) error {
 func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	v, err := s.jobsView(ctx, r)
+	f, err := runFilter(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.jobsView(ctx, r, f)
 	if err != nil {
 		return err
 	}

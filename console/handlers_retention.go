@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -159,10 +160,21 @@ func policyInput(operation, state, keepResponse, keepKey string) (retention.Poli
 }
 
 // savePolicy stores p with its audit row in one transaction.
-func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy) error {
+// shorterError stops the save of a policy below the default periods until the page's
+// confirmation box is ticked; text names the consequence.
+type shorterError struct{ text string }
+
+func (e *shorterError) Error() string { return e.text }
+
+// savePolicy saves p (checked against the floor) with its audit row. From the page, a policy below
+// the default periods needs confirmed (the API takes the periods as given).
+func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy, confirmed bool) error {
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
+		}
+		if text := s.shorterThanDefault(p); text != "" && !confirmed {
+			return &shorterError{text}
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
@@ -182,7 +194,17 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 	defer cancel()
 	p, err := policyInput(form.Operation, form.State, form.KeepResponse, form.KeepKey)
 	if err == nil {
-		err = s.savePolicy(ctx, r, p)
+		err = s.savePolicy(ctx, r, p, c.PostForm("confirm_shorter") == "yes")
+	}
+	if shorter := (*shorterError)(nil); errors.As(err, &shorter) {
+		v, verr := s.retentionView(ctx, r, 0)
+		if verr != nil {
+			return verr
+		}
+		form.Shorter = shorter.text
+		v.Form = form
+		s.render(c, http.StatusOK, templates.RetentionPage(chrome(r, "retention"), v))
+		return nil
 	}
 	if err != nil {
 		if !isFormError(err) {
@@ -199,6 +221,19 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=saved")
 	return nil
+}
+
+// shorterThanDefault says what a policy below the deployment's default periods does, or "" when
+// it keeps responses and keys at least as long as the default.
+func (s *Server) shorterThanDefault(p retention.Policy) string {
+	def := s.claims.Config()
+	if p.KeepResponse >= def.KeepResponse && p.KeepKey >= def.KeepKey {
+		return ""
+	}
+	return fmt.Sprintf("This is shorter than the default (responses %s, keys %s): keys of %s that end %s lose their stored response after %s "+
+		"(a retry then gets 410 instead of the replay) and are deleted after %s (a retry then executes again). Tick the box to save it.",
+		retention.FormatPeriod(def.KeepResponse), retention.FormatPeriod(def.KeepKey), p.Operation, p.State,
+		retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
 }
 
 func (s *Server) deletePolicy(ctx context.Context, r *request, operation string, state claim.State) error {
@@ -361,7 +396,7 @@ func (s *Server) apiSavePolicy(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.savePolicy(ctx, r, p); err != nil {
+	if err := s.savePolicy(ctx, r, p, true); err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, apiPolicy{Operation: p.Operation, State: string(p.State),

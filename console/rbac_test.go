@@ -111,6 +111,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		// The daemon: everyone signed in reads it; operators run a job now; admins pause and resume.
 		"GET /jobs":                 {"/jobs", nil, [4]int{R, 200, 200, 200}},
 		"GET /jobs/runs":            {"/jobs/runs", nil, [4]int{R, 200, 200, 200}},
+		"GET /jobs/runs/:id":        {"/jobs/runs/999999", nil, [4]int{R, 404, 404, 404}},
 		"POST /jobs/run":            {"/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{R, F, R, R}},
 		"POST /jobs/pause":          {"/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
 		"POST /jobs/resume":         {"/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},

@@ -66,6 +66,7 @@ func (s *Server) routes() []route {
 		{"POST", "/replays/bulk/:id/start", RoleOperator, kindPage, s.bulkStartPage},
 		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
 		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
+		{"GET", "/jobs/runs/:id", RoleViewer, kindPage, s.jobRunPage},
 		{"POST", "/jobs/run", RoleOperator, kindPage, s.jobActionPage("run")},
 		{"POST", "/jobs/pause", RoleAdmin, kindPage, s.jobActionPage("pause")},
 		{"POST", "/jobs/resume", RoleAdmin, kindPage, s.jobActionPage("resume")},

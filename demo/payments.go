@@ -94,7 +94,7 @@ func PaymentID(downstreamKey string) string { return "pay_" + downstreamKey[:20]
 
 // ErrSimulatedCrash is what Apply returns when the demo simulates a crash between the channel
 // call and the local commit: the key stays processing with a lease nobody renews.
-var ErrSimulatedCrash = errors.New("simulated crash between the channel call and the local commit")
+var ErrSimulatedCrash = errors.New("simulated crash, a demo fault (expected): the channel charged, the local commit did not happen; the reclaimer will recover the key from paysim")
 
 // crashKey marks a request whose Apply must crash (demo traffic only).
 type crashKey struct{}

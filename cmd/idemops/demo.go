@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -31,6 +30,8 @@ type demoReady struct {
 	APIKey           string `json:"api_key"`
 	OperatorUser     string `json:"operator_user"`
 	OperatorPassword string `json:"operator_password"`
+	// DatabaseURL is the connection string the CLI can use while the demo runs.
+	DatabaseURL string `json:"database_url"`
 }
 
 func newDemoCmd() *cobra.Command {
@@ -68,7 +69,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if err != nil {
 				return err
 			}
-			stateFile := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "paysim.json")
+			stateFile := dataPath(cmd, "paysim.json")
 			if d.cluster == nil {
 				stateFile = ""
 			}
@@ -94,13 +95,14 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			}
 			sort.Strings(tenants)
 			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, PaysimURL: world.PaysimURL,
-				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword}
+				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword, DatabaseURL: d.URL}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "idemops demo is running.\n\n")
 			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
 			fmt.Fprintf(out, "  payments  %s   (tenant %s: Authorization: Bearer %s)\n", ready.APIURL, tenants[0], ready.APIKey)
 			fmt.Fprintf(out, "  paysim    %s\n", ready.PaysimURL)
-			fmt.Fprintf(out, "\n  try: curl -s -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
+			fmt.Fprintf(out, "  database  %s\n            (for the CLI while the demo runs: export DATABASE_URL='%s')\n", ready.DatabaseURL, ready.DatabaseURL)
+			fmt.Fprintf(out, "\n  try: curl -i -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
 			fmt.Fprintf(out, "         -d '{\"amount_minor\":1234,\"currency\":\"CNY\",\"merchant_order_no\":\"ord-1\",\"payee\":\"alice\"}'\n")
 			if traffic {
 				fmt.Fprintf(out, "\n  traffic: %.1f payments/s over %d tenants (retries, duplicates, reused keys, crashes)\n", rate, len(keys))
