@@ -26,9 +26,26 @@ func (JSONCodec) Marshal(v any) ([]byte, error) {
 	return json.Marshal(v)
 }
 
+// DecodeErrorHolder is implemented by request messages that carry their own decode failure. gRPC
+// answers a codec error with Internal before any interceptor runs; JSONCodec instead hands the
+// failure to such a message, and the server interceptor answers InvalidArgument.
+type DecodeErrorHolder interface {
+	SetDecodeError(error)
+	DecodeError() error
+}
+
 // Unmarshal decodes one JSON value into v; invalid UTF-8 and trailing data are errors (a message
-// is bounded by the server's MaxRecvMsgSize).
-func (JSONCodec) Unmarshal(data []byte, v any) error {
+// is bounded by the server's MaxRecvMsgSize). A v that is a DecodeErrorHolder keeps the error.
+func (c JSONCodec) Unmarshal(data []byte, v any) error {
+	err := c.unmarshal(data, v)
+	if h, ok := v.(DecodeErrorHolder); ok && err != nil {
+		h.SetDecodeError(err)
+		return nil
+	}
+	return err
+}
+
+func (JSONCodec) unmarshal(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return errors.New("message is not valid UTF-8")
 	}

@@ -462,4 +462,3 @@ func waitCalls(t *testing.T, n *atomic.Int64, want int64) {
 		t.Fatalf("handler reached %d times, want %d", n.Load(), want)
 	}
 }
-

@@ -130,9 +130,15 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
 			"this method requires idempotency-key metadata: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
 	}
+	if h, ok := req.(DecodeErrorHolder); ok && h.DecodeError() != nil {
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
+	}
 	intent, err := marshalMessage(req)
 	if err != nil {
 		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
+	}
+	if hasNUL(intent) { // PostgreSQL's jsonb cannot hold U+0000: refuse it here, not as Internal later
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
 	}
 	if err := validate(intent, m.Validate); err != nil {
 		return nil, err
@@ -308,6 +314,22 @@ func marshalMessage(v any) ([]byte, error) {
 		return jsonNames.Marshal(pm)
 	}
 	return json.Marshal(v)
+}
+
+// hasNUL reports whether a JSON document holds U+0000 (escaped as \u0000 inside a string).
+func hasNUL(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		switch doc[i] {
+		case 0:
+			return true
+		case '\\':
+			if i+5 < len(doc) && doc[i+1] == 'u' && string(doc[i+2:i+6]) == "0000" {
+				return true
+			}
+			i++ // skip the escaped character, so \\u0000 (a backslash, then text) is not read as NUL
+		}
+	}
+	return false
 }
 
 func unmarshalMessage(b []byte, v any) error {
