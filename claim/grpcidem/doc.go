@@ -21,8 +21,8 @@
 //	idempotency-key missing                 InvalidArgument      KEY_MISSING
 //	key empty, > 255 chars, not printable
 //	  ASCII, or sent more than once         InvalidArgument      KEY_MALFORMED
-//	request not a JSON object / lacks a
-//	  declared intent field                 InvalidArgument      INVALID_REQUEST
+//	message malformed, holds a NUL, or
+//	  lacks a declared intent field         InvalidArgument      INVALID_REQUEST
 //	a validator refused a field             InvalidArgument      INVALID_FIELD (+ BadRequest)
 //	same key still in progress              Aborted              REQUEST_IN_PROGRESS (+ RetryInfo,
 //	                                                             trailers retry-after (s) and
