@@ -83,7 +83,8 @@ func NewClientInterceptor(cfg ClientConfig) grpc.UnaryClientInterceptor {
 		var err error
 		for attempt := 1; ; attempt++ {
 			var trailer metadata.MD
-			err = invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&trailer))...)
+			// A fresh slice each time: the caller's may have spare capacity that others share.
+			err = invoker(ctx, method, req, reply, cc, append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))...)
 			if err == nil || attempt >= cfg.MaxAttempts || !retryable(err) {
 				return err
 			}

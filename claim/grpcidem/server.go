@@ -178,7 +178,8 @@ func (s *server) runHandler(ctx context.Context, m Method, out *claim.Outcome, r
 	resp, herr := func() (resp any, err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", out.Digest, "panic", fmt.Sprint(r))
+				// The panic value may hold request data: logs carry its type only.
+				s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", out.Digest, "panic_type", fmt.Sprintf("%T", r))
 				err = statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)
 			}
 		}()
@@ -190,12 +191,16 @@ func (s *server) runHandler(ctx context.Context, m Method, out *claim.Outcome, r
 	wctx := context.WithoutCancel(ctx) // the key's record must outlive a cancelled call
 	if herr == nil {
 		snap, err := st.snapshot(resp)
-		if err == nil {
+		switch {
+		case err != nil:
+			s.cfg.Logger.Warn("response cannot be stored as JSON; key failed retryable", "digest", out.Digest)
+			err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_unencodable", "the response could not be stored"))
+		default:
 			err = s.cfg.Store.Complete(wctx, nil, out.Lease, snap)
-		}
-		if errors.Is(err, claim.ErrSnapshotTooLarge) {
-			s.cfg.Logger.Warn("response too large to snapshot; key failed retryable", "digest", out.Digest)
-			err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_too_large", "response exceeded the snapshot limit"))
+			if errors.Is(err, claim.ErrSnapshotTooLarge) {
+				s.cfg.Logger.Warn("response too large to snapshot; key failed retryable", "digest", out.Digest)
+				err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_too_large", "response exceeded the snapshot limit"))
+			}
 		}
 		if err != nil {
 			s.cfg.Logger.Error("recording the response failed", "digest", out.Digest, "err", err)
