@@ -19,6 +19,8 @@ import (
 // ClientConfig tunes the client interceptor. Zero fields take the defaults.
 type ClientConfig struct {
 	// Methods, when set, limits the interceptor to these full method names; others pass through.
+	// Set it when the connection also carries methods the server does not guard with a key: a
+	// retry of those on Unavailable could act twice.
 	Methods map[string]bool
 	// MaxAttempts bounds the interceptor's own attempts per logical call (default 4); each may be
 	// retried by gRPC itself under a service-config retry policy, always with the same key.
