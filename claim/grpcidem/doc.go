@@ -32,6 +32,9 @@
 //	earlier attempt unresolved, handler
 //	  cannot check downstream               FailedPrecondition   NEEDS_RECOVERY
 //	final failure without a stored answer   FailedPrecondition   REQUEST_FAILED
+//	an Operation's stored 4xx answer        402/409/422 → FailedPrecondition, 400 → InvalidArgument,
+//	  (a declined charge)                   404 → NotFound       REQUEST_FAILED
+//	a handler's stored business error       its own code and message (details are not stored)
 //	downstream failed retryably             Unavailable          DOWNSTREAM_UNAVAILABLE (+ RetryInfo)
 //	lease taken over by another worker      Aborted              LEASE_LOST
 //	completed / finally failed              the stored answer, with trailer idempotent-replayed: true
