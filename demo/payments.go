@@ -149,6 +149,11 @@ func (s *Service) tenant(c *gin.Context) (string, error) {
 	if !ok {
 		return "", errors.New("no bearer token")
 	}
+	return s.tenantOf(tok)
+}
+
+// tenantOf returns the tenant of a bearer API key (HTTP and gRPC alike).
+func (s *Service) tenantOf(tok string) (string, error) {
 	for k, t := range s.apiKeys {
 		if subtle.ConstantTimeCompare([]byte(k), []byte(tok)) == 1 {
 			return t, nil
