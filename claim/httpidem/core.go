@@ -25,7 +25,9 @@ func (c Config) requestTenant() tenantFunc {
 	if c.TenantFromRequest != nil {
 		return c.TenantFromRequest
 	}
-	return func(*http.Request) (string, error) { return "", errors.New("httpidem: Config.TenantFromRequest is not set") }
+	return func(*http.Request) (string, error) {
+		return "", errors.New("httpidem: Config.TenantFromRequest is not set")
+	}
 }
 
 // OperationHandler is Handler for net/http: it answers a route by running op through the claim

@@ -201,12 +201,12 @@ type ginWriter struct{ *buffer }
 var _ gin.ResponseWriter = (*ginWriter)(nil)
 
 func (g *ginWriter) WriteString(s string) (int, error) { return g.Write([]byte(s)) }
-func (g *ginWriter) Status() int                        { return g.status() }
-func (g *ginWriter) Written() bool                      { return g.wrote }
-func (g *ginWriter) WriteHeaderNow()                    { g.wrote = true }
-func (g *ginWriter) Flush()                             {}
-func (g *ginWriter) Pusher() http.Pusher                { return nil }
-func (g *ginWriter) CloseNotify() <-chan bool           { return make(chan bool) }
+func (g *ginWriter) Status() int                       { return g.status() }
+func (g *ginWriter) Written() bool                     { return g.wrote }
+func (g *ginWriter) WriteHeaderNow()                   { g.wrote = true }
+func (g *ginWriter) Flush()                            {}
+func (g *ginWriter) Pusher() http.Pusher               { return nil }
+func (g *ginWriter) CloseNotify() <-chan bool          { return make(chan bool) }
 
 func (g *ginWriter) Size() int {
 	if !g.wrote {
