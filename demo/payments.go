@@ -25,6 +25,7 @@ import (
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/money"
+	"github.com/idemops/idemops/retention"
 )
 
 // OperationCharge is the payments service's operation name.
@@ -161,8 +162,11 @@ func (s *Service) tenant(c *gin.Context) (string, error) {
 func (s *Service) Handler() http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
-	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10}
+	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10,
+		Retention: func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, s.db) }}
 	charge := httpidem.Handler(cfg, s.charge, validateCharge)
+	r.GET("/idempotency/status", httpidem.Status(cfg))                  // a key's state by key (409 points here)
+	r.GET("/idempotency/policy", httpidem.Policy(cfg, OperationCharge)) // the published key policy
 	r.POST("/v1/payments", func(c *gin.Context) {
 		if c.GetHeader("X-Demo-Crash") == "after-charge" { // demo traffic simulates a crash
 			crash := &atomic.Bool{}

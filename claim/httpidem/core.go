@@ -51,7 +51,7 @@ func serveOperation(w http.ResponseWriter, r *http.Request, cfg Config, tenant t
 		writeError(w, r, cfg, err)
 		return
 	}
-	writeOutcome(w, r, cfg, out)
+	writeOutcome(w, r, cfg, op.Name(), out)
 }
 
 // Wrap is Middleware for net/http: func(http.Handler) http.Handler with the same semantics.
@@ -151,7 +151,7 @@ func serveMiddleware(w http.ResponseWriter, r *http.Request, cfg Config, tenant 
 		return
 	}
 	if out.Kind != claim.Acquired {
-		writeOutcome(w, r, cfg, out)
+		writeOutcome(w, r, cfg, route.Operation, out)
 		return
 	}
 	ctx := context.WithoutCancel(r.Context()) // the key's record must outlive the caller
@@ -273,13 +273,15 @@ func readRequest(w http.ResponseWriter, r *http.Request, cfg Config, route Route
 	}
 	key, err := parseKeyHeader(r.Header.Values(HeaderKey))
 	if err != nil {
-		writeProblem(w, cfg, http.StatusBadRequest, "key-malformed", "Malformed Idempotency-Key", err.Error(), nil)
+		keyProblem(w, r, cfg, route.Operation, Problem{Type: cfg.ProblemBase + "key-malformed", Title: "Malformed Idempotency-Key",
+			Status: http.StatusBadRequest, Detail: err.Error()})
 		return claim.Request{}, false
 	}
 	natural := len(route.Intent.NaturalKey) > 0
 	if key == "" && !natural && !route.KeyOptional {
-		writeProblem(w, cfg, http.StatusBadRequest, "key-missing", "Idempotency-Key required",
-			"this endpoint requires an Idempotency-Key header: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
+		keyProblem(w, r, cfg, route.Operation, Problem{Type: cfg.ProblemBase + "key-missing", Title: "Idempotency-Key required",
+			Status: http.StatusBadRequest,
+			Detail: "this endpoint requires an Idempotency-Key header: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry"})
 		return claim.Request{}, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))

@@ -58,7 +58,14 @@ type Config struct {
 	MaxBodyBytes int64
 	// ProblemBase prefixes problem types (default "/problems/"); the service may serve docs there.
 	ProblemBase string
-	Logger      *slog.Logger
+	// StatusPath is where the service mounts StatusHandler (default /idempotency/status): the
+	// 409 in-progress answer points there. PolicyPath is where it mounts PolicyHandler (default
+	// /idempotency/policy): the key problems point there.
+	StatusPath, PolicyPath string
+	// Retention reports the live retention policies for the published key policy (nil: the
+	// store's default periods).
+	Retention RetentionFunc
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -67,6 +74,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProblemBase == "" {
 		c.ProblemBase = "/problems/"
+	}
+	if c.StatusPath == "" {
+		c.StatusPath = "/idempotency/status"
+	}
+	if c.PolicyPath == "" {
+		c.PolicyPath = "/idempotency/policy"
 	}
 	if c.Service == "" {
 		c.Service = "api"

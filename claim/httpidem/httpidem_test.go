@@ -20,6 +20,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/retention"
 )
 
 func TestMain(m *testing.M) {
@@ -84,9 +85,12 @@ func newWorldOn(t *testing.T, delay time.Duration, flavor string) *world {
 		}
 		return t, nil
 	}
+	live := func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, db) }
 	if flavor == "net/http" {
-		cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096, TenantFromRequest: tenant}
+		cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096, TenantFromRequest: tenant, Retention: live}
 		mux := http.NewServeMux()
+		mux.Handle("GET /idempotency/status", httpidem.StatusHandler(cfg))
+		mux.Handle("GET /idempotency/policy", httpidem.PolicyHandler(cfg, "payment.charge"))
 		mux.Handle("POST /charge", httpidem.OperationHandler(cfg, w.op))
 		mux.Handle("POST /orders", httpidem.Wrap(cfg, httpidem.Route{Operation: "order.create"})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 			rw.Header().Set("Set-Cookie", "session=secret")
@@ -103,9 +107,11 @@ func newWorldOn(t *testing.T, delay time.Duration, flavor string) *world {
 		t.Cleanup(w.srv.Close)
 		return w
 	}
-	cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096,
+	cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096, Retention: live,
 		Tenant: func(c *gin.Context) (string, error) { return tenant(c.Request) }}
 	r := gin.New()
+	r.GET("/idempotency/status", httpidem.Status(cfg))
+	r.GET("/idempotency/policy", httpidem.Policy(cfg, "payment.charge"))
 	r.POST("/charge", httpidem.Handler(cfg, w.op))
 	r.POST("/orders", httpidem.Middleware(cfg, httpidem.Route{Operation: "order.create"}), func(c *gin.Context) {
 		c.Header("Set-Cookie", "session=secret")
@@ -128,7 +134,12 @@ type resp struct {
 
 func (w *world) post(path, token string, keys []string, body string) resp {
 	w.t.Helper()
-	req, _ := http.NewRequest("POST", w.srv.URL+path, strings.NewReader(body))
+	return w.do("POST", path, token, keys, body)
+}
+
+func (w *world) do(method, path, token string, keys []string, body string) resp {
+	w.t.Helper()
+	req, _ := http.NewRequest(method, w.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -19,6 +19,12 @@ type Problem struct {
 	ResourceID string `json:"resource_id,omitempty"`
 	// Field names the request field an invalid-field problem is about.
 	Field string `json:"field,omitempty"`
+	// StatusURL (409 request-in-progress) is where to ask for the key's state: GET it with
+	// the same Idempotency-Key header. It is the Location header too.
+	StatusURL string `json:"status_url,omitempty"`
+	// KeyPolicy (400 key problems, 410) is the published key policy; PolicyURL serves it whole.
+	KeyPolicy *KeyPolicy `json:"key_policy,omitempty"`
+	PolicyURL string     `json:"policy_url,omitempty"`
 }
 
 // Problems lists every problem type this package answers, for a service's docs page.
@@ -32,6 +38,7 @@ var Problems = map[string]string{
 	"invalid-field":          "A request parameter (named in `field`) is invalid. Nothing was executed or stored under the key: correct the request and retry with the same key.",
 	"request-in-progress":    "A request with this key is still being processed. Retry after the Retry-After interval with the same key.",
 	"key-reused":             "This key was already used with a different request. Use a new key for a new intent.",
+	"key-not-found":          "A status lookup found no request with this key and operation for your credential.",
 	"result-expired":         "The stored result of this key has expired; the key is kept as a tombstone so the request is not executed again. Query the resource by its id.",
 	"downstream-unavailable": "The operation could not be completed now. Retry with the same key.",
 	"outcome-unknown":        "An earlier attempt with this key did not finish and may have taken effect outside; the route cannot look that up, so the key is held and this answer is replayed until an operator releases the key for another attempt or marks it final.",
@@ -42,7 +49,7 @@ var Problems = map[string]string{
 
 // writeOutcome answers a request from a claim or run outcome: the one place where outcomes
 // become HTTP.
-func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, out *claim.Outcome) {
+func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation string, out *claim.Outcome) {
 	switch out.Kind {
 	case claim.Completed, claim.Recovered:
 		writeSnapshot(w, out.Snapshot, false)
@@ -56,14 +63,17 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, out *claim
 		writeSnapshot(w, out.Snapshot, true)
 	case claim.InProgress:
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(out.RetryAfter.Seconds()))))
-		writeProblem(w, cfg, http.StatusConflict, "request-in-progress", "Request in progress",
-			"a request with this Idempotency-Key is being processed; retry later with the same key", nil)
+		status := statusURL(cfg, operation)
+		w.Header().Set("Location", status)
+		writeProblemDoc(w, Problem{Type: cfg.ProblemBase + "request-in-progress", Title: "Request in progress", Status: http.StatusConflict,
+			Detail:    "a request with this Idempotency-Key is being processed; retry later with the same key, or GET status_url with the same Idempotency-Key header",
+			StatusURL: status})
 	case claim.Mismatch:
 		writeProblem(w, cfg, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
 			"this Idempotency-Key was used with a different request payload", nil)
 	case claim.Expired:
-		writeProblem(w, cfg, http.StatusGone, "result-expired", "Result expired",
-			"the result of this Idempotency-Key has expired; it will not be executed again", &out.ResourceID)
+		keyProblem(w, r, cfg, operation, Problem{Type: cfg.ProblemBase + "result-expired", Title: "Result expired", Status: http.StatusGone,
+			Detail: "the result of this Idempotency-Key has expired; it will not be executed again", ResourceID: out.ResourceID})
 	case claim.Failed:
 		if out.Failure != nil && out.Failure.Snapshot != nil {
 			writeSnapshot(w, out.Failure.Snapshot, false)
