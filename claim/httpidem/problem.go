@@ -36,6 +36,7 @@ var Problems = map[string]string{
 	"body-unreadable":        "The request body could not be read.",
 	"invalid-request":        "The request body is not a JSON object, or a field the operation needs is missing or malformed.",
 	"invalid-field":          "A request parameter (named in `field`) is invalid. Nothing was executed or stored under the key: correct the request and retry with the same key.",
+	"request-failed":         "The operation failed finally (its outcome, not a malformed request); every retry with this key gets this answer. Use a new key for a new attempt.",
 	"request-in-progress":    "A request with this key is still being processed. Retry after the Retry-After interval with the same key.",
 	"key-reused":             "This key was already used with a different request. Use a new key for a new intent.",
 	"key-not-found":          "A status lookup found no request with this key and operation for your credential.",
@@ -56,7 +57,7 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation 
 	case claim.Replay:
 		if out.Snapshot == nil { // failed_final without a stored response
 			w.Header().Set(HeaderReplayed, "true")
-			writeProblem(w, cfg, http.StatusUnprocessableEntity, "invalid-request", "Request failed",
+			writeProblem(w, cfg, http.StatusUnprocessableEntity, "request-failed", "Request failed",
 				out.Failure.Detail, nil)
 			return
 		}
@@ -80,7 +81,7 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation 
 			return
 		}
 		if out.Failure != nil && !out.Failure.Retryable {
-			writeProblem(w, cfg, http.StatusUnprocessableEntity, "invalid-request", "Request failed", out.Failure.Detail, nil)
+			writeProblem(w, cfg, http.StatusUnprocessableEntity, "request-failed", "Request failed", out.Failure.Detail, nil)
 			return
 		}
 		w.Header().Set("Retry-After", "1")
@@ -135,6 +136,17 @@ func writeProblemDoc(w http.ResponseWriter, p Problem) {
 
 // problemSnapshot is a problem document as a snapshot, for answers the key stores and replays.
 func problemSnapshot(cfg Config, status int, typ, title, detail string) *claim.Snapshot {
-	b, _ := json.Marshal(Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail})
-	return &claim.Snapshot{Status: status, Body: b, Headers: map[string]string{"Content-Type": "application/problem+json"}}
+	return ProblemSnapshot(Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail}, "")
 }
+
+// ProblemSnapshot is p as a stored answer (an Operation's final failure, say), with the
+// resource id for later queries.
+func ProblemSnapshot(p Problem, resourceID string) *claim.Snapshot {
+	b, _ := json.Marshal(p)
+	return &claim.Snapshot{Status: p.Status, Body: b, ResourceID: resourceID,
+		Headers: map[string]string{"Content-Type": "application/problem+json"}}
+}
+
+// WriteProblem writes p as application/problem+json, for a service's own errors beside the
+// ones this package answers (so that every error of the service has the same shape).
+func WriteProblem(w http.ResponseWriter, p Problem) { writeProblemDoc(w, p) }
