@@ -175,11 +175,14 @@ func serveMiddleware(w http.ResponseWriter, r *http.Request, cfg Config, tenant 
 	}
 	st := &leaseState{lease: out.Lease, cfg: cfg, tx: tx}
 	buf := &buffer{header: http.Header{}, limit: cfg.Store.Config().MaxSnapshotBytes}
+	// The lease is renewed while the handler runs, so a slow handler is not taken over.
+	hctx, stopRenewing := cfg.Store.KeepRenewed(r.Context(), out.Lease)
 	finished := false
 	defer func() {
 		if finished {
 			return
 		}
+		stopRenewing()
 		p := recover() // a panicking handler is a 5xx: record it, then let the panic go on
 		tx.Rollback()
 		snap := problemSnapshot(cfg, http.StatusInternalServerError, "internal", "Internal error", "")
@@ -188,8 +191,9 @@ func serveMiddleware(w http.ResponseWriter, r *http.Request, cfg Config, tenant 
 			panic(p)
 		}
 	}()
-	next.ServeHTTP(buf, r.WithContext(context.WithValue(r.Context(), leaseKey{}, st)))
+	next.ServeHTTP(buf, r.WithContext(context.WithValue(hctx, leaseKey{}, st)))
 	finished = true
+	stopRenewing()
 	finishMiddleware(ctx, w, r, cfg, route, st, buf)
 }
 

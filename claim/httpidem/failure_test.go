@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -274,5 +275,32 @@ func testFailure_ExternalCrashIsHeldNotAnEndless409(t *testing.T, f *failingRout
 	}
 	if r := f.post("/ext", "tok-a", []string{"k-x"}, `{}`); r.status != 201 || f.calls.Load() != 1 {
 		t.Fatalf("after release: %+v", r)
+	}
+}
+
+// A handler slower than the lease keeps it (renewed while it runs): a retry meanwhile answers
+// 409, and the handler's answer is recorded, not lost to a takeover.
+func TestMiddleware_SlowHandlerKeepsItsLease(t *testing.T) {
+	w := newWorld(t, 0)
+	store, err := claim.NewStore(w.db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	cfg := httpidem.Config{Store: store, Service: "test", TenantFromRequest: func(*http.Request) (string, error) { return "tenant-a", nil }}
+	w.srv = httptest.NewServer(httpidem.Wrap(cfg, httpidem.Route{Operation: "report.build"})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		time.Sleep(1800 * time.Millisecond)
+		rw.WriteHeader(201)
+	})))
+	t.Cleanup(w.srv.Close)
+	done := make(chan resp)
+	go func() { done <- w.post("/", "", []string{"k-slow"}, `{}`) }()
+	time.Sleep(1300 * time.Millisecond) // past one TTL
+	if r := w.post("/", "", []string{"k-slow"}, `{}`); r.status != 409 {
+		t.Fatalf("retry while the slow handler runs: %+v", r)
+	}
+	if r := <-done; r.status != 201 || calls.Load() != 1 {
+		t.Fatalf("slow handler: %+v, %d calls", r, calls.Load())
 	}
 }
