@@ -197,6 +197,13 @@ func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Documen
 	return out, nil
 }
 
+// KeepRenewed renews l every LeaseTTL/3 until stop is called, for a holder whose work may
+// outlast the lease (a wrapped HTTP handler); when the lease is lost, the returned context is
+// cancelled with ErrLeaseLost as its cause so the work stops.
+func (s *Store) KeepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
+	return s.keepRenewed(ctx, l)
+}
+
 // keepRenewed renews l every TTL/3 until stop is called; if the lease is lost, the returned
 // context is cancelled with ErrLeaseLost as its cause so the work stops.
 func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {

@@ -80,6 +80,7 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 		Text: p.Text, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
 	if r.op.Role >= RoleAdmin && k.Replayable() {
 		v.CanMarkFinal, v.FinalToken = true, s.confirmToken(actionFinal, r.op, k.ID, k.Version)
+		v.ReleaseToken = s.confirmToken(actionRelease, r.op, k.ID, k.Version)
 	}
 	var prior []ReplayRequest
 	if err := s.db.WithContext(ctx).Raw(`SELECT `+replayColumns+` FROM replay_requests WHERE key_id = ? ORDER BY id DESC LIMIT 20`,
@@ -238,6 +239,21 @@ func (s *Server) markFinalPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if _, err := s.markFinal(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
+		return err
+	}
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))
+	return nil
+}
+
+// releasePage is POST /keys/{id}/release (administrators).
+func (s *Server) releasePage(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if _, err := s.releaseForRetry(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
 		return err
 	}
 	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))

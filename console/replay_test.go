@@ -587,3 +587,50 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 type oneOperation struct{ op *fakeOp }
 
 func (o oneOperation) Get(name string) (claim.Operation, bool) { return o.op, name == o.op.name }
+
+// TestReleaseForRetry_HeldKeyAdminOnlyAudited: a key held after a 5xx on a route with external
+// effects (its answer replayed) is released by an administrator with a reason, through the
+// claim logic and audited; the next client retry then executes (attempt 2) without a lookup.
+func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("ada", RoleAdmin, "*")
+	ctx := context.Background()
+	req := claim.Request{Tenant: "acme", Operation: "mail.send", Key: "held-1", Intent: json.RawMessage(`{"to":"a"}`), Actor: "service:test"}
+	out, err := b.claims.Claim(ctx, req)
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatal(out, err)
+	}
+	snap := &claim.Snapshot{Status: 500, Body: []byte(`{"type":"/problems/internal"}`)}
+	if err := b.claims.Fail(ctx, nil, out.Lease, claim.HeldFailure("http_500", "Internal Server Error", snap)); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := b.claims.Claim(ctx, req); again.Kind != claim.Replay || again.Snapshot.Status != 500 {
+		t.Fatalf("a held key answers %s", again.Kind)
+	}
+	if page := b.signIn("olga").get(fmt.Sprintf("/keys/%d/replay", out.KeyID)).Body; strings.Contains(page, "Release for retry") {
+		t.Error("an operator is offered the release")
+	}
+	ada := b.signIn("ada")
+	page := ada.get(fmt.Sprintf("/keys/%d/replay", out.KeyID)).Body
+	mustContain(t, "preview", page, "The key is held")
+	m := regexp.MustCompile(`action="/keys/\d+/release"[^>]*>\s*<input type="hidden" name="csrf" value="[^"]+">\s*<input type="hidden" name="token" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no release form for the admin")
+	}
+	if got := ada.post(fmt.Sprintf("/keys/%d/release", out.KeyID), url.Values{"token": {m[1]}, "reason": {"mail server log: nothing sent"}}, true); got.Status != 303 {
+		t.Fatalf("admin release: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'key.release_for_retry' AND actor = 'operator:ada' AND target = ?`, fmt.Sprintf("key:%d", out.KeyID)); n != 1 {
+		t.Errorf("release audit rows: %d", n)
+	}
+	if got := ada.post(fmt.Sprintf("/keys/%d/release", out.KeyID), url.Values{"token": {m[1]}, "reason": {"again"}}, true); got.Status != 409 {
+		t.Errorf("a second release with the same page: %d, want 409", got.Status)
+	}
+	retry, err := b.claims.Claim(ctx, req)
+	if err != nil || retry.Kind != claim.Acquired || retry.Lease.Attempt != 2 || retry.Lease.MustCheckDownstream() {
+		t.Fatalf("retry after release: %+v %v", retry, err)
+	}
+	mustContain(t, "key page", ada.get(fmt.Sprintf("/keys/%d", out.KeyID)).Body, "released_for_retry", "nothing sent")
+}

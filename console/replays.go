@@ -176,8 +176,9 @@ func (s *Server) previewReplay(ctx context.Context, op *Operator, k *claim.Key) 
 // confirmation answers; the version in it makes a confirmation of a key that changed since
 // stale; its hash, stored on the replay request, makes it single-use.
 const (
-	actionReplay = "replay"
-	actionFinal  = "final"
+	actionReplay  = "replay"
+	actionFinal   = "final"
+	actionRelease = "release"
 )
 
 func (s *Server) tokenKey() []byte {
@@ -597,6 +598,40 @@ func (s *Server) markFinal(ctx context.Context, op *Operator, ip string, keyID i
 		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.mark_final",
 			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
 			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason}})
+	})
+	switch {
+	case errors.Is(err, claim.ErrKeyChanged):
+		return nil, refused("the key changed since the page was loaded (version %d, now %d): nothing was done; look again", version, k.Version)
+	case errors.Is(err, claim.ErrNotReplayable):
+		return nil, refused("%s", k.ReplayRefusal())
+	case err != nil:
+		return nil, err
+	}
+	return s.claims.Get(ctx, keyID)
+}
+
+// releaseForRetry lets the next client retry of a stuck or held key execute, on an
+// administrator's word (with a reason) that the failed attempt changed nothing outside: the
+// claim's compare-and-set on the version the page showed, with the audit row in its transaction.
+func (s *Server) releaseForRetry(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
+	k, err := s.getKey(ctx, op, keyID)
+	if err != nil {
+		return nil, err
+	}
+	version, err := s.checkToken(actionRelease, op, keyID, token)
+	if err != nil {
+		return nil, err
+	}
+	if reason, err = checkReason(reason); err != nil {
+		return nil, err
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.claims.ReleaseForRetry(ctx, tx, keyID, version, op.Actor(), reason); err != nil {
+			return err
+		}
+		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.release_for_retry",
+			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
+			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason, "held": k.Held}})
 	})
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):

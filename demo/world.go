@@ -63,6 +63,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
 	w.Charge = downstream.NewPaysimCharge(w.Client)
 	w.Charge.ApplyFunc = ApplyPayment
+	w.Charge.DeclinedSnapshot = DeclinedPayment
 	w.Operations = downstream.NewRegistry()
 	if err := w.Operations.Register(w.Charge); err != nil {
 		return nil, err

@@ -27,6 +27,8 @@ type ReplayPreviewView struct {
 	// CanMarkFinal offers the administrator's "mark final" with its own token.
 	CanMarkFinal bool
 	FinalToken   string
+	// ReleaseToken confirms the administrator's "release for retry" (offered with mark final).
+	ReleaseToken string
 	Requests     []ReplayRow
 }
 
