@@ -16,7 +16,7 @@ import (
 // jobs page running a job with live progress. Screenshots go to screenshots/.
 func browseReplaysAndJobs(t *testing.T, br *browser) {
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", RoleOperator, "*") // runs the sweep, every tenant's schedule
 	b.addOperator("oscar", RoleOperator, "acme")
 	found := b.seedFailed("acme", "order-found", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
 	b.fakeOp.has(found, "ch_found_1")

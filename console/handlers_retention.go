@@ -160,6 +160,10 @@ func policyInput(operation, state, keepResponse, keepKey string) (retention.Poli
 
 // savePolicy stores p with its audit row in one transaction.
 func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy) error {
+	// A policy applies to every tenant's keys: only an administrator of every tenant changes it.
+	if err := s.authorize(ctx, r, "retention.policy.save", objPolicy, p.Operation+"/"+string(p.State)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
@@ -202,6 +206,9 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 }
 
 func (s *Server) deletePolicy(ctx context.Context, r *request, operation string, state claim.State) error {
+	if err := s.authorize(ctx, r, "retention.policy.delete", objPolicy, operation+"/"+string(state)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
@@ -243,6 +250,9 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		ReconciliationLag: c.PostForm("reconciliation_lag")}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.floor.set", objPolicy, "floor"); err != nil {
+		return err
+	}
 	f, err := floorInput(ff)
 	if err == nil {
 		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
