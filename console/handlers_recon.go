@@ -183,6 +183,9 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 		action = "reconcile.job.update"
 	}
 	// The job's channel account: only an operator of all its tenants points a job at it.
+	if err := spec.Validate(); err != nil {
+		return nil, err // refused input changes nothing: no audit row
+	}
 	if err := s.authorize(ctx, r, action, objChannel, spec.Channel); err != nil {
 		return nil, err
 	}
