@@ -106,6 +106,7 @@ func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, ten
 			return err
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
+			Tenant: auditTenant(append(append([]string{}, old...), tenants...)),
 			Detail: map[string]any{"tenants": tenants, "before": old}})
 	})
 	return tenants, err
@@ -134,4 +135,35 @@ func (s *Server) setChannelPage(c *gin.Context, r *request) error {
 	}
 	c.Redirect(http.StatusSeeOther, "/reconcile?notice=channel#channel-accounts")
 	return nil
+}
+
+// auditTenant is the audit row's tenant for an object of tenants: the one tenant when there is
+// one, else "*", so that an administrator of some tenants (who reads rows of their tenants and
+// of none) never reads about tenants that are not theirs.
+func auditTenant(tenants []string) string {
+	one := ""
+	for _, t := range tenants {
+		if t == AllTenants || (one != "" && t != one) {
+			return AllTenants
+		}
+		one = t
+	}
+	if one == "" {
+		return AllTenants
+	}
+	return one
+}
+
+// auditTenantOf is auditTenant of kind:ref's tenant set ("*" when it cannot be resolved).
+func (s *Server) auditTenantOf(ctx context.Context, kind objectKind, ref string) string {
+	ts, err := s.objectTenants(ctx, kind, ref)
+	if err != nil {
+		return AllTenants
+	}
+	return auditTenant(ts)
+}
+
+// channelAuditTenant is auditTenant of a channel account's tenants.
+func (s *Server) channelAuditTenant(ctx context.Context, channel string) string {
+	return s.auditTenantOf(ctx, objChannel, channel)
 }

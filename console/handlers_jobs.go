@@ -152,7 +152,7 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 			return err
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name})
+			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, objSchedule, name)})
 	})
 }
 

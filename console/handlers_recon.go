@@ -208,7 +208,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 		detail["outcome"] = "error: " + truncate(err.Error(), 200)
 	}
 	if aerr := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "recon_job:" + target,
-		Detail: detail}); aerr != nil && err == nil {
+		Tenant: s.channelAuditTenant(ctx, spec.Channel), Detail: detail}); aerr != nil && err == nil {
 		return j, aerr
 	}
 	return j, err
@@ -315,7 +315,7 @@ func (s *Server) setJobEnabledPage(c *gin.Context, r *request) error {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.job.enable",
-		Target: "recon_job:" + name, Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
+		Target: "recon_job:" + name, Tenant: s.auditTenantOf(ctx, objReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
 		return err
 	}
 	notice := "disabled"
@@ -491,7 +491,7 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
 	if aerr := s.audit.Append(actx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.statement.upload",
-		Target: target, Detail: detail}); aerr != nil && err == nil {
+		Target: target, Tenant: s.channelAuditTenant(actx, u.Channel), Detail: detail}); aerr != nil && err == nil {
 		return run, aerr
 	}
 	return run, err

@@ -61,6 +61,9 @@ func (s *Server) retentionView(ctx context.Context, r *request, before int64) (t
 			KeepResponse: retention.FormatPeriod(p.KeepResponse), KeepKey: retention.FormatPeriod(p.KeepKey),
 			UpdatedBy: p.UpdatedBy, UpdatedAt: p.UpdatedAt})
 	}
+	if !r.op.SeesAllTenants() {
+		return v, nil // the purge history counts every tenant's keys
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, purgeHistoryShown+1)
 	if err != nil {
 		return v, err
@@ -109,6 +112,10 @@ func (s *Server) retentionPage(c *gin.Context, r *request) error {
 // dryRun counts what a purge would do now; nothing is deleted (a purge_log row records that
 // the dry run was asked for).
 func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*retention.Report, error) {
+	// A dry run counts what the policies (every tenant's) would purge of every tenant's keys.
+	if err := s.authorize(ctx, r, "retention.preview", objPolicy, "purge"); err != nil {
+		return nil, err
+	}
 	operation = strings.TrimSpace(operation)
 	if operation != "" {
 		if err := retention.ValidOperation("operation", operation); err != nil {
@@ -411,6 +418,9 @@ func (s *Server) apiPurges(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.purges", objPolicy, "purge"); err != nil {
+		return err
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, limit)
 	if err != nil {
 		return err

@@ -124,14 +124,14 @@ func TestRoleRouteMatrix(t *testing.T) {
 		// Retention: everyone reads; admins change policies, the floor and legal holds.
 		"POST /keys/:id/hold":             {"/keys/" + id + "/hold", url.Values{"hold": {"1"}, "reason": {"matrix"}}, [4]int{R, F, F, R}},
 		"GET /retention":                  {"/retention", nil, [4]int{R, 200, 200, 200}},
-		"GET /retention/preview":          {"/retention/preview?operation=payment.charge", nil, [4]int{R, 200, 200, 200}},
+		"GET /retention/preview":          {"/retention/preview?operation=payment.charge", nil, [4]int{R, F, F, 200}}, // counts every tenant's keys: "*" only
 		"POST /retention/policies":        {"/retention/policies", policy, [4]int{R, F, F, R}},
 		"POST /retention/policies/delete": {"/retention/policies/delete", url.Values{"operation": {"nope"}, "state": {"completed"}}, [4]int{R, F, F, 404}},
 		"POST /retention/floor":           {"/retention/floor", url.Values{"client_retry": {"24h"}, "backfill": {"72h"}, "reconciliation_lag": {"48h"}}, [4]int{R, F, F, R}},
 		"GET /api/v1/retention/policies":  {"/api/v1/retention/policies", nil, [4]int{U, 200, 200, 200}},
 		"POST /api/v1/retention/policies": {"/api/v1/retention/policies", policy, [4]int{U, F, F, 200}},
-		"GET /api/v1/retention/preview":   {"/api/v1/retention/preview", nil, [4]int{U, 200, 200, 200}},
-		"GET /api/v1/retention/purges":    {"/api/v1/retention/purges", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/retention/preview":   {"/api/v1/retention/preview", nil, [4]int{U, F, F, 200}},
+		"GET /api/v1/retention/purges":    {"/api/v1/retention/purges", nil, [4]int{U, F, F, 200}},
 		// Reconciliation: everyone reads; operators act on findings, run jobs now and upload;
 		// admins create, edit, enable and disable jobs.
 		"GET /reconcile":                     {"/reconcile", nil, [4]int{R, 200, 200, 200}},
