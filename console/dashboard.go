@@ -90,7 +90,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	}
 	v.Claims = claimsChart(time.Now().UTC(), minutes)
 
-	if err := s.daemonStatus(ctx, &v); err != nil {
+	if err := s.daemonStatus(ctx, r.op, &v); err != nil {
 		return err
 	}
 	s.render(c, http.StatusOK, templates.DashboardPage(chrome(r, "dashboard"), v))
@@ -131,7 +131,7 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 // daemonStatus reads the daemon's leader row and last job runs. Those tables belong to the
 // daemon's migration; when they are missing the page says the daemon is not running. Their
 // columns are shown as they are, so the dashboard does not depend on their exact layout.
-func (s *Server) daemonStatus(ctx context.Context, v *templates.DashboardView) error {
+func (s *Server) daemonStatus(ctx context.Context, op *Operator, v *templates.DashboardView) error {
 	var tables struct{ Leader, Runs *string }
 	if err := s.db.WithContext(ctx).Raw(`SELECT to_regclass('daemon_leader')::text AS leader, to_regclass('job_runs')::text AS runs`).
 		Scan(&tables).Error; err != nil {
@@ -145,8 +145,23 @@ func (s *Server) daemonStatus(ctx context.Context, v *templates.DashboardView) e
 	if err := s.db.WithContext(ctx).Raw(`SELECT row_to_json(d)::text FROM daemon_leader d LIMIT 5`).Scan(&leader).Error; err != nil {
 		return fmt.Errorf("dashboard: daemon leader: %w", err)
 	}
-	// Newest first by the first column (the id) without knowing its name.
-	if err := s.db.WithContext(ctx).Raw(`SELECT row_to_json(j)::text FROM (SELECT * FROM job_runs ORDER BY 1 DESC LIMIT 10) j`).
+	// Newest first by the first column (the id) without knowing its name; only runs of the
+	// schedules op covers (a run's figures count every tenant of its schedule).
+	where, args := "", []any{}
+	if !op.SeesAllTenants() {
+		scheds, err := s.visibleSchedules(ctx, op)
+		if err != nil {
+			return err
+		}
+		names := []string{""}
+		for _, sc := range scheds {
+			if ts, err := s.objectTenants(ctx, objSchedule, sc.Name); err == nil && covers(op.Tenants, ts) {
+				names = append(names, sc.Name)
+			}
+		}
+		where, args = "WHERE schedule IN ?", []any{names}
+	}
+	if err := s.db.WithContext(ctx).Raw(`SELECT row_to_json(j)::text FROM (SELECT * FROM job_runs `+where+` ORDER BY 1 DESC LIMIT 10) j`, args...).
 		Scan(&runs).Error; err != nil {
 		return fmt.Errorf("dashboard: job runs: %w", err)
 	}
