@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/pgtest"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -74,5 +75,30 @@ func TestMatch_OnlyKeysOfTheChannelAccountsTenants(t *testing.T) {
 	accounts, err := b.rec.ListChannelAccounts(b.ctx)
 	if err != nil || len(accounts) != 1 || accounts[0].Channel != "wechat" || !slices.Equal(accounts[0].Tenants, []string{"t1"}) {
 		t.Errorf("accounts %+v, %v", accounts, err)
+	}
+}
+
+// TestMatch_LeanPlanReadsOnlyTheAccountsTenants: the lean plan (a statement without repeated
+// txn ids or order numbers) keeps to the channel account's tenants as the full plan does.
+func TestMatch_LeanPlanReadsOnlyTheAccountsTenants(t *testing.T) {
+	b := setup(t)
+	at := func(h int) time.Time { return billDay.Add(time.Duration(h) * time.Hour) }
+	ok := b.key("lean-ok", 10000, "CNY", claim.StateCompleted)
+	b.key("lean-local-only", 20000, "CNY", claim.StateCompleted)
+	lines := []wechatLine{{At: at(9), Txn: "4200000101", Order: ok.DownstreamKey, Status: "SUCCESS", Amount: 10000}}
+	job := b.createJob("wechat-lean", "/nonexistent/{date}.csv", 0)
+	if err := b.db.Transaction(func(tx *gorm.DB) error {
+		_, err := reconcile.SetChannelTenants(b.ctx, tx, "wechat", []string{"t2"}, "test")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := b.reconcileFile(job, wechatBill(lines, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, names := b.findings(run.ID)
+	if !slices.Equal(names, []string{"CHANNEL_ONLY txn:4200000101"}) {
+		t.Fatalf("findings of an account of t2 over t1's keys: %q", names)
 	}
 }
