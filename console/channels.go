@@ -60,7 +60,7 @@ func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile
 	return out, nil
 }
 
-// channelRows lists the channel accounts r's operator may see.
+// channelRows lists the channel accounts r's operator covers.
 func (s *Server) channelRows(ctx context.Context, r *request) (templates.ChannelAccountsView, error) {
 	v := templates.ChannelAccountsView{CanSet: r.op.Role >= RoleAdmin && r.op.SeesAllTenants()}
 	accounts, err := s.recon.ListChannelAccounts(ctx)
@@ -68,7 +68,8 @@ func (s *Server) channelRows(ctx context.Context, r *request) (templates.Channel
 		return v, err
 	}
 	for _, a := range accounts {
-		if decide(r.op, objChannel, a.Channel, a.Tenants, false) != nil {
+		// Only accounts op covers: their tenant lists name no tenant op may not see.
+		if !covers(r.op.Tenants, a.Tenants) {
 			continue
 		}
 		v.Rows = append(v.Rows, templates.ChannelAccountRow{Channel: a.Channel, Tenants: strings.Join(a.Tenants, ","),

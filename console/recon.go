@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
@@ -32,6 +33,9 @@ func (a reconAuditor) Record(ctx context.Context, actor, action, target string, 
 		if len(tenants) == 1 {
 			e.Tenant = tenants[0]
 		}
+	}
+	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenant == "" {
+		e.Tenant = a.s.auditTenantOf(ctx, objFinding, id) // a finding about the statement: its channel account's
 	}
 	return a.s.audit.Append(ctx, nil, e)
 }
