@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
@@ -216,6 +217,9 @@ func routeObject(path string) (kind objectKind, param string, ok bool, err error
 // object (a malformed id included).
 func (s *Server) objectTenants(ctx context.Context, kind objectKind, ref string) ([]string, error) {
 	notFound := fmt.Errorf("%s %s: %w", kind, truncate(ref, 40), ErrNotFound)
+	if !utf8.ValidString(ref) || strings.ContainsRune(ref, 0) || len(ref) > 256 {
+		return nil, notFound // no object has such a name (and PostgreSQL would refuse it)
+	}
 	id := int64(0)
 	switch kind {
 	case objKey, objReplay, objBulkRun, objFinding, objReconRun, objJobRun, objOperator:

@@ -227,3 +227,20 @@ func TestObjectScopeMatrix(t *testing.T) {
 		t.Errorf("%d fixtures changed state", n)
 	}
 }
+
+// TestObjectScope_HostileNamesAreNotFound: a NUL byte, invalid UTF-8 or an overlong name where
+// an object is named answers like a missing object, never 500.
+func TestObjectScope_HostileNamesAreNotFound(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("root", RoleAdmin, "*")
+	c := b.signIn("root")
+	for _, name := range []string{"%00", "a%00b", "%ff%fe", strings.Repeat("x", 300)} {
+		if got := c.get("/reconcile/jobs/" + name); got.Status != 404 {
+			t.Errorf("recon job %q: %d, want 404", name, got.Status)
+		}
+		if got := c.post("/reconcile/channels/"+name, url.Values{"tenants": {"acme"}}, true); got.Status != 404 {
+			t.Errorf("channel %q: %d, want 404", name, got.Status)
+		}
+	}
+}
