@@ -154,20 +154,22 @@ func (s *Server) auditRefusal(ctx context.Context, r *request, action, target st
 type objectKind string
 
 const (
-	objKey       objectKind = "key"
-	objReplay    objectKind = "replay"
-	objBulkRun   objectKind = "bulk_run"
-	objFinding   objectKind = "finding"
-	objReconRun  objectKind = "recon_run"
-	objReconJob  objectKind = "recon_job"
-	objChannel   objectKind = "channel"
-	objSchedule  objectKind = "schedule"
-	objJobRun    objectKind = "job_run"
-	objPolicy    objectKind = "retention_policy"
-	objOperator  objectKind = "operator"
-	everyTenant             = AllTenants
-	reconSchedPf            = "reconcile:"
+	objKey      objectKind = "key"
+	objReplay   objectKind = "replay"
+	objBulkRun  objectKind = "bulk_run"
+	objFinding  objectKind = "finding"
+	objReconRun objectKind = "recon_run"
+	objReconJob objectKind = "recon_job"
+	objChannel  objectKind = "channel"
+	objSchedule objectKind = "schedule"
+	objJobRun   objectKind = "job_run"
+	objPolicy   objectKind = "retention_policy"
+	objOperator objectKind = "operator"
 )
+
+// everyTenant is the tenant set of objects that concern every tenant (the reclaimer's
+// schedule, a retention policy, a channel account nobody assigned).
+const everyTenant = AllTenants
 
 // configKinds are the kinds listed to everyone who shares a tenant with them (see above).
 var configKinds = map[objectKind]bool{objReconJob: true, objChannel: true, objSchedule: true, objPolicy: true}
@@ -295,7 +297,7 @@ func (s *Server) objectTenants(ctx context.Context, kind objectKind, ref string)
 	case objChannel:
 		return s.channelTenants(ctx, ref)
 	case objSchedule:
-		if job, ok := strings.CutPrefix(ref, reconSchedPf); ok {
+		if job, ok := strings.CutPrefix(ref, reconcile.ScheduleName("")); ok {
 			return channel(`SELECT channel AS t FROM recon_jobs WHERE name = ?`, job)
 		}
 		return []string{everyTenant}, nil // the reclaimer, the purge, the outbox relay: every tenant's keys
