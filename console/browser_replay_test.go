@@ -17,7 +17,7 @@ import (
 func browseReplaysAndJobs(t *testing.T, br *browser) {
 	b := newBundle(t)
 	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("oscar", RoleOperator, "acme")
+	b.addOperator("oscar", RoleOperator, "*") // runs the sweep, every tenant's schedule
 	found := b.seedFailed("acme", "order-found", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
 	b.fakeOp.has(found, "ch_found_1")
 	stale := b.seedFailed("acme", "order-stale", `{"amount":500,"currency":"USD","payee":"bob"}`, true)

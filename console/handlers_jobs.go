@@ -80,8 +80,8 @@ func jobRunRow(r daemon.Run) templates.RunRow {
 	return row
 }
 
-func (s *Server) runsView(ctx context.Context, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
-	runs, err := daemon.ListRuns(ctx, s.db, f)
+func (s *Server) runsView(ctx context.Context, op *Operator, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
+	runs, err := s.visibleJobRuns(ctx, op, f)
 	if err != nil {
 		return templates.RunsView{}, err
 	}
@@ -129,7 +129,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 		v.Replicas = append(v.Replicas, templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
 			StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader})
 	}
-	schedules, err := daemon.ListSchedules(ctx, s.db)
+	schedules, err := s.visibleSchedules(ctx, r.op)
 	if err != nil {
 		return v, err
 	}
@@ -147,7 +147,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 		requested = requested || row.Requested
 		v.Schedules = append(v.Schedules, row)
 	}
-	if v.Runs, err = s.runsView(ctx, requested, f); err != nil {
+	if v.Runs, err = s.runsView(ctx, r.op, requested, f); err != nil {
 		return v, err
 	}
 	for _, st := range runStatuses {
@@ -221,6 +221,10 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 	if name == "" || len(name) > 128 {
 		return inputErr("name", "name the schedule (1–128 characters)")
 	}
+	// The schedule's scope: a recon job's is its channel account's, the others' every tenant's.
+	if err := s.authorize(ctx, r, "job."+action, objSchedule, name); err != nil {
+		return err
+	}
 	apply := map[string]func(context.Context, *gorm.DB, string) error{
 		"run": daemon.RunNow, "pause": daemon.Pause, "resume": daemon.Resume}[action]
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -231,7 +235,7 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 			return err
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name})
+			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, objSchedule, name)})
 	})
 }
 
@@ -259,11 +263,11 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	schedules, err := daemon.ListSchedules(ctx, s.db)
+	schedules, err := s.visibleSchedules(ctx, r.op)
 	if err != nil {
 		return err
 	}
-	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+	runs, err := s.visibleJobRuns(ctx, r.op, daemon.RunFilter{Limit: jobRunsShown})
 	if err != nil {
 		return err
 	}
@@ -307,4 +311,70 @@ func (s *Server) apiJobAction(action string) func(c *gin.Context, r *request) er
 		c.JSON(http.StatusAccepted, gin.H{"schedule": b.Name, "action": action})
 		return nil
 	}
+}
+
+// scheduleTenants resolves the tenant set of each named schedule (objectTenants for a list).
+func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(names))
+	for _, n := range names {
+		if _, ok := out[n]; ok {
+			continue
+		}
+		ts, err := s.objectTenants(ctx, objSchedule, n)
+		if errors.Is(err, ErrNotFound) {
+			ts, err = []string{everyTenant}, nil // a recon job deleted since: "*" only
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[n] = ts
+	}
+	return out, nil
+}
+
+// visibleSchedules lists the schedules op may see (configuration: sharing a tenant suffices).
+func (s *Server) visibleSchedules(ctx context.Context, op *Operator) ([]daemon.Schedule, error) {
+	all, err := daemon.ListSchedules(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(all))
+	for i, sc := range all {
+		names[i] = sc.Name
+	}
+	tenants, err := s.scheduleTenants(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, sc := range all {
+		if decide(op, objSchedule, sc.Name, tenants[sc.Name], false) == nil {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
+// stats count the keys of every tenant of its schedule).
+func (s *Server) visibleJobRuns(ctx context.Context, op *Operator, f daemon.RunFilter) ([]daemon.Run, error) {
+	runs, err := daemon.ListRuns(ctx, s.db, f)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(runs))
+	for i, r := range runs {
+		names[i] = r.Schedule
+	}
+	tenants, err := s.scheduleTenants(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if decide(op, objJobRun, "", tenants[r.Schedule], false) == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }

@@ -62,6 +62,9 @@ func (s *Server) retentionView(ctx context.Context, r *request, before int64) (t
 			KeepResponse: retention.FormatPeriod(p.KeepResponse), KeepKey: retention.FormatPeriod(p.KeepKey),
 			UpdatedBy: p.UpdatedBy, UpdatedAt: p.UpdatedAt})
 	}
+	if !r.op.SeesAllTenants() {
+		return v, nil // the purge history counts every tenant's keys
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, purgeHistoryShown+1)
 	if err != nil {
 		return v, err
@@ -110,6 +113,10 @@ func (s *Server) retentionPage(c *gin.Context, r *request) error {
 // dryRun counts what a purge would do now; nothing is deleted (a purge_log row records that
 // the dry run was asked for).
 func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*retention.Report, error) {
+	// A dry run counts what the policies (every tenant's) would purge of every tenant's keys.
+	if err := s.authorize(ctx, r, "retention.preview", objPolicy, "purge"); err != nil {
+		return nil, err
+	}
 	operation = strings.TrimSpace(operation)
 	if operation != "" {
 		if err := retention.ValidOperation("operation", operation); err != nil {
@@ -159,7 +166,6 @@ func policyInput(operation, state, keepResponse, keepKey string) (retention.Poli
 	return p, nil
 }
 
-// savePolicy stores p with its audit row in one transaction.
 // shorterError stops the save of a policy below the default periods until the page's
 // confirmation box is ticked; text names the consequence.
 type shorterError struct{ text string }
@@ -169,6 +175,10 @@ func (e *shorterError) Error() string { return e.text }
 // savePolicy saves p (checked against the floor) with its audit row. From the page, a policy below
 // the default periods needs confirmed (the API takes the periods as given).
 func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy, confirmed bool) error {
+	// A policy applies to every tenant's keys: only an administrator of every tenant changes it.
+	if err := s.authorize(ctx, r, "retention.policy.save", objPolicy, p.Operation+"/"+string(p.State)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
@@ -237,6 +247,9 @@ func (s *Server) shorterThanDefault(p retention.Policy) string {
 }
 
 func (s *Server) deletePolicy(ctx context.Context, r *request, operation string, state claim.State) error {
+	if err := s.authorize(ctx, r, "retention.policy.delete", objPolicy, operation+"/"+string(state)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
@@ -278,6 +291,9 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		ReconciliationLag: c.PostForm("reconciliation_lag")}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.floor.set", objPolicy, "floor"); err != nil {
+		return err
+	}
 	f, err := floorInput(ff)
 	if err == nil {
 		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -436,6 +452,9 @@ func (s *Server) apiPurges(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.purges", objPolicy, "purge"); err != nil {
+		return err
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, limit)
 	if err != nil {
 		return err

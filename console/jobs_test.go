@@ -76,9 +76,15 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.addOperator("vic", RoleViewer, "acme")
-	b.addOperator("olga", RoleOperator, "acme")
+	// The sweep's schedule is every tenant's (it is no recon job's): only an operator of every
+	// tenant runs it; one of acme sees it and is refused (403).
+	b.addOperator("olga", RoleOperator, "*")
+	b.addOperator("otto", RoleOperator, "acme")
 	b.addOperator("ada", RoleAdmin, "*")
 	job := b.startDaemon()
+	if got := b.signIn("otto").post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 403 {
+		t.Errorf("run now of every tenant's schedule by an operator of acme: %d, want 403", got.Status)
+	}
 
 	vic := b.signIn("vic")
 	page := vic.get("/jobs").Body
@@ -130,9 +136,14 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 			t.Errorf("%s audit rows: %d", action, n)
 		}
 	}
-	jobs := vic.api("/api/v1/jobs", b.token("vic"))
+	jobs := ada.api("/api/v1/jobs", b.token("ada"))
 	if jobs.Status != 200 || !strings.Contains(jobs.Body, `"LeaderID"`) || !strings.Contains(jobs.Body, `"swept":10`) {
 		t.Errorf("API jobs: %d %s", jobs.Status, truncate(jobs.Body, 300))
+	}
+	// An operator of acme sees the schedule but not the runs: their figures count every tenant's keys.
+	jobs = vic.api("/api/v1/jobs", b.token("vic"))
+	if jobs.Status != 200 || !strings.Contains(jobs.Body, `"sweep"`) || strings.Contains(jobs.Body, `"swept"`) {
+		t.Errorf("API jobs for acme: %d %s", jobs.Status, truncate(jobs.Body, 300))
 	}
 }
 
@@ -144,7 +155,7 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", RoleOperator, "*") // the sweep is a system schedule: every tenant
 	job := b.startDaemon()
 	olga := b.signIn("olga")
 	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 {

@@ -281,8 +281,11 @@ func (s *Server) getReplay(ctx context.Context, op *Operator, id int64) (*Replay
 	if err != nil {
 		return nil, err
 	}
-	if r == nil || !op.MaySee(r.Tenant) {
+	if r == nil {
 		return nil, fmt.Errorf("replay request %d: %w", id, ErrNotFound)
+	}
+	if err := decide(op, objReplay, strconv.FormatInt(id, 10), []string{r.Tenant}, false); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

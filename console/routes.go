@@ -85,6 +85,8 @@ func (s *Server) routes() []route {
 		{"POST", "/reconcile/jobs/:name/enabled", RoleAdmin, kindPage, s.setJobEnabledPage},
 		{"POST", "/reconcile/jobs/:name/run", RoleOperator, kindPage, s.runJobPage},
 		{"POST", "/reconcile/upload", RoleOperator, kindPage, s.uploadPage},
+		{"POST", "/reconcile/channels", RoleAdmin, kindPage, s.setChannelPage},
+		{"POST", "/reconcile/channels/:name", RoleAdmin, kindPage, s.setChannelPage},
 		{"GET", "/reconcile/runs", RoleViewer, kindPage, s.reconRunsPage},
 		{"GET", "/reconcile/runs/:id", RoleViewer, kindPage, s.reconRunPage},
 		{"GET", "/reconcile/findings", RoleViewer, kindPage, s.findingsPage},
@@ -138,7 +140,8 @@ const (
 )
 
 // enforce is the one enforcement point: it authenticates the caller (session or bearer token),
-// checks the route's minimum role and, for state-changing page requests, the CSRF token.
+// checks the route's minimum role, for state-changing page requests the CSRF token, and the
+// scope of the object the path names (routeScope).
 func (s *Server) enforce(rt route) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := &request{ip: c.ClientIP()}
@@ -156,6 +159,11 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 					s.fail(c, r, rt.Kind, err)
 					return
 				}
+			}
+			// The object the path names, within the caller's tenants (scope.go), before anything.
+			if err := s.routeScope(c, r, rt); err != nil {
+				s.fail(c, r, rt.Kind, err)
+				return
 			}
 		}
 		if err := rt.Handle(c, r); err != nil {
