@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -53,6 +54,10 @@ type Intent struct {
 func Canonicalize(raw []byte, spec IntentSpec) (*Intent, error) {
 	if len(raw) > MaxIntentBytes {
 		return nil, fieldErr(ErrInvalidIntent, "request", "is %d bytes, at most %d allowed", len(raw), MaxIntentBytes)
+	}
+	// encoding/json would replace invalid UTF-8 with U+FFFD, changing the intent silently.
+	if !utf8.Valid(raw) {
+		return nil, fieldErr(ErrInvalidIntent, "request", "is not valid UTF-8 (at byte %d)", invalidUTF8At(raw))
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -146,6 +151,9 @@ func normalize(v any, path string) (any, error) {
 		out := make(map[string]any, len(t))
 		for k, val := range t {
 			nk := nfcTrim(k)
+			if strings.ContainsRune(nk, 0) {
+				return nil, fieldErr(ErrInvalidIntent, strings.TrimPrefix(path+"."+strings.ReplaceAll(nk, "\x00", `\u0000`), "."), "field names must not contain NUL (U+0000)")
+			}
 			n, err := normalize(val, path+"."+nk)
 			if err != nil {
 				return nil, err
@@ -163,6 +171,10 @@ func normalize(v any, path string) (any, error) {
 		}
 		return t, nil
 	case string:
+		// PostgreSQL's jsonb refuses U+0000; a request carrying it is bad input, not a 500.
+		if strings.ContainsRune(t, 0) {
+			return nil, fieldErr(ErrInvalidIntent, strings.TrimPrefix(path, "."), "must not contain NUL (U+0000)")
+		}
 		return nfcTrim(t), nil
 	case json.Number:
 		n, err := canonicalDecimal(string(t))
@@ -328,4 +340,16 @@ func deletePath(obj map[string]any, path string) {
 		obj = next
 	}
 	delete(obj, parts[len(parts)-1])
+}
+
+// invalidUTF8At is the offset of the first byte of b that is not valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }

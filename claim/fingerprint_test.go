@@ -73,6 +73,23 @@ func TestFingerprint_RejectsWhatItCannotCanonicalize(t *testing.T) {
 	}
 }
 
+// NUL and invalid UTF-8 are refused with the field that holds them (PostgreSQL's jsonb refuses
+// U+0000, and encoding/json would silently turn invalid UTF-8 into U+FFFD).
+func TestFingerprint_RefusesNULAndInvalidUTF8NamingTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`{"payee":"ali\u0000ce"}`, "payee: must not contain NUL (U+0000)"},
+		{`{"meta":{"tags":["a","b\u0000"]}}`, "meta.tags[1]: must not contain NUL (U+0000)"},
+		{`{"a\u0000b":1}`, `a\u0000b: field names must not contain NUL (U+0000)`},
+		{"{\"payee\":\"caf\xe9\"}", "request: is not valid UTF-8 (at byte 13)"},
+	} {
+		_, err := claim.Canonicalize([]byte(tc.in), claim.IntentSpec{})
+		if !errors.Is(err, claim.ErrInvalidIntent) || err.Error() != tc.want {
+			t.Errorf("%q: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
 // FuzzCanonicalize: canonicalization is idempotent (equal intents ⇒ equal fingerprints, also
 // after a round-trip through the stored canonical form), insensitive to whitespace and key
 // order, and any change of an intent value changes the fingerprint.

@@ -222,6 +222,10 @@ func (s *Server) startBulk(ctx context.Context, op *Operator, ip string, id int6
 	if reason, err = checkReason(reason); err != nil {
 		return nil, err
 	}
+	var bc BulkCounts
+	if json.Unmarshal(run.Counts, &bc) == nil && run.Total > 0 && bc.ByOutcome[string(PredictRefused)] == run.Total {
+		return nil, refused("nothing to start: a guard refuses all %d keys of bulk replay %d", run.Total, id)
+	}
 	started := false
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var ids []int64

@@ -303,6 +303,9 @@ func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView
 	var bc BulkCounts
 	_ = json.Unmarshal(run.Counts, &bc)
 	v.ByState, v.ByOutcome = counts(bc.ByState, nil), counts(bc.ByOutcome, predictionLabels)
+	if refused := bc.ByOutcome[string(PredictRefused)]; run.State == "previewed" && refused == run.Total {
+		v.NoneReplayable = fmt.Sprintf("Nothing to start: a guard refuses all %d keys of this search (their states or live leases, listed below). Change the search.", run.Total)
+	}
 	var results map[string]int
 	_ = json.Unmarshal(run.Results, &results)
 	v.Results = counts(results, resultLabels)

@@ -634,3 +634,29 @@ func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
 	}
 	mustContain(t, "key page", ada.get(fmt.Sprintf("/keys/%d", out.KeyID)).Body, "released_for_retry", "nothing sent")
 }
+
+// TestBulkReplay_AllRefusedCannotStart: a search whose every key a guard refuses previews with
+// the start button disabled and the reason beside it; starting it anyway is refused (409) and
+// replays nothing.
+func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	b.seedKey("acme", "payment.charge", "r-done", `{"amount":400,"currency":"USD"}`, true)
+	b.seedFailed("acme", "r-final", `{"amount":600,"currency":"USD"}`, false)
+	c := b.signIn("olga")
+	got := c.post("/replays/bulk", url.Values{"tenant": {"acme"}}, true)
+	if got.Status != 303 {
+		t.Fatalf("bulk preview: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	page := c.get(got.Location).Body
+	mustContain(t, "all-refused preview", page, `id="start-bulk-disabled"`, "disabled", "a guard refuses all 2 keys")
+	mustNotContain(t, "all-refused preview", page, `id="start-bulk"`)
+	start := c.post(got.Location+"/start", url.Values{"reason": {"try anyway"}}, true)
+	if start.Status != 409 || !strings.Contains(start.Body, "nothing to start") {
+		t.Errorf("start of an all-refused run: %d %s", start.Status, truncate(start.Body, 200))
+	}
+	if n := b.count(`SELECT count(*) FROM replay_requests`); n != 0 {
+		t.Errorf("%d replay requests, want none", n)
+	}
+}

@@ -99,6 +99,8 @@ type BulkView struct {
 	Results      []Count
 	Items        []BulkItemRow
 	Error        string
+	// NoneReplayable, when set, says why the run cannot start: every key is refused by a guard.
+	NoneReplayable string
 }
 
 // Running says whether the page should keep polling for progress.
