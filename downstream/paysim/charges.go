@@ -122,6 +122,12 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			first = rec.Charge
 		}
 	}
+	ev := CallbackEvent{Type: EventSucceeded, MerchantOrderNo: first.MerchantOrderNo, ChargeID: first.ID,
+		AmountMinor: first.AmountMinor, Currency: first.Currency}
+	if first.Status != StatusSucceeded {
+		ev.Type = EventClosed
+	}
+	s.emitCallback(f, ev)
 	s.changed()
 	s.mu.Unlock()
 
