@@ -40,13 +40,18 @@ type World struct {
 	Operations *downstream.Registry
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
-	servers    []*http.Server
+	// Orders is the order state machine the channel's callbacks drive.
+	Orders  *Orders
+	servers []*http.Server
 }
 
 // StartWorld starts paysim and the payments service on loopback.
 func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if len(cfg.Tenants) == 0 {
 		cfg.Tenants = []string{"acme", "globex"}
+	}
+	if len(cfg.Paysim.NotifySecret) == 0 {
+		cfg.Paysim.NotifySecret = []byte(randomHex(16))
 	}
 	sim, err := paysim.NewServer(cfg.Paysim)
 	if err != nil {
@@ -58,7 +63,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	}
 	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
 	w.Charge = downstream.NewPaysimCharge(w.Client)
-	w.Charge.ApplyFunc = ApplyPayment
+	w.Charge.ApplyFunc = applyPaymentAndOpenOrder
 	w.Operations = downstream.NewRegistry()
 	if err := w.Operations.Register(w.Charge); err != nil {
 		return nil, err
@@ -67,10 +72,15 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
-	if w.APIURL, err = w.serve(cfg.APIAddr, svc.Handler()); err != nil {
+	w.Orders = &Orders{DB: cfg.DB}
+	mux := http.NewServeMux()
+	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
+	mux.Handle("/", svc.Handler())
+	if w.APIURL, err = w.serve(cfg.APIAddr, mux); err != nil {
 		w.Close()
 		return nil, err
 	}
+	sim.SetNotifyURL(w.APIURL + CallbackPath)
 	return w, nil
 }
 

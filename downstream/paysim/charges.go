@@ -122,12 +122,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			first = rec.Charge
 		}
 	}
-	ev := CallbackEvent{Type: EventSucceeded, MerchantOrderNo: first.MerchantOrderNo, ChargeID: first.ID,
-		AmountMinor: first.AmountMinor, Currency: first.Currency}
-	if first.Status != StatusSucceeded {
-		ev.Type = EventClosed
+	if first.Status == StatusSucceeded { // a decline is answered synchronously; no callback
+		s.emitCallback(f, CallbackEvent{Type: EventSucceeded, MerchantOrderNo: first.MerchantOrderNo, ChargeID: first.ID,
+			AmountMinor: first.AmountMinor, Currency: first.Currency})
 	}
-	s.emitCallback(f, ev)
 	s.changed()
 	s.mu.Unlock()
 
