@@ -74,7 +74,9 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			}
 			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr,
 				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
-					DoubleChargeRate: 0.02, Logger: log}})
+					DoubleChargeRate: 0.02, Logger: log,
+					// The channel's callbacks misbehave the way real ones do (the order state machine's work).
+					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05}})
 			if err != nil {
 				return err
 			}
