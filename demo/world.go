@@ -75,6 +75,11 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Orders = &Orders{DB: cfg.DB}
 	mux := http.NewServeMux()
 	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
+	if err := LikeKey.Validate(ctx, cfg.DB); err != nil {
+		w.Close()
+		return nil, err
+	}
+	mux.Handle("/v1/articles/", (&Likes{DB: cfg.DB, Svc: svc}).Handler())
 	mux.Handle("/", svc.Handler())
 	if w.APIURL, err = w.serve(cfg.APIAddr, mux); err != nil {
 		w.Close()
