@@ -80,6 +80,9 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		return nil, err
 	}
 	mux.Handle("/v1/articles/", (&Likes{DB: cfg.DB, Svc: svc}).Handler())
+	checkout := svc.CheckoutHandler()
+	mux.Handle("/v1/checkout", checkout)
+	mux.Handle("/v1/checkout/", checkout)
 	mux.Handle("/", svc.Handler())
 	if w.APIURL, err = w.serve(cfg.APIAddr, mux); err != nil {
 		w.Close()
