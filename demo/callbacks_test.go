@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,39 @@ func TestCallbacks_UnsignedOrWronglySignedAreRefused(t *testing.T) {
 	}
 	if s := post(ev, paysim.Sign([]byte("not-the-secret"), []byte(ev), time.Now())); s != 401 {
 		t.Errorf("wrong secret: %d, want 401", s)
+	}
+}
+
+// TestCallbacks_KeyPageShowsTheOrdersTransitions: the console panel of a payment key lists the
+// order it opened and every callback, and shows nothing for the same key id under another tenant.
+func TestCallbacks_KeyPageShowsTheOrdersTransitions(t *testing.T) {
+	e := start(t, fastCallbacks(paysim.Config{Seed: 14}))
+	r := e.pay("panel-1", body, paysim.HeaderFault, "late-close,notify-duplicate")
+	if r.status != 201 {
+		t.Fatalf("pay: %d %v", r.status, r.body)
+	}
+	e.settled()
+	var keyID int64
+	e.w.Orders.DB.Raw(`SELECT key_id FROM demo_orders WHERE payment_id = ?`, r.body["payment_id"]).Scan(&keyID)
+	k, err := e.store.Get(context.Background(), keyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.w.Orders.KeyPanel(context.Background(), k)
+	if err != nil || p == nil {
+		t.Fatalf("panel: %v %v", p, err)
+	}
+	var got []string
+	for _, row := range p.Rows {
+		got = append(got, row[1]+":"+row[5])
+	}
+	sort.Strings(got[1:]) // the duplicate and the late close race each other
+	if strings.Join(got, ",") != "charge.succeeded:applied,charge.closed:ignored,charge.succeeded:duplicate" || !strings.Contains(p.Summary, "is paid") {
+		t.Fatalf("panel %q rows %v", p.Summary, got)
+	}
+	other := *k
+	other.Tenant = "globex"
+	if p, err := e.w.Orders.KeyPanel(context.Background(), &other); err != nil || p != nil {
+		t.Fatalf("another tenant's view of the key: %+v %v, want nothing", p, err)
 	}
 }

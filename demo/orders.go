@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/downstream/paysim"
 )
 
@@ -225,4 +227,49 @@ func MoveBalance(ctx context.Context, tx *gorm.DB, tenant, currency string, delt
 		}
 	}
 	return fmt.Errorf("balance %s: still changing under us after 8 tries: %w", id, claim.ErrGuardConflict)
+}
+
+// OrderTransition is one callback's record against an order.
+type OrderTransition struct {
+	EventID    string
+	EventType  string
+	FromStatus string
+	ToStatus   string
+	Outcome    string
+	ReceivedAt time.Time
+}
+
+// maxPanelTransitions bounds the transitions the key page lists.
+const maxPanelTransitions = 200
+
+// KeyPanel is the console's view of the order a payment key opened: its status and every
+// callback that reached it, oldest first. Only an order of the key's own tenant is shown (the
+// console has already checked the operator may see that tenant).
+func (m *Orders) KeyPanel(ctx context.Context, k *claim.Key) (*console.KeyPanel, error) {
+	if k.Operation != OperationCharge {
+		return nil, nil
+	}
+	var orders []Order
+	if err := m.DB.WithContext(ctx).Raw(`SELECT merchant_order_no, tenant, payment_id, amount_minor, currency, status
+		FROM demo_orders WHERE key_id = ? AND tenant = ?`, k.ID, k.Tenant).Scan(&orders).Error; err != nil {
+		return nil, fmt.Errorf("order of key %d: %w", k.ID, err)
+	}
+	if len(orders) == 0 {
+		return nil, nil
+	}
+	o := orders[0]
+	var ts []OrderTransition
+	if err := m.DB.WithContext(ctx).Raw(`SELECT event_id, event_type, from_status, to_status, outcome, received_at
+		FROM demo_order_transitions WHERE merchant_order_no = ? AND tenant = ? ORDER BY id LIMIT ?`,
+		o.MerchantOrderNo, k.Tenant, maxPanelTransitions).Scan(&ts).Error; err != nil {
+		return nil, fmt.Errorf("transitions of key %d: %w", k.ID, err)
+	}
+	p := &console.KeyPanel{ID: "order", Title: "Order and channel callbacks",
+		Summary: fmt.Sprintf("Order %s (payment %s) is %s.", o.MerchantOrderNo, o.PaymentID, o.Status),
+		Columns: []string{"Received", "Event", "Callback", "From", "To", "Outcome"}}
+	for _, t := range ts {
+		p.Rows = append(p.Rows, []string{t.ReceivedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EventType, t.EventID,
+			t.FromStatus, t.ToStatus, t.Outcome})
+	}
+	return p, nil
 }

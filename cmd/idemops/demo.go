@@ -146,7 +146,8 @@ func (p *demoParts) stop() {
 func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
 	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
 	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
-	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log})
+	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
+		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}})
 	if err != nil {
 		return nil, err
 	}
