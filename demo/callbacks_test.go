@@ -212,3 +212,30 @@ func TestCallbacks_KeyPageShowsTheOrdersTransitions(t *testing.T) {
 		t.Fatalf("another tenant's view of the key: %+v %v, want nothing", p, err)
 	}
 }
+
+func TestChannelTraffic_RefundsAndClosesReachTheOrders(t *testing.T) {
+	e := start(t, fastCallbacks(paysim.Config{Seed: 15}))
+	for i := range 3 {
+		if r := e.pay(fmt.Sprintf("ct-%d", i), body); r.status != 201 {
+			t.Fatalf("pay: %d", r.status)
+		}
+	}
+	e.settled()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { e.w.RunChannelTraffic(ctx, 20*time.Millisecond, 1, nil); close(done) }()
+	count := func(status string) int64 {
+		var n int64
+		e.w.Orders.DB.Raw(`SELECT count(*) FROM demo_orders WHERE status = ?`, status).Scan(&n)
+		return n
+	}
+	for count("refunded") == 0 || count("closed") == 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("after 5 s: %d refunded, %d closed orders", count("refunded"), count("closed"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}

@@ -114,6 +114,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if traffic {
 				stats := &demo.TrafficStats{}
 				go demo.RunTraffic(ctx, demo.TrafficConfig{APIURL: world.APIURL, APIKeys: keys, PerSecond: rate, Seed: seed, Logger: log}, stats)
+				go world.RunChannelTraffic(ctx, time.Duration(float64(4*time.Second)/rate), seed, log)
 			}
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "idemops demo: stopping")
