@@ -126,21 +126,41 @@ func (t Transition[S]) Apply(ctx context.Context, tx *gorm.DB) error {
 	for k, v := range t.Set {
 		set[k] = v
 	}
-	err := GuardedUpdate{Table: t.Table, Guards: map[string]any{idCol: t.ID, stCol: string(t.From)}, Set: set,
-		Extra: t.Extra, ExtraArgs: t.ExtraArgs}.Apply(ctx, tx)
-	if !errors.Is(err, ErrGuardConflict) {
-		return err
+	u := GuardedUpdate{Table: t.Table, Guards: map[string]any{idCol: t.ID, stCol: string(t.From)}, Set: set,
+		Extra: t.Extra, ExtraArgs: t.ExtraArgs}
+	// The read after zero rows takes the row's lock: under READ COMMITTED the UPDATE may have
+	// skipped a row that a concurrent transaction moved into From and committed just after, so
+	// a read showing From means "try again", not a conflict. Under the lock the second UPDATE
+	// sees what the read saw; a third round is never needed unless the caller runs outside a
+	// transaction.
+	for range guardRounds {
+		err := u.Apply(ctx, tx)
+		if !errors.Is(err, ErrGuardConflict) {
+			return err
+		}
+		var cur []string
+		if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, stCol, t.Table, idCol), t.ID).
+			Scan(&cur).Error; err != nil {
+			return fmt.Errorf("transition %s: read after zero rows: %w", t.Table, err)
+		}
+		switch {
+		case len(cur) == 0:
+			return &GuardConflict{Table: t.Table, Missing: true}
+		case cur[0] != string(t.From):
+			return &GuardConflict{Table: t.Table, State: cur[0]}
+		case t.Extra == "":
+			continue // moved into From concurrently: the transition applies now
+		}
+		if err := u.Apply(ctx, tx); !errors.Is(err, ErrGuardConflict) {
+			return err
+		}
+		return &GuardConflict{Table: t.Table, State: cur[0], Extra: true}
 	}
-	var cur []string
-	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ?`, stCol, t.Table, idCol), t.ID).
-		Scan(&cur).Error; err != nil {
-		return fmt.Errorf("transition %s: read after zero rows: %w", t.Table, err)
-	}
-	if len(cur) == 0 {
-		return &GuardConflict{Table: t.Table, Missing: true}
-	}
-	return &GuardConflict{Table: t.Table, State: cur[0], Extra: cur[0] == string(t.From)}
+	return fmt.Errorf("transition %s: the row kept changing: %w", t.Table, ErrGuardConflict)
 }
+
+// guardRounds bounds the update-read rounds of a typed guarded update.
+const guardRounds = 3
 
 // VersionedUpdate changes one row only at the version the caller read, and bumps it:
 //
@@ -169,20 +189,29 @@ func (u VersionedUpdate) Apply(ctx context.Context, tx *gorm.DB) error {
 	if u.ID == nil || len(u.Set) == 0 {
 		return fmt.Errorf("versioned update %s: ID and Set are required", u.Table)
 	}
-	err := GuardedUpdate{Table: u.Table, Guards: map[string]any{idCol: u.ID, vCol: u.Version}, Set: u.Set,
-		Bump: vCol, Extra: u.Extra, ExtraArgs: u.ExtraArgs}.Apply(ctx, tx)
+	g := GuardedUpdate{Table: u.Table, Guards: map[string]any{idCol: u.ID, vCol: u.Version}, Set: u.Set,
+		Bump: vCol, Extra: u.Extra, ExtraArgs: u.ExtraArgs}
+	err := g.Apply(ctx, tx)
 	if !errors.Is(err, ErrGuardConflict) {
 		return err
 	}
+	// As in Transition: the read locks the row, so "still at Version" is final — the extra
+	// guard failed — once a second UPDATE under the lock matches nothing either.
 	var cur []int64
-	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ?`, vCol, u.Table, idCol), u.ID).
+	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, vCol, u.Table, idCol), u.ID).
 		Scan(&cur).Error; err != nil {
 		return fmt.Errorf("versioned update %s: read after zero rows: %w", u.Table, err)
 	}
-	if len(cur) == 0 {
+	switch {
+	case len(cur) == 0:
 		return &GuardConflict{Table: u.Table, Missing: true}
+	case cur[0] != u.Version:
+		return &GuardConflict{Table: u.Table, Version: cur[0]}
 	}
-	return &GuardConflict{Table: u.Table, Version: cur[0], Extra: cur[0] == u.Version}
+	if err := g.Apply(ctx, tx); !errors.Is(err, ErrGuardConflict) {
+		return err
+	}
+	return &GuardConflict{Table: u.Table, Version: cur[0], Extra: true}
 }
 
 func checkIdents(names ...string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -120,5 +121,37 @@ func TestVersionedUpdate_StaleVersionAndOverdraftAreDistinct(t *testing.T) {
 	b.db.Raw(`SELECT balance FROM vaccounts`).Scan(&bal)
 	if bal != 70 {
 		t.Fatalf("balance %d, want 70", bal)
+	}
+}
+
+// TestTransition_ARowMovedIntoFromConcurrentlyIsNotAConflict: under READ COMMITTED the UPDATE
+// skips a row whose committed state is not yet From, while another transaction is moving it
+// there; the locked read after zero rows waits for that transaction and the transition applies.
+func TestTransition_ARowMovedIntoFromConcurrentlyIsNotAConflict(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pgtest.Exec(t, b.db, `CREATE TABLE rorders (id text PRIMARY KEY, status text NOT NULL)`)
+	pgtest.Exec(t, b.db, `INSERT INTO rorders VALUES ('o1', 'new')`)
+	other := b.db.Begin()
+	if err := other.Exec(`UPDATE rorders SET status = 'pending' WHERE id = 'o1'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.db.Transaction(func(tx *gorm.DB) error {
+			return claim.Transition[orderStatus]{Table: "rorders", ID: "o1", From: "pending", To: "paid"}.Apply(ctx, tx)
+		})
+	}()
+	time.Sleep(200 * time.Millisecond) // the transition has skipped the row and waits on its lock
+	if err := other.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("transition after the row reached pending: %v", err)
+	}
+	var status string
+	b.db.Raw(`SELECT status FROM rorders`).Scan(&status)
+	if status != "paid" {
+		t.Fatalf("status %s, want paid", status)
 	}
 }
