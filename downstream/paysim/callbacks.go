@@ -342,3 +342,17 @@ func (s *Server) adminCloseOrder(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]string{"merchant_order_no": order, "status": "closed"})
 }
+
+// RetryCallbacksNow makes every pending callback due at once (an operator's "resend", and
+// tests that cannot wait for the schedule).
+func (s *Server) RetryCallbacksNow() {
+	s.mu.Lock()
+	now := s.cfg.Now().UTC()
+	for _, c := range s.st.Callbacks {
+		if c.Status == CallbackPending {
+			c.NextAttemptAt = now
+		}
+	}
+	s.mu.Unlock()
+	s.wakeNotifier()
+}

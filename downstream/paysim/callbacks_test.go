@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +176,46 @@ func TestVerifySignature_RefusesWrongSecretAndOldTimestamps(t *testing.T) {
 		if !errors.Is(err, paysim.ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", name, err)
 		}
+	}
+}
+
+// TestCallbacks_PendingOnesSurviveARestart: a callback not yet acknowledged is in the state
+// file, so a restarted channel still delivers it.
+func TestCallbacks_PendingOnesSurviveARestart(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "state.json")
+	cfg := paysim.Config{StateFile: file, NotifyURL: "http://127.0.0.1:1/unreachable", NotifyPoll: 5 * time.Millisecond,
+		NotifySchedule: []time.Duration{time.Hour}}
+	srv, c := start(t, cfg)
+	if _, err := c.CreateCharge(context.Background(), "o-durable", charge(100, "CNY", "", "bob", ""), ""); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); srv.Callbacks()[0].Attempts == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first attempt never happened")
+		}
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rc := &receiver{attempts: map[string]int{}}
+	hook := httptest.NewServer(rc)
+	t.Cleanup(hook.Close)
+	cfg.NotifyURL, cfg.NotifySecret = hook.URL, []byte("s3cret")
+	cfg.NotifySchedule = []time.Duration{5 * time.Millisecond, 5 * time.Millisecond, 5 * time.Millisecond}
+	again, err := paysim.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.Close() })
+	// The restored callback waits for its scheduled retry (an hour); the test moves it up.
+	cbs := again.Callbacks()
+	if len(cbs) != 1 || cbs[0].Status != paysim.CallbackPending || cbs[0].Attempts != 1 {
+		t.Fatalf("restored callbacks %+v, want one pending after one failed attempt", cbs)
+	}
+	again.RetryCallbacksNow()
+	settle(t, again)
+	if got := rc.types("o-durable", false); len(got) != 1 || got[0] != paysim.EventSucceeded {
+		t.Fatalf("after the restart the merchant got %v", got)
 	}
 }
