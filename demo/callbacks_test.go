@@ -156,8 +156,9 @@ func TestCallbacks_DuplicatedAndReorderedReachTheRightFinalState(t *testing.T) {
 	}
 }
 
-func TestCallbacks_UnsignedOrWronglySignedAreRefused(t *testing.T) {
-	e := start(t, paysim.Config{Seed: 13})
+func TestCallbacks_UnsignedOrMalformedAreRefused(t *testing.T) {
+	secret := []byte("callback-test-secret")
+	e := start(t, paysim.Config{Seed: 13, NotifySecret: secret})
 	post := func(body, sig string) int {
 		req, _ := http.NewRequest("POST", e.w.APIURL+demo.CallbackPath, strings.NewReader(body))
 		if sig != "" {
@@ -176,6 +177,20 @@ func TestCallbacks_UnsignedOrWronglySignedAreRefused(t *testing.T) {
 	}
 	if s := post(ev, paysim.Sign([]byte("not-the-secret"), []byte(ev), time.Now())); s != 401 {
 		t.Errorf("wrong secret: %d, want 401", s)
+	}
+	for name, tc := range map[string]struct {
+		body string
+		want int
+	}{
+		"NUL in the order number": {`{"id":"evt_1","type":"charge.succeeded","merchant_order_no":"x\u0000"}`, 400},
+		"invalid UTF-8":           {"{\"id\":\"evt_1\",\"type\":\"charge.succeeded\",\"merchant_order_no\":\"\xff\"}", 400},
+		"unknown type":            {`{"id":"evt_1","type":"charge.disputed","merchant_order_no":"x"}`, 400},
+		"oversized":               {`{"id":"` + strings.Repeat("a", 20000) + `"}`, 413},
+		"unknown order":           {ev, 404},
+	} {
+		if s := post(tc.body, paysim.Sign(secret, []byte(tc.body), time.Now())); s != tc.want {
+			t.Errorf("%s: %d, want %d", name, s, tc.want)
+		}
 	}
 }
 
