@@ -1,9 +1,11 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"gorm.io/gorm"
 )
@@ -56,4 +58,167 @@ func (u GuardedUpdate) Apply(ctx context.Context, tx *gorm.DB) error {
 	default:
 		return fmt.Errorf("guarded update %s: guards matched %d rows", u.Table, res.RowsAffected)
 	}
+}
+
+// identRe is what a table or column name in a typed guarded update may be: these names come
+// from code, never from requests, and the check keeps a typo from becoming SQL.
+var identRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// GuardConflict is the error a typed guarded update returns when it matched no row. It wraps
+// ErrGuardConflict and says what the row holds now, read in the same transaction right after
+// the zero-row UPDATE, so the caller can tell "already there" from "not yet" from "gone".
+type GuardConflict struct {
+	Table string
+	// Missing: no row has that id at all.
+	Missing bool
+	// State is the row's current state (Transition) and Version its current version
+	// (VersionedUpdate); Extra is false when the row was in the expected state or version,
+	// so only the extra guard (say balance >= amount) failed.
+	State   string
+	Version int64
+	Extra   bool
+}
+
+func (e *GuardConflict) Error() string {
+	switch {
+	case e.Missing:
+		return fmt.Sprintf("guarded update %s: no such row: %s", e.Table, ErrGuardConflict)
+	case e.Extra:
+		return fmt.Sprintf("guarded update %s: extra guard failed: %s", e.Table, ErrGuardConflict)
+	case e.State != "":
+		return fmt.Sprintf("guarded update %s: row is %s: %s", e.Table, e.State, ErrGuardConflict)
+	}
+	return fmt.Sprintf("guarded update %s: row is at version %d: %s", e.Table, e.Version, ErrGuardConflict)
+}
+
+func (e *GuardConflict) Unwrap() error { return ErrGuardConflict }
+
+// Transition moves one row of a domain table from one state to another with a single
+//
+//	UPDATE <Table> SET <StateColumn> = To [, Set…] WHERE <IDColumn> = ID AND <StateColumn> = From [AND Extra]
+//
+// (the second seed's scheme 3: the state is the precondition, so a duplicate and a reordered
+// event both find zero rows). S is the domain's own state type. On zero rows Apply returns a
+// *GuardConflict holding the row's current state.
+type Transition[S ~string] struct {
+	Table string
+	// IDColumn defaults to "id", StateColumn to "status".
+	IDColumn, StateColumn string
+	ID                    any
+	From, To              S
+	// Set holds further columns to change in the same UPDATE (gorm.Expr for expressions).
+	Set map[string]any
+	// Extra is an optional further guard with placeholders, e.g. "amount_minor = ?".
+	Extra     string
+	ExtraArgs []any
+}
+
+// Apply runs the transition on tx (the caller's transaction).
+func (t Transition[S]) Apply(ctx context.Context, tx *gorm.DB) error {
+	idCol, stCol := cmp.Or(t.IDColumn, "id"), cmp.Or(t.StateColumn, "status")
+	if err := checkIdents(t.Table, idCol, stCol); err != nil {
+		return err
+	}
+	if t.From == "" || t.To == "" || t.ID == nil {
+		return fmt.Errorf("transition %s: ID, From and To are required", t.Table)
+	}
+	set := map[string]any{stCol: string(t.To)}
+	for k, v := range t.Set {
+		set[k] = v
+	}
+	u := GuardedUpdate{Table: t.Table, Guards: map[string]any{idCol: t.ID, stCol: string(t.From)}, Set: set,
+		Extra: t.Extra, ExtraArgs: t.ExtraArgs}
+	// The read after zero rows takes the row's lock: under READ COMMITTED the UPDATE may have
+	// skipped a row that a concurrent transaction moved into From and committed just after, so
+	// a read showing From means "try again", not a conflict. Under the lock the second UPDATE
+	// sees what the read saw; a third round is never needed unless the caller runs outside a
+	// transaction.
+	for range guardRounds {
+		err := u.Apply(ctx, tx)
+		if !errors.Is(err, ErrGuardConflict) {
+			return err
+		}
+		var cur []string
+		if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, stCol, t.Table, idCol), t.ID).
+			Scan(&cur).Error; err != nil {
+			return fmt.Errorf("transition %s: read after zero rows: %w", t.Table, err)
+		}
+		switch {
+		case len(cur) == 0:
+			return &GuardConflict{Table: t.Table, Missing: true}
+		case cur[0] != string(t.From):
+			return &GuardConflict{Table: t.Table, State: cur[0]}
+		case t.Extra == "":
+			continue // moved into From concurrently: the transition applies now
+		}
+		if err := u.Apply(ctx, tx); !errors.Is(err, ErrGuardConflict) {
+			return err
+		}
+		return &GuardConflict{Table: t.Table, State: cur[0], Extra: true}
+	}
+	return fmt.Errorf("transition %s: the row kept changing: %w", t.Table, ErrGuardConflict)
+}
+
+// guardRounds bounds the update-read rounds of a typed guarded update.
+const guardRounds = 3
+
+// VersionedUpdate changes one row only at the version the caller read, and bumps it:
+//
+//	UPDATE <Table> SET <Set…>, version = version + 1 WHERE <IDColumn> = ID AND version = Version [AND Extra]
+//
+// (the second seed's scheme 2, optimistic locking). For money, Extra carries the overdraft
+// guard, e.g. Extra "balance >= ?" with the amount, so concurrency never turns into overdraft.
+// On zero rows Apply returns a *GuardConflict holding the row's current version.
+type VersionedUpdate struct {
+	Table string
+	// IDColumn defaults to "id", VersionColumn to "version".
+	IDColumn, VersionColumn string
+	ID                      any
+	Version                 int64
+	Set                     map[string]any
+	Extra                   string
+	ExtraArgs               []any
+}
+
+// Apply runs the update on tx (the caller's transaction).
+func (u VersionedUpdate) Apply(ctx context.Context, tx *gorm.DB) error {
+	idCol, vCol := cmp.Or(u.IDColumn, "id"), cmp.Or(u.VersionColumn, "version")
+	if err := checkIdents(u.Table, idCol, vCol); err != nil {
+		return err
+	}
+	if u.ID == nil || len(u.Set) == 0 {
+		return fmt.Errorf("versioned update %s: ID and Set are required", u.Table)
+	}
+	g := GuardedUpdate{Table: u.Table, Guards: map[string]any{idCol: u.ID, vCol: u.Version}, Set: u.Set,
+		Bump: vCol, Extra: u.Extra, ExtraArgs: u.ExtraArgs}
+	err := g.Apply(ctx, tx)
+	if !errors.Is(err, ErrGuardConflict) {
+		return err
+	}
+	// As in Transition: the read locks the row, so "still at Version" is final — the extra
+	// guard failed — once a second UPDATE under the lock matches nothing either.
+	var cur []int64
+	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, vCol, u.Table, idCol), u.ID).
+		Scan(&cur).Error; err != nil {
+		return fmt.Errorf("versioned update %s: read after zero rows: %w", u.Table, err)
+	}
+	switch {
+	case len(cur) == 0:
+		return &GuardConflict{Table: u.Table, Missing: true}
+	case cur[0] != u.Version:
+		return &GuardConflict{Table: u.Table, Version: cur[0]}
+	}
+	if err := g.Apply(ctx, tx); !errors.Is(err, ErrGuardConflict) {
+		return err
+	}
+	return &GuardConflict{Table: u.Table, Version: cur[0], Extra: true}
+}
+
+func checkIdents(names ...string) error {
+	for _, n := range names {
+		if !identRe.MatchString(n) {
+			return fmt.Errorf("guarded update: %q is not a plain lower-case SQL name", n)
+		}
+	}
+	return nil
 }

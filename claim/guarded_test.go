@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -60,5 +61,97 @@ func TestGuardedUpdate_VersionAndBalanceGuards(t *testing.T) {
 	b.db.Raw(`SELECT version FROM gaccounts`).Scan(&ver)
 	if bal != 40 || ver != 2 {
 		t.Fatalf("balance %d version %d, want 40 and 2", bal, ver)
+	}
+}
+
+type orderStatus string
+
+func TestTransition_ZeroRowsAreReadNotIgnored(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pgtest.Exec(t, b.db, `CREATE TABLE torders (id text PRIMARY KEY, status text NOT NULL, amount bigint NOT NULL)`)
+	pgtest.Exec(t, b.db, `INSERT INTO torders VALUES ('o1', 'pending', 100)`)
+	move := func(from, to orderStatus, extra ...any) error {
+		tr := claim.Transition[orderStatus]{Table: "torders", ID: "o1", From: from, To: to}
+		if len(extra) > 0 {
+			tr.Extra, tr.ExtraArgs = "amount = ?", extra
+		}
+		return tr.Apply(ctx, b.db)
+	}
+	var gc *claim.GuardConflict
+	if err := move("pending", "paid", int64(99)); !errors.As(err, &gc) || !gc.Extra || gc.State != "pending" {
+		t.Fatalf("wrong amount: %v, want a conflict on the extra guard with the row still pending", err)
+	}
+	if err := move("pending", "paid", int64(100)); err != nil {
+		t.Fatal(err)
+	}
+	err := move("pending", "closed")
+	if !errors.Is(err, claim.ErrGuardConflict) || !errors.As(err, &gc) || gc.State != "paid" || gc.Extra || gc.Missing {
+		t.Fatalf("late close: %v (%+v), want a conflict reading state paid", err, gc)
+	}
+	err = claim.Transition[orderStatus]{Table: "torders", ID: "nope", From: "pending", To: "paid"}.Apply(ctx, b.db)
+	if !errors.As(err, &gc) || !gc.Missing {
+		t.Fatalf("unknown id: %v, want a conflict saying the row is missing", err)
+	}
+	if err := (claim.Transition[orderStatus]{Table: "torders; DROP TABLE torders", ID: "o1", From: "a", To: "b"}).Apply(ctx, b.db); err == nil || errors.Is(err, claim.ErrGuardConflict) {
+		t.Fatalf("bad table name: %v, want a configuration error", err)
+	}
+}
+
+func TestVersionedUpdate_StaleVersionAndOverdraftAreDistinct(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pgtest.Exec(t, b.db, `CREATE TABLE vaccounts (id text PRIMARY KEY, balance bigint NOT NULL, version bigint NOT NULL)`)
+	pgtest.Exec(t, b.db, `INSERT INTO vaccounts VALUES ('a', 100, 7)`)
+	debit := func(version, amount int64) error {
+		return claim.VersionedUpdate{Table: "vaccounts", ID: "a", Version: version,
+			Set: map[string]any{"balance": gorm.Expr("balance - ?", amount)}, Extra: "balance >= ?", ExtraArgs: []any{amount}}.Apply(ctx, b.db)
+	}
+	if err := debit(7, 30); err != nil {
+		t.Fatal(err)
+	}
+	var gc *claim.GuardConflict
+	if err := debit(7, 30); !errors.As(err, &gc) || gc.Version != 8 || gc.Extra {
+		t.Fatalf("stale version: %v, want a conflict reading version 8", err)
+	}
+	if err := debit(8, 71); !errors.As(err, &gc) || !gc.Extra {
+		t.Fatalf("overdraft: %v, want a conflict on the balance guard", err)
+	}
+	var bal int64
+	b.db.Raw(`SELECT balance FROM vaccounts`).Scan(&bal)
+	if bal != 70 {
+		t.Fatalf("balance %d, want 70", bal)
+	}
+}
+
+// TestTransition_ARowMovedIntoFromConcurrentlyIsNotAConflict: under READ COMMITTED the UPDATE
+// skips a row whose committed state is not yet From, while another transaction is moving it
+// there; the locked read after zero rows waits for that transaction and the transition applies.
+func TestTransition_ARowMovedIntoFromConcurrentlyIsNotAConflict(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pgtest.Exec(t, b.db, `CREATE TABLE rorders (id text PRIMARY KEY, status text NOT NULL)`)
+	pgtest.Exec(t, b.db, `INSERT INTO rorders VALUES ('o1', 'new')`)
+	other := b.db.Begin()
+	if err := other.Exec(`UPDATE rorders SET status = 'pending' WHERE id = 'o1'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- b.db.Transaction(func(tx *gorm.DB) error {
+			return claim.Transition[orderStatus]{Table: "rorders", ID: "o1", From: "pending", To: "paid"}.Apply(ctx, tx)
+		})
+	}()
+	time.Sleep(200 * time.Millisecond) // the transition has skipped the row and waits on its lock
+	if err := other.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("transition after the row reached pending: %v", err)
+	}
+	var status string
+	b.db.Raw(`SELECT status FROM rorders`).Scan(&status)
+	if status != "paid" {
+		t.Fatalf("status %s, want paid", status)
 	}
 }

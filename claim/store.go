@@ -217,6 +217,9 @@ func (s *Store) prepare(req Request) (*prepared, error) {
 		return nil, err
 	}
 	if len(req.Spec.NaturalKey) > 0 {
+		if err := CheckNaturalKey(req.Spec.NaturalKey); err != nil {
+			return nil, fmt.Errorf("operation %s: %w", req.Operation, err)
+		}
 		if req.Key != "" {
 			return nil, fieldErr(ErrInvalidKey, "key", "operation %s uses a natural key; do not send one", req.Operation)
 		}

@@ -122,6 +122,7 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
 		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
 		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal(), CanHold: r.op.Role >= RoleAdmin}
+	v.Panels = s.keyPanels(ctx, k)
 	return v, nil
 }
 

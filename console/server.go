@@ -67,6 +67,8 @@ type Config struct {
 	// Reconcile tunes the reconciler behind the reconciliation pages; its Store, Operations and
 	// Auditor are always the console's own (Claims, Operations, the audit log).
 	Reconcile reconcile.Config
+	// KeyPanels add sections to the key page (see KeyPanelFunc).
+	KeyPanels []KeyPanelFunc
 	Logger    *slog.Logger
 }
 

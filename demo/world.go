@@ -43,6 +43,8 @@ type World struct {
 	Operations *downstream.Registry
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
+	// Orders is the order state machine the channel's callbacks drive.
+	Orders     *Orders
 	servers    []*http.Server
 	grpcServer *grpc.Server
 }
@@ -51,6 +53,9 @@ type World struct {
 func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if len(cfg.Tenants) == 0 {
 		cfg.Tenants = []string{"acme", "globex"}
+	}
+	if len(cfg.Paysim.NotifySecret) == 0 {
+		cfg.Paysim.NotifySecret = []byte(randomHex(16))
 	}
 	sim, err := paysim.NewServer(cfg.Paysim)
 	if err != nil {
@@ -62,7 +67,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	}
 	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
 	w.Charge = downstream.NewPaysimCharge(w.Client)
-	w.Charge.ApplyFunc = ApplyPayment
+	w.Charge.ApplyFunc = applyPaymentAndOpenOrder
 	w.Charge.DeclinedSnapshot = DeclinedPayment
 	w.Operations = downstream.NewRegistry()
 	if err := w.Operations.Register(w.Charge); err != nil {
@@ -72,10 +77,23 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
-	if w.APIURL, err = w.serve(cfg.APIAddr, svc.Handler()); err != nil {
+	w.Orders = &Orders{DB: cfg.DB}
+	mux := http.NewServeMux()
+	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
+	if err := LikeKey.Validate(ctx, cfg.DB); err != nil {
 		w.Close()
 		return nil, err
 	}
+	mux.Handle("/v1/articles/", (&Likes{DB: cfg.DB, Svc: svc}).Handler())
+	checkout := svc.CheckoutHandler()
+	mux.Handle("/v1/checkout", checkout)
+	mux.Handle("/v1/checkout/", checkout)
+	mux.Handle("/", svc.Handler())
+	if w.APIURL, err = w.serve(cfg.APIAddr, mux); err != nil {
+		w.Close()
+		return nil, err
+	}
+	sim.SetNotifyURL(w.APIURL + CallbackPath)
 	if w.GRPCAddr, err = w.serveGRPC(cfg.GRPCAddr, svc); err != nil {
 		w.Close()
 		return nil, err

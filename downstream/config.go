@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // Config is an operations file.
@@ -173,6 +175,9 @@ func (oc *OperationConfig) normalize() *ConfigError {
 				return configErr(fmt.Sprintf("%s[%d]", list.name, j), "must not be empty")
 			}
 		}
+	}
+	if err := claim.CheckNaturalKey(oc.Intent.NaturalKey); err != nil {
+		return configErr("intent.natural_key", "%v", err)
 	}
 	if oc.KeyHeader == "" {
 		oc.KeyHeader = DefaultKeyHeader

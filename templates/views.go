@@ -156,6 +156,8 @@ type KeyView struct {
 	Refusal   string
 	// CanHold shows the legal-hold form (administrators).
 	CanHold bool
+	// Panels are the deployment's extra sections (Config.KeyPanels).
+	Panels []KeyPanel
 }
 
 // AuditSearch is the audit filter form's values.

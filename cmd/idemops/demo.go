@@ -77,7 +77,9 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			}
 			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr, GRPCAddr: grpcAddr,
 				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
-					DoubleChargeRate: 0.02, Logger: log}})
+					DoubleChargeRate: 0.02, Logger: log,
+					// The channel's callbacks misbehave the way real ones do (the order state machine's work).
+					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05}})
 			if err != nil {
 				return err
 			}
@@ -117,6 +119,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if traffic {
 				stats := &demo.TrafficStats{}
 				go demo.RunTraffic(ctx, demo.TrafficConfig{APIURL: world.APIURL, APIKeys: keys, PerSecond: rate, Seed: seed, Logger: log}, stats)
+				go world.RunChannelTraffic(ctx, time.Duration(float64(4*time.Second)/rate), seed, log)
 			}
 			<-ctx.Done()
 			fmt.Fprintln(cmd.ErrOrStderr(), "idemops demo: stopping")
@@ -150,7 +153,8 @@ func (p *demoParts) stop() {
 func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
 	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
 	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
-	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log})
+	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
+		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}})
 	if err != nil {
 		return nil, err
 	}

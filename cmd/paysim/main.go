@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,10 @@ type options struct {
 	declineAmounts               []int64
 	feeBPS, maxCharges           int
 	stateFile                    string
+	notifyURL, notifySecret      string
+	notifyDup, notifyReorder     float64
+	notifyDelayRate, lateClose   float64
+	notifyDelay                  time.Duration
 }
 
 func newCommand(stdout, stderr io.Writer, ready chan<- string) *cobra.Command {
@@ -98,6 +103,13 @@ request header forces them per request. See the downstream/paysim package doc.`,
 	f.IntVar(&o.feeBPS, "fee-bps", 60, "channel fee in basis points (0 for none)")
 	f.IntVar(&o.maxCharges, "max-charges", 100_000, "most charges (and refunds, notifications) held in memory")
 	f.StringVar(&o.stateFile, "state-file", "", "JSON file the state is loaded from and saved to (empty: memory only)")
+	f.StringVar(&o.notifyURL, "notify-url", "", "URL asynchronous callbacks (charge.succeeded/closed/refunded) are POSTed to (empty: none)")
+	f.StringVar(&o.notifySecret, "notify-secret", "", "HMAC-SHA256 secret callbacks are signed with (default paysim-notify-secret; env PAYSIM_NOTIFY_SECRET)")
+	f.Float64Var(&o.notifyDup, "notify-duplicate-rate", 0, "share of callbacks sent again after their acknowledgement (0-1)")
+	f.Float64Var(&o.notifyReorder, "notify-reorder-rate", 0, "share of callbacks held back behind the order's next one (0-1)")
+	f.Float64Var(&o.notifyDelayRate, "notify-delay-rate", 0, "share of callbacks first sent after --notify-delay (0-1)")
+	f.DurationVar(&o.notifyDelay, "notify-delay", 2*time.Second, "delay of a delayed callback, and the longest a reordered one is held")
+	f.Float64Var(&o.lateClose, "late-close-rate", 0, "share of succeeded charges followed by a stale charge.closed callback (0-1)")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }
@@ -106,7 +118,9 @@ func (o options) validate() error {
 	for _, r := range []struct {
 		flag string
 		v    float64
-	}{{"--error-rate", o.errorRate}, {"--drop-response-rate", o.dropRate}, {"--double-charge-rate", o.dblRate}} {
+	}{{"--error-rate", o.errorRate}, {"--drop-response-rate", o.dropRate}, {"--double-charge-rate", o.dblRate},
+		{"--notify-duplicate-rate", o.notifyDup}, {"--notify-reorder-rate", o.notifyReorder},
+		{"--notify-delay-rate", o.notifyDelayRate}, {"--late-close-rate", o.lateClose}} {
 		if !(r.v >= 0 && r.v <= 1) {
 			return usagef("%s: must be between 0 and 1, got %v", r.flag, r.v)
 		}
@@ -120,6 +134,10 @@ func (o options) validate() error {
 		return usagef("--latency plus --latency-jitter: must be at most 1m")
 	case o.feeBPS < 0 || o.feeBPS > 10000:
 		return usagef("--fee-bps: must be between 0 and 10000, got %d", o.feeBPS)
+	case o.notifyDelay <= 0 || o.notifyDelay > time.Hour:
+		return usagef("--notify-delay: must be between 0 and 1h, got %v", o.notifyDelay)
+	case o.notifyURL != "" && !strings.HasPrefix(o.notifyURL, "http://") && !strings.HasPrefix(o.notifyURL, "https://"):
+		return usagef("--notify-url: %q is not an http(s) URL", o.notifyURL)
 	case o.maxCharges < 1:
 		return usagef("--max-charges: must be at least 1, got %d", o.maxCharges)
 	}
@@ -144,6 +162,9 @@ func serve(ctx context.Context, o options, stdout, stderr io.Writer, ready chan<
 		DeclinePayees: o.declinePayees, DeclineAmounts: o.declineAmounts, FeeBasisPoints: fee,
 		MaxCharges: o.maxCharges, MaxRefunds: o.maxCharges, MaxNotifications: o.maxCharges,
 		StateFile: o.stateFile, Logger: logger,
+		NotifyURL: o.notifyURL, NotifySecret: []byte(cmp.Or(o.notifySecret, os.Getenv("PAYSIM_NOTIFY_SECRET"))),
+		NotifyDuplicateRate: o.notifyDup, NotifyReorderRate: o.notifyReorder, NotifyDelayRate: o.notifyDelayRate,
+		NotifyDelay: o.notifyDelay, LateCloseRate: o.lateClose,
 	})
 	if err != nil {
 		return err

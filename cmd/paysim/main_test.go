@@ -37,6 +37,9 @@ func TestPaysim_BadFlagsAreOneLineAndExit2(t *testing.T) {
 		{[]string{"--latency", "-1s"}, "paysim: --latency: must not be negative, got -1s"},
 		{[]string{"--addr", "nonsense"}, `paysim: --addr: "nonsense" is not host:port`},
 		{[]string{"--no-such-flag"}, "paysim: unknown flag: --no-such-flag"},
+		{[]string{"--notify-duplicate-rate", "1.5"}, "paysim: --notify-duplicate-rate: must be between 0 and 1, got 1.5"},
+		{[]string{"--notify-url", "ftp://x"}, `paysim: --notify-url: "ftp://x" is not an http(s) URL`},
+		{[]string{"--notify-delay", "0s"}, "paysim: --notify-delay: must be between 0 and 1h, got 0s"},
 		{[]string{"extra"}, `paysim: unexpected argument "extra" (paysim takes flags only)`},
 	} {
 		var stdout, stderr syncBuffer

@@ -122,6 +122,10 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 			first = rec.Charge
 		}
 	}
+	if first.Status == StatusSucceeded { // a decline is answered synchronously; no callback
+		s.emitCallback(f, CallbackEvent{Type: EventSucceeded, MerchantOrderNo: first.MerchantOrderNo, ChargeID: first.ID,
+			AmountMinor: first.AmountMinor, Currency: first.Currency})
+	}
 	s.changed()
 	s.mu.Unlock()
 

@@ -214,3 +214,10 @@ func (c *Client) do(ctx context.Context, method, path, key, fault string, in, ou
 	}
 	return raw, nil
 }
+
+// CloseOrder asks the channel to close an unpaid order (POST /_paysim/orders/{no}/close); the
+// merchant hears of it through a charge.closed callback. fault is an X-Paysim-Fault value.
+func (c *Client) CloseOrder(ctx context.Context, merchantOrderNo, fault string) error {
+	_, err := c.do(ctx, http.MethodPost, "/_paysim/orders/"+url.PathEscape(merchantOrderNo)+"/close", "", fault, nil, nil)
+	return err
+}

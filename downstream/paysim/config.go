@@ -47,6 +47,26 @@ type Config struct {
 	StateFile    string
 	SaveInterval time.Duration
 
+	// NotifyURL is where asynchronous callbacks (charge.succeeded, charge.closed,
+	// charge.refunded) are POSTed; empty: they wait until SetNotifyURL. NotifySecret signs them
+	// (HMAC-SHA256, HeaderSignature; default "paysim-notify-secret").
+	NotifyURL    string
+	NotifySecret []byte
+	// NotifySchedule is the pause before each retry of an unacknowledged callback (default 1s,
+	// 2s, 5s, 15s, 1m, 5m, 15m, 1h); after the last one the channel gives up.
+	NotifySchedule []time.Duration
+	// NotifyDuplicateRate: share of callbacks sent once more after their acknowledgement.
+	// NotifyReorderRate: share held back until the order's next event has been tried (or for
+	// NotifyDelay). NotifyDelayRate: share first sent only after NotifyDelay (default 2 s).
+	// LateCloseRate: share of succeeded charges followed by a stale charge.closed once the
+	// succeeded callback is acknowledged.
+	NotifyDuplicateRate, NotifyReorderRate, NotifyDelayRate, LateCloseRate float64
+	NotifyDelay                                                            time.Duration
+	// NotifyWorkers callbacks are sent at a time (default 4); NotifyTimeout bounds one POST
+	// (default 5 s); NotifyPoll is how often due callbacks are looked for (default 50 ms).
+	NotifyWorkers             int
+	NotifyTimeout, NotifyPoll time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -83,13 +103,34 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SaveInterval == 0 {
 		c.SaveInterval = time.Second
 	}
+	if len(c.NotifySecret) == 0 {
+		c.NotifySecret = []byte("paysim-notify-secret")
+	}
+	if c.NotifySchedule == nil {
+		c.NotifySchedule = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second,
+			time.Minute, 5 * time.Minute, 15 * time.Minute, time.Hour}
+	}
+	if c.NotifyDelay == 0 {
+		c.NotifyDelay = 2 * time.Second
+	}
+	if c.NotifyWorkers == 0 {
+		c.NotifyWorkers = 4
+	}
+	if c.NotifyTimeout == 0 {
+		c.NotifyTimeout = 5 * time.Second
+	}
+	if c.NotifyPoll == 0 {
+		c.NotifyPoll = 50 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	rates := []struct {
 		name string
 		v    float64
-	}{{"ErrorRate", c.ErrorRate}, {"DropResponseRate", c.DropResponseRate}, {"DoubleChargeRate", c.DoubleChargeRate}}
+	}{{"ErrorRate", c.ErrorRate}, {"DropResponseRate", c.DropResponseRate}, {"DoubleChargeRate", c.DoubleChargeRate},
+		{"NotifyDuplicateRate", c.NotifyDuplicateRate}, {"NotifyReorderRate", c.NotifyReorderRate},
+		{"NotifyDelayRate", c.NotifyDelayRate}, {"LateCloseRate", c.LateCloseRate}}
 	for _, r := range rates {
 		if !(r.v >= 0 && r.v <= 1) {
 			return c, fmt.Errorf("paysim: %s: must be between 0 and 1, got %v", r.name, r.v)
@@ -104,6 +145,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("paysim: FeeBasisPoints: must be between 0 and 10000 (or -1), got %d", c.FeeBasisPoints)
 	case c.MaxCharges < 0 || c.MaxRefunds < 0 || c.MaxNotifications < 0:
 		return c, fmt.Errorf("paysim: MaxCharges, MaxRefunds and MaxNotifications must not be negative")
+	case len(c.NotifySchedule) > 32 || c.NotifyDelay < 0 || c.NotifyDelay > time.Hour:
+		return c, fmt.Errorf("paysim: NotifySchedule holds at most 32 steps and NotifyDelay is 0..1h")
+	case c.NotifyWorkers < 1 || c.NotifyWorkers > 64 || c.NotifyTimeout < 0 || c.NotifyPoll < time.Millisecond:
+		return c, fmt.Errorf("paysim: NotifyWorkers is 1..64, NotifyTimeout not negative, NotifyPoll at least 1ms")
 	case c.SaveInterval < 0:
 		return c, fmt.Errorf("paysim: SaveInterval must not be negative")
 	}

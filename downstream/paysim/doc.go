@@ -12,6 +12,7 @@
 //	GET   /notifications/{key}            the notification and its delivery count; 404 when none
 //	GET   /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen
 //	GET   /_paysim/charges?merchant_order_no=X    every charge for an order number, with a count
+//	POST  /_paysim/orders/{merchant_order_no}/close   close an unpaid order (409 order_paid when paid); a charge.closed callback follows
 //	POST  /_paysim/charges                fabricate a charge the merchant never recorded (channel-only)
 //	PATCH /_paysim/charges/{id}           change a charge's amount, currency or status as the channel reports it
 //	GET   /healthz
@@ -30,6 +31,18 @@
 // number) and n counts requests for that subject, so the same seed and the same requests give the
 // same faults whatever the interleaving. The X-Paysim-Fault request header forces faults for one
 // request: a comma-separated list of none, error, drop-response, double-charge, latency=DURATION.
+//
+// # Callbacks
+//
+// With a notify URL (Config.NotifyURL, SetNotifyURL, --notify-url) the channel tells the merchant
+// asynchronously what happened to an order: charge.succeeded after a succeeded charge,
+// charge.refunded after a refund, charge.closed after an admin close. Each is a POST of a
+// CallbackEvent signed in HeaderSignature ("t=<unix>,v1=<hex HMAC-SHA256 of t.body>", see
+// VerifySignature), retried on Config.NotifySchedule until a 2xx answer, then given up. Faults,
+// decided per event from the seed or forced by the causing request's X-Paysim-Fault:
+// notify-duplicate (sent again after the acknowledgement), notify-reorder (held back until the
+// order's next event has been tried, or NotifyDelay), notify-delay=DURATION, and late-close (a
+// stale charge.closed once the succeeded callback is acknowledged).
 //
 // # Statements
 //

@@ -10,7 +10,8 @@ import (
 )
 
 // HeaderFault forces faults for one request: a comma-separated list of FaultNone, FaultError,
-// FaultDropResponse, FaultDoubleCharge and "latency=DURATION".
+// FaultDropResponse, FaultDoubleCharge, "latency=DURATION", and the callback faults
+// FaultNotifyDuplicate, FaultNotifyReorder, FaultLateClose and "notify-delay=DURATION".
 const HeaderFault = "X-Paysim-Fault"
 
 // Fault names accepted in HeaderFault.
@@ -23,6 +24,12 @@ const (
 	FaultDropResponse = "drop-response"
 	// FaultDoubleCharge charges twice (only for charges sent without a key).
 	FaultDoubleCharge = "double-charge"
+	// FaultNotifyDuplicate sends the request's callback once more after it is acknowledged.
+	FaultNotifyDuplicate = "notify-duplicate"
+	// FaultNotifyReorder holds the request's callback back until the order's next one is tried.
+	FaultNotifyReorder = "notify-reorder"
+	// FaultLateClose follows a succeeded charge's callback with a stale charge.closed.
+	FaultLateClose = "late-close"
 )
 
 // faults is what happens to one request.
@@ -31,6 +38,11 @@ type faults struct {
 	err          bool
 	drop         bool
 	doubleCharge bool
+	// none: the request asked for no fault at all (random callback faults included).
+	none bool
+	// Faults of the callback the request causes.
+	notifyDup, notifyReorder, lateClose bool
+	notifyDelay                         time.Duration
 }
 
 // maxFaultSubjects bounds the per-subject request counters; past it they start again (the
@@ -76,7 +88,19 @@ func (s *Server) decideFaults(r *http.Request, endpoint, subject string) (faults
 		part = strings.TrimSpace(part)
 		switch {
 		case part == FaultNone:
-			f = faults{}
+			f = faults{none: true}
+		case part == FaultNotifyDuplicate:
+			f.notifyDup = true
+		case part == FaultNotifyReorder:
+			f.notifyReorder = true
+		case part == FaultLateClose:
+			f.lateClose = true
+		case strings.HasPrefix(part, "notify-delay="):
+			d, err := time.ParseDuration(strings.TrimPrefix(part, "notify-delay="))
+			if err != nil || d <= 0 || d > time.Hour {
+				return f, fmt.Errorf("%s: %q is not a delay between 0 and 1h", HeaderFault, part)
+			}
+			f.notifyDelay = d
 		case part == FaultError:
 			f.err = true
 		case part == FaultDropResponse:
@@ -90,7 +114,7 @@ func (s *Server) decideFaults(r *http.Request, endpoint, subject string) (faults
 			}
 			f.latency = d
 		default:
-			return f, fmt.Errorf("%s: unknown fault %q (want none, error, drop-response, double-charge or latency=DURATION)", HeaderFault, part)
+			return f, fmt.Errorf("%s: unknown fault %q (want none, error, drop-response, double-charge, latency=DURATION, notify-duplicate, notify-reorder, notify-delay=DURATION or late-close)", HeaderFault, part)
 		}
 	}
 	return f, nil

@@ -75,6 +75,8 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	}}
 	s.st.Refunds = append(s.st.Refunds, rec)
 	s.st.refundKey[order+"\x00"+rkey] = rec
+	s.emitCallback(f, CallbackEvent{Type: EventRefunded, MerchantOrderNo: order, ChargeID: c.ID, RefundID: rec.ID,
+		AmountMinor: rec.AmountMinor, Currency: rec.Currency})
 	s.changed()
 	s.mu.Unlock()
 

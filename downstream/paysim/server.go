@@ -33,6 +33,8 @@ type Server struct {
 	faultCounts map[string]uint64
 	dirty       bool
 
+	notifyWake chan struct{}
+
 	saveMu   sync.Mutex // one save at a time
 	stop     chan struct{}
 	saverRun sync.WaitGroup
@@ -52,8 +54,11 @@ func NewServer(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s := &Server{cfg: cfg, st: st, faultCounts: map[string]uint64{}, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, st: st, faultCounts: map[string]uint64{}, stop: make(chan struct{}),
+		notifyWake: make(chan struct{}, 1)}
 	s.routes()
+	s.saverRun.Add(1)
+	go s.notifyLoop()
 	if cfg.StateFile != "" {
 		s.saverRun.Add(1)
 		go s.saveLoop()
@@ -72,6 +77,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /_paysim/charges", s.adminListCharges)
 	m.HandleFunc("POST /_paysim/charges", s.adminInsertCharge)
 	m.HandleFunc("PATCH /_paysim/charges/{id}", s.adminAlterCharge)
+	m.HandleFunc("POST /_paysim/orders/{key}/close", s.adminCloseOrder)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

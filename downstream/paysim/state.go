@@ -88,6 +88,8 @@ type state struct {
 	Charges       []*chargeRecord       `json:"charges"`
 	Refunds       []*refundRecord       `json:"refunds"`
 	Notifications []*notificationRecord `json:"notifications"`
+	// Callbacks are the asynchronous notifications to the merchant, delivered or not.
+	Callbacks []*Callback `json:"callbacks,omitempty"`
 
 	byKey     map[string]*chargeRecord   // Idempotency-Key → charge
 	byOrder   map[string][]*chargeRecord // merchant order number → charges, oldest first
