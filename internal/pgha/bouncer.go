@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,7 +38,9 @@ type BouncerOptions struct {
 	Port int
 	// PoolSize is the number of server connections per database and user (default 10).
 	PoolSize int
-	Log      io.Writer
+	// Users may connect (trust, loopback only); default postgres.
+	Users []string
+	Log   io.Writer
 }
 
 // StartBouncer starts pgbouncer on a free loopback port in front of opt.Host:opt.Port, pooling
@@ -82,7 +85,18 @@ ignore_startup_parameters = extra_float_digits,options
 server_reset_query =
 logfile = %s/pgbouncer.log
 `, opt.Host, opt.Port, b.Port, dir, dir, opt.PoolSize, dir)
-	files := map[string]string{"pgbouncer.ini": ini, "users.txt": `"postgres" ""` + "\n"}
+	if len(opt.Users) == 0 {
+		opt.Users = []string{"postgres"}
+	}
+	var users strings.Builder
+	for _, u := range opt.Users {
+		if strings.ContainsAny(u, "\"\n") {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pgbouncer user %q: quotes and newlines are not allowed", u)
+		}
+		fmt.Fprintf(&users, "%q \"\"\n", u)
+	}
+	files := map[string]string{"pgbouncer.ini": ini, "users.txt": users.String()}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
 			os.RemoveAll(dir)
@@ -111,7 +125,7 @@ logfile = %s/pgbouncer.log
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, b.URL("postgres")+"&default_query_exec_mode=simple_protocol")
+		conn, err := pgx.Connect(cctx, b.URL(opt.Users[0], "postgres")+"&default_query_exec_mode=simple_protocol")
 		cancel()
 		if err == nil {
 			conn.Close(context.Background())
@@ -132,11 +146,11 @@ logfile = %s/pgbouncer.log
 	}
 }
 
-// URL is the connection string for database db through the pooler. pgx must not keep named
-// prepared statements across transactions behind a transaction pooler: callers add
-// default_query_exec_mode=exec (or simple_protocol) to it.
-func (b *Bouncer) URL(db string) string {
-	return "postgres://postgres@127.0.0.1:" + strconv.Itoa(b.Port) + "/" + db + "?sslmode=disable"
+// URL is the connection string for user and database db through the pooler. pgx must not keep
+// named prepared statements across transactions behind a transaction pooler (pgbouncer before
+// 1.21 cannot track them): callers add default_query_exec_mode=exec (or simple_protocol).
+func (b *Bouncer) URL(user, db string) string {
+	return "postgres://" + user + "@127.0.0.1:" + strconv.Itoa(b.Port) + "/" + db + "?sslmode=disable"
 }
 
 // Stop ends pgbouncer and removes its folder.
