@@ -18,8 +18,8 @@ import (
 // have committed. A statement PostgreSQL answered with an ordinary error did not commit; one
 // never sent (pgconn.SafeToRetry) did not either, but is reported here too: both are re-read.
 func ConnLost(err error) bool {
-	if err == nil {
-		return false
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller gave up: nobody is left to learn the outcome
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {

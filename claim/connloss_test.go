@@ -305,6 +305,7 @@ func TestConnLost_SortsErrors(t *testing.T) {
 		{&pgconn.PgError{Code: "23505"}, false},
 		{&pgconn.PgError{Code: "40001"}, false},
 		{errors.New("apply: boom"), false},
+		{fmt.Errorf("claim: %w", context.DeadlineExceeded), false},
 		{nil, false},
 	} {
 		if got := claim.ConnLost(c.err); got != c.want {
