@@ -254,7 +254,7 @@ func (s *Set) spawn(bin, pgdata string, args ...string) (*process, error) {
 }
 
 // tuneMonitor waits for the monitor and makes it decide fast: health checks every second, a
-// primary unheard of for 2 s is failed over, and its demotion waited for 2 s only.
+// primary that fails its health check and is unheard of for 3 s is failed over, and its demotion waited for 2 s only.
 func (s *Set) tuneMonitor(ctx context.Context) error {
 	conn, err := s.connectRetry(ctx, s.MonitorPort, "pg_auto_failover", s.monitor)
 	if err != nil {
@@ -262,8 +262,8 @@ func (s *Set) tuneMonitor(ctx context.Context) error {
 	}
 	defer conn.Close(context.Background())
 	for _, kv := range [][2]string{
-		{"health_check_period", "1000"}, {"health_check_timeout", "1000"}, {"health_check_max_retries", "1"},
-		{"health_check_retry_delay", "500"}, {"node_considered_unhealthy_timeout", "2000"},
+		{"health_check_period", "1000"}, {"health_check_timeout", "2000"}, {"health_check_max_retries", "1"},
+		{"health_check_retry_delay", "500"}, {"node_considered_unhealthy_timeout", "3000"},
 		{"primary_demote_timeout", "2000"}, {"startup_grace_period", "2000"},
 	} {
 		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET pgautofailover."+kv[0]+" = "+kv[1]); err != nil {
