@@ -18,9 +18,11 @@ import (
 // have committed. A statement PostgreSQL answered with an ordinary error did not commit; one
 // never sent (pgconn.SafeToRetry) did not either, but is reported here too: both are re-read.
 func ConnLost(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) {
 		return false // the caller gave up: nobody is left to learn the outcome
 	}
+	// A deadline may be the caller's (reread stops at once when the caller's context is done)
+	// or the driver's connect_timeout while a standby is promoted (lost, keep trying).
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {

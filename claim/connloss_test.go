@@ -305,7 +305,8 @@ func TestConnLost_SortsErrors(t *testing.T) {
 		{&pgconn.PgError{Code: "23505"}, false},
 		{&pgconn.PgError{Code: "40001"}, false},
 		{errors.New("apply: boom"), false},
-		{fmt.Errorf("claim: %w", context.DeadlineExceeded), false},
+		{fmt.Errorf("claim: %w", context.Canceled), false},
+		{fmt.Errorf("connect: %w", context.DeadlineExceeded), true}, // connect_timeout during a promotion
 		{nil, false},
 	} {
 		if got := claim.ConnLost(c.err); got != c.want {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,7 @@ type payment struct {
 	key, tenant string
 	status      int // the client's final answer; 0 when it never got one
 	replayed    bool
+	crashed     bool // sent first with a simulated crash after the charge
 }
 
 // TestFailover_KillThePrimaryUnderTraffic: demo payments flow through the payments service
@@ -115,14 +117,16 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const leaseTTL = 20 * time.Second
+	const leaseTTL = 30 * time.Second // the default
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("failover-test-secret-0123"), Owner: "payments",
 		LeaseTTL: leaseTTL, Quarantine: 2 * time.Second, LookupBackoff: 500 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: db, Store: store,
-		Paysim: paysim.Config{Seed: 20, DeclinePayees: []string{"declined-shop"}}})
+		// 300 ms at the channel keeps a few payments between claim and completion when the
+		// primary dies: they must finish by re-reading their key, not wait out their lease.
+		Paysim: paysim.Config{Seed: 20, DeclinePayees: []string{"declined-shop"}, Latency: 300 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +230,9 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 				if scenario == 1 && killedAt.Load() == 0 {
 					// Before the kill only: a crash between the charge and the local commit,
 					// recovered across the failover (by the client's retries or the daemon).
+					mu.Lock()
+					p.crashed = true
+					mu.Unlock()
 					crash := h.Clone()
 					crash.Set("X-Demo-Crash", "after-charge")
 					cl := &idemclient.Client{HTTP: client.HTTP, MaxAttempts: 1}
@@ -259,6 +266,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	// A probe claims a fresh key every 100 ms (tenant "probe", released at once): the first
 	// claim to succeed after the kill says when claims were served again.
 	var claimsBack atomic.Int64 // ns after the kill; 0 until then
+	var failedAt atomic.Int64   // unix ns of the first failed claim after the kill
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	probeDone := make(chan struct{})
 	go func() {
@@ -269,10 +277,19 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			out, err := store.Claim(cctx, claim.Request{Tenant: "probe", Operation: "probe", Key: fmt.Sprintf("p-%d", i),
 				Intent: json.RawMessage(`{}`), Actor: "service:probe"})
 			cancel()
+			k := killedAt.Load()
 			if err == nil && out.Kind == claim.Acquired {
 				_ = store.Release(context.Background(), out.Lease, "probe")
-				if k := killedAt.Load(); k != 0 && started.UnixNano() > k && claimsBack.Load() == 0 {
+				// Back: the first claim started after one that failed since the kill.
+				if f := failedAt.Load(); f != 0 && started.UnixNano() > f && claimsBack.Load() == 0 {
 					claimsBack.Store(time.Since(time.Unix(0, k)).Nanoseconds())
+				}
+			} else if k != 0 && started.UnixNano() > k {
+				if failedAt.Load() == 0 {
+					failedAt.Store(time.Now().UnixNano())
+				}
+				if os.Getenv("PGHA_LOG") != "" {
+					fmt.Fprintf(os.Stderr, "probe %s (+%s): %v %v\n", started.Format("15:04:05.000"), time.Since(started), out, err)
 				}
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -325,9 +342,11 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		Tenant, Key string
 		State       claim.State
 		Payments    int
+		TakenOver   bool
 	}
 	var rows []row
-	if err := db.Raw(`SELECT k.tenant, k.key, k.state, (SELECT count(*) FROM payments p WHERE p.key_id = k.id) AS payments
+	if err := db.Raw(`SELECT k.tenant, k.key, k.state, (SELECT count(*) FROM payments p WHERE p.key_id = k.id) AS payments,
+		EXISTS (SELECT 1 FROM key_events e WHERE e.key_id = k.id AND e.kind = 'taken_over') AS taken_over
 		FROM idempotency_keys k WHERE k.tenant <> 'probe'`).Scan(&rows).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +356,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	var doubles, repeated, lost, unfinished, completed int
+	var doubles, repeated, lost, unfinished, completed, takenOver int
 	var problems []string
 	for _, p := range payments {
 		dk := claim.DownstreamKey(p.tenant, demo.OperationCharge, p.key)
@@ -353,6 +372,14 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("%s: %d charge calls reached paysim", p.key, calls))
 		}
 		r, ok := byKey[p.tenant+"|"+p.key]
+		if ok && r.TakenOver && !p.crashed {
+			takenOver++ // an attempt cut by the failover that waited out its lease instead of re-reading
+			var evs []string
+			db.Raw(`SELECT e.kind || '/' || e.actor || '@' || to_char(e.at, 'HH24:MI:SS.MS') FROM key_events e
+				JOIN idempotency_keys k ON k.id = e.key_id WHERE k.tenant = ? AND k.key = ? ORDER BY e.id`, p.tenant, p.key).Scan(&evs)
+			problems = append(problems, fmt.Sprintf("%s taken over (kill at %s): %s", p.key,
+				time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"), strings.Join(evs, " ")))
+		}
 		if p.status == http.StatusCreated {
 			completed++
 			if !ok || r.State != claim.StateCompleted || r.Payments != 1 {
@@ -373,8 +400,8 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		}
 	}
 	back := time.Duration(claimsBack.Load())
-	t.Logf("primary %s killed; %s promoted after %.1f s; %d of %d payments completed (client saw 201)",
-		primary.Name, promoted.Name, promotedAfter.Seconds(), completed, len(payments))
+	t.Logf("primary %s killed; %s promoted after %.1f s; %d of %d payments completed (client saw 201); %d keys not crashed on purpose were taken over",
+		primary.Name, promoted.Name, promotedAfter.Seconds(), completed, len(payments), takenOver)
 	for i, p := range problems {
 		if i == 20 {
 			t.Errorf("… and %d more", len(problems)-20)
@@ -384,6 +411,9 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	}
 	if len(payments) < 50 || completed < len(payments)/2 {
 		t.Errorf("too little traffic to judge: %d payments, %d completed", len(payments), completed)
+	}
+	if takenOver > 0 {
+		t.Errorf("%d keys cut by the failover were taken over after their lease instead of re-read by their holder", takenOver)
 	}
 	if doubles+repeated+lost+unfinished > 0 {
 		t.Errorf("%d double charges, %d repeated charge calls, %d lost, %d unfinished", doubles, repeated, lost, unfinished)

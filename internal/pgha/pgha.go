@@ -411,13 +411,19 @@ func (s *Set) WaitPromoted(ctx context.Context, old *Node) (*Node, error) {
 }
 
 // Kill takes n down like a crashed machine: SIGKILL to its pg_autoctl (the keeper that would
-// otherwise restart postgres) and to its postmaster.
+// otherwise restart postgres), to its postmaster and to every postgres process the postmaster
+// started (backends and the WAL sender run in sessions of their own and would otherwise live on
+// for a moment, answering queries, until they notice the postmaster is gone).
 func (s *Set) Kill(n *Node) error {
 	postmaster := postmasterPID(n.PGData)
 	if err := syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill node %s: %w", n.Name, err)
 	}
 	if postmaster > 0 {
+		_ = syscall.Kill(postmaster, syscall.SIGSTOP) // no new children while we list them
+		for _, pid := range childrenOf(postmaster) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		_ = syscall.Kill(postmaster, syscall.SIGKILL)
 	}
 	select {
@@ -485,6 +491,34 @@ func (s *Set) Stop() {
 		}
 		_ = os.RemoveAll(s.Dir)
 	})
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after its closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) > 1 {
+			if ppid, _ := strconv.Atoi(fields[1]); ppid == pid {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
 }
 
 // postmasterPID reads the running postmaster's pid from pgdata, 0 when there is none.
