@@ -301,6 +301,15 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What makes a completed key survive: the commit waited for the standby.
+	var syncNames, syncState string
+	if err := db.Raw(`SELECT current_setting('synchronous_standby_names'),
+		COALESCE((SELECT string_agg(sync_state, ',') FROM pg_stat_replication), '')`).Row().Scan(&syncNames, &syncState); err != nil {
+		t.Fatal(err)
+	}
+	if syncNames == "" || (syncState != "quorum" && syncState != "sync") {
+		t.Fatalf("replication is not synchronous before the kill: synchronous_standby_names %q, standby %q", syncNames, syncState)
+	}
 	killedAt.Store(time.Now().UnixNano())
 	if err := set.Kill(primary); err != nil {
 		t.Fatal(err)
