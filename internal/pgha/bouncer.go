@@ -48,10 +48,10 @@ type BouncerOptions struct {
 func StartBouncer(ctx context.Context, opt BouncerOptions) (*Bouncer, error) {
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
+		if _, serr := os.Stat(bouncerFallback); serr != nil {
 			return nil, ErrNoBouncer
 		}
-		bin = "/usr/sbin/pgbouncer"
+		bin = bouncerFallback
 	}
 	if opt.PoolSize == 0 {
 		opt.PoolSize = 10

@@ -36,6 +36,12 @@ import (
 // ErrNoAutoctl means pg_autoctl is not installed.
 var ErrNoAutoctl = errors.New("pg_autoctl not found on PATH: install pg_auto_failover (Debian: apt-get install postgresql-15-auto-failover)")
 
+// Where Debian installs the binaries when they are not on PATH (variables for the tests).
+var (
+	autoctlFallback = "/usr/bin/pg_autoctl"
+	bouncerFallback = "/usr/sbin/pgbouncer"
+)
+
 // Options says how to start a set.
 type Options struct {
 	// StartTimeout bounds the whole start-up (default 120 s).
@@ -75,10 +81,10 @@ type process struct {
 func FindAutoctl() (autoctl, pgctl string, err error) {
 	autoctl, err = exec.LookPath("pg_autoctl")
 	if err != nil {
-		if _, serr := os.Stat("/usr/bin/pg_autoctl"); serr != nil {
+		if _, serr := os.Stat(autoctlFallback); serr != nil {
 			return "", "", ErrNoAutoctl
 		}
-		autoctl = "/usr/bin/pg_autoctl"
+		autoctl = autoctlFallback
 	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(dirs) == 0 {
