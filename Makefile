@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: run test test-race bench vet fmt generate check build
+.PHONY: run test test-race test-failover bench vet fmt generate check build
 
 ## run: start the whole thing (private PostgreSQL, demo traffic, console)
 run:
@@ -15,6 +15,10 @@ build:
 ## test: all tests against one private PostgreSQL cluster shared by every package
 test:
 	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -timeout 10m $(PKGS)
+
+## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
+test-failover:
+	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./internal/pgha/
 
 ## test-race: the claim core under the race detector
 test-race:

@@ -39,8 +39,21 @@ SELECT id, token, attempt, not_found_at FROM u`
 
 func (s *Store) takeover(ctx context.Context, db *gorm.DB, id, version int64, actor, owner string) (*Lease, error) {
 	var rows []takenOver
-	err := db.WithContext(ctx).Raw(takeoverSQL, owner, newToken(), s.cfg.LeaseTTL.Milliseconds(), id, version,
+	token := newToken()
+	err := db.WithContext(ctx).Raw(takeoverSQL, owner, token, s.cfg.LeaseTTL.Milliseconds(), id, version,
 		actor, owner).Scan(&rows).Error
+	if ConnLost(err) {
+		// The takeover may have committed: it did if the row now carries our token.
+		rerr := s.reread(ctx, func(ctx context.Context) error {
+			rows = rows[:0]
+			return s.db.WithContext(ctx).Raw(`SELECT id, lease_token::text AS token, attempts AS attempt, not_found_at
+				FROM idempotency_keys WHERE id = ? AND lease_token = ?::uuid`, id, token).Scan(&rows).Error
+		})
+		if rerr != nil {
+			return nil, fmt.Errorf("takeover key %d: outcome unknown after a lost connection (%v): %w", id, err, rerr)
+		}
+		err = nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("takeover key %d: %w", id, err)
 	}
@@ -150,9 +163,48 @@ func (s *Store) takeoverKey(ctx context.Context, k *Key, actor string) (*Lease, 
 // versions left there — a Complete that took tens of milliseconds on a busy table instead of
 // one primary-key probe.
 func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
-	if tx == nil {
-		tx = s.db
+	if tx != nil {
+		return s.holderWriteOnce(ctx, tx, l, what, setSQL, args, kind, detail)
 	}
+	// Our own statement: when its connection is lost, re-read the key to learn whether it
+	// committed; run the compare-and-set again only while the token is still ours (then it
+	// did not). Bounded: each round waits out at most the reconnect window.
+	for round := 0; ; round++ {
+		err := s.holderWriteOnce(ctx, s.db, l, what, setSQL, args, kind, detail)
+		if !ConnLost(err) || round == 2 {
+			return err
+		}
+		applied, held, rerr := s.holderOutcome(ctx, l, holderEndStates(kind, args)...)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("%s %s: outcome unknown after a lost connection (%v): %w", what, l.Digest, err, rerr)
+		case applied:
+			return nil
+		case !held:
+			return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+		}
+	}
+}
+
+// holderEndStates is the state a holder write leaves the key in when it clears the token, by its
+// event kind: how a re-read after a lost connection recognizes that the write took effect.
+func holderEndStates(kind string, args []any) []State {
+	switch kind {
+	case "completed", "recovered_from_downstream":
+		return []State{StateCompleted}
+	case "failed":
+		if st, ok := args[0].(string); ok {
+			return []State{State(st)}
+		}
+	case "released":
+		return []State{StateFailedRetryable}
+	case "downstream_not_found", "lookup_failed":
+		return []State{StateProcessing}
+	}
+	return nil // the token stays (mark executing): still ours means run it again
+}
+
+func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
 	n := len(args)
 	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
     WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` RETURNING id
@@ -246,13 +298,34 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 // leaves no record at all (the next attempt starts afresh); a later attempt returns the key to
 // failed_retryable, since an earlier attempt may have reached downstream.
 func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
-	if !l.MustCheckDownstream() && l.Attempt == 1 {
+	for retries := 0; !l.MustCheckDownstream() && l.Attempt == 1; {
 		// The key's history goes with it in the same statement (key_events has no foreign key).
 		var id int64
 		err := conn(s.db).QueryRowContext(ctx, `WITH d AS (
 			DELETE FROM idempotency_keys WHERE id = $1 AND lease_token = $2 RETURNING id
 		), ev AS (DELETE FROM key_events WHERE key_id IN (SELECT id FROM d))
 		SELECT id FROM d`, l.KeyID, l.Token).Scan(&id)
+		if ConnLost(err) {
+			// Gone means the delete committed; our token still there means it did not.
+			var r *leaseRow
+			if rerr := s.reread(ctx, func(ctx context.Context) error {
+				var e error
+				r, e = s.readLease(ctx, l.KeyID)
+				return e
+			}); rerr != nil {
+				return fmt.Errorf("release %s: outcome unknown after a lost connection (%v): %w", l.Digest, err, rerr)
+			}
+			if r == nil {
+				return nil
+			}
+			if r.Token == nil || *r.Token != l.Token {
+				return fmt.Errorf("release %s: %w", l.Digest, ErrLeaseLost)
+			}
+			if retries++; retries > 2 {
+				return fmt.Errorf("release %s: %w", l.Digest, err)
+			}
+			continue // the delete did not commit: the key is still ours
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("release %s: %w", l.Digest, ErrLeaseLost)
 		}

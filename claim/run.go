@@ -181,7 +181,7 @@ func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Documen
 	if recovered {
 		kind, event = Recovered, "recovered_from_downstream"
 	}
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	apply := func(tx *gorm.DB) error {
 		snap, err := op.Apply(ctx, tx, l, doc)
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", l.Digest, err)
@@ -189,7 +189,30 @@ func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Documen
 		out.Snapshot = snap
 		return s.complete(ctx, tx, l, snap, event, detailJSON("status", snap.Status, "resource_id", snap.ResourceID,
 			"attempt", l.Attempt, "recovered", recovered))
-	})
+	}
+	// A lost connection leaves the commit's outcome unknown: re-read the key. Completed means
+	// it committed; our token still on the row means it rolled back, and the transaction (Apply
+	// and the completion, compare-and-set on the token) runs again; bounded.
+	var err error
+	for round := 0; ; round++ {
+		err = s.db.WithContext(ctx).Transaction(apply)
+		if !ConnLost(err) || round == 2 {
+			break
+		}
+		applied, held, rerr := s.holderOutcome(ctx, l, StateCompleted)
+		if rerr != nil {
+			err = fmt.Errorf("complete %s: outcome unknown after a lost connection (%v): %w", l.Digest, err, rerr)
+			break
+		}
+		if applied {
+			err = nil
+			break
+		}
+		if !held {
+			err = fmt.Errorf("complete %s: %w", l.Digest, ErrLeaseLost)
+			break
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,10 @@ type Config struct {
 	KeepResponse, KeepKey time.Duration
 	// MaxSnapshotBytes bounds a stored response body (default 64 KiB).
 	MaxSnapshotBytes int
-	Logger           *slog.Logger
+	// ReconnectWindow bounds how long a write whose connection was lost (a failover, a killed
+	// backend) keeps re-reading the key to learn whether it committed (default 30 s).
+	ReconnectWindow time.Duration
+	Logger          *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -74,6 +77,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxSnapshotBytes == 0 {
 		c.MaxSnapshotBytes = 64 << 10
+	}
+	if c.ReconnectWindow == 0 {
+		c.ReconnectWindow = DefaultReconnectWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -296,6 +302,20 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			p.intent.Amount, p.intent.Currency,
 			p.Actor, detailJSON("attempt", 1, "owner", s.cfg.Owner),
 		).Scan(&id)
+		if ConnLost(err) {
+			// The insert may have committed before the connection went: re-read the key and
+			// never run the claim again blindly. Our token on the row means it is ours; no row
+			// (or another's) sends the next round to the guarded insert again.
+			mine, rerr := s.claimedBy(ctx, p, token)
+			if rerr != nil {
+				return nil, fmt.Errorf("claim %s: outcome unknown after a lost connection (%v): %w", p.digest, err, rerr)
+			}
+			if mine != 0 {
+				return &Outcome{Kind: Acquired, KeyID: mine, Digest: p.digest, State: StateProcessing,
+					Lease: p.lease(mine, token, 1, false, false, nil)}, nil
+			}
+			continue
+		}
 		switch {
 		case err == nil:
 			return &Outcome{Kind: Acquired, KeyID: id, Digest: p.digest, State: StateProcessing,
@@ -313,6 +333,21 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 }
 
 var errRaced = errors.New("raced")
+
+// claimedBy re-reads a key after a claim lost its connection: its id when the row carries
+// token (the insert committed), 0 when there is no row or another holder's.
+func (s *Store) claimedBy(ctx context.Context, p *prepared, token string) (int64, error) {
+	var ids []int64
+	err := s.reread(ctx, func(ctx context.Context) error {
+		ids = ids[:0]
+		return s.db.WithContext(ctx).Raw(`SELECT id FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?
+			AND lease_token = ?::uuid`, p.Tenant, p.Operation, p.Key, token).Scan(&ids).Error
+	})
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return ids[0], nil
+}
 
 func (p *prepared) lease(id int64, token string, attempt int, takeover, retry bool, notFoundAt *time.Time) *Lease {
 	return &Lease{KeyID: id, Tenant: p.Tenant, Operation: p.Operation, Key: p.Key, Digest: p.digest,

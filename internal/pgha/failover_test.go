@@ -1,0 +1,445 @@
+package pgha_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/idemclient"
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/demo"
+	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/pgha"
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/migrations"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.ReleaseMode)
+	if os.Getenv("PGHA_LOG") == "" {
+		slog.SetDefault(quiet) // the payments service logs every simulated crash
+	}
+	pgtest.Main(m)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// need skips (or, under CI, fails) when a package the test needs is missing.
+func need(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, pgha.ErrNoAutoctl) || errors.Is(err, pgha.ErrNoBouncer) {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countingTransport counts the charge calls that reach paysim, by Idempotency-Key: a second
+// call for one key would mean idemops executed a payment twice (paysim's own dedup, the second
+// line of defence, would hide it from the charge count).
+type countingTransport struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && r.URL.Path == "/charges" {
+		c.mu.Lock()
+		c.calls[r.Header.Get(paysim.HeaderIdempotencyKey)]++
+		c.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+type opsOf struct{ w *demo.World }
+
+func (o opsOf) Get(name string) (claim.Operation, bool) {
+	op, err := o.w.Operations.Get(name)
+	return op, err == nil
+}
+
+// payment is one logical payment of the traffic: its key, tenant and what the client saw.
+type payment struct {
+	key, tenant string
+	status      int // the client's final answer; 0 when it never got one
+	replayed    bool
+	crashed     bool // sent first with a simulated crash after the charge
+}
+
+// TestFailover_KillThePrimaryUnderTraffic: demo payments flow through the payments service
+// (clients retrying with one key each) and two daemon replicas run against a pg_auto_failover
+// set; the primary is killed (-9, keeper and postgres); the monitor promotes the synchronous
+// standby. Then: no payment charged twice or executed twice at paysim, no key a client saw
+// completed is lost, every key ends completed or failed (replayable), a daemon leader is
+// re-elected in a new term, and claims are served again within one lease TTL.
+func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL HA set")
+	}
+	ctx := context.Background()
+	var log io.Writer
+	if os.Getenv("PGHA_LOG") != "" {
+		log = os.Stderr
+	}
+	set, err := pgha.Start(ctx, pgha.Options{Log: log})
+	need(t, err)
+	defer set.Stop()
+	if err := set.CreateDatabase(ctx, "idemops"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := set.URL("idemops")
+	db, err := pglocal.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, _ := db.DB()
+	defer sqlDB.Close()
+	if err := migrations.Up(ctx, sqlDB); err != nil {
+		t.Fatal(err)
+	}
+
+	const leaseTTL = 30 * time.Second // the default
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("failover-test-secret-0123"), Owner: "payments",
+		LeaseTTL: leaseTTL, Quarantine: 2 * time.Second, LookupBackoff: 500 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: db, Store: store,
+		// 300 ms at the channel keeps a few payments between claim and completion when the
+		// primary dies: they must finish by re-reading their key, not wait out their lease.
+		Paysim: paysim.Config{Seed: 20, DeclinePayees: []string{"declined-shop"}, Latency: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	counter := &countingTransport{calls: map[string]int{}}
+	w.Charge.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second, Transport: counter})
+
+	// Two daemon replicas, each with its own pool on the multi-host string, reclaiming every
+	// second.
+	var daemons []*daemon.Daemon
+	for _, name := range []string{"d1", "d2"} {
+		ddb, err := pglocal.Open(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dstore, err := claim.NewStore(ddb, claim.Config{DigestSecret: []byte("failover-test-secret-0123"), Owner: name,
+			LeaseTTL: leaseTTL, Quarantine: 2 * time.Second, LookupBackoff: 500 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := daemon.New(daemon.Config{DB: ddb, Name: name, LeaseTTL: 3 * time.Second, RenewEvery: time.Second,
+			PollEvery: 200 * time.Millisecond, ShutdownTimeout: 2 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reclaim, err := daemon.NewReclaimJob(dstore, opsOf{w}, daemon.ReclaimConfig{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Register(reclaim, "@every 1s"); err != nil {
+			t.Fatal(err)
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		if err := d.Start(dctx); err != nil {
+			t.Fatal(err)
+		}
+		daemons = append(daemons, d)
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = d.Stop(sctx)
+			scancel()
+			cancel()
+			if s, err := ddb.DB(); err == nil {
+				s.Close()
+			}
+		}()
+	}
+	leaderTerm := func() (int64, bool) {
+		info, err := daemon.Leader(ctx, db)
+		if err != nil || info == nil || info.Expired {
+			return 0, false
+		}
+		leads := 0
+		for _, d := range daemons {
+			if d.IsLeader() {
+				leads++
+			}
+		}
+		return info.Term, leads == 1
+	}
+	waitFor(t, 20*time.Second, "a daemon leader", func() bool { _, ok := leaderTerm(); return ok })
+	termBefore, _ := leaderTerm()
+
+	// Traffic: ~8 payments a second, each a logical payment with its own key sent through
+	// idemclient (retries with the same key); some sent three times at once, some crashing
+	// between the charge and the local commit first, some declined by the channel.
+	var killedAt atomic.Int64 // unix ns of the kill; 0 until then
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	var (
+		mu       sync.Mutex
+		payments []*payment
+		wg       sync.WaitGroup
+	)
+	client := &idemclient.Client{HTTP: &http.Client{Timeout: 20 * time.Second}, MaxAttempts: 40,
+		BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
+	tenants := []string{"acme", "globex"}
+	go func() {
+		rng := rand.New(rand.NewPCG(20, 26))
+		tick := time.NewTicker(125 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-trafficCtx.Done():
+				return
+			case <-tick.C:
+			}
+			p := &payment{key: fmt.Sprintf("fo-%d-%x", n, rng.Uint32()), tenant: tenants[n%2]}
+			payee, scenario := "blue-coffee", rng.IntN(20)
+			if scenario == 0 {
+				payee = "declined-shop"
+			}
+			body, _ := json.Marshal(map[string]any{"amount_minor": 100 * (1 + rng.IntN(500)), "currency": "CNY",
+				"merchant_order_no": p.key, "payee": payee, "description": "failover test"})
+			mu.Lock()
+			payments = append(payments, p)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h := http.Header{"Authorization": {"Bearer " + w.APIKey(p.tenant)}, "Content-Type": {"application/json"}}
+				if scenario == 1 && killedAt.Load() == 0 {
+					// Before the kill only: a crash between the charge and the local commit,
+					// recovered across the failover (by the client's retries or the daemon).
+					mu.Lock()
+					p.crashed = true
+					mu.Unlock()
+					crash := h.Clone()
+					crash.Set("X-Demo-Crash", "after-charge")
+					cl := &idemclient.Client{HTTP: client.HTTP, MaxAttempts: 1}
+					_, _ = cl.Do(context.Background(), "POST", w.APIURL+"/v1/payments", p.key, crash, body)
+				}
+				copies := 1
+				if scenario == 2 || scenario == 3 {
+					copies = 3
+				}
+				var cw sync.WaitGroup
+				results := make([]*idemclient.Result, copies)
+				for i := range copies {
+					cw.Add(1)
+					go func() {
+						defer cw.Done()
+						results[i], _ = client.Do(context.Background(), "POST", w.APIURL+"/v1/payments", p.key, h, body)
+					}()
+				}
+				cw.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range results {
+					if r != nil && (p.status == 0 || r.Response.StatusCode < p.status) {
+						p.status, p.replayed = r.Response.StatusCode, r.Replayed
+					}
+				}
+			}()
+		}
+	}()
+
+	// A probe claims a fresh key every 100 ms (tenant "probe", released at once): the first
+	// claim to succeed after the kill says when claims were served again.
+	var claimsBack atomic.Int64 // ns after the kill; 0 until then
+	var failedAt atomic.Int64   // unix ns of the first failed claim after the kill
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		for i := 0; probeCtx.Err() == nil; i++ {
+			started := time.Now()
+			cctx, cancel := context.WithTimeout(probeCtx, 3*time.Second)
+			out, err := store.Claim(cctx, claim.Request{Tenant: "probe", Operation: "probe", Key: fmt.Sprintf("p-%d", i),
+				Intent: json.RawMessage(`{}`), Actor: "service:probe"})
+			cancel()
+			k := killedAt.Load()
+			if err == nil && out.Kind == claim.Acquired {
+				_ = store.Release(context.Background(), out.Lease, "probe")
+				// Back: the first claim started after one that failed since the kill.
+				if f := failedAt.Load(); f != 0 && started.UnixNano() > f && claimsBack.Load() == 0 {
+					claimsBack.Store(time.Since(time.Unix(0, k)).Nanoseconds())
+				}
+			} else if k != 0 && started.UnixNano() > k {
+				if failedAt.Load() == 0 {
+					failedAt.Store(time.Now().UnixNano())
+				}
+				if os.Getenv("PGHA_LOG") != "" {
+					fmt.Fprintf(os.Stderr, "probe %s (+%s): %v %v\n", started.Format("15:04:05.000"), time.Since(started), out, err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	time.Sleep(4 * time.Second) // traffic on the healthy pair
+	primary, err := set.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What makes a completed key survive: the commit waited for the standby.
+	var syncNames, syncState string
+	if err := db.Raw(`SELECT current_setting('synchronous_standby_names'),
+		COALESCE((SELECT string_agg(sync_state, ',') FROM pg_stat_replication), '')`).Row().Scan(&syncNames, &syncState); err != nil {
+		t.Fatal(err)
+	}
+	if syncNames == "" || (syncState != "quorum" && syncState != "sync") {
+		t.Fatalf("replication is not synchronous before the kill: synchronous_standby_names %q, standby %q", syncNames, syncState)
+	}
+	killedAt.Store(time.Now().UnixNano())
+	if err := set.Kill(primary); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	promoted, err := set.WaitPromoted(pctx, primary)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	promotedAfter := time.Since(time.Unix(0, killedAt.Load()))
+	waitFor(t, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
+	time.Sleep(3 * time.Second) // traffic on the new primary
+	stopTraffic()
+	stopProbe()
+	<-probeDone
+
+	// Every client gets its final answer (bounded by its retries).
+	clientsDone := make(chan struct{})
+	go func() { wg.Wait(); close(clientsDone) }()
+	select {
+	case <-clientsDone:
+	case <-time.After(90 * time.Second):
+		t.Fatal("clients still waiting for answers 90 s after the traffic stopped")
+	}
+	// Keys left processing (crashed attempts) are recovered by the daemon.
+	waitFor(t, 2*leaseTTL, "no key left processing", func() bool {
+		var n int64
+		return db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'processing' AND tenant <> 'probe'`).
+			Scan(&n).Error == nil && n == 0
+	})
+	waitFor(t, 10*time.Second, "a daemon leader in a new term", func() bool {
+		term, ok := leaderTerm()
+		return ok && term > termBefore
+	})
+
+	// The verdict.
+	type row struct {
+		Tenant, Key string
+		State       claim.State
+		Payments    int
+		TakenOver   bool
+	}
+	var rows []row
+	if err := db.Raw(`SELECT k.tenant, k.key, k.state, (SELECT count(*) FROM payments p WHERE p.key_id = k.id) AS payments,
+		EXISTS (SELECT 1 FROM key_events e WHERE e.key_id = k.id AND e.kind = 'taken_over') AS taken_over
+		FROM idempotency_keys k WHERE k.tenant <> 'probe'`).Scan(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]row{}
+	for _, r := range rows {
+		byKey[r.Tenant+"|"+r.Key] = r
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var doubles, repeated, lost, unfinished, completed, takenOver int
+	var problems []string
+	for _, p := range payments {
+		dk := claim.DownstreamKey(p.tenant, demo.OperationCharge, p.key)
+		if n := w.Paysim.ChargeCount(dk); n > 1 {
+			doubles++
+			problems = append(problems, fmt.Sprintf("%s charged %d times", p.key, n))
+		}
+		counter.mu.Lock()
+		calls := counter.calls[dk]
+		counter.mu.Unlock()
+		if calls > 1 {
+			repeated++
+			problems = append(problems, fmt.Sprintf("%s: %d charge calls reached paysim", p.key, calls))
+		}
+		r, ok := byKey[p.tenant+"|"+p.key]
+		if ok && r.TakenOver && !p.crashed {
+			takenOver++ // an attempt cut by the failover that waited out its lease instead of re-reading
+			var evs []string
+			db.Raw(`SELECT e.kind || '/' || e.actor || '@' || to_char(e.at, 'HH24:MI:SS.MS') FROM key_events e
+				JOIN idempotency_keys k ON k.id = e.key_id WHERE k.tenant = ? AND k.key = ? ORDER BY e.id`, p.tenant, p.key).Scan(&evs)
+			problems = append(problems, fmt.Sprintf("%s taken over (kill at %s): %s", p.key,
+				time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"), strings.Join(evs, " ")))
+		}
+		if p.status == http.StatusCreated {
+			completed++
+			if !ok || r.State != claim.StateCompleted || r.Payments != 1 {
+				lost++
+				problems = append(problems, fmt.Sprintf("%s: client saw 201, key %+v (found %v)", p.key, r, ok))
+			}
+		}
+		switch {
+		case !ok:
+			unfinished++
+			problems = append(problems, fmt.Sprintf("%s: no key row (client status %d)", p.key, p.status))
+		case r.State != claim.StateCompleted && r.State != claim.StateFailedFinal && r.State != claim.StateFailedRetryable:
+			unfinished++
+			problems = append(problems, fmt.Sprintf("%s: ends %s", p.key, r.State))
+		case r.State == claim.StateCompleted && w.Paysim.ChargeCount(dk) != 1:
+			doubles++
+			problems = append(problems, fmt.Sprintf("%s: completed with %d charges", p.key, w.Paysim.ChargeCount(dk)))
+		}
+	}
+	back := time.Duration(claimsBack.Load())
+	t.Logf("primary %s killed; %s promoted after %.1f s; %d of %d payments completed (client saw 201); %d keys not crashed on purpose were taken over",
+		primary.Name, promoted.Name, promotedAfter.Seconds(), completed, len(payments), takenOver)
+	for i, p := range problems {
+		if i == 20 {
+			t.Errorf("… and %d more", len(problems)-20)
+			break
+		}
+		t.Error(p)
+	}
+	if len(payments) < 50 || completed < len(payments)/2 {
+		t.Errorf("too little traffic to judge: %d payments, %d completed", len(payments), completed)
+	}
+	if takenOver > 0 {
+		t.Errorf("%d keys cut by the failover were taken over after their lease instead of re-read by their holder", takenOver)
+	}
+	if doubles+repeated+lost+unfinished > 0 {
+		t.Errorf("%d double charges, %d repeated charge calls, %d lost, %d unfinished", doubles, repeated, lost, unfinished)
+	}
+	if back <= 0 || back > leaseTTL {
+		t.Errorf("claims back after %s, want within one lease TTL (%s)", back, leaseTTL)
+	}
+	fmt.Printf("failover: %d keys, %d double charges, %d lost, claims back after %.1f s\n", len(payments), doubles, lost, back.Seconds())
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
