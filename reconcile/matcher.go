@@ -32,11 +32,18 @@ const (
 	DuplicateInFile Kind = "DUPLICATE_IN_FILE"
 	// ControlTotalMismatch: the statement's rows do not add up to its own totals; it was rejected.
 	ControlTotalMismatch Kind = "CONTROL_TOTAL_MISMATCH"
+	// SettlementMismatch: what the statement states was settled for a day, payout or batch in
+	// one currency differs from the net of its rows; detail "difference_minor" is stated minus
+	// computed (see Settlement).
+	SettlementMismatch Kind = "SETTLEMENT_MISMATCH"
+	// FeeMismatch: a charge or refund line's fee is not what the job's FeeSchedule gives it;
+	// detail "difference_minor" is the line's fee minus the expected one.
+	FeeMismatch Kind = "FEE_MISMATCH"
 )
 
 // Kinds lists every kind of finding.
 var Kinds = []Kind{LocalOnly, ChannelOnly, StatusMismatch, AmountMismatch, CurrencyMismatch, DuplicateAtChannel,
-	DuplicateInFile, ControlTotalMismatch}
+	DuplicateInFile, ControlTotalMismatch, SettlementMismatch, FeeMismatch}
 
 // MatchSettings say which local keys a statement covers.
 type MatchSettings struct {
@@ -49,6 +56,9 @@ type MatchSettings struct {
 	// next day's statement, so they are not LOCAL_ONLY today; the next day's run looks for them
 	// in both days' statements.
 	Grace time.Duration
+	// Fees, when set, is the channel's fee schedule: a line whose fee differs is a FEE_MISMATCH.
+	// (SETTLEMENT_MISMATCH is always checked where the statement states a settlement.)
+	Fees *FeeSchedule
 }
 
 // MatchResult says what matching found.
@@ -85,7 +95,10 @@ type MatchResult struct {
 //     [day start − grace, day end − grace) with no line of this statement; those completed
 //     before the day start may have been booked the day before, so a line in the previous
 //     day's latest statement clears them too.
-//  6. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
+//  6. settlements the statement states that differ from its rows (SETTLEMENT_MISMATCH, from
+//     statements.summary) and, with a fee schedule, lines whose fee differs (FEE_MISMATCH, one
+//     pass over the statement's charge and refund lines).
+//  7. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
 //
 // That is the full plan. A statement whose import saw no repeated txn id or order number takes
 // the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join that keeps only the lines
@@ -403,6 +416,18 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	}
 	for _, s := range steps {
 		if _, err := exec(s.what, s.q); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := exec("settlement findings", settlementFindingsSQL, statementID); err != nil {
+		return nil, err
+	}
+	if f := ms.Fees; f != nil {
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		if _, err := exec("fee findings", feeFindingsSQL, statementID, f.RateBP, f.FixedMinor, f.Rounding, f.Decimals, f.Refunds,
+			feeScheduleJSON(f)); err != nil {
 			return nil, err
 		}
 	}

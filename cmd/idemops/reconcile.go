@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/idemops/idemops/daemon"
@@ -192,8 +193,13 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 		if sum.Control != nil {
 			s["control_totals"] = sum.Control
 		}
+		if len(sum.Settlements) > 0 {
+			s["settlements"] = sum.Settlements
+			s["settlements_ok"] = sum.SettlementsOK()
+		}
 		return p.enc.Encode(map[string]any{"summary": s})
 	}
+	defer p.settlements(sum)
 	fmt.Fprintf(p.w, "\n%s: %d lines", sum.Format, sum.Lines)
 	if n := sum.SkippedRows(); n > 0 {
 		kinds := make([]string, 0, len(sum.Skipped))
@@ -227,6 +233,50 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 		}
 	}
 	return nil
+}
+
+// settlements prints each settlement the statement states next to what its rows add up to.
+func (p *linePrinter) settlements(sum *reconcile.Summary) {
+	if sum == nil || len(sum.Settlements) == 0 {
+		return
+	}
+	fmt.Fprintln(p.w, "settlements (stated by the statement, against the net of its rows):")
+	for _, st := range sum.Settlements {
+		mark := "ok"
+		if !st.OK() {
+			mark = "MISMATCH " + formatSubMinor(st.Difference, st.Currency) + " (a SETTLEMENT_MISMATCH when imported)"
+		}
+		fmt.Fprintf(p.w, "  %-32s %s stated %-14s computed %-14s %s [%s, line %d]\n", st.Group, st.Currency,
+			formatSubMinor(st.Stated, st.Currency), formatSubMinor(st.Computed, st.Currency), mark, st.Source, st.Line)
+	}
+}
+
+// feeFlags are the fee schedule flags of reconcile import and reconcile jobs add.
+type feeFlags struct {
+	rate, rounding, refunds string
+	fixed                   int64
+	decimals                int
+}
+
+func (f *feeFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.rate, "fee-rate-bp", "", "check each line's fee against this rate, in basis points (60 = 0.60%); a line that differs is a FEE_MISMATCH")
+	fs.Int64Var(&f.fixed, "fee-fixed-minor", 0, "fixed part of a charge's fee, in minor units (with --fee-rate-bp)")
+	fs.StringVar(&f.rounding, "fee-rounding", "half_up", "how the fee is rounded: "+strings.Join(reconcile.FeeRoundings, ", "))
+	fs.IntVar(&f.decimals, "fee-decimals", 0, "decimals below the minor unit the fee is rounded to (0..3; WeChat Pay: 3)")
+	fs.StringVar(&f.refunds, "fee-refunds", "returned", "a refund's fee: returned (negative, the rate part) or kept (none)")
+}
+
+// schedule is the schedule the flags describe, nil without --fee-rate-bp; a bad value is a
+// usage error naming the flag's field.
+func (f *feeFlags) schedule() (*reconcile.FeeSchedule, error) {
+	if f.rate == "" {
+		return nil, nil
+	}
+	fs := &reconcile.FeeSchedule{RateBP: f.rate, FixedMinor: f.fixed, Rounding: f.rounding, Decimals: f.decimals, Refunds: f.refunds}
+	if err := fs.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return fs, nil
 }
 
 // reconcileError maps the reconcile package's input errors to usage errors (exit 2); the rest
@@ -287,6 +337,7 @@ func newReconcileImportCmd() *cobra.Command {
 		grace                                         time.Duration
 		maxBytes                                      int64
 		asJSON                                        bool
+		fees                                          feeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "import --channel C --format F FILE",
@@ -346,6 +397,19 @@ func newReconcileImportCmd() *cobra.Command {
 			if len(operations) > 0 || job == "" {
 				req.Match = &reconcile.MatchSettings{Operations: operations, Location: req.Import.Location, Grace: grace}
 			}
+			schedule, err := fees.schedule()
+			if err != nil {
+				return err
+			}
+			if schedule != nil {
+				if req.Match == nil {
+					ms := req.Job.MatchSettings()
+					req.Match = &ms
+				}
+				req.Match.Fees = schedule
+			} else if req.Match != nil && req.Job != nil {
+				req.Match.Fees = req.Job.FeeSchedule
+			}
 			parser, err := statementParser(format, profilePath, maxBytes)
 			if err != nil {
 				return err
@@ -375,6 +439,7 @@ func newReconcileImportCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "keys completed this close to midnight are not LOCAL_ONLY")
 	cmd.Flags().Int64Var(&maxBytes, "max-bytes", reconcile.DefaultMaxBytes, "refuse statements larger than this (decompressed)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	fees.register(cmd.Flags())
 	return cmd
 }
 
@@ -522,12 +587,17 @@ func newReconcileJobsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs add|list", Short: "Manage scheduled recon jobs"}
 	var spec reconcile.JobSpec
 	var disabled bool
+	var fees feeFlags
 	add := &cobra.Command{
 		Use:   "add --name N --channel C --format F --source S --operation OP --cron SPEC [--tz Z]",
 		Short: "Add a recon job (validates the cron spec and shows its next five runs)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec.Enabled = !disabled
+			var err error
+			if spec.FeeSchedule, err = fees.schedule(); err != nil {
+				return err
+			}
 			if err := spec.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -560,6 +630,7 @@ func newReconcileJobsCmd() *cobra.Command {
 	f.IntVar(&spec.GraceSeconds, "grace", 600, "seconds before midnight whose keys are not LOCAL_ONLY yet")
 	f.IntVar(&spec.ReadyDeadlineSeconds, "deadline", 7200, "seconds to keep retrying a statement that is not ready")
 	f.BoolVar(&disabled, "disabled", false, "add the job disabled")
+	fees.register(f)
 
 	var asJSON bool
 	list := &cobra.Command{
