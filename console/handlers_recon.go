@@ -470,7 +470,13 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 		}
 		req.Job = j
 	}
-	run, err := s.recon.Reconcile(ctx, req, src, nil)
+	var run *reconcile.Run
+	var err error
+	if packed, size, ok := sizedReaderAt(src); ok {
+		run, err = s.recon.ReconcilePacked(ctx, req, packed, size, nil) // gzip and zip bills too
+	} else {
+		run, err = s.recon.Reconcile(ctx, req, src, nil)
+	}
 	detail := map[string]any{"channel": u.Channel, "format": u.Format, "bill_date": u.BillDate, "outcome": "ok"}
 	target := "recon_run:"
 	if run != nil {

@@ -46,7 +46,8 @@ func newReconcileParseCmd() *cobra.Command {
 		Long: "Parse a channel statement and print its normalized lines and control totals. Nothing is\n" +
 			"written and no database is opened: a preview for people and a check for parsers.\n" +
 			"Formats: " + strings.Join(reconcile.Formats(), ", ") + ". A statement whose rows do not parse,\n" +
-			"or whose rows do not add up to its control totals, exits non-zero.",
+			"or whose rows do not add up to its control totals, exits non-zero. FILE may be plain, gzip, or a\n" +
+			"zip holding the statement and its summary (Alipay's 业务明细 and 业务明细(汇总)).",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("reconcile parse takes one statement file, got %d arguments", len(args))
@@ -54,20 +55,23 @@ func newReconcileParseCmd() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			parser, err := statementParser(format, profilePath, maxBytes)
+			if _, err := statementParser(format, profilePath, maxBytes); err != nil {
+				return err
+			}
+			u, closeFile, err := openPacked(args[0], maxBytes)
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(args[0])
+			defer closeFile()
+			parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
 			if err != nil {
 				return err
 			}
-			defer f.Close()
 			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			defer out.Flush()
 			p := linePrinter{w: out, json: asJSON}
 			p.start()
-			sum, err := parser.Parse(cmd.Context(), f, p.line)
+			sum, err := parser.Parse(cmd.Context(), u.Statement, p.line)
 			if err != nil && !errors.Is(err, reconcile.ErrControlTotal) {
 				return err
 			}
@@ -86,8 +90,28 @@ func newReconcileParseCmd() *cobra.Command {
 	return cmd
 }
 
+// openPacked opens a statement file as it came — plain, gzip, or a zip with the statement and
+// its summary (Alipay) — within the archive limits; a refused archive is one line, exit 1.
+func openPacked(path string, maxBytes int64) (*reconcile.Unpacked, func(), error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	u, err := reconcile.Unpack(f, st.Size(), reconcile.ArchiveLimits{MaxBytes: maxBytes})
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return u, func() { u.Close(); f.Close() }, nil
+}
+
 // statementParser resolves the format flags; every mistake in them is a usage error (exit 2).
-func statementParser(format, profilePath string, maxBytes int64) (reconcile.Parser, error) {
+func statementParser(format, profilePath string, maxBytes int64, more ...reconcile.Option) (reconcile.Parser, error) {
 	if format == "" && profilePath != "" {
 		format = reconcile.FormatProfile
 	}
@@ -97,7 +121,7 @@ func statementParser(format, profilePath string, maxBytes int64) (reconcile.Pars
 	if maxBytes <= 0 {
 		return nil, usagef("--max-bytes must be positive")
 	}
-	opts := []reconcile.Option{reconcile.WithMaxBytes(maxBytes)}
+	opts := append([]reconcile.Option{reconcile.WithMaxBytes(maxBytes)}, more...)
 	switch {
 	case format == reconcile.FormatProfile && profilePath == "":
 		return nil, usagef("--format profile needs --profile FILE.yaml")
@@ -410,17 +434,20 @@ func newReconcileImportCmd() *cobra.Command {
 			} else if req.Match != nil && req.Job != nil {
 				req.Match.Fees = req.Job.FeeSchedule
 			}
-			parser, err := statementParser(format, profilePath, maxBytes)
+			u, closeFile, err := openPacked(args[0], maxBytes)
+			if err != nil {
+				return err
+			}
+			defer closeFile()
+			parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
 			if err != nil {
 				return err
 			}
 			req.Import.Parser, req.Import.Format = parser, parser.Format()
-			f, err := os.Open(args[0])
-			if err != nil {
-				return err
+			if u.Packing != reconcile.PackingPlain { // the hash and size are the package's
+				req.Import.SHA256, req.Import.Size = "", 0
 			}
-			defer f.Close()
-			run, err := r.Reconcile(cmd.Context(), req, f, newBarProgress(size))
+			run, err := r.Reconcile(cmd.Context(), req, u.Statement, newBarProgress(size))
 			if run != nil {
 				if perr := printReconRun(cmd.OutOrStdout(), run, asJSON); perr != nil && err == nil {
 					err = perr
