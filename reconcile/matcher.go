@@ -93,8 +93,8 @@ type MatchResult struct {
 //     AMOUNT_MISMATCH.
 //  5. LOCAL_ONLY: completed keys of the job's operations whose completed_at falls in
 //     [day start − grace, day end − grace) with no line of this statement; those completed
-//     before the day start may have been booked the day before, so a line in the previous
-//     day's latest statement clears them too.
+//     within the grace of the day start (either side) may have been booked the day before, so
+//     a line in the previous day's latest statement clears them too.
 //  6. settlements the statement states that differ from its rows (SETTLEMENT_MISMATCH, from
 //     statements.summary) and, with a fee schedule, lines whose fee differs (FEE_MISMATCH, one
 //     pass over the statement's charge and refund lines).
@@ -251,8 +251,9 @@ FROM idempotency_keys k
 WHERE k.state = 'completed' AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
-	// Keys completed in the grace window before the day start, found in the previous day's
-	// latest statement ($2), were booked there. Two equality joins (hashable), not one OR.
+	// Keys completed within the grace of the day start (before it, or after it by a clock's
+	// skew), found in the previous day's latest statement ($2), were booked there. Two equality
+	// joins (hashable), not one OR.
 	clearEarlyByOrderSQL = `
 DELETE FROM local_only o USING statement_lines p
 WHERE o.completed_at < $1 AND p.statement_id = $2 AND p.merchant_order_no = o.downstream_key`
@@ -446,10 +447,14 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			}
 		}
 		if prevID.Valid {
-			if _, err := exec("clear early keys", clearEarlyByOrderSQL, dayStart, prevID.Int64); err != nil {
+			// Keys completed up to a grace after the day start too: a local clock that runs
+			// behind the channel's (or a completion recorded after the channel's answer) puts a
+			// charge the channel booked at 23:59:59 on our side of midnight.
+			early := dayStart.Add(ms.Grace)
+			if _, err := exec("clear early keys", clearEarlyByOrderSQL, early, prevID.Int64); err != nil {
 				return nil, err
 			}
-			if _, err := exec("clear early keys", clearEarlyByTxnSQL, dayStart, prevID.Int64); err != nil {
+			if _, err := exec("clear early keys", clearEarlyByTxnSQL, early, prevID.Int64); err != nil {
 				return nil, err
 			}
 		}
