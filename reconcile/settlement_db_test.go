@@ -140,3 +140,72 @@ func TestFeeScheduleValidation(t *testing.T) {
 		}
 	}
 }
+
+// WeChat Pay states fees to 1e-5 yuan (a 0.01 CNY charge at 2% pays 0.00020): a schedule at
+// three decimals below the fen checks them exactly — 0.00020 agrees, 0.02001 on 1.00 does not —
+// and the settlement, the fee total stated with five decimals, agrees.
+func TestFeeMismatch_WechatFiveDecimalFees(t *testing.T) {
+	b := setup(t)
+	job := b.createJob("wechat-fees", "/nonexistent/{date}.csv", 10*time.Minute, func(s *reconcile.JobSpec) {
+		s.FeeSchedule = &reconcile.FeeSchedule{RateBP: "200", Decimals: 3}
+	})
+	var rows strings.Builder
+	rows.WriteString("交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注\n")
+	var second localKey
+	for i, l := range []struct {
+		amount    int64
+		yuan, fee string
+	}{{1, "0.01", "0.00020"}, {100, "1.00", "0.02001"}, {37, "0.37", "0.00740"}} {
+		k := b.key(fmt.Sprintf("fen-%d", i), l.amount, "CNY", claim.StateCompleted)
+		if i == 1 {
+			second = k
+		}
+		fmt.Fprintf(&rows, "`2024-03-01 10:00:0%d,`wx1,`1900000109,`0,`,`%s,`%s,`o1,`JSAPI,`SUCCESS,`CMB_CREDIT,`CNY,`%s,`0.00,`0,`0,`0.00,`0.00,`,`,`x,`,`%s,`2.00%%,`%s,`0.00,`\n",
+			i, k.ResourceID, k.DownstreamKey, l.yuan, l.fee, l.yuan)
+	}
+	rows.WriteString("总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额\n`3,`1.38,`0.00,`0.00,`0.02761,`1.38,`0.00\n")
+	run, err := b.reconcileFile(job, []byte(rows.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, names := b.findings(run.ID)
+	f, ok := m["FEE_MISMATCH fee:success:"+second.ResourceID+":1"]
+	if len(names) != 1 || !ok {
+		t.Fatalf("findings %q; want only the FEE_MISMATCH of the 1.00 charge", names)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(f.Detail, &d); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(d["fee_minor"]) != "2.001" || fmt.Sprint(d["expected_fee_minor"]) != "2" || fmt.Sprint(d["difference_minor"]) != "0.001" {
+		t.Errorf("detail %s; want fee 2.001 fen, expected 2, difference 0.001", f.Detail)
+	}
+}
+
+// Each rounding mode of a fee schedule rounds the exact fee its way: at 0.20%, 2.50 USD pays
+// 0.5 cent and 7.50 USD 1.5 cents; the bill charges 1 and 2 cents (half up).
+func TestFeeSchedule_RoundingModes(t *testing.T) {
+	b := setup(t)
+	at := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		mode string
+		want int // FEE_MISMATCH findings
+	}{{"half_up", 0}, {"half_even", 1}, {"down", 2}, {"up", 0}} {
+		job := b.createJob("stripe-"+tt.mode, "/nonexistent/{date}.csv", 10*time.Minute, func(s *reconcile.JobSpec) {
+			s.Channel, s.Format, s.TimeZone = "stripe-"+tt.mode, "stripe", "UTC"
+			s.FeeSchedule = &reconcile.FeeSchedule{RateBP: "20", Rounding: tt.mode}
+		})
+		k1 := b.key("round-a-"+tt.mode, 250, "USD", claim.StateCompleted)
+		k2 := b.key("round-b-"+tt.mode, 750, "USD", claim.StateCompleted)
+		run, err := b.reconcileFile(job, stripeReport(at, "", []stripeRow{
+			{"charge", k1.ResourceID, k1.DownstreamKey, "2.50", "0.01", "2.49"},
+			{"charge", k2.ResourceID, k2.DownstreamKey, "7.50", "0.02", "7.48"},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := run.Counts[string(reconcile.FeeMismatch)]; got != int64(tt.want) { // (the other modes' keys are LOCAL_ONLY here)
+			t.Errorf("%s: counts %v; want %d FEE_MISMATCH", tt.mode, run.Counts, tt.want)
+		}
+	}
+}
