@@ -1,7 +1,9 @@
 package console
 
 import (
+	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"mime/multipart"
@@ -11,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"github.com/idemops/idemops/reconcile"
 )
@@ -357,5 +361,47 @@ func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'reconcile.finding.resolve' AND target = ?`, fmt.Sprintf("finding:%d", settle)); n != 1 {
 		t.Errorf("resolve audit rows: %d", n)
+	}
+}
+
+// TestUploadPackedStatements: an uploaded Alipay bill zip (业务明细 + 汇总, GBK names) is
+// imported with its settlement; a gzip bomb is refused (413) with the reason and nothing is
+// imported.
+func TestUploadPackedStatements(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("o", RoleOperator, "*")
+	c := b.signIn("o")
+
+	var bomb bytes.Buffer
+	gz := gzip.NewWriter(&bomb)
+	gz.Write(bytes.Repeat([]byte("\n"), 4<<20))
+	gz.Close()
+	got := c.upload("/reconcile/upload", map[string]string{"channel": "wechat", "format": "wechat", "csrf": c.csrf}, bomb.Bytes())
+	if got.Status != 413 || !strings.Contains(got.Body, "gzip stream unpacks to more than 200×") {
+		t.Fatalf("gzip bomb: %d, want 413 naming it", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM statement_lines`) + b.count(`SELECT count(*) FROM statements`); n != 0 {
+		t.Fatalf("%d statement rows imported from a bomb", n)
+	}
+
+	var zb bytes.Buffer
+	zw := zip.NewWriter(&zb)
+	for name, src := range map[string]string{"2088_20240301_业务明细.csv": "trade_detail.csv", "2088_20240301_业务明细(汇总).csv": "trade_detail.summary.csv"} {
+		gbk, _ := simplifiedchinese.GBK.NewEncoder().String(name)
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: gbk, Method: zip.Deflate, NonUTF8: true})
+		data, err := os.ReadFile("../reconcile/testdata/alipay/" + src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+	}
+	zw.Close()
+	got = c.upload("/reconcile/upload", map[string]string{"channel": "alipay", "format": "alipay", "csrf": c.csrf}, zb.Bytes())
+	if got.Status != 303 {
+		t.Fatalf("zip upload: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM statements WHERE (summary->'settlements'->0->>'stated_minor')::numeric = 126735`); n != 1 {
+		t.Errorf("the zip's 汇总 settlement was not read")
 	}
 }
