@@ -137,3 +137,14 @@ func TestUnpackRefusesBombs(t *testing.T) {
 		})
 	}
 }
+
+// A parser handed a gzip stream directly (not through Unpack) refuses a gzip bomb too.
+func TestParserRefusesGzipBomb(t *testing.T) {
+	t.Parallel()
+	bomb := gzipOf(t, []byte(strings.Repeat("\n", 4<<20)))
+	p, _ := ParserFor("wechat")
+	_, err := p.Parse(context.Background(), bytes.NewReader(bomb), func(StatementLine) error { return nil })
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "more than 200× its compressed size") {
+		t.Fatalf("%v; want the gzip bomb refused", err)
+	}
+}

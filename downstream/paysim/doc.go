@@ -57,7 +57,8 @@
 //     a store row and a 合计 row; 实收净额 = 商家实收 + 服务费.
 //   - stripe: payout_reconciliation.itemized.5 columns, major units, lower-case currency,
 //     reporting_category charge|refund, the order number in payment_metadata[order_no] (on refund
-//     rows too) and the refund number in refund_metadata[refund_no].
+//     rows too) and the refund number in refund_metadata[refund_no]; one automatic payout per
+//     currency, whose payout row (last, gross = net = −the payout) is the settlement it states.
 //   - adyen: settlement details, Type Settled (Gross Credit) and Refunded (Gross Debit), Merchant
 //     Reference = order number, then one MerchantPayout row per net currency whose Net Debit is
 //     the day's net total (the control total).
