@@ -148,3 +148,24 @@ func TestParserRefusesGzipBomb(t *testing.T) {
 		t.Fatalf("%v; want the gzip bomb refused", err)
 	}
 }
+
+// A bill query's answer gives the bill's URL, or says the bill is not ready (retried), or fails.
+func TestBillDownloadURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		body, url string
+		notReady  bool
+	}{
+		{`{"alipay_data_dataservice_bill_downloadurl_query_response":{"code":"10000","msg":"Success","bill_download_url":"http://h/b.zip"},"sign":"x"}`, "http://h/b.zip", false},
+		{`{"bill_download_url":"https://h/c.zip"}`, "https://h/c.zip", false},
+		{`{"r":{"code":"40004","msg":"Business Failed","sub_code":"isp.bill_not_exist","sub_msg":"账单不存在"}}`, "", true},
+		{`{"r":{"code":"40004","sub_code":"isv.invalid-arguments"}}`, "", false},
+		{`{"bill_download_url":"file:///etc/passwd"}`, "", false},
+		{`not json`, "", false},
+	} {
+		u, err := billDownloadURL(strings.NewReader(tt.body))
+		if u != tt.url || (tt.url == "") != (err != nil) || errors.Is(err, ErrNotReady) != tt.notReady {
+			t.Errorf("%s: %q %v", tt.body, u, err)
+		}
+	}
+}

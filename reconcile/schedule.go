@@ -192,6 +192,9 @@ func (r *Reconciler) fetchHTTPOnce(ctx context.Context, u string, followed bool)
 		// A bill query (Alipay's alipay.data.dataservice.bill.downloadurl.query) answers the
 		// URL of the bill, not the bill: follow it once.
 		next, err := billDownloadURL(io.LimitReader(resp.Body, 64<<10))
+		if errors.Is(err, ErrNotReady) {
+			return nil, fmt.Errorf("GET %s: %w", redactURL(u), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: GET %s: %v", ErrFetch, redactURL(u), err)
 		}
@@ -246,12 +249,16 @@ func billDownloadURL(r io.Reader) (string, error) {
 		}
 	}
 	for _, o := range objects {
-		var u, code, msg string
+		var u, code, subCode, msg string
 		_ = json.Unmarshal(o["bill_download_url"], &u)
 		_ = json.Unmarshal(o["code"], &code)
+		_ = json.Unmarshal(o["sub_code"], &subCode)
 		_ = json.Unmarshal(o["sub_msg"], &msg)
+		if subCode == "isp.bill_not_exist" { // the day's bill is not generated yet
+			return "", fmt.Errorf("%w: the bill query answered %s: %s", ErrNotReady, subCode, msg)
+		}
 		if code != "" && code != "10000" {
-			return "", fmt.Errorf("the bill query answered code %s: %s", code, msg)
+			return "", fmt.Errorf("the bill query answered code %s %s: %s", code, subCode, msg)
 		}
 		if u != "" {
 			if !isHTTPSource(u) {
