@@ -65,7 +65,7 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrTooLarge), errors.Is(err, reconcile.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, reconcile.ErrMalformed), errors.Is(err, reconcile.ErrControlTotal):
+	case errors.Is(err, reconcile.ErrMalformed), errors.Is(err, reconcile.ErrControlTotal), errors.Is(err, reconcile.ErrArchive):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, reconcile.ErrClosed), errors.Is(err, reconcile.ErrCannotRecover):
 		return http.StatusConflict

@@ -64,10 +64,15 @@ func jobRow(j reconcile.ReconJob, now time.Time) templates.ReconJobRow {
 }
 
 func jobForm(j reconcile.ReconJob) templates.ReconJobForm {
-	return templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
+	f := templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone,
 		BillDateOffsetDays: strconv.Itoa(j.BillDateOffsetDays), GraceSeconds: strconv.Itoa(j.GraceSeconds),
 		Deadline: strconv.Itoa(j.ReadyDeadlineSeconds), Enabled: j.Enabled}
+	if fs := j.FeeSchedule; fs != nil {
+		f.FeeRateBP, f.FeeFixedMinor, f.FeeRounding = fs.RateBP, strconv.FormatInt(fs.FixedMinor, 10), fs.Rounding
+		f.FeeDecimals, f.FeeRefunds = strconv.Itoa(fs.Decimals), fs.Refunds
+	}
+	return f
 }
 
 // nextRuns is the next five run times of a spec, or its one-line error.
@@ -155,7 +160,9 @@ func readJobForm(c *gin.Context) templates.ReconJobForm {
 		Source: c.PostForm("source"), Operations: c.PostForm("operations"), CronSpec: c.PostForm("cron_spec"),
 		TimeZone: c.PostForm("time_zone"), BillDateOffsetDays: c.PostForm("bill_date_offset_days"),
 		GraceSeconds: c.PostForm("grace_seconds"), Deadline: c.PostForm("ready_deadline_seconds"),
-		Enabled: c.PostForm("enabled") == "1"}
+		Enabled: c.PostForm("enabled") == "1", FeeRateBP: strings.TrimSpace(c.PostForm("fee_rate_bp")),
+		FeeFixedMinor: c.PostForm("fee_fixed_minor"), FeeRounding: c.PostForm("fee_rounding"),
+		FeeDecimals: c.PostForm("fee_decimals"), FeeRefunds: c.PostForm("fee_refunds")}
 }
 
 func jobSpec(f templates.ReconJobForm) (reconcile.JobSpec, error) {
@@ -170,6 +177,18 @@ func jobSpec(f templates.ReconJobForm) (reconcile.JobSpec, error) {
 	}
 	if spec.ReadyDeadlineSeconds, err = formInt("ready_deadline_seconds", f.Deadline); err != nil {
 		return spec, err
+	}
+	if f.FeeRateBP != "" {
+		fs := &reconcile.FeeSchedule{RateBP: f.FeeRateBP, Rounding: f.FeeRounding, Refunds: f.FeeRefunds}
+		if fs.Decimals, err = formInt("fee_schedule.decimals", f.FeeDecimals); err != nil {
+			return spec, err
+		}
+		fixed, err := formInt("fee_schedule.fixed_minor", f.FeeFixedMinor)
+		if err != nil {
+			return spec, err
+		}
+		fs.FixedMinor = int64(fixed)
+		spec.FeeSchedule = fs
 	}
 	return spec, nil
 }
@@ -204,6 +223,9 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	}
 	detail := map[string]any{"name": spec.Name, "channel": spec.Channel, "format": spec.Format, "cron_spec": spec.CronSpec,
 		"time_zone": spec.TimeZone, "enabled": spec.Enabled, "operations": spec.Operations, "outcome": "ok"}
+	if spec.FeeSchedule != nil {
+		detail["fee_schedule"] = spec.FeeSchedule.String()
+	}
 	if err != nil {
 		detail["outcome"] = "error: " + truncate(err.Error(), 200)
 	}
@@ -478,7 +500,13 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 		}
 		req.Job = j
 	}
-	run, err := s.recon.Reconcile(ctx, req, src, nil)
+	var run *reconcile.Run
+	var err error
+	if packed, size, ok := sizedReaderAt(src); ok {
+		run, err = s.recon.ReconcilePacked(ctx, req, packed, size, nil) // gzip and zip bills too
+	} else {
+		run, err = s.recon.Reconcile(ctx, req, src, nil)
+	}
 	detail := map[string]any{"channel": u.Channel, "format": u.Format, "bill_date": u.BillDate, "outcome": "ok"}
 	target := "recon_run:"
 	if run != nil {
@@ -565,7 +593,8 @@ func findingRow(f reconcile.Finding) templates.FindingRow {
 	row := templates.FindingRow{ID: f.ID, RunID: f.RunID, Channel: f.Channel, BillDate: f.BillDate, Kind: string(f.Kind),
 		Subject: f.Subject, Detail: truncate(string(f.Detail), 400), State: string(f.State), Resolver: strp(f.Resolver),
 		ReasonCode: strp(f.ReasonCode), Note: truncate(strp(f.Note), 300), CreatedAt: f.CreatedAt,
-		CanRecover: f.KeyID != nil && (f.Kind == reconcile.ChannelOnly || f.Kind == reconcile.StatusMismatch)}
+		CanRecover: f.KeyID != nil && (f.Kind == reconcile.ChannelOnly || f.Kind == reconcile.StatusMismatch),
+		Money:      findingMoney(f)}
 	if f.KeyID != nil {
 		row.KeyID, row.KeyHref = *f.KeyID, fmt.Sprintf("/keys/%d", *f.KeyID)
 	}

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"mime/multipart"
@@ -11,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"github.com/idemops/idemops/reconcile"
 )
@@ -317,6 +321,91 @@ func TestReconJobCron(t *testing.T) {
 	}
 	if got := c.post("/reconcile/jobs/no-such/run", nil, true); got.Status != 404 {
 		t.Errorf("run an unknown job: %d", got.Status)
+	}
+}
+
+// TestReconJobFeeScheduleAndSettlementFindings: the job form takes a fee schedule (a bad one is
+// refused naming its field, nothing stored); settlement and fee findings are listed with their
+// amounts formatted in their currency, and resolve like every other kind.
+func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("a", RoleAdmin, "*")
+	c := b.signIn("a")
+	form := url.Values{"name": {"stripe-fees"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
+		"cron_spec": {"0 6 * * *"}, "time_zone": {"UTC"}, "enabled": {"1"}, "operations": {"payment.charge"},
+		"fee_rate_bp": {"2.9%"}, "fee_fixed_minor": {"30"}, "fee_rounding": {"half_up"}, "fee_decimals": {"0"}, "fee_refunds": {"kept"}}
+	if got := c.post("/reconcile/jobs", form, true); got.Status != 400 || !strings.Contains(got.Body, "fee_schedule.rate_bp") {
+		t.Fatalf("bad fee rate: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM recon_jobs`); n != 0 {
+		t.Fatalf("%d jobs stored after a refused form", n)
+	}
+	form.Set("fee_rate_bp", "290")
+	if got := c.post("/reconcile/jobs", form, true); got.Status != 303 {
+		t.Fatalf("create: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM recon_jobs WHERE fee_schedule->>'rate_bp' = '290' AND (fee_schedule->>'fixed_minor')::int = 30
+		AND fee_schedule->>'refunds' = 'kept'`); n != 1 {
+		t.Fatalf("fee schedule not stored")
+	}
+	mustContain(t, "job page", c.get("/reconcile/jobs/stripe-fees").Body, `name="fee_rate_bp" value="290"`)
+
+	run := b.seedReconRun("stripe")
+	settle := b.seedFinding(run, "SETTLEMENT_MISMATCH", "settlement:payout po_1:USD", nil,
+		`{"group":"payout po_1","currency":"USD","stated_minor":4500,"computed_minor":4564,"difference_minor":-64}`)
+	b.seedFinding(run, "FEE_MISMATCH", "fee:success:ch_1:1", nil,
+		`{"currency":"CNY","fee_minor":0.02,"expected_fee_minor":0.021,"difference_minor":-0.001}`)
+	page := c.get("/reconcile/findings?run=" + strconv.FormatInt(run, 10))
+	mustContain(t, "findings", page.Body, "stated 45.00 USD, computed 45.64 USD, difference -0.64 USD",
+		"fee 0.00020 CNY, expected 0.00021 CNY, difference -0.00001 CNY", `value="SETTLEMENT_MISMATCH"`, `value="FEE_MISMATCH"`)
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", settle), url.Values{"reason_code": {"short_payout_claimed"}}, true); got.Status != 303 {
+		t.Fatalf("resolve: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'reconcile.finding.resolve' AND target = ?`, fmt.Sprintf("finding:%d", settle)); n != 1 {
+		t.Errorf("resolve audit rows: %d", n)
+	}
+}
+
+// TestUploadPackedStatements: an uploaded Alipay bill zip (业务明细 + 汇总, GBK names) is
+// imported with its settlement; a gzip bomb is refused (413) with the reason and nothing is
+// imported.
+func TestUploadPackedStatements(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("o", RoleOperator, "*")
+	c := b.signIn("o")
+
+	var bomb bytes.Buffer
+	gz := gzip.NewWriter(&bomb)
+	gz.Write(bytes.Repeat([]byte("\n"), 4<<20))
+	gz.Close()
+	got := c.upload("/reconcile/upload", map[string]string{"channel": "wechat", "format": "wechat", "csrf": c.csrf}, bomb.Bytes())
+	if got.Status != 413 || !strings.Contains(got.Body, "gzip stream unpacks to more than 200×") {
+		t.Fatalf("gzip bomb: %d, want 413 naming it", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM statement_lines`) + b.count(`SELECT count(*) FROM statements`); n != 0 {
+		t.Fatalf("%d statement rows imported from a bomb", n)
+	}
+
+	var zb bytes.Buffer
+	zw := zip.NewWriter(&zb)
+	for name, src := range map[string]string{"2088_20240301_业务明细.csv": "trade_detail.csv", "2088_20240301_业务明细(汇总).csv": "trade_detail.summary.csv"} {
+		gbk, _ := simplifiedchinese.GBK.NewEncoder().String(name)
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: gbk, Method: zip.Deflate, NonUTF8: true})
+		data, err := os.ReadFile("../reconcile/testdata/alipay/" + src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+	}
+	zw.Close()
+	got = c.upload("/reconcile/upload", map[string]string{"channel": "alipay", "format": "alipay", "csrf": c.csrf}, zb.Bytes())
+	if got.Status != 303 {
+		t.Fatalf("zip upload: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM statements WHERE (summary->'settlements'->0->>'stated_minor')::numeric = 126735`); n != 1 {
+		t.Errorf("the zip's 汇总 settlement was not read")
 	}
 }
 

@@ -45,9 +45,13 @@ var adyenTypes = map[string]Status{
 	"PaidOutReversed":              "",
 }
 
+// Settlement: a MerchantPayout row states what batch Batch Number paid out in its Net Currency
+// (Net Debit − Net Credit). The batch's rows in that currency — order lines and the Fee,
+// MiscCosts and other rows that are not — must add up to it.
 func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
 	cfg := readerConfig{encoding: encodingUTF8, comma: ','}
-	return parseFlat(ctx, r, fn, p.Format(), p.opts, cfg, 0, func(h *header) (rowReader, error) {
+	book := newSettlementBook()
+	sum, err := parseFlat(ctx, r, fn, p.Format(), p.opts, cfg, 0, func(h *header) (rowReader, error) {
 		cs := columnSet{h: h}
 		psp := cs.need("Psp Reference")
 		ref := cs.need("Merchant Reference")
@@ -67,6 +71,7 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 		rate := h.col("Exchange Rate")
 		netDebit, netCredit := h.col("Net Debit (NC)"), h.col("Net Credit (NC)")
 		feeCols := moneyColumns(h, nil, []string{"Commission (NC)", "Markup (NC)", "Scheme Fees (NC)", "Interchange (NC)"})
+		batchCol := h.col("Batch Number")
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
@@ -94,8 +99,34 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 			if !known {
 				return l, "", lineErrorf(rec.line, "Type: unknown value %q", typ)
 			}
+			batch := cell(f, batchCol)
 			if st == "" {
-				return l, typ, nil
+				if batch == "" || cell(f, netCurrency) == "" {
+					return l, typ, nil
+				}
+				nc, err := money.Normalize(cell(f, netCurrency))
+				if err != nil {
+					return l, "", lineErrorf(rec.line, "Net Currency: %v", err)
+				}
+				exp, _ = money.Exponent(nc)
+				ncr, _ := subMinorCell(cell(f, netCredit), exp, 0)
+				ndr, _ := subMinorCell(cell(f, netDebit), exp, 0)
+				if typ != "MerchantPayout" {
+					net, err := netOf(ncr, ndr)
+					if err != nil {
+						return l, "", lineErrorf(rec.line, "Net Credit (NC): %v", err)
+					}
+					return l, typ, book.other("batch "+batch, nc, net, rec.line)
+				}
+				paid, err := netOf(ndr, ncr)
+				if err != nil {
+					return l, "", lineErrorf(rec.line, "Net Debit (NC): %v", err)
+				}
+				date := cell(f, created)
+				if len(date) >= 10 {
+					date = date[:10]
+				}
+				return l, typ, book.state("batch "+batch, nc, date, paid, "MerchantPayout row: Net Debit − Net Credit (NC)", rec.line)
 			}
 			l.Status = st
 			l.ChannelTxnID = cell(f, psp)
@@ -149,9 +180,25 @@ func (p adyenParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLi
 			if l.OccurredAt, err = parseLocalTime(cell(f, created), localTimeLayout, loc); err != nil {
 				return l, "", lineErrorf(rec.line, "Creation Date: %v", err)
 			}
+			if batch != "" {
+				nc := l.NetCurrency
+				if nc == "" {
+					nc = l.Currency
+				}
+				if err := book.line("batch "+batch, nc, l.NetMinor, l.FeeMinor, rec.line); err != nil {
+					return l, "", err
+				}
+			}
 			return l, "", nil
 		}, nil
 	})
+	if err != nil {
+		return sum, err
+	}
+	if sum.Settlements, err = book.settlements(); err != nil {
+		return sum, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return sum, nil
 }
 
 // adyenZoneAbbrevs are the abbreviations Adyen writes in TimeZone. An abbreviation names the

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"strconv"
@@ -113,6 +114,7 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		trade, refund        *alipayTotals
 		inFooter             bool
 		footerStart, lastRow int
+		book                 = newSettlementBook()
 	)
 	for {
 		rec, err = rr.next()
@@ -195,6 +197,9 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			}
 		}
 		line.Raw = rec.text
+		if err := book.line(alipayBillGroup, line.Currency, line.NetMinor, line.FeeMinor, rec.line); err != nil {
+			return sum, err
+		}
 		if err := sink.emit(line); err != nil {
 			return sum, err
 		}
@@ -223,7 +228,97 @@ func (p alipayParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 	if !ct.OK() {
 		return sum, &ControlTotalError{Totals: ct}
 	}
+	if p.opts.summary != nil {
+		if err := p.parseSummary(p.opts.summary, book); err != nil {
+			return sum, err
+		}
+		if sum.Settlements, err = book.settlements(); err != nil {
+			return sum, fmt.Errorf("%w: 汇总: %v", ErrMalformed, err)
+		}
+	}
 	return sum, nil
+}
+
+// alipayBillGroup is the settlement group of an Alipay bill: the bill's day as a whole.
+const alipayBillGroup = "bill"
+
+// alipaySummaryNet is the column of the 汇总 file that states what was settled: 商家实收 plus
+// the (negative) 服务费, per store and on the 合计 row.
+const alipaySummaryNet = "实收净额（元）"
+
+// parseSummary reads the 业务明细(汇总) file that comes with the detail in Alipay's bill zip:
+// GBK, `#` preamble and footer, the header `门店编号,门店名称,交易订单总笔数,退款订单总笔数,
+// 订单金额（元）,商家实收（元）,…,服务费（元）,分润（元）,实收净额（元）`, a row per store and a
+// 合计 row. The 合计 row's 实收净额 is the day's settlement in CNY (without a 合计 row: the sum of
+// the store rows). Errors name the summary file's line: `汇总 line N: reason`.
+func (p alipayParser) parseSummary(r io.Reader, book *settlementBook) error {
+	rr, err := newRecordReader(r, p.opts, readerConfig{encoding: encodingGBK, comma: ',', comment: "#"})
+	if err != nil {
+		return summaryError(err)
+	}
+	var h *header
+	net := -1
+	var total, stores SubMinor
+	totalLine, lastLine := 0, 0
+	for {
+		rec, err := rr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return summaryError(err)
+		}
+		if rec.comment {
+			continue
+		}
+		if h == nil {
+			h = newHeader(rec)
+			if net, err = h.need(alipaySummaryNet); err != nil {
+				return summaryError(err)
+			}
+			continue
+		}
+		if err := h.checkWidth(rec); err != nil {
+			return summaryError(err)
+		}
+		if err := checkMoney(rec, h, alipayMoneyColumns(h), 2, ',', alipayValue); err != nil {
+			return summaryError(err)
+		}
+		v, err := subMinorCell(alipayValue(rec.fields[net]), 2, ',')
+		if err != nil {
+			return summaryError(lineErrorf(rec.line, "%s: %v", h.names[net], err))
+		}
+		lastLine = rec.line
+		if alipayValue(rec.fields[0]) == "合计" {
+			if totalLine != 0 {
+				return summaryError(lineErrorf(rec.line, "a second 合计 row (the first is line %d)", totalLine))
+			}
+			total, totalLine = v, rec.line
+			continue
+		}
+		var ok bool
+		if stores, ok = addSub(stores, v); !ok {
+			return summaryError(lineErrorf(rec.line, "%s: the total overflows", h.names[net]))
+		}
+	}
+	switch {
+	case h == nil:
+		return summaryError(lineErrorf(rr.line+1, "no header row"))
+	case totalLine != 0:
+		return book.state(alipayBillGroup, "CNY", "", total, "汇总 合计: "+alipaySummaryNet, totalLine)
+	case lastLine != 0:
+		return book.state(alipayBillGroup, "CNY", "", stores, "汇总: the stores' "+alipaySummaryNet, lastLine)
+	}
+	return summaryError(lineErrorf(rr.line, "no 合计 row and no store rows"))
+}
+
+// summaryError marks an error as the summary file's, not the detail's: `汇总 line N: reason`.
+func summaryError(err error) error {
+	var le *LineError
+	if errors.As(err, &le) {
+		return &LineError{Line: le.Line, Reason: le.Reason, Err: le.Err, File: "汇总"}
+	}
+	return err
 }
 
 // line normalizes one detail row; raw is its amount at controlScale for the footer check.

@@ -36,30 +36,49 @@ func benchRowCount(b *testing.B) int {
 
 const wechatDetailHeader = "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,交易状态,付款银行,货币种类,应结订单金额,代金券金额,微信退款单号,商户退款单号,退款金额,充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,费率备注"
 
-// writeWechatBill writes an n-row WeChat ALL bill (every tenth row a refund) with a summary row
-// that agrees with it.
+// benchFeeBP is the fee the generated bill charges (0.60%, half up to the fen, returned on a
+// refund), the schedule BenchmarkReconcile1M checks it against.
+const benchFeeBP = 60
+
+// benchFee is a generated line's fee in fen: every 5000th line is charged a fen too much, for a
+// trickle of FEE_MISMATCH.
+func benchFee(i int, amount int64) int64 {
+	fee := (amount*benchFeeBP + 5000) / 10000
+	if i%5000 == 4 {
+		fee++
+	}
+	return fee
+}
+
+// writeWechatBill writes an n-row WeChat ALL bill (every tenth row a refund, its fee returned)
+// with fees and a summary row that agrees with it, so its settlement (应结订单总金额 − 退款总金额
+// − 手续费总金额) agrees with the lines' net.
 func writeWechatBill(w io.Writer, n int) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	fmt.Fprintln(bw, wechatDetailHeader)
 	start := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
-	var paid, refunded int64
+	var paid, refunded, fees int64
 	for i := 0; i < n; i++ {
 		at := start.Add(time.Duration(i%86400) * time.Second).Format(localTimeLayout)
 		amount := int64(100 + i%50000)
 		yuan := money.Format(amount, "CNY")
 		if i%10 == 9 {
+			fee := -benchFee(i, amount)
 			refunded += amount
-			fmt.Fprintf(bw, "`%s,`wx2421b1c4370ec43b,`1900000109,`0,`,`42000021562024030%011d,`ORD-%09d,`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`JSAPI,`REFUND,`CMB_CREDIT,`CNY,`0.00,`0.00,`5030050935202403%013d,`RF-%09d,`%s,`0.00,`ORIGINAL,`SUCCESS,`会员月卡,`,`0.00,`0.60%%,`0.00,`%s,`\n",
-				at, i-1, i-1, i, i, yuan, yuan)
+			fees += fee
+			fmt.Fprintf(bw, "`%s,`wx2421b1c4370ec43b,`1900000109,`0,`,`42000021562024030%011d,`ORD-%09d,`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`JSAPI,`REFUND,`CMB_CREDIT,`CNY,`0.00,`0.00,`5030050935202403%013d,`RF-%09d,`%s,`0.00,`ORIGINAL,`SUCCESS,`会员月卡,`,`%s,`0.60%%,`0.00,`%s,`\n",
+				at, i-1, i-1, i, i, yuan, money.Format(fee, "CNY"), yuan)
 			continue
 		}
+		fee := benchFee(i, amount)
 		paid += amount
-		fmt.Fprintf(bw, "`%s,`wx2421b1c4370ec43b,`1900000109,`0,`,`42000021562024030%011d,`ORD-%09d,`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`JSAPI,`SUCCESS,`CMB_CREDIT,`CNY,`%s,`0.00,`0,`0,`0.00,`0.00,`,`,`会员月卡,`,`0.00,`0.60%%,`%s,`0.00,`\n",
-			at, i, i, yuan, yuan)
+		fees += fee
+		fmt.Fprintf(bw, "`%s,`wx2421b1c4370ec43b,`1900000109,`0,`,`42000021562024030%011d,`ORD-%09d,`oUpF8uMuAJO_M2pxb1Q9zNjWeS6o,`JSAPI,`SUCCESS,`CMB_CREDIT,`CNY,`%s,`0.00,`0,`0,`0.00,`0.00,`,`,`会员月卡,`,`%s,`0.60%%,`%s,`0.00,`\n",
+			at, i, i, yuan, money.Format(fee, "CNY"), yuan)
 	}
 	fmt.Fprintln(bw, "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额")
 	p, r := money.Format(paid, "CNY"), money.Format(refunded, "CNY")
-	fmt.Fprintf(bw, "`%d,`%s,`%s,`0.00,`0.00,`%s,`%s\n", n, p, r, p, r)
+	fmt.Fprintf(bw, "`%d,`%s,`%s,`0.00,`%s,`%s,`%s\n", n, p, r, money.Format(fees, "CNY"), p, r)
 	return bw.Flush()
 }
 

@@ -269,13 +269,13 @@ func TestE2E_DemoWorldFaultsProduceEachKindOfFindingExactlyOnce(t *testing.T) {
 			t.Errorf("%s %s: state %s", f.Kind, f.Subject, f.State)
 		}
 	}
-	for _, k := range reconcile.Kinds {
+	for _, k := range demoWorldKinds() {
 		if kinds[k] != 1 {
 			t.Errorf("%s found %d times; want exactly once", k, kinds[k])
 		}
 	}
 	wantCounts := map[string]int64{}
-	for _, k := range reconcile.Kinds {
+	for _, k := range demoWorldKinds() {
 		if k != reconcile.ControlTotalMismatch {
 			wantCounts[string(k)] = 1
 		}
@@ -490,4 +490,16 @@ func wechatSkewSummary(t *testing.T, bill []byte, skew int64) []byte {
 	i := column(t, sumHeader, "应结订单总金额")
 	sum[i] = addAmount(t, sum[i], skew)
 	return writeBill(t, slices.Concat([][]string{header}, details, [][]string{sumHeader, sum}))
+}
+
+// demoWorldKinds are the kinds the demo world's faults make: all but settlement and fees, which
+// TestSettlementAndFeeMismatches covers (the demo's channel bills agree with their payouts).
+func demoWorldKinds() []reconcile.Kind {
+	var out []reconcile.Kind
+	for _, k := range reconcile.Kinds {
+		if k != reconcile.SettlementMismatch && k != reconcile.FeeMismatch {
+			out = append(out, k)
+		}
+	}
+	return out
 }

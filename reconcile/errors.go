@@ -26,9 +26,17 @@ type LineError struct {
 	Line   int // physical line number in the file, 1-based
 	Reason string
 	Err    error // the kind: ErrMalformed unless set (ErrTooLarge for an overlong line)
+	// File names the file of a statement that comes as several (Alipay's 汇总), "" for the
+	// detail: the text becomes `汇总 line N: reason`.
+	File string
 }
 
-func (e *LineError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+func (e *LineError) Error() string {
+	if e.File != "" {
+		return fmt.Sprintf("%s line %d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("line %d: %s", e.Line, e.Reason)
+}
 
 // Unwrap gives the error's kind, so errors.Is(err, ErrMalformed) finds it.
 func (e *LineError) Unwrap() error {

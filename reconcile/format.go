@@ -38,6 +38,7 @@ type options struct {
 	maxBytes int64
 	maxLine  int
 	profile  *Profile
+	summary  io.Reader
 }
 
 // Option adjusts a parser.
@@ -49,6 +50,11 @@ func WithMaxBytes(n int64) Option { return func(o *options) { o.maxBytes = n } }
 
 // WithMaxLineBytes limits one line (or one record spanning lines).
 func WithMaxLineBytes(n int) Option { return func(o *options) { o.maxLine = n } }
+
+// WithSummaryFile supplies the statement's separate summary file, read after the detail:
+// Alipay's 业务明细(汇总), whose 合计 row states the day's settlement (实收净额). Other formats
+// state their settlements in the detail file and ignore it.
+func WithSummaryFile(r io.Reader) Option { return func(o *options) { o.summary = r } }
 
 // WithProfile supplies the CSV profile the "profile" format reads with.
 func WithProfile(p *Profile) Option { return func(o *options) { o.profile = p } }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,6 +85,14 @@ func fixtures(t *testing.T) []fixture {
 			t.Fatalf("no fixtures for %s", format)
 		}
 		for _, f := range files {
+			if strings.HasSuffix(f, summarySuffix) {
+				continue // the summary file of the fixture beside it
+			}
+			summary := strings.TrimSuffix(f, ".csv") + summarySuffix
+			if _, err := os.Stat(summary); err == nil {
+				out = append(out, fixture{f, withSummary{format, summary}})
+				continue
+			}
 			out = append(out, fixture{f, p})
 		}
 	}
@@ -103,6 +112,30 @@ func fixtures(t *testing.T) []fixture {
 		}
 	}
 	return out
+}
+
+// summarySuffix names the separate summary file of a fixture (Alipay's 汇总): NAME.csv is read
+// with NAME.summary.csv.
+const summarySuffix = ".summary.csv"
+
+// withSummary is the parser of a format reading the fixture's summary file as well.
+type withSummary struct {
+	format, path string
+}
+
+func (w withSummary) Format() string { return w.format }
+
+func (w withSummary) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
+	f, err := os.Open(w.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := ParserFor(w.format, WithSummaryFile(f))
+	if err != nil {
+		return nil, err
+	}
+	return p.Parse(ctx, r, fn)
 }
 
 // render is what a golden file holds: one JSON object per normalized line, then the summary and
@@ -248,6 +281,7 @@ func TestMalformedStatementsFailAtTheirLine(t *testing.T) {
 		{"alipay/bad_business_type.csv", ErrMalformed, `line 8: 业务类型: unknown value "转账"`},
 		{"alipay/bad_refund_sign.csv", ErrMalformed, "line 8: refund with amount 20.00: a refund must be negative"},
 		{"alipay/bad_truncated.csv", ErrMalformed, "line 7: no #交易合计 footer line: truncated?"},
+		{"alipay/bad_summary_amount.csv", ErrMalformed, `汇总 line 7: 实收净额（元）: malformed amount "1,267.3.5"`},
 		{"alipay/bad_footer_missing_refund.csv", ErrMalformed, "line 11: no #退款合计 footer line: truncated?"},
 		{"alipay/bad_control_total.csv", ErrControlTotal, "line 11: CONTROL_TOTAL: details do not add up to the footer: 交易合计/笔 stated 4, computed 3; 交易合计/商家实收 stated 1395.00, computed 1295.00"},
 		{"alipay/bad_refund_total.csv", ErrControlTotal, "line 11: CONTROL_TOTAL: details do not add up to the footer: 退款合计/商家实收退款 stated -2.00, computed -20.00"},

@@ -46,6 +46,10 @@ type ImportRequest struct {
 	SHA256 string
 	// Size of the file in bytes, when known, for progress.
 	Size int64
+	// Summary is the statement's separate summary file (Alipay's 汇总), read after it for the
+	// settlement it states; nil: none. Used when Parser is nil (otherwise build the parser
+	// WithSummaryFile).
+	Summary io.Reader
 }
 
 // ImportResult says what an import did.
@@ -157,7 +161,7 @@ func (r *Reconciler) checkImportRequest(req *ImportRequest) error {
 		return invalidf("importer", "must not be empty")
 	}
 	if req.Parser == nil {
-		p, err := ParserFor(req.Format, WithMaxBytes(r.cfg.MaxBytes))
+		p, err := ParserFor(req.Format, WithMaxBytes(r.cfg.MaxBytes), WithSummaryFile(req.Summary))
 		if err != nil {
 			return invalidf("format", "%s", err.Error())
 		}

@@ -37,6 +37,9 @@ type JobSpec struct {
 	GraceSeconds int `json:"grace_seconds"`
 	// ReadyDeadlineSeconds: how long a run retries a statement that is not ready yet.
 	ReadyDeadlineSeconds int `json:"ready_deadline_seconds"`
+	// FeeSchedule, when set, is the channel's fee per line: a line whose fee differs is a
+	// FEE_MISMATCH. Nil: fees are not checked.
+	FeeSchedule *FeeSchedule `json:"fee_schedule,omitempty"`
 }
 
 // ReconJob is a stored recon job.
@@ -64,7 +67,8 @@ func (j *ReconJob) BillDate(now time.Time) string {
 
 // MatchSettings are the job's rules for which local keys a statement covers.
 func (j *ReconJob) MatchSettings() MatchSettings {
-	return MatchSettings{Operations: j.Operations, Location: j.Location(), Grace: time.Duration(j.GraceSeconds) * time.Second}
+	return MatchSettings{Operations: j.Operations, Location: j.Location(), Grace: time.Duration(j.GraceSeconds) * time.Second,
+		Fees: j.FeeSchedule}
 }
 
 var (
@@ -155,6 +159,11 @@ func (s *JobSpec) Validate() error {
 	case s.ReadyDeadlineSeconds < 0 || s.ReadyDeadlineSeconds > 86400:
 		return invalidf("ready_deadline_seconds", "%d is outside 0..86400", s.ReadyDeadlineSeconds)
 	}
+	if s.FeeSchedule != nil {
+		if err := s.FeeSchedule.Validate(); err != nil {
+			return err
+		}
+	}
 	_, _, err := ParseCron(s.CronSpec, s.TimeZone)
 	return err
 }
@@ -181,7 +190,8 @@ func isHTTPSource(src string) bool {
 
 // jobColumns fills a jobRow.
 const jobColumns = `id, name, channel, format, source, array_to_string(operations, ',') AS operations,
-	bill_date_offset_days, cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, created_at, updated_at`
+	bill_date_offset_days, cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, created_at, updated_at,
+	fee_schedule::text AS fee_schedule`
 
 type jobRow struct {
 	ID                   int64
@@ -198,6 +208,7 @@ type jobRow struct {
 	ReadyDeadlineSeconds int
 	CreatedAt            time.Time
 	UpdatedAt            time.Time
+	FeeSchedule          *string
 }
 
 func (r jobRow) job() ReconJob {
@@ -207,6 +218,12 @@ func (r jobRow) job() ReconJob {
 		ReadyDeadlineSeconds: r.ReadyDeadlineSeconds}}
 	if r.Operations != "" {
 		j.Operations = strings.Split(r.Operations, ",")
+	}
+	if r.FeeSchedule != nil {
+		var f FeeSchedule
+		if json.Unmarshal([]byte(*r.FeeSchedule), &f) == nil {
+			j.FeeSchedule = &f
+		}
 	}
 	return j
 }
@@ -220,10 +237,11 @@ func (r *Reconciler) CreateJob(ctx context.Context, spec JobSpec) (*ReconJob, er
 	var rows []jobRow
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		err := tx.Raw(`INSERT INTO recon_jobs (name, channel, format, source, operations, bill_date_offset_days,
-		cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds)
-		VALUES (?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?) RETURNING `+jobColumns,
+		cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, fee_schedule)
+		VALUES (?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?, ?::jsonb) RETURNING `+jobColumns,
 			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds).Scan(&rows).Error
+			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
+			feeScheduleJSON(spec.FeeSchedule)).Scan(&rows).Error
 		if err != nil {
 			return err
 		}
@@ -249,9 +267,10 @@ func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		err := tx.Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?,
 		operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
-		grace_seconds = ?, ready_deadline_seconds = ?, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
+		grace_seconds = ?, ready_deadline_seconds = ?, fee_schedule = ?::jsonb, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
 			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds, name).Scan(&rows).Error
+			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
+			feeScheduleJSON(spec.FeeSchedule), name).Scan(&rows).Error
 		if err != nil || len(rows) == 0 {
 			return err
 		}

@@ -89,6 +89,10 @@ type Summary struct {
 	// Control holds the statement's own totals (WeChat summary row, Alipay footer) against the
 	// totals computed from the detail rows. Nil when the format states none (Stripe, Adyen).
 	Control *ControlTotals `json:"control_totals"`
+	// Settlements are the amounts the statement states were settled (WeChat's summary row,
+	// Alipay's 汇总 file, Stripe payout rows, Adyen MerchantPayout rows), each next to the net
+	// its rows add up to. Empty when the statement states none.
+	Settlements []Settlement `json:"settlements,omitempty"`
 }
 
 // ControlTotalsOK reports whether the statement's control totals agree with its detail rows.

@@ -33,11 +33,18 @@ const (
 	DuplicateInFile Kind = "DUPLICATE_IN_FILE"
 	// ControlTotalMismatch: the statement's rows do not add up to its own totals; it was rejected.
 	ControlTotalMismatch Kind = "CONTROL_TOTAL_MISMATCH"
+	// SettlementMismatch: what the statement states was settled for a day, payout or batch in
+	// one currency differs from the net of its rows; detail "difference_minor" is stated minus
+	// computed (see Settlement).
+	SettlementMismatch Kind = "SETTLEMENT_MISMATCH"
+	// FeeMismatch: a charge or refund line's fee is not what the job's FeeSchedule gives it;
+	// detail "difference_minor" is the line's fee minus the expected one.
+	FeeMismatch Kind = "FEE_MISMATCH"
 )
 
 // Kinds lists every kind of finding.
 var Kinds = []Kind{LocalOnly, ChannelOnly, StatusMismatch, AmountMismatch, CurrencyMismatch, DuplicateAtChannel,
-	DuplicateInFile, ControlTotalMismatch}
+	DuplicateInFile, ControlTotalMismatch, SettlementMismatch, FeeMismatch}
 
 // MatchSettings say which local keys a statement covers.
 type MatchSettings struct {
@@ -50,6 +57,9 @@ type MatchSettings struct {
 	// next day's statement, so they are not LOCAL_ONLY today; the next day's run looks for them
 	// in both days' statements.
 	Grace time.Duration
+	// Fees, when set, is the channel's fee schedule: a line whose fee differs is a FEE_MISMATCH.
+	// (SETTLEMENT_MISMATCH is always checked where the statement states a settlement.)
+	Fees *FeeSchedule
 }
 
 // MatchResult says what matching found.
@@ -84,9 +94,12 @@ type MatchResult struct {
 //     AMOUNT_MISMATCH.
 //  5. LOCAL_ONLY: completed keys of the job's operations whose completed_at falls in
 //     [day start − grace, day end − grace) with no line of this statement; those completed
-//     before the day start may have been booked the day before, so a line in the previous
-//     day's latest statement clears them too.
-//  6. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
+//     within the grace of the day start (either side) may have been booked the day before, so
+//     a line in the previous day's latest statement clears them too.
+//  6. settlements the statement states that differ from its rows (SETTLEMENT_MISMATCH, from
+//     statements.summary) and, with a fee schedule, lines whose fee differs (FEE_MISMATCH, one
+//     pass over the statement's charge and refund lines).
+//  7. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
 //
 // That is the full plan. A statement whose import saw no repeated txn id or order number takes
 // the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join that keeps only the lines
@@ -239,8 +252,9 @@ FROM idempotency_keys k
 WHERE k.state = 'completed' AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
-	// Keys completed in the grace window before the day start, found in the previous day's
-	// latest statement ($2), were booked there. Two equality joins (hashable), not one OR.
+	// Keys completed within the grace of the day start (before it, or after it by a clock's
+	// skew), found in the previous day's latest statement ($2), were booked there. Two equality
+	// joins (hashable), not one OR.
 	clearEarlyByOrderSQL = `
 DELETE FROM local_only o USING statement_lines p
 WHERE o.completed_at < $1 AND p.statement_id = $2 AND p.merchant_order_no = o.downstream_key`
@@ -420,6 +434,18 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, err
 		}
 	}
+	if _, err := exec("settlement findings", settlementFindingsSQL, statementID); err != nil {
+		return nil, err
+	}
+	if f := ms.Fees; f != nil {
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		if _, err := exec("fee findings", feeFindingsSQL, statementID, f.RateBP, f.FixedMinor, f.Rounding, f.Decimals, f.Refunds,
+			feeScheduleJSON(f)); err != nil {
+			return nil, err
+		}
+	}
 	if len(ms.Operations) > 0 {
 		if !lean {
 			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to); err != nil {
@@ -435,10 +461,14 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			}
 		}
 		if prevID.Valid {
-			if _, err := exec("clear early keys", clearEarlyByOrderSQL, dayStart, prevID.Int64); err != nil {
+			// Keys completed up to a grace after the day start too: a local clock that runs
+			// behind the channel's (or a completion recorded after the channel's answer) puts a
+			// charge the channel booked at 23:59:59 on our side of midnight.
+			early := dayStart.Add(ms.Grace)
+			if _, err := exec("clear early keys", clearEarlyByOrderSQL, early, prevID.Int64); err != nil {
 				return nil, err
 			}
-			if _, err := exec("clear early keys", clearEarlyByTxnSQL, dayStart, prevID.Int64); err != nil {
+			if _, err := exec("clear early keys", clearEarlyByTxnSQL, early, prevID.Int64); err != nil {
 				return nil, err
 			}
 		}

@@ -38,6 +38,11 @@ func TestParsesPaysimExports(t *testing.T) {
 			if sum.Control != nil && !sum.ControlTotalsOK() {
 				t.Fatalf("control totals disagree: %+v", sum.Control)
 			}
+			// Every layout but Alipay's detail (its settlement is in the 汇总 of the zip) states a
+			// settlement, and paysim's agrees with its rows.
+			if (len(sum.Settlements) == 0) != (format == "alipay") || !sum.SettlementsOK() {
+				t.Fatalf("settlements %+v", sum.Settlements)
+			}
 			refunds := 0
 			for _, l := range lines {
 				if l.MerchantOrderNo == "" || l.ChannelTxnID == "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"unicode/utf8"
 
@@ -55,11 +56,14 @@ func newRecordReader(r io.Reader, o options, cfg readerConfig) (*recordReader, e
 	// Peek for the gzip magic: WeChat serves its bills optionally gzipped.
 	src := bufio.NewReader(r)
 	if magic, _ := src.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(src)
+		in := &countingSource{r: src}
+		gz, err := gzip.NewReader(in)
 		if err != nil {
 			return nil, fmt.Errorf("%w: bad gzip header: %v", ErrMalformed, err)
 		}
-		r = gz
+		// The size limit is the limitReader's below; the ratio is a gzip bomb's tell.
+		r = &bombGuard{r: gz, what: "gzip stream", compressed: func() int64 { return in.n },
+			lim: ArchiveLimits{MaxBytes: math.MaxInt64 - 1}.withDefaults()}
 	} else {
 		r = src
 	}

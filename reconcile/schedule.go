@@ -117,7 +117,7 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 	}
 	req := RunRequest{Job: job, RunID: runID, Import: ImportRequest{Channel: job.Channel, Format: job.Format,
 		BillDate: billDate, Location: job.Location(), Importer: actor, SHA256: src.sha, Size: src.size}}
-	return r.Reconcile(ctx, req, src.f, p)
+	return r.ReconcilePacked(ctx, req, src.f, src.size, p)
 }
 
 // ExpandSource puts the bill date into a job's source pattern.
@@ -173,6 +173,10 @@ func (r *Reconciler) fetch(ctx context.Context, source, billDate string) (*fetch
 // fetchHTTP downloads the statement into a temporary file (hashing it on the way), so that the
 // import reads a complete file and a known one is skipped unparsed.
 func (r *Reconciler) fetchHTTP(ctx context.Context, u string) (*fetched, error) {
+	return r.fetchHTTPOnce(ctx, u, false)
+}
+
+func (r *Reconciler) fetchHTTPOnce(ctx context.Context, u string, followed bool) (*fetched, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -184,6 +188,18 @@ func (r *Reconciler) fetchHTTP(ctx context.Context, u string) (*fetched, error) 
 		return nil, fmt.Errorf("%w: GET %s: %v", ErrNotReady, redactURL(u), err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !followed {
+		// A bill query (Alipay's alipay.data.dataservice.bill.downloadurl.query) answers the
+		// URL of the bill, not the bill: follow it once.
+		next, err := billDownloadURL(io.LimitReader(resp.Body, 64<<10))
+		if errors.Is(err, ErrNotReady) {
+			return nil, fmt.Errorf("GET %s: %w", redactURL(u), err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: GET %s: %v", ErrFetch, redactURL(u), err)
+		}
+		return r.fetchHTTPOnce(ctx, next, true)
+	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, fmt.Errorf("%w: GET %s: 404 Not Found", ErrNotReady, redactURL(u))
@@ -215,6 +231,43 @@ func (r *Reconciler) fetchHTTP(ctx context.Context, u string) (*fetched, error) 
 	}
 	out.sha, out.size = hex.EncodeToString(h.Sum(nil)), n
 	return out, nil
+}
+
+// billDownloadURL reads a bill query's JSON answer for its bill_download_url, at the top level
+// or one object down (Alipay wraps it in alipay_data_dataservice_bill_downloadurl_query_response,
+// with code 10000 for success).
+func billDownloadURL(r io.Reader) (string, error) {
+	var top map[string]json.RawMessage
+	if err := json.NewDecoder(r).Decode(&top); err != nil {
+		return "", fmt.Errorf("the JSON answer does not read: %v", err)
+	}
+	objects := []map[string]json.RawMessage{top}
+	for _, v := range top {
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(v, &inner) == nil {
+			objects = append(objects, inner)
+		}
+	}
+	for _, o := range objects {
+		var u, code, subCode, msg string
+		_ = json.Unmarshal(o["bill_download_url"], &u)
+		_ = json.Unmarshal(o["code"], &code)
+		_ = json.Unmarshal(o["sub_code"], &subCode)
+		_ = json.Unmarshal(o["sub_msg"], &msg)
+		if subCode == "isp.bill_not_exist" { // the day's bill is not generated yet
+			return "", fmt.Errorf("%w: the bill query answered %s: %s", ErrNotReady, subCode, msg)
+		}
+		if code != "" && code != "10000" {
+			return "", fmt.Errorf("the bill query answered code %s %s: %s", code, subCode, msg)
+		}
+		if u != "" {
+			if !isHTTPSource(u) {
+				return "", fmt.Errorf("bill_download_url %q is not http(s)", redactURL(u))
+			}
+			return u, nil
+		}
+	}
+	return "", errors.New("the JSON answer has no bill_download_url")
 }
 
 // redactURL drops the query (it may carry a token) from URLs in errors and logs.

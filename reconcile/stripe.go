@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -44,9 +45,13 @@ var stripeCategories = map[string]Status{
 	"partial_capture_reversal":    "",
 }
 
+// Settlement: a payout row (reporting_category payout) states what payout automatic_payout_id
+// paid out: −net. The rows of that payout — order lines and the fees and adjustments that are
+// not — must add up to it.
 func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementLine) error) (*Summary, error) {
 	cfg := readerConfig{encoding: encodingUTF8, comma: ','}
-	return parseFlat(ctx, r, fn, p.Format(), p.opts, cfg, 0, func(h *header) (rowReader, error) {
+	book := newSettlementBook()
+	sum, err := parseFlat(ctx, r, fn, p.Format(), p.opts, cfg, 0, func(h *header) (rowReader, error) {
 		cs := columnSet{h: h}
 		created := cs.need("created_utc")
 		currency := cs.need("currency")
@@ -63,6 +68,8 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 		facing := moneyColumns(h, []string{"customer_facing_amount"}, nil)
 		facingCurrency := h.col("customer_facing_currency")
 		feeCol, netCol := h.col("fee"), h.col("net")
+		payoutCol, payoutAt := h.col("automatic_payout_id"), h.col("automatic_payout_effective_at_utc")
+		sourceCol := h.col("source_id")
 		return func(rec record) (StatementLine, string, error) {
 			f := rec.fields
 			var l StatementLine
@@ -85,8 +92,39 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			if !known {
 				return l, "", lineErrorf(rec.line, "reporting_category: unknown value %q", cat)
 			}
+			payout := cell(f, payoutCol)
 			if st == "" {
-				return l, cat, nil
+				if cat == "payout" && payout == "" {
+					payout = cell(f, sourceCol) // a payout row names itself in source_id
+				}
+				if payout == "" {
+					return l, cat, nil
+				}
+				cur, err := money.Normalize(cell(f, currency))
+				if err != nil {
+					return l, "", lineErrorf(rec.line, "currency: %v", err)
+				}
+				exp, _ = money.Exponent(cur)
+				net, err := subMinorCell(cell(f, netCol), exp, 0)
+				if netCol < 0 || cell(f, netCol) == "" {
+					g, _ := subMinorCell(cell(f, gross), exp, 0)
+					fee, _ := subMinorCell(cell(f, feeCol), exp, 0)
+					net, err = netOf(g, fee)
+				}
+				if err != nil {
+					return l, "", lineErrorf(rec.line, "net: %v", err)
+				}
+				if cat != "payout" {
+					return l, cat, book.other("payout "+payout, cur, net, rec.line)
+				}
+				date := cell(f, payoutAt)
+				if date == "" {
+					date = cell(f, created)
+				}
+				if len(date) >= 10 {
+					date = date[:10]
+				}
+				return l, cat, book.state("payout "+payout, cur, date, -net, "payout row: −net", rec.line)
 			}
 			l.Status = st
 			for _, c := range txnCols {
@@ -123,9 +161,21 @@ func (p stripeParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			if l.OccurredAt, err = parseUTCTime(cell(f, created)); err != nil {
 				return l, "", lineErrorf(rec.line, "created_utc: %v", err)
 			}
+			if payout != "" {
+				if err := book.line("payout "+payout, l.Currency, l.NetMinor, l.FeeMinor, rec.line); err != nil {
+					return l, "", err
+				}
+			}
 			return l, "", nil
 		}, nil
 	})
+	if err != nil {
+		return sum, err
+	}
+	if sum.Settlements, err = book.settlements(); err != nil {
+		return sum, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return sum, nil
 }
 
 // parseUTCTime reads Stripe's `2006-01-02 15:04:05` (UTC) and also accepts RFC 3339.

@@ -121,6 +121,7 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 
 	rows := 0
 	sums := make([]int64, len(wechatControls))
+	book := newSettlementBook()
 	for {
 		rec, err = rr.next()
 		if errors.Is(err, io.EOF) {
@@ -164,6 +165,9 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 			return sum, err
 		}
 		line.Raw = rec.text
+		if err := book.line(wechatBillGroup, line.Currency, line.NetMinor, line.FeeMinor, rec.line); err != nil {
+			return sum, err
+		}
 		if err := sink.emit(line); err != nil {
 			return sum, err
 		}
@@ -215,7 +219,69 @@ func (p wechatParser) Parse(ctx context.Context, r io.Reader, fn func(StatementL
 	if !ct.OK() {
 		return sum, &ControlTotalError{Totals: ct}
 	}
+	if err := wechatSettlement(book, sh, srow); err != nil {
+		return sum, err
+	}
+	if sum.Settlements, err = book.settlements(); err != nil {
+		return sum, lineErrorf(srow.line, "%v", err)
+	}
 	return sum, nil
+}
+
+// wechatBillGroup is the settlement group of a WeChat Pay bill: the bill's day as a whole.
+const wechatBillGroup = "bill"
+
+// wechatSettlement states the bill's settlement from its summary row: 应结订单总金额 − 退款总金额
+// − 手续费总金额 (older layout: 总交易额 − 总退款金额 − 手续费总金额), in the one currency of its
+// lines (CNY when it has none). The fee total is rounded as it is written (five decimals in the
+// current layout, two in older ones), so the rows' fees are summed exactly and rounded the same
+// way before they are compared. A bill with lines in several currencies states no settlement
+// its summary could attribute.
+func wechatSettlement(book *settlementBook, sh *header, srow record) error {
+	currency := "CNY"
+	if len(book.groups) > 1 {
+		return nil
+	}
+	for k := range book.groups {
+		currency = k.currency
+	}
+	exp := currencyExponent(currency)
+	settled, refunded, fees := sh.col("应结订单总金额", "总交易额"), sh.col("退款总金额", "总退款金额"), sh.col("手续费总金额")
+	if settled < 0 {
+		return nil
+	}
+	var stated SubMinor
+	source := sh.names[settled]
+	feeDecimals := -1
+	for i, col := range []int{settled, refunded, fees} {
+		if col < 0 {
+			continue
+		}
+		text := wechatValue(srow.fields[col])
+		v, err := subMinorCell(text, exp, 0)
+		if err != nil {
+			return lineErrorf(srow.line, "%s: %v", sh.names[col], err)
+		}
+		if i > 0 {
+			v = -v
+			source += " − " + sh.names[col]
+		}
+		var ok bool
+		if stated, ok = addSub(stated, v); !ok {
+			return lineErrorf(srow.line, "%s: the settlement overflows", sh.names[col])
+		}
+		if col == fees {
+			feeDecimals = 0
+			if _, frac, ok := strings.Cut(text, "."); ok {
+				feeDecimals = len(frac)
+			}
+		}
+	}
+	if err := book.state(wechatBillGroup, currency, "", stated, "summary row: "+source, srow.line); err != nil {
+		return err
+	}
+	book.get(wechatBillGroup, currency).feeDecimals = feeDecimals
+	return nil
 }
 
 func (c wechatColumns) line(rec record, h *header) (StatementLine, error) {

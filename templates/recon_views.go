@@ -20,6 +20,8 @@ type ReconJobForm struct {
 	BillDateOffsetDays, GraceSeconds, Deadline string
 	Enabled                                    bool
 	Error                                      string
+	// The fee schedule (empty FeeRateBP: fees are not checked).
+	FeeRateBP, FeeFixedMinor, FeeRounding, FeeDecimals, FeeRefunds string
 }
 
 // NextRunsView is the next run times of a cron spec, or why it is invalid.
@@ -103,10 +105,13 @@ type FindingRow struct {
 	KeyID                            int64
 	KeyHref                          string
 	Detail                           string
-	State                            string
-	Resolver, ReasonCode, Note       string
-	CreatedAt                        time.Time
-	CanRecover                       bool
+	// Money is a SETTLEMENT_MISMATCH's or FEE_MISMATCH's amounts formatted with their currency
+	// ("stated 45.00 USD, computed 45.64 USD, difference -0.64 USD"); empty for other kinds.
+	Money                      string
+	State                      string
+	Resolver, ReasonCode, Note string
+	CreatedAt                  time.Time
+	CanRecover                 bool
 }
 
 // FindingSearch is the findings filter form's values.

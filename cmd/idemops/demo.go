@@ -191,22 +191,36 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	return p, nil
 }
 
-// demoReconJob schedules reconciliation of today's paysim WeChat bill every minute, so findings
-// appear in the console while the demo runs.
+// demoReconJob schedules reconciliation of today's paysim WeChat bill (gzip download) and Alipay
+// bill (query → zip) every minute, fees checked, so findings appear in the console while the
+// demo runs.
 func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *demo.World) error {
 	rec, err := reconcile.New(d.DB, reconcile.Config{Store: store, Operations: operationSet{world.Operations}})
 	if err != nil {
 		return err
 	}
-	spec := reconcile.JobSpec{Name: "paysim-wechat", Channel: "paysim", Format: "wechat",
-		Source: world.PaysimURL + "/statements/{date}?format=wechat", Operations: []string{demo.OperationCharge},
-		CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60}
-	if _, err := rec.UpdateJob(ctx, spec.Name, spec); errors.Is(err, reconcile.ErrNotFound) {
-		_, err = rec.CreateJob(ctx, spec)
-		return err
-	} else {
-		return err
+	// paysim's fee: 60 bp of a charge, half up to the fen, none returned on a refund.
+	fees := &reconcile.FeeSchedule{RateBP: "60", Refunds: "kept"}
+	specs := []reconcile.JobSpec{
+		// WeChat Pay's bill download, gzip-compressed (tar_type=GZIP).
+		{Name: "paysim-wechat", Channel: "paysim", Format: "wechat",
+			Source: world.PaysimURL + "/statements/{date}?format=wechat&tar_type=GZIP", Operations: []string{demo.OperationCharge},
+			CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60, FeeSchedule: fees},
+		// Alipay's bill query: it answers the URL of a zip with 业务明细 and 业务明细(汇总).
+		{Name: "paysim-alipay", Channel: "paysim-alipay", Format: "alipay",
+			Source: world.PaysimURL + "/alipay/bill-url?bill_date={date}", Operations: []string{demo.OperationCharge},
+			CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60, FeeSchedule: fees},
 	}
+	for _, spec := range specs {
+		_, err := rec.UpdateJob(ctx, spec.Name, spec)
+		if errors.Is(err, reconcile.ErrNotFound) {
+			_, err = rec.CreateJob(ctx, spec)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startDaemon builds and starts a replica in this process; stop finishes its batch in hand.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/idemops/idemops/daemon"
@@ -45,7 +46,8 @@ func newReconcileParseCmd() *cobra.Command {
 		Long: "Parse a channel statement and print its normalized lines and control totals. Nothing is\n" +
 			"written and no database is opened: a preview for people and a check for parsers.\n" +
 			"Formats: " + strings.Join(reconcile.Formats(), ", ") + ". A statement whose rows do not parse,\n" +
-			"or whose rows do not add up to its control totals, exits non-zero.",
+			"or whose rows do not add up to its control totals, exits non-zero. FILE may be plain, gzip, or a\n" +
+			"zip holding the statement and its summary (Alipay's 业务明细 and 业务明细(汇总)).",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("reconcile parse takes one statement file, got %d arguments", len(args))
@@ -53,20 +55,23 @@ func newReconcileParseCmd() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			parser, err := statementParser(format, profilePath, maxBytes)
+			if _, err := statementParser(format, profilePath, maxBytes); err != nil {
+				return err
+			}
+			u, closeFile, err := openPacked(args[0], maxBytes)
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(args[0])
+			defer closeFile()
+			parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
 			if err != nil {
 				return err
 			}
-			defer f.Close()
 			out := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			defer out.Flush()
 			p := linePrinter{w: out, json: asJSON}
 			p.start()
-			sum, err := parser.Parse(cmd.Context(), f, p.line)
+			sum, err := parser.Parse(cmd.Context(), u.Statement, p.line)
 			if err != nil && !errors.Is(err, reconcile.ErrControlTotal) {
 				return err
 			}
@@ -85,8 +90,28 @@ func newReconcileParseCmd() *cobra.Command {
 	return cmd
 }
 
+// openPacked opens a statement file as it came — plain, gzip, or a zip with the statement and
+// its summary (Alipay) — within the archive limits; a refused archive is one line, exit 1.
+func openPacked(path string, maxBytes int64) (*reconcile.Unpacked, func(), error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	u, err := reconcile.Unpack(f, st.Size(), reconcile.ArchiveLimits{MaxBytes: maxBytes})
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return u, func() { u.Close(); f.Close() }, nil
+}
+
 // statementParser resolves the format flags; every mistake in them is a usage error (exit 2).
-func statementParser(format, profilePath string, maxBytes int64) (reconcile.Parser, error) {
+func statementParser(format, profilePath string, maxBytes int64, more ...reconcile.Option) (reconcile.Parser, error) {
 	if format == "" && profilePath != "" {
 		format = reconcile.FormatProfile
 	}
@@ -96,7 +121,7 @@ func statementParser(format, profilePath string, maxBytes int64) (reconcile.Pars
 	if maxBytes <= 0 {
 		return nil, usagef("--max-bytes must be positive")
 	}
-	opts := []reconcile.Option{reconcile.WithMaxBytes(maxBytes)}
+	opts := append([]reconcile.Option{reconcile.WithMaxBytes(maxBytes)}, more...)
 	switch {
 	case format == reconcile.FormatProfile && profilePath == "":
 		return nil, usagef("--format profile needs --profile FILE.yaml")
@@ -192,8 +217,13 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 		if sum.Control != nil {
 			s["control_totals"] = sum.Control
 		}
+		if len(sum.Settlements) > 0 {
+			s["settlements"] = sum.Settlements
+			s["settlements_ok"] = sum.SettlementsOK()
+		}
 		return p.enc.Encode(map[string]any{"summary": s})
 	}
+	defer p.settlements(sum)
 	fmt.Fprintf(p.w, "\n%s: %d lines", sum.Format, sum.Lines)
 	if n := sum.SkippedRows(); n > 0 {
 		kinds := make([]string, 0, len(sum.Skipped))
@@ -227,6 +257,50 @@ func (p *linePrinter) summary(sum *reconcile.Summary) error {
 		}
 	}
 	return nil
+}
+
+// settlements prints each settlement the statement states next to what its rows add up to.
+func (p *linePrinter) settlements(sum *reconcile.Summary) {
+	if sum == nil || len(sum.Settlements) == 0 {
+		return
+	}
+	fmt.Fprintln(p.w, "settlements (stated by the statement, against the net of its rows):")
+	for _, st := range sum.Settlements {
+		mark := "ok"
+		if !st.OK() {
+			mark = "MISMATCH " + formatSubMinor(st.Difference, st.Currency) + " (a SETTLEMENT_MISMATCH when imported)"
+		}
+		fmt.Fprintf(p.w, "  %-32s %s stated %-14s computed %-14s %s [%s, line %d]\n", st.Group, st.Currency,
+			formatSubMinor(st.Stated, st.Currency), formatSubMinor(st.Computed, st.Currency), mark, st.Source, st.Line)
+	}
+}
+
+// feeFlags are the fee schedule flags of reconcile import and reconcile jobs add.
+type feeFlags struct {
+	rate, rounding, refunds string
+	fixed                   int64
+	decimals                int
+}
+
+func (f *feeFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.rate, "fee-rate-bp", "", "check each line's fee against this rate, in basis points (60 = 0.60%); a line that differs is a FEE_MISMATCH")
+	fs.Int64Var(&f.fixed, "fee-fixed-minor", 0, "fixed part of a charge's fee, in minor units (with --fee-rate-bp)")
+	fs.StringVar(&f.rounding, "fee-rounding", "half_up", "how the fee is rounded: "+strings.Join(reconcile.FeeRoundings, ", "))
+	fs.IntVar(&f.decimals, "fee-decimals", 0, "decimals below the minor unit the fee is rounded to (0..3; WeChat Pay: 3)")
+	fs.StringVar(&f.refunds, "fee-refunds", "returned", "a refund's fee: returned (negative, the rate part) or kept (none)")
+}
+
+// schedule is the schedule the flags describe, nil without --fee-rate-bp; a bad value is a
+// usage error naming the flag's field.
+func (f *feeFlags) schedule() (*reconcile.FeeSchedule, error) {
+	if f.rate == "" {
+		return nil, nil
+	}
+	fs := &reconcile.FeeSchedule{RateBP: f.rate, FixedMinor: f.fixed, Rounding: f.rounding, Decimals: f.decimals, Refunds: f.refunds}
+	if err := fs.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return fs, nil
 }
 
 // reconcileError maps the reconcile package's input errors to usage errors (exit 2); the rest
@@ -287,6 +361,7 @@ func newReconcileImportCmd() *cobra.Command {
 		grace                                         time.Duration
 		maxBytes                                      int64
 		asJSON                                        bool
+		fees                                          feeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "import --channel C --format F FILE",
@@ -346,17 +421,33 @@ func newReconcileImportCmd() *cobra.Command {
 			if len(operations) > 0 || job == "" {
 				req.Match = &reconcile.MatchSettings{Operations: operations, Location: req.Import.Location, Grace: grace}
 			}
-			parser, err := statementParser(format, profilePath, maxBytes)
+			schedule, err := fees.schedule()
+			if err != nil {
+				return err
+			}
+			if schedule != nil {
+				if req.Match == nil {
+					ms := req.Job.MatchSettings()
+					req.Match = &ms
+				}
+				req.Match.Fees = schedule
+			} else if req.Match != nil && req.Job != nil {
+				req.Match.Fees = req.Job.FeeSchedule
+			}
+			u, closeFile, err := openPacked(args[0], maxBytes)
+			if err != nil {
+				return err
+			}
+			defer closeFile()
+			parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
 			if err != nil {
 				return err
 			}
 			req.Import.Parser, req.Import.Format = parser, parser.Format()
-			f, err := os.Open(args[0])
-			if err != nil {
-				return err
+			if u.Packing != reconcile.PackingPlain { // the hash and size are the package's
+				req.Import.SHA256, req.Import.Size = "", 0
 			}
-			defer f.Close()
-			run, err := r.Reconcile(cmd.Context(), req, f, newBarProgress(size))
+			run, err := r.Reconcile(cmd.Context(), req, u.Statement, newBarProgress(size))
 			if run != nil {
 				if perr := printReconRun(cmd.OutOrStdout(), run, asJSON); perr != nil && err == nil {
 					err = perr
@@ -375,6 +466,7 @@ func newReconcileImportCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&grace, "grace", 10*time.Minute, "keys completed this close to midnight are not LOCAL_ONLY")
 	cmd.Flags().Int64Var(&maxBytes, "max-bytes", reconcile.DefaultMaxBytes, "refuse statements larger than this (decompressed)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	fees.register(cmd.Flags())
 	return cmd
 }
 
@@ -522,12 +614,17 @@ func newReconcileJobsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs add|list", Short: "Manage scheduled recon jobs"}
 	var spec reconcile.JobSpec
 	var disabled bool
+	var fees feeFlags
 	add := &cobra.Command{
 		Use:   "add --name N --channel C --format F --source S --operation OP --cron SPEC [--tz Z]",
 		Short: "Add a recon job (validates the cron spec and shows its next five runs)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec.Enabled = !disabled
+			var err error
+			if spec.FeeSchedule, err = fees.schedule(); err != nil {
+				return err
+			}
 			if err := spec.Validate(); err != nil {
 				return usageError{err}
 			}
@@ -560,6 +657,7 @@ func newReconcileJobsCmd() *cobra.Command {
 	f.IntVar(&spec.GraceSeconds, "grace", 600, "seconds before midnight whose keys are not LOCAL_ONLY yet")
 	f.IntVar(&spec.ReadyDeadlineSeconds, "deadline", 7200, "seconds to keep retrying a statement that is not ready")
 	f.BoolVar(&disabled, "disabled", false, "add the job disabled")
+	fees.register(f)
 
 	var asJSON bool
 	list := &cobra.Command{

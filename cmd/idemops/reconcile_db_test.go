@@ -75,3 +75,28 @@ func TestReconcileImport_ImportsOnceMatchesAndListsFindings(t *testing.T) {
 		t.Errorf("unknown job: %v", err)
 	}
 }
+
+// reconcile import and jobs add take a fee schedule: a bad one is a usage error naming the
+// field; 60 bp agrees with the fixture's fees, 61 bp does not (FEE_MISMATCH per line it moves).
+func TestReconcileImport_FeeSchedule(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", pgtest.URL(t)}
+	run := func(args ...string) (string, error) {
+		return runIdemops(t, append(append([]string{"reconcile"}, args...), db...)...)
+	}
+	_, err := run("jobs", "add", "--name", "wechat-fees", "--channel", "wechat", "--format", "wechat", "--source", "/bills/{date}.csv",
+		"--operation", "payment.charge", "--cron", "0 11 * * *", "--tz", "Asia/Shanghai", "--fee-rate-bp", "60", "--fee-rounding", "nearest")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "fee_schedule.rounding") {
+		t.Fatalf("bad rounding: %v", err)
+	}
+	file := filepath.Join(statements, "wechat/all_trades.csv")
+	out, err := run("import", "--channel", "wechat", "--format", "wechat", "--fee-rate-bp", "60", file)
+	if err != nil || strings.Contains(out, "FEE_MISMATCH") {
+		t.Fatalf("60 bp: %v\n%s", err, out)
+	}
+	// 61 bp: 128.00 → 0.78 (not 0.77), 1234.56 → 7.53 (not 7.41), the 28.00 refund → -0.17 still.
+	out, err = run("import", "--channel", "wechat", "--format", "wechat", "--fee-rate-bp", "61", file)
+	if err != nil || !strings.Contains(out, "FEE_MISMATCH             2") {
+		t.Fatalf("61 bp: %v\n%s", err, out)
+	}
+}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"archive/zip"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/encoding/simplifiedchinese"
 )
 
 const statements = "../../reconcile/testdata"
@@ -189,5 +193,51 @@ func TestReconcileParse_TextShowsFeeAndNet(t *testing.T) {
 	// 商家实收 88.00, 服务费 -0.53: fee 0.53, net 87.47.
 	if f := strings.Fields(lines[1]); len(f) < 2 || f[len(f)-2] != "0.53" || f[len(f)-1] != "87.47" {
 		t.Errorf("first line %q; want fee 0.53 and net 87.47", lines[1])
+	}
+}
+
+// reconcile parse reads Alipay's bill zip (业务明细 + 业务明细(汇总), GBK names) and shows the
+// settlement; a gzip bomb is refused with one line naming it.
+func TestReconcileParse_AlipayZipAndGzipBomb(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	zipPath := filepath.Join(dir, "alipay.zip")
+	{
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		for name, src := range map[string]string{"2088_20240301_业务明细.csv": "alipay/trade_detail.csv",
+			"2088_20240301_业务明细(汇总).csv": "alipay/trade_detail.summary.csv"} {
+			gbk, _ := simplifiedchinese.GBK.NewEncoder().String(name)
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: gbk, Method: zip.Deflate, NonUTF8: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(statements, src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write(b)
+		}
+		zw.Close()
+		if err := os.WriteFile(zipPath, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runIdemops(t, "reconcile", "parse", "--format", "alipay", zipPath)
+	if err != nil || !strings.Contains(out, "bill") || !strings.Contains(out, "stated 1267.35") || !strings.Contains(out, "汇总 合计: 实收净额（元）") {
+		t.Fatalf("zip: %v\n%s", err, out)
+	}
+
+	bombPath := filepath.Join(dir, "bomb.csv.gz")
+	{
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write([]byte(strings.Repeat("\n", 4<<20)))
+		zw.Close()
+		os.WriteFile(bombPath, buf.Bytes(), 0o644)
+	}
+	_, err = runIdemops(t, "reconcile", "parse", "--format", "wechat", bombPath)
+	if err == nil || !strings.Contains(err.Error(), "gzip stream unpacks to more than 200× its compressed size") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("gzip bomb: %v", err)
 	}
 }

@@ -10,7 +10,9 @@
 //	POST  /charges/{merchant_order_no}/refunds   Idempotency-Key header required (the merchant refund number)
 //	POST  /notifications                  Idempotency-Key header required; counts deliveries per key
 //	GET   /notifications/{key}            the notification and its delivery count; 404 when none
-//	GET   /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen
+//	GET   /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen[&tar_type=GZIP]   (GZIP: gzip-compressed, as WeChat Pay serves it)
+//	GET   /alipay/bill-url?bill_date=YYYY-MM-DD   Alipay's bill query: JSON whose bill_download_url is the day's zip
+//	GET   /alipay/bills/{YYYY-MM-DD}.zip   业务明细 + 业务明细(汇总), GBK, GBK entry names
 //	GET   /_paysim/charges?merchant_order_no=X    every charge for an order number, with a count
 //	POST  /_paysim/orders/{merchant_order_no}/close   close an unpaid order (409 order_paid when paid); a charge.closed callback follows
 //	POST  /_paysim/charges                fabricate a charge the merchant never recorded (channel-only)
@@ -63,10 +65,13 @@
 //   - alipay: 业务明细, GBK: `#` preamble, 25-column header, rows with a trailing TAB after
 //     支付宝交易号, 商户订单号 and a filled 退款批次号/请求号, refunds with 业务类型 退款 and
 //     negative 订单金额/商家实收, then `#` footer lines with the 交易合计 and 退款合计 totals.
-//     (The real download is a zip with a summary file beside it; paysim serves the detail CSV.)
+//     The bill zip (/alipay/bills/…) holds it with its 业务明细(汇总): header 门店编号,门店名称,
+//     交易订单总笔数,退款订单总笔数,订单金额（元）,商家实收（元）,…,服务费（元）,分润（元）,实收净额（元）,
+//     a store row and a 合计 row; 实收净额 = 商家实收 + 服务费.
 //   - stripe: payout_reconciliation.itemized.5 columns, major units, lower-case currency,
 //     reporting_category charge|refund, the order number in payment_metadata[order_no] (on refund
-//     rows too) and the refund number in refund_metadata[refund_no].
+//     rows too) and the refund number in refund_metadata[refund_no]; one automatic payout per
+//     currency, whose payout row (last, gross = net = −the payout) is the settlement it states.
 //   - adyen: settlement details, Type Settled (Gross Credit) and Refunded (Gross Debit), Merchant
 //     Reference = order number, then one MerchantPayout row per net currency whose Net Debit is
 //     the day's net total (the control total).

@@ -74,6 +74,8 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /notifications", s.createNotification)
 	m.HandleFunc("GET /notifications/{key}", s.getNotification)
 	m.HandleFunc("GET /statements/{date}", s.getStatement)
+	m.HandleFunc("GET /alipay/bill-url", s.getAlipayBillURL)
+	m.HandleFunc("GET /alipay/bills/{file}", s.getAlipayBillZip)
 	m.HandleFunc("GET /_paysim/charges", s.adminListCharges)
 	m.HandleFunc("POST /_paysim/charges", s.adminInsertCharge)
 	m.HandleFunc("PATCH /_paysim/charges/{id}", s.adminAlterCharge)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -135,6 +136,17 @@ func (s *Server) getStatement(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return
+	}
+	if strings.EqualFold(r.URL.Query().Get("tar_type"), "GZIP") {
+		// WeChat Pay's bill download with tar_type=GZIP: the same text, gzip-compressed.
+		if b, err = gzipped(b); err != nil {
+			writeError(w, http.StatusInternalServerError, "internal", err.Error())
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-gzip")
+		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="paysim_%s_%s.csv.gz"`, f, r.PathValue("date")))
+		w.Write(b)
 		return
 	}
 	w.Header().Set("Content-Type", f.ContentType())
