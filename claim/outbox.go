@@ -40,13 +40,32 @@ func Enqueue(ctx context.Context, tx *gorm.DB, m OutboxMessage) error {
 // whether this is the first time; on false the caller skips the business update. Acknowledge the
 // message only after tx commits.
 func ConsumeOnce(ctx context.Context, tx *gorm.DB, consumer, businessKey, messageID string) (bool, error) {
-	if consumer == "" || businessKey == "" {
+	return RecordConsumed(ctx, tx, Consumed{Consumer: consumer, BusinessKey: businessKey, MessageID: messageID})
+}
+
+// Consumed names one delivery for RecordConsumed.
+type Consumed struct {
+	Consumer    string
+	Tenant      string
+	BusinessKey string // the business identity (an order id), never the message id
+	MessageID   string
+}
+
+// RecordConsumed is ConsumeOnce with the tenant: in tx, it inserts the dedup row for
+// (consumer, business key) and reports true the first time; a later delivery finds the row,
+// counts itself as a dropped duplicate on it and reports false. One statement either way
+// (the primary key serves it); a rolled-back tx leaves no row, so the redelivery is processed.
+func RecordConsumed(ctx context.Context, tx *gorm.DB, c Consumed) (bool, error) {
+	if c.Consumer == "" || c.BusinessKey == "" {
 		return false, fmt.Errorf("consume: consumer and business key are required")
 	}
-	res := tx.WithContext(ctx).Exec(`INSERT INTO consumed_messages (consumer, business_key, message_id) VALUES (?, ?, ?)
-		ON CONFLICT (consumer, business_key) DO NOTHING`, consumer, businessKey, messageID)
-	if res.Error != nil {
-		return false, fmt.Errorf("consume %s: %w", consumer, res.Error)
+	var inserted []bool
+	err := tx.WithContext(ctx).Raw(`INSERT INTO consumed_messages (consumer, tenant, business_key, message_id) VALUES (?, ?, ?, ?)
+		ON CONFLICT (consumer, business_key) DO UPDATE
+		SET duplicates = consumed_messages.duplicates + 1, last_duplicate_at = now()
+		RETURNING (xmax = 0)`, c.Consumer, c.Tenant, c.BusinessKey, c.MessageID).Scan(&inserted).Error
+	if err != nil {
+		return false, fmt.Errorf("consume %s: %w", c.Consumer, err)
 	}
-	return res.RowsAffected == 1, nil
+	return len(inserted) == 1 && inserted[0], nil
 }
