@@ -40,13 +40,13 @@ func byOrderID(m consume.Message) (string, string, error) {
 // bundle is one test's database, broker names and a business table without a unique
 // constraint of its own: a doubled effect shows as a second row.
 type bundle struct {
-	t    *testing.T
+	t    testing.TB
 	db   *gorm.DB
 	url  string
 	topo *consume.Topology
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	url := mqtest.URL(t)
 	db := pgtest.New(t)
@@ -121,7 +121,7 @@ func (b *bundle) publish(events []event) {
 }
 
 // serve runs c until the test ends.
-func serve(t *testing.T, c *consume.Consumer, url string) {
+func serve(t testing.TB, c *consume.Consumer, url string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -130,7 +130,7 @@ func serve(t *testing.T, c *consume.Consumer, url string) {
 }
 
 // waitFor polls cond until it holds or 30 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
