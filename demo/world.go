@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/consume"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 )
@@ -27,6 +30,13 @@ type WorldConfig struct {
 	Paysim paysim.Config
 	// Tenants get one API key each (default: acme, globex).
 	Tenants []string
+	// AMQPURL, when set, is the broker that carries the payments service's domain events
+	// (payment.succeeded, through the outbox) to the fulfillment consumer, which StartWorld
+	// starts. Unset: no events are staged.
+	AMQPURL string
+	// Events overrides PaymentEvents (tests use names of their own on a shared broker).
+	Events *consume.Topology
+	Logger *slog.Logger
 }
 
 // World is a running paysim and payments service.
@@ -40,7 +50,11 @@ type World struct {
 	Operations *downstream.Registry
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
-	servers    []*http.Server
+	// Fulfillment is the consumer of the payment events (nil without a broker).
+	Fulfillment *consume.Consumer
+	servers     []*http.Server
+	events      *daemon.AMQPSender
+	stopEvents  func()
 }
 
 // StartWorld starts paysim and the payments service on loopback.
@@ -65,6 +79,13 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	}
 	for _, t := range cfg.Tenants {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
+	}
+	if cfg.AMQPURL != "" {
+		if err := w.startEvents(cfg.DB, cfg.AMQPURL, cfg.Events, cfg.Logger); err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.Charge.ApplyFunc = ApplyPaymentWithEvent
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
 	if w.APIURL, err = w.serve(cfg.APIAddr, svc.Handler()); err != nil {
@@ -110,6 +131,9 @@ func (w *World) Close() {
 		_ = s.Shutdown(ctx)
 	}
 	_ = w.Paysim.Close()
+	if w.stopEvents != nil {
+		w.stopEvents()
+	}
 }
 
 func randomHex(n int) string {
