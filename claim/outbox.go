@@ -69,3 +69,62 @@ func RecordConsumed(ctx context.Context, tx *gorm.DB, c Consumed) (bool, error) 
 	}
 	return len(inserted) == 1 && inserted[0], nil
 }
+
+// RecordConsumedBatch is RecordConsumed for several deliveries in one statement (the consumer's
+// batch, in its one transaction): first[i] reports whether cs[i] is the first delivery of its
+// business key. A key repeated within cs is first at most once. Duplicates are counted on their
+// rows with one more statement, only when there are any. Rows are inserted in key order, so two
+// batches sharing keys wait for each other instead of deadlocking.
+func RecordConsumedBatch(ctx context.Context, tx *gorm.DB, consumer string, cs []Consumed) (first []bool, err error) {
+	type row struct {
+		Tenant      string `json:"tenant"`
+		BusinessKey string `json:"business_key"`
+		MessageID   string `json:"message_id"`
+	}
+	first = make([]bool, len(cs))
+	seen := map[string]int{} // business key → index of its candidate
+	var rows []row
+	for i, c := range cs {
+		if consumer == "" || c.BusinessKey == "" {
+			return nil, fmt.Errorf("consume: consumer and business key are required")
+		}
+		if _, dup := seen[c.BusinessKey]; dup {
+			continue
+		}
+		seen[c.BusinessKey] = i
+		rows = append(rows, row{c.Tenant, c.BusinessKey, c.MessageID})
+	}
+	in, _ := json.Marshal(rows)
+	var inserted []string
+	err = tx.WithContext(ctx).Raw(`WITH input AS (
+			SELECT * FROM jsonb_to_recordset(?::jsonb) AS r(tenant text, business_key text, message_id text)
+		), ins AS (
+			INSERT INTO consumed_messages (consumer, tenant, business_key, message_id)
+			SELECT ?, tenant, business_key, message_id FROM input ORDER BY business_key
+			ON CONFLICT (consumer, business_key) DO NOTHING
+			RETURNING business_key
+		)
+		SELECT business_key FROM ins`, string(in), consumer).Scan(&inserted).Error
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", consumer, err)
+	}
+	for _, k := range inserted {
+		first[seen[k]] = true
+	}
+	dups := map[string]int{}
+	for i, c := range cs {
+		if !first[i] {
+			dups[c.BusinessKey]++
+		}
+	}
+	if len(dups) == 0 {
+		return first, nil
+	}
+	dj, _ := json.Marshal(dups)
+	err = tx.WithContext(ctx).Exec(`UPDATE consumed_messages c SET duplicates = c.duplicates + d.value::int, last_duplicate_at = now()
+		FROM jsonb_each_text(?::jsonb) AS d WHERE c.consumer = ? AND c.business_key = d.key`, string(dj), consumer).Error
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: count duplicates: %w", consumer, err)
+	}
+	return first, nil
+}

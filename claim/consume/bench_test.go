@@ -20,7 +20,8 @@ import (
 // BenchmarkConsumeDedupVsPlain compares, on the same broker in one run, consuming with the dedup
 // row in the business transaction against the same consume and business write without it
 // (target: dedup throughput ≥ 0.8 × plain). IDEMOPS_BENCH_EVENTS sets the events per pass
-// (default 5,000); the passes alternate plain, dedup, plain, dedup.
+// (default 5,000); six passes alternate plain and dedup, and each side's fastest pass counts
+// (the machine is shared: the best of three is the least disturbed).
 func BenchmarkConsumeDedupVsPlain(b *testing.B) {
 	n := 5000
 	if v, err := strconv.Atoi(os.Getenv("IDEMOPS_BENCH_EVENTS")); err == nil && v > 0 {
@@ -52,12 +53,12 @@ func BenchmarkConsumeDedupVsPlain(b *testing.B) {
 	}
 	defer conn.Close()
 	prefix := mqtest.Prefix(b)
-	var plain, dedup time.Duration
+	plain, dedup := time.Duration(1<<62), time.Duration(1<<62)
 	for range b.N {
-		for pass := range 4 {
+		for pass := range 6 {
 			queue := fmt.Sprintf("%sq%d", prefix, pass)
 			publishN(b, conn, queue, n, pass)
-			cfg := Config{Consumer: "bench", Queue: queue, BusinessKey: key, Prefetch: 64, Workers: 4,
+			cfg := Config{Consumer: "bench", Queue: queue, BusinessKey: key, Prefetch: 64, Workers: benchWorkers(),
 				Logger: slog.New(slog.DiscardHandler)}
 			var c *Consumer
 			if pass%2 == 1 {
@@ -68,10 +69,11 @@ func BenchmarkConsumeDedupVsPlain(b *testing.B) {
 				c = plainConsumer(db, cfg, write)
 			}
 			took := drain(b, c, conn, n)
+			b.Logf("pass %d: %d messages in %s, %d batched transactions", pass, n, took, c.Stats().Batches)
 			if pass%2 == 1 {
-				dedup += took
+				dedup = min(dedup, took)
 			} else {
-				plain += took
+				plain = min(plain, took)
 			}
 			if ch, err := conn.Channel(); err == nil {
 				_, _ = ch.QueueDelete(queue, false, false, false)
@@ -79,8 +81,8 @@ func BenchmarkConsumeDedupVsPlain(b *testing.B) {
 			}
 		}
 	}
-	plainRate := float64(2*n*b.N) / plain.Seconds()
-	dedupRate := float64(2*n*b.N) / dedup.Seconds()
+	plainRate := float64(n) / plain.Seconds()
+	dedupRate := float64(n) / dedup.Seconds()
 	b.ReportMetric(plainRate, "plain-msgs/s")
 	b.ReportMetric(dedupRate, "dedup-msgs/s")
 	b.ReportMetric(dedupRate/plainRate, "ratio")
@@ -95,6 +97,18 @@ func plainConsumer(db *gorm.DB, cfg Config, handle Handler) *Consumer {
 			return outRetry
 		}
 		return outProcessed
+	}
+	c.processBatch = func(ctx context.Context, items []item) ([]outcome, error) {
+		outs := make([]outcome, len(items))
+		return outs, db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			for i, it := range items {
+				if err := handle(ctx, tx, it.m); err != nil {
+					return err
+				}
+				outs[i] = outProcessed
+			}
+			return nil
+		})
 	}
 	return c
 }
@@ -147,4 +161,11 @@ func drain(b *testing.B, c *Consumer, conn *amqp.Connection, n int) time.Duratio
 	<-done
 	ch.Close()
 	return took
+}
+
+func benchWorkers() int {
+	if v, err := strconv.Atoi(os.Getenv("IDEMOPS_BENCH_WORKERS")); err == nil && v > 0 {
+		return v
+	}
+	return 4
 }

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ type Config struct {
 	// them concurrently (default 4, at most 64 and at most Prefetch).
 	Prefetch int
 	Workers  int
+	// Batch is how many deliveries already waiting a worker takes into one transaction
+	// (default 16, at most 256): one statement records their dedup rows. When any of them
+	// fails, the batch is rolled back and each is handled in a transaction of its own, so
+	// only the failing one is handed back.
+	Batch int
 	// RetryDelay is the pause before a message whose handling failed is handed back (default
 	// 200 ms), so that a failing handler does not spin.
 	RetryDelay time.Duration
@@ -80,6 +86,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Workers == 0 {
 		c.Workers = min(4, c.Prefetch)
+	}
+	if c.Batch == 0 {
+		c.Batch = 16
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = 200 * time.Millisecond
@@ -101,6 +110,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("consume: Prefetch %d is outside 1..1000", c.Prefetch)
 	case c.Workers < 1 || c.Workers > 64 || c.Workers > c.Prefetch:
 		return c, fmt.Errorf("consume: Workers %d is outside 1..min(64, Prefetch)", c.Workers)
+	case c.Batch < 1 || c.Batch > 256:
+		return c, fmt.Errorf("consume: Batch %d is outside 1..256", c.Batch)
 	}
 	return c, nil
 }
@@ -112,16 +123,27 @@ type Stats struct {
 	Retried    int64 // handled with an error (or in progress elsewhere) and handed back
 	Invalid    int64 // no business key: rejected
 	AckErrors  int64 // committed but the ack did not reach the broker (the redelivery is a duplicate)
+	Batches    int64 // transactions that handled several deliveries at once
 }
 
 // Consumer consumes one queue idempotently. Make it with New or NewSpanning.
 type Consumer struct {
 	cfg     Config
 	process func(ctx context.Context, m Message, tenant, key string) outcome
-	stats   struct{ processed, duplicates, retried, invalid, ackErrors atomic.Int64 }
+	// processBatch handles several deliveries in one transaction; an error means none of
+	// them took effect (each is then handled alone). Nil: one at a time.
+	processBatch func(ctx context.Context, items []item) ([]outcome, error)
+	stats        struct{ processed, duplicates, retried, invalid, ackErrors, batches atomic.Int64 }
 }
 
 type outcome int
+
+// item is one delivery with its business key, in a batch.
+type item struct {
+	d           amqp.Delivery
+	m           Message
+	tenant, key string
+}
 
 const (
 	outProcessed outcome = iota
@@ -161,13 +183,37 @@ func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
 			return outDuplicate
 		}
 	}
+	c.processBatch = func(ctx context.Context, items []item) ([]outcome, error) {
+		outs := make([]outcome, len(items))
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			cs := make([]claim.Consumed, len(items))
+			for i, it := range items {
+				cs[i] = claim.Consumed{Consumer: cfg.Consumer, Tenant: it.tenant, BusinessKey: it.key, MessageID: it.m.MessageID}
+			}
+			first, err := claim.RecordConsumedBatch(ctx, tx, cfg.Consumer, cs)
+			if err != nil {
+				return err
+			}
+			for i, it := range items {
+				outs[i] = outDuplicate
+				if first[i] {
+					if err := handle(ctx, tx, it.m); err != nil {
+						return err
+					}
+					outs[i] = outProcessed
+				}
+			}
+			return nil
+		})
+		return outs, err
+	}
 	return c, nil
 }
 
 // Stats returns the counters so far.
 func (c *Consumer) Stats() Stats {
 	return Stats{Processed: c.stats.processed.Load(), Duplicates: c.stats.duplicates.Load(),
-		Retried: c.stats.retried.Load(), Invalid: c.stats.invalid.Load(), AckErrors: c.stats.ackErrors.Load()}
+		Retried: c.stats.retried.Load(), Invalid: c.stats.invalid.Load(), AckErrors: c.stats.ackErrors.Load(), Batches: c.stats.batches.Load()}
 }
 
 // Serve consumes until ctx ends, reconnecting (after Config.Reconnect) whenever the connection
@@ -218,61 +264,90 @@ func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel) error {
 		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	work := make(chan amqp.Delivery)
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range work {
-				c.handle(context.WithoutCancel(ctx), d)
+			// The deliveries channel closes when the consumer is cancelled or the channel
+			// dies; what was delivered before is finished first.
+			for d := range deliveries {
+				batch := []amqp.Delivery{d}
+				// Take what is already waiting, yielding twice at most so that the client's
+				// delivery goroutine can hand over the next one: never wait for more.
+			more:
+				for misses := 0; len(batch) < c.cfg.Batch && misses < 3; {
+					select {
+					case d, ok := <-deliveries:
+						if !ok {
+							break more
+						}
+						batch, misses = append(batch, d), 0
+					default:
+						misses++
+						runtime.Gosched()
+					}
+				}
+				c.handleBatch(context.WithoutCancel(ctx), batch)
 			}
 		}()
 	}
 	defer wg.Wait()
-	defer close(work)
-	for {
-		select {
-		case <-ctx.Done():
-			_ = ch.Cancel(tag, false)
-			return nil
-		case e := <-closed:
-			if e == nil {
-				return errors.New("consume: channel closed")
-			}
-			return e
-		case d, ok := <-deliveries:
-			if !ok {
-				return errors.New("consume: delivery channel closed")
-			}
-			work <- d
+	select {
+	case <-ctx.Done():
+		_ = ch.Cancel(tag, false)
+		return nil
+	case e := <-closed:
+		if e == nil {
+			return errors.New("consume: channel closed")
 		}
+		return e
 	}
 }
 
-// handle processes one delivery and settles it: ack after the commit, reject an invalid one,
-// hand back (nack + requeue) one that failed.
-func (c *Consumer) handle(ctx context.Context, d amqp.Delivery) {
-	m := Message{Body: d.Body, MessageID: d.MessageId, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: d.Headers}
-	tenant, key, err := c.cfg.BusinessKey(m)
-	if err != nil || key == "" {
-		c.stats.invalid.Add(1)
-		c.cfg.Logger.Warn("consume: message without a business key rejected", "consumer", c.cfg.Consumer, "err", err)
-		_ = d.Reject(false)
-		return
+// handleBatch handles deliveries that were waiting together: one transaction when there are
+// several and the consumer supports it, else (or when that transaction fails) one each.
+func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
+	var items []item
+	for _, d := range ds {
+		m := Message{Body: d.Body, MessageID: d.MessageId, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: d.Headers}
+		tenant, key, err := c.cfg.BusinessKey(m)
+		if err != nil || key == "" {
+			c.stats.invalid.Add(1)
+			c.cfg.Logger.Warn("consume: message without a business key rejected", "consumer", c.cfg.Consumer, "err", err)
+			_ = d.Reject(false)
+			continue
+		}
+		items = append(items, item{d: d, m: m, tenant: tenant, key: key})
 	}
-	switch c.process(ctx, m, tenant, key) {
-	case outProcessed:
+	if len(items) > 1 && c.processBatch != nil {
+		if outs, err := c.processBatch(ctx, items); err == nil {
+			c.stats.batches.Add(1)
+			for i, it := range items {
+				c.settle(it.d, outs[i])
+			}
+			return
+		}
+	}
+	for _, it := range items {
+		c.settle(it.d, c.process(ctx, it.m, it.tenant, it.key))
+	}
+}
+
+// settle acknowledges a delivery whose transaction committed (processed or duplicate), or
+// hands back (nack + requeue, after RetryDelay) one that failed.
+func (c *Consumer) settle(d amqp.Delivery, o outcome) {
+	switch o {
+	case outProcessed, outDuplicate:
 		if err := d.Ack(false); err != nil {
 			// Committed, not acknowledged: the broker redelivers it and the dedup row drops it.
 			c.stats.ackErrors.Add(1)
 		}
-		c.stats.processed.Add(1)
-	case outDuplicate:
-		if err := d.Ack(false); err != nil {
-			c.stats.ackErrors.Add(1)
+		if o == outProcessed {
+			c.stats.processed.Add(1)
+		} else {
+			c.stats.duplicates.Add(1)
 		}
-		c.stats.duplicates.Add(1)
 	default:
 		c.stats.retried.Add(1)
 		time.Sleep(c.cfg.RetryDelay)
