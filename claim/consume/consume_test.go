@@ -15,6 +15,7 @@ import (
 )
 
 func TestConsume_DuplicateDeliveriesHaveOneEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	const n = 25
 	events := make([]event, n)
@@ -40,6 +41,7 @@ func TestConsume_DuplicateDeliveriesHaveOneEffect(t *testing.T) {
 }
 
 func TestConsume_RolledBackBusinessTxLeavesNoDedupRowAndIsRedelivered(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	var calls atomic.Int32
 	failed := make(chan struct{})
@@ -80,6 +82,7 @@ func TestConsume_RolledBackBusinessTxLeavesNoDedupRowAndIsRedelivered(t *testing
 }
 
 func TestConsume_KilledAfterCommitBeforeAckDropsTheRedelivery(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	conn1, err := amqp.Dial(b.url)
 	if err != nil {
@@ -120,6 +123,7 @@ func TestConsume_KilledAfterCommitBeforeAckDropsTheRedelivery(t *testing.T) {
 }
 
 func TestConsume_MessageWithoutBusinessKeyIsRejected(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	c, err := consume.New(b.db, b.config(), writeEffect)
 	if err != nil {
@@ -134,6 +138,7 @@ func TestConsume_MessageWithoutBusinessKeyIsRejected(t *testing.T) {
 }
 
 func TestConsume_ConfigIsValidated(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg  consume.Config
 		want string

@@ -24,6 +24,7 @@ import (
 // relayed with publisher confirms, consumed with dedup — on a broker of its own, restarted
 // while messages are in flight: every event has exactly one effect.
 func TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
+	t.Parallel()
 	if _, err := mqlocal.FindServer(); errors.Is(err, mqlocal.ErrNoServer) && os.Getenv("CI") != "true" {
 		t.Skip("no RabbitMQ server on this machine")
 	}

@@ -78,6 +78,7 @@ func soak(t testing.TB, n int) time.Duration {
 // TestConsume_Soak is the bounded soak: IDEMOPS_SOAK_EVENTS events (default 2,000 here; `make
 // bench` runs 10,000 in BenchmarkConsumeSoak), 10% duplicated, 10% reordered, exact counts.
 func TestConsume_Soak(t *testing.T) {
+	t.Parallel()
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("IDEMOPS_SOAK_EVENTS")); err == nil && v > 0 {
 		n = v

@@ -76,6 +76,7 @@ func (m opsMap) Get(name string) (claim.Operation, bool) { op, ok := m[name]; re
 // the daemon's reclaim job asks the remote service, finds the shipment and completes the record
 // — the remote work is never done twice, and the redelivered message is dropped.
 func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	if err := b.db.Exec(`CREATE TABLE shipments (downstream_key text PRIMARY KEY)`).Error; err != nil {
 		t.Fatal(err)
