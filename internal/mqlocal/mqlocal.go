@@ -293,7 +293,8 @@ func (b *Broker) env() []string {
 		"RABBITMQ_PID_FILE=" + filepath.Join(b.Dir, "broker.pid"),
 		"RABBITMQ_PLUGINS_EXPAND_DIR=" + filepath.Join(b.Dir, "plugins-expand"),
 		// Two schedulers and no busy-waiting: the broker shares a small machine with the tests.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 +sbwt none +sbwtdcpu none +sbwtdio none",
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 +sbwt none +sbwtdcpu none +sbwtdio none" +
+			" -kernel inet_dist_use_interface {127,0,0,1}", // distribution on loopback only
 	}
 	return env
 }
