@@ -3,6 +3,7 @@ package consume_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,3 +158,38 @@ func TestConsume_ConfigIsValidated(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestConsume_FailureInABatchHandsBackOnlyTheFailingMessage: deliveries that share a
+// transaction are handled one by one when one of them fails, so the others commit and at most
+// the failing one is handed back — every order has exactly one effect.
+func TestConsume_FailureInABatchHandsBackOnlyTheFailingMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var failed atomic.Bool
+	const n = 40
+	events := make([]event, n)
+	for i := range events {
+		events[i] = event{Tenant: "acme", OrderID: fmt.Sprintf("ord-%02d", i), Amount: int64(i)}
+	}
+	b.publish(events) // before the consumer starts: they wait together and form batches
+	c, err := consume.New(b.db, b.config(), func(ctx context.Context, tx *gorm.DB, m consume.Message) error {
+		if strings.Contains(string(m.Body), `"ord-17"`) && failed.CompareAndSwap(false, true) {
+			return errors.New("refused once")
+		}
+		return writeEffect(ctx, tx, m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c, b.url)
+	waitFor(t, "every order processed", func() bool { return c.Stats().Processed == n })
+	if got := b.count(`SELECT count(*) FROM effects`); got != n {
+		t.Fatalf("effects = %d, want %d", got, n)
+	}
+	if got := b.count(`SELECT count(DISTINCT order_id) FROM effects`); got != n {
+		t.Fatalf("distinct effects = %d, want %d", got, n)
+	}
+	if s := c.Stats(); !failed.Load() || s.Retried > 1 || s.Duplicates != 0 || s.Batches == 0 {
+		t.Fatalf("stats = %+v (failed once: %v), want at most 1 retried, no duplicates, some batches", s, failed.Load())
+	}
+}
