@@ -15,8 +15,9 @@ import (
 )
 
 // TestEvents_PaymentReachesFulfillmentOnce: a payment's domain event goes through the outbox
-// and RabbitMQ to the fulfillment consumer; a retried request, a relay that resends the row
-// and a republished message still make one fulfillment.
+// and RabbitMQ to the fulfillment consumer (local work) and the shipping consumer (spanning
+// work: a paysim notification, then a shipments row); a retried request and a relay that
+// resends the row still make one fulfillment, one shipment and one notification.
 func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 	t.Parallel()
 	url := mqtest.URL(t)
@@ -59,9 +60,9 @@ func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for s := w.Fulfillment.Stats(); s.Processed+s.Duplicates < 2; s = w.Fulfillment.Stats() {
+	for f, s := w.Fulfillment.Stats(), w.Shipping.Stats(); f.Processed+f.Duplicates < 2 || s.Processed+s.Duplicates < 2; f, s = w.Fulfillment.Stats(), w.Shipping.Stats() {
 		if time.Now().After(deadline) {
-			t.Fatalf("fulfillment stats %+v", s)
+			t.Fatalf("fulfillment stats %+v, shipping stats %+v", f, s)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -69,5 +70,14 @@ func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 	db.Raw(`SELECT count(*) FROM fulfillments WHERE tenant = 'acme'`).Scan(&n)
 	if s := w.Fulfillment.Stats(); n != 1 || s.Processed != 1 || s.Duplicates != 1 {
 		t.Fatalf("fulfillments = %d, stats %+v; want 1, 1 processed, 1 duplicate", n, s)
+	}
+	var paymentID string
+	db.Raw(`SELECT payment_id FROM shipments WHERE tenant = 'acme'`).Scan(&paymentID)
+	if s := w.Shipping.Stats(); paymentID == "" || s.Processed != 1 || s.Duplicates != 1 {
+		t.Fatalf("shipment %q, stats %+v; want one, 1 processed, 1 duplicate", paymentID, s)
+	}
+	note, ok := w.Paysim.Notification(claim.DownstreamKey("acme", demo.OperationShipment, paymentID))
+	if !ok || note.Deliveries != 1 {
+		t.Fatalf("shipment notification at paysim: %+v %v; want one delivery", note, ok)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
@@ -30,20 +31,23 @@ type paymentEvent struct {
 	Currency    string `json:"currency"`
 }
 
+// paymentEventKey names a payment event's tenant and business key (the payment id).
+func paymentEventKey(m consume.Message) (string, string, error) {
+	var e paymentEvent
+	if err := json.Unmarshal(m.Body, &e); err != nil {
+		return "", "", err
+	}
+	if e.PaymentID == "" || e.Tenant == "" {
+		return "", "", errors.New("payment event without tenant or payment_id")
+	}
+	return e.Tenant, e.PaymentID, nil
+}
+
 // FulfillmentConsumer is the demo's second service: one fulfillment per paid payment, deduped
 // by payment id (the business key) in the transaction that writes it, acknowledged after commit.
 func FulfillmentConsumer(db *gorm.DB, topo consume.Topology, log *slog.Logger) (*consume.Consumer, error) {
 	return consume.New(db, consume.Config{Consumer: "fulfillment", Queue: topo.Queue, Topology: &topo,
-		BusinessKey: func(m consume.Message) (string, string, error) {
-			var e paymentEvent
-			if err := json.Unmarshal(m.Body, &e); err != nil {
-				return "", "", err
-			}
-			if e.PaymentID == "" || e.Tenant == "" {
-				return "", "", errors.New("payment event without tenant or payment_id")
-			}
-			return e.Tenant, e.PaymentID, nil
-		}, Logger: log},
+		BusinessKey: paymentEventKey, Logger: log},
 		func(ctx context.Context, tx *gorm.DB, m consume.Message) error {
 			var e paymentEvent
 			if err := json.Unmarshal(m.Body, &e); err != nil {
@@ -54,8 +58,10 @@ func FulfillmentConsumer(db *gorm.DB, topo consume.Topology, log *slog.Logger) (
 		})
 }
 
-// startEvents starts the fulfillment consumer on the world's broker and makes the AMQP sender.
-func (w *World) startEvents(db *gorm.DB, url string, events *consume.Topology, log *slog.Logger) error {
+// startEvents starts the fulfillment consumer (local work, one transaction) and the shipping
+// consumer (spanning work, through claim keys) on the world's broker, and makes the AMQP sender
+// that relays the payment events.
+func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events *consume.Topology, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -63,16 +69,33 @@ func (w *World) startEvents(db *gorm.DB, url string, events *consume.Topology, l
 	if events != nil {
 		topo = *events
 	}
+	shipTopo := consume.Topology{Exchange: topo.Exchange, Queue: topo.Queue + ".shipping", RoutingKey: topo.RoutingKey}
 	c, err := FulfillmentConsumer(db, topo, log)
 	if err != nil {
 		return err
 	}
-	w.events = &daemon.AMQPSender{URL: url, Exchange: topo.Exchange, RoutingKey: "payment.succeeded", Setup: topo.Declare}
-	w.Fulfillment = c
+	ship := consume.Recorded("shipping", ShipmentOperation{Client: w.Client})
+	if err := w.Operations.Register(ship); err != nil { // the daemon compensates stuck shipments
+		return err
+	}
+	s, err := consume.NewSpanning(store, consume.Config{Consumer: "shipping", Queue: shipTopo.Queue, Topology: &shipTopo,
+		BusinessKey: paymentEventKey, Logger: log}, ship)
+	if err != nil {
+		return err
+	}
+	w.events = &daemon.AMQPSender{URL: url, Exchange: topo.Exchange, RoutingKey: "payment.succeeded",
+		Setup: func(ch *amqp.Channel) error { // both queues exist before the first event is published
+			if err := topo.Declare(ch); err != nil {
+				return err
+			}
+			return shipTopo.Declare(ch)
+		}}
+	w.Fulfillment, w.Shipping = c, s
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); _ = c.Serve(ctx, url) }()
+	go func() { defer wg.Done(); _ = s.Serve(ctx, url) }()
 	w.stopEvents = func() { cancel(); wg.Wait(); _ = w.events.Close() }
 	return nil
 }

@@ -50,11 +50,11 @@ type World struct {
 	Operations *downstream.Registry
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
-	// Fulfillment is the consumer of the payment events (nil without a broker).
-	Fulfillment *consume.Consumer
-	servers     []*http.Server
-	events      *daemon.AMQPSender
-	stopEvents  func()
+	// Fulfillment and Shipping consume the payment events (nil without a broker).
+	Fulfillment, Shipping *consume.Consumer
+	servers               []*http.Server
+	events                *daemon.AMQPSender
+	stopEvents            func()
 }
 
 // StartWorld starts paysim and the payments service on loopback.
@@ -81,7 +81,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
 	}
 	if cfg.AMQPURL != "" {
-		if err := w.startEvents(cfg.DB, cfg.AMQPURL, cfg.Events, cfg.Logger); err != nil {
+		if err := w.startEvents(cfg.DB, cfg.Store, cfg.AMQPURL, cfg.Events, cfg.Logger); err != nil {
 			w.Close()
 			return nil, err
 		}
