@@ -138,18 +138,18 @@ type Consumer struct {
 
 type outcome int
 
+const (
+	outProcessed outcome = iota
+	outDuplicate
+	outRetry
+)
+
 // item is one delivery with its business key, in a batch.
 type item struct {
 	d           amqp.Delivery
 	m           Message
 	tenant, key string
 }
-
-const (
-	outProcessed outcome = iota
-	outDuplicate
-	outRetry
-)
 
 // New makes a consumer whose whole business write is local: the dedup row and handle's write
 // commit in one transaction on db.
