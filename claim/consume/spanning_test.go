@@ -35,7 +35,7 @@ func (s *shipping) doc(dk string) *claim.Document {
 
 func (s *shipping) Execute(ctx context.Context, l *claim.Lease) (*claim.Document, error) {
 	s.executed.Add(1)
-	err := s.db.WithContext(ctx).Exec(`INSERT INTO shipments (downstream_key) VALUES (?) ON CONFLICT DO NOTHING`, l.DownstreamKey).Error
+	err := s.db.WithContext(ctx).Exec(`INSERT INTO remote_shipments (downstream_key) VALUES (?) ON CONFLICT DO NOTHING`, l.DownstreamKey).Error
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (s *shipping) Execute(ctx context.Context, l *claim.Lease) (*claim.Document
 
 func (s *shipping) Lookup(ctx context.Context, l *claim.Lease) (*claim.Document, error) {
 	var n int64
-	if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM shipments WHERE downstream_key = ?`, l.DownstreamKey).Scan(&n).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM remote_shipments WHERE downstream_key = ?`, l.DownstreamKey).Scan(&n).Error; err != nil {
 		return nil, err
 	}
 	if n == 0 {
@@ -78,7 +78,7 @@ func (m opsMap) Get(name string) (claim.Operation, bool) { op, ok := m[name]; re
 func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := b.db.Exec(`CREATE TABLE shipments (downstream_key text PRIMARY KEY)`).Error; err != nil {
+	if err := b.db.Exec(`CREATE TABLE remote_shipments (downstream_key text PRIMARY KEY)`).Error; err != nil {
 		t.Fatal(err)
 	}
 	store, err := claim.NewStore(b.db, claim.Config{DigestSecret: []byte("consume-test-secret-01"), LeaseTTL: time.Second,
@@ -132,8 +132,8 @@ func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
 	if got := b.count(`SELECT count(*) FROM effects WHERE order_id = 'ord-7'`); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
-	if got := b.count(`SELECT count(*) FROM shipments`); got != 1 || ship.executed.Load() != 1 {
-		t.Fatalf("shipments = %d, remote executions = %d; want 1 and 1", got, ship.executed.Load())
+	if got := b.count(`SELECT count(*) FROM remote_shipments`); got != 1 || ship.executed.Load() != 1 {
+		t.Fatalf("remote_shipments = %d, remote executions = %d; want 1 and 1", got, ship.executed.Load())
 	}
 	if got := b.count(`SELECT duplicates FROM consumed_messages WHERE consumer = 'shipper' AND business_key = 'ord-7'`); got != 1 {
 		t.Fatalf("dedup row counts %d duplicates, want 1", got)
