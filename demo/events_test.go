@@ -16,7 +16,7 @@ import (
 
 // TestEvents_PaymentReachesFulfillmentOnce: a payment's domain event goes through the outbox
 // and RabbitMQ to the fulfillment consumer (local work) and the shipping consumer (spanning
-// work: a paysim notification, then a shipments row); a retried request and a relay that
+// work: a paysim notification, then a shipping_notices row); a retried request and a relay that
 // resends the row still make one fulfillment, one shipment and one notification.
 func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 	t.Parallel()
@@ -72,7 +72,7 @@ func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 		t.Fatalf("fulfillments = %d, stats %+v; want 1, 1 processed, 1 duplicate", n, s)
 	}
 	var paymentID string
-	db.Raw(`SELECT payment_id FROM shipments WHERE tenant = 'acme'`).Scan(&paymentID)
+	db.Raw(`SELECT payment_id FROM shipping_notices WHERE tenant = 'acme'`).Scan(&paymentID)
 	if s := w.Shipping.Stats(); paymentID == "" || s.Processed != 1 || s.Duplicates != 1 {
 		t.Fatalf("shipment %q, stats %+v; want one, 1 processed, 1 duplicate", paymentID, s)
 	}

@@ -16,7 +16,7 @@ import (
 // notifies the payee through paysim's notification endpoint (another service, idempotent by
 // the downstream key), then records the shipment locally. The two cannot share a transaction,
 // so the dedup record is a claim key (processing while the notification is sent, completed with
-// the shipments row); a consumer that dies in between is compensated by the daemon's reclaim
+// the shipping_notices row); a consumer that dies in between is compensated by the daemon's reclaim
 // job, which looks the notification up at paysim first.
 const OperationShipment = "shipment.notify"
 
@@ -64,7 +64,7 @@ func (ShipmentOperation) Apply(ctx context.Context, tx *gorm.DB, l *claim.Lease,
 	if err := json.Unmarshal(l.Intent, &e); err != nil {
 		return nil, err
 	}
-	if err := tx.WithContext(ctx).Exec(`INSERT INTO shipments (payment_id, tenant, notification) VALUES (?, ?, ?)
+	if err := tx.WithContext(ctx).Exec(`INSERT INTO shipping_notices (payment_id, tenant, notification) VALUES (?, ?, ?)
 		ON CONFLICT (payment_id) DO NOTHING`, e.PaymentID, l.Tenant, doc.ResourceID).Error; err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 -- +goose Up
 -- The demo's shipping consumer: work that spans services (it notifies the payee through paysim,
 -- then records the shipment), so its dedup record is a claim key, processing → completed.
-CREATE TABLE shipments (
+CREATE TABLE shipping_notices (
     payment_id   text        PRIMARY KEY,
     tenant       text        NOT NULL,
     notification text        NOT NULL,
@@ -9,4 +9,4 @@ CREATE TABLE shipments (
 );
 
 -- +goose Down
-DROP TABLE shipments;
+DROP TABLE shipping_notices;
