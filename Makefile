@@ -12,7 +12,7 @@ run:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-## test: all tests against one private PostgreSQL cluster shared by every package
+## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every package
 test:
 	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -timeout 10m $(PKGS)
 

@@ -15,6 +15,8 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // chromiumPath finds Debian's chromium. Without it the browser test skips locally and fails
@@ -74,6 +76,19 @@ func browseKeys(t *testing.T, br *browser) {
 		t.Errorf("after sign-in: h1 %q", h)
 	}
 	shot("dashboard")
+
+	// The Consumers page: the viewer's tenant's consumer and a business key's deliveries.
+	for _, m := range []string{"m-1", "m-2"} {
+		if _, err := claim.RecordConsumed(context.Background(), b.db, claim.Consumed{Consumer: "fulfillment", Tenant: "acme",
+			BusinessKey: "pay_browser_1", MessageID: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step("consumers", chromedp.Navigate(base+"/consumers?key=pay_browser_1"), chromedp.WaitVisible(`#deliveries`))
+	if got := text(`#consumer-stats`); !strings.Contains(got, "fulfillment") {
+		t.Errorf("consumers page: %q", got)
+	}
+	shot("consumers")
 
 	// Search: filter by state through the form.
 	step("search form", chromedp.Navigate(base+"/keys"), chromedp.WaitVisible(`select[name=state]`))

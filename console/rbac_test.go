@@ -113,6 +113,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"GET /api/v1/replays/bulk/:id":        {"/api/v1/replays/bulk/999999", nil, [4]int{U, F, 404, 404}},
 		"POST /api/v1/replays/bulk/:id/start": {"/api/v1/replays/bulk/999999/start", url.Values{"reason": {"x"}}, [4]int{U, F, 404, 404}},
 		// The daemon: everyone signed in reads it; operators run a job now; admins pause and resume.
+		"GET /consumers":            {"/consumers?key=pay_1", nil, [4]int{R, 200, 200, 200}},
 		"GET /jobs":                 {"/jobs", nil, [4]int{R, 200, 200, 200}},
 		"GET /jobs/runs":            {"/jobs/runs", nil, [4]int{R, 200, 200, 200}},
 		"GET /jobs/runs/:id":        {"/jobs/runs/" + runID, nil, [4]int{R, 200, 200, 200}},

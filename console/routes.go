@@ -65,6 +65,7 @@ func (s *Server) routes() []route {
 		{"GET", "/replays/bulk/:id", RoleOperator, kindPage, s.bulkPage},
 		{"GET", "/replays/bulk/:id/progress", RoleOperator, kindPage, s.bulkProgress},
 		{"POST", "/replays/bulk/:id/start", RoleOperator, kindPage, s.bulkStartPage},
+		{"GET", "/consumers", RoleViewer, kindPage, s.consumersPage},
 		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
 		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
 		{"GET", "/jobs/runs/:id", RoleViewer, kindPage, s.jobRunPage},

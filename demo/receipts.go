@@ -33,5 +33,9 @@ func (s ReceiptSender) Lookup(ctx context.Context, downstreamKey string) (bool, 
 
 // Senders are the outbox senders of the demo world.
 func (w *World) Senders() daemon.SenderMap {
-	return daemon.SenderMap{OperationReceipt: ReceiptSender{Client: w.Client}}
+	m := daemon.SenderMap{OperationReceipt: ReceiptSender{Client: w.Client}}
+	if w.events != nil {
+		m[OperationPaymentEvent] = w.events
+	}
+	return m
 }

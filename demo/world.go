@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/consume"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 )
@@ -28,6 +31,13 @@ type WorldConfig struct {
 	Paysim paysim.Config
 	// Tenants get one API key each (default: acme, globex).
 	Tenants []string
+	// AMQPURL, when set, is the broker that carries the payments service's domain events
+	// (payment.succeeded, through the outbox) to the fulfillment consumer, which StartWorld
+	// starts. Unset: no events are staged.
+	AMQPURL string
+	// Events overrides PaymentEvents (tests use names of their own on a shared broker).
+	Events *consume.Topology
+	Logger *slog.Logger
 }
 
 // World is a running paysim and payments service.
@@ -44,9 +54,13 @@ type World struct {
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
 	// Orders is the order state machine the channel's callbacks drive.
-	Orders     *Orders
-	servers    []*http.Server
-	grpcServer *grpc.Server
+	Orders *Orders
+	// Fulfillment and Shipping consume the payment events (nil without a broker).
+	Fulfillment, Shipping *consume.Consumer
+	servers               []*http.Server
+	grpcServer            *grpc.Server
+	events                *daemon.AMQPSender
+	stopEvents            func()
 }
 
 // StartWorld starts paysim and the payments service on loopback.
@@ -75,6 +89,19 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	}
 	for _, t := range cfg.Tenants {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
+	}
+	if cfg.AMQPURL != "" {
+		if err := w.startEvents(cfg.DB, cfg.Store, cfg.AMQPURL, cfg.Events, cfg.Logger); err != nil {
+			w.Close()
+			return nil, err
+		}
+		w.Charge.ApplyFunc = func(ctx context.Context, tx *gorm.DB, l *claim.Lease, doc *claim.Document) (*claim.Snapshot, error) {
+			snap, err := ApplyPaymentWithEvent(ctx, tx, l, doc)
+			if err != nil {
+				return nil, err
+			}
+			return snap, OpenOrder(ctx, tx, l, snap.ResourceID)
+		}
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
 	w.Orders = &Orders{DB: cfg.DB}
@@ -163,6 +190,9 @@ func (w *World) Close() {
 		}
 	}
 	_ = w.Paysim.Close()
+	if w.stopEvents != nil {
+		w.stopEvents()
+	}
 }
 
 func randomHex(n int) string {

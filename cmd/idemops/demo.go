@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/mqlocal"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -71,6 +73,11 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if err != nil {
 				return err
 			}
+			amqpURL, stopBroker, err := demoBroker(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			defer stopBroker()
 			stateFile := dataPath(cmd, "paysim.json")
 			if d.cluster == nil {
 				stateFile = ""
@@ -79,7 +86,8 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
 					DoubleChargeRate: 0.02, Logger: log,
 					// The channel's callbacks misbehave the way real ones do (the order state machine's work).
-					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05}})
+					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05},
+				AMQPURL: amqpURL, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -133,8 +141,35 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 	f.StringVar(&paysimAddr, "paysim-addr", "127.0.0.1:8090", "paysim listen address (port 0: any free port)")
 	f.BoolVar(&traffic, "traffic", true, "generate demo traffic")
 	f.Float64Var(&rate, "rate", 2, "new payments per second when --traffic")
+	f.String("amqp-url", "", "RabbitMQ URL for the payment events (env AMQP_URL); unset: a private broker for this run")
 	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()), "seed for traffic and paysim faults")
 	return cmd
+}
+
+// demoBroker returns --amqp-url / AMQP_URL, or starts a private RabbitMQ for this run (stopped
+// by stop) when neither is set.
+func demoBroker(ctx context.Context, cmd *cobra.Command) (url string, stop func(), err error) {
+	if url = flagOrEnv(cmd, "amqp-url", "AMQP_URL"); url != "" {
+		return url, func() {}, nil
+	}
+	logPath := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "rabbitmq.log")
+	_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
+	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	fmt.Fprintln(cmd.ErrOrStderr(), "idemops demo: starting a private RabbitMQ (AMQP_URL is unset)…")
+	b, err := mqlocal.Start(ctx, mqlocal.Options{Log: logf})
+	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
+		return "", nil, fmt.Errorf("private RabbitMQ: %w", err)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "idemops demo: RabbitMQ up in %.1fs on %s\n", b.StartupTime.Seconds(), b.URL())
+	return b.URL(), func() {
+		b.Stop()
+		if logf != nil {
+			logf.Close()
+		}
+	}, nil
 }
 
 // demoParts are the pieces of the demo beyond the world: the daemon and the console.

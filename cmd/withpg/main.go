@@ -1,6 +1,7 @@
-// Command withpg runs a command with DATABASE_URL pointing at a private PostgreSQL cluster that
-// lives only as long as the command: `make test` uses it so that every test package shares one
-// cluster instead of each starting its own.
+// Command withpg runs a command with DATABASE_URL pointing at a private PostgreSQL cluster and
+// AMQP_URL at a private RabbitMQ broker that live only as long as the command: `make test` uses
+// it so that every test package shares one cluster and one broker instead of each starting
+// their own. A variable already set is passed through and nothing is started for it.
 //
 //	go run ./cmd/withpg -- go test ./...
 package main
@@ -12,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync"
 	"syscall"
 
+	"github.com/idemops/idemops/internal/mqlocal"
 	"github.com/idemops/idemops/internal/pglocal"
 )
 
@@ -23,28 +26,77 @@ func main() {
 		args = args[1:]
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(os.Stderr, "usage: withpg -- COMMAND [ARGS...]  (runs COMMAND with DATABASE_URL set to a private PostgreSQL)")
+		fmt.Fprintln(os.Stderr, "usage: withpg -- COMMAND [ARGS...]  (runs COMMAND with DATABASE_URL set to a private PostgreSQL and AMQP_URL to a private RabbitMQ)")
 		os.Exit(2)
 	}
-	if os.Getenv("DATABASE_URL") != "" {
-		os.Exit(runCmd(args))
+	var (
+		wg      sync.WaitGroup
+		stops   []func()
+		mu      sync.Mutex
+		failure error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		failure = errors.Join(failure, err)
+		mu.Unlock()
 	}
-	dir, err := os.MkdirTemp("", "idemops-withpg-")
-	if err != nil {
-		fatal(err)
+	if os.Getenv("DATABASE_URL") == "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dir, err := os.MkdirTemp("", "idemops-withpg-")
+			if err != nil {
+				fail(err)
+				return
+			}
+			c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: dir + "/data", Fast: true, MaxConnections: 400,
+				// Room for the benchmarks' million-key databases (two at a time) in shared memory; a
+				// test run's small databases never fill it.
+				SharedBuffers: "4GB"})
+			if err != nil {
+				os.RemoveAll(dir)
+				fail(err)
+				return
+			}
+			mu.Lock()
+			stops = append(stops, func() { c.Stop(); os.RemoveAll(dir) })
+			mu.Unlock()
+			os.Setenv("DATABASE_URL", c.URL("postgres"))
+		}()
 	}
-	c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: dir + "/data", Fast: true, MaxConnections: 400,
-		// Room for the benchmarks' million-key databases (two at a time) in shared memory; a
-		// test run's small databases never fill it.
-		SharedBuffers: "4GB"})
-	if err != nil {
-		os.RemoveAll(dir)
-		fatal(err)
+	if os.Getenv("AMQP_URL") == "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := mqlocal.Start(context.Background(), mqlocal.Options{})
+			if errors.Is(err, mqlocal.ErrNoServer) && os.Getenv("CI") != "true" {
+				// The broker tests skip (one line each) without AMQP_URL; CI installs the server.
+				fmt.Fprintln(os.Stderr, "withpg: no RabbitMQ server; the broker tests will skip")
+				return
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+			mu.Lock()
+			stops = append(stops, b.Stop)
+			mu.Unlock()
+			fmt.Fprintf(os.Stderr, "withpg: private RabbitMQ up in %.1fs\n", b.StartupTime.Seconds())
+			os.Setenv("AMQP_URL", b.URL())
+		}()
 	}
-	os.Setenv("DATABASE_URL", c.URL("postgres"))
+	wg.Wait()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if failure != nil {
+		stopAll()
+		fatal(failure)
+	}
 	code := runCmd(args)
-	c.Stop()
-	os.RemoveAll(dir)
+	stopAll()
 	os.Exit(code)
 }
 
