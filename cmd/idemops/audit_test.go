@@ -87,3 +87,20 @@ func TestAuditVerify_PrintsTheHeadAndChecksItBack(t *testing.T) {
 		t.Errorf("resumed head %v", head)
 	}
 }
+
+func TestFlags_HostileTextExits2NamingTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"audit", "verify", "--database-url", "postgres://x\x00"}, "--database-url: contains a NUL byte"},
+		{[]string{"reconcile", "jobs", "add", "--name", "da\xffily", "--channel", "wechat"}, "--name: is not valid UTF-8"},
+		{[]string{"user", "add", "bo\x00b", "--tenants", "acme"}, "argument 1: contains a NUL byte"},
+	} {
+		_, err := runIdemops(t, tc.args...)
+		if err == nil || exitCode(err) != 2 || err.Error() != tc.want {
+			t.Errorf("%q: %v; want exit 2 with %q", tc.args, err, tc.want)
+		}
+	}
+}
