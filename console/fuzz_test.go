@@ -27,6 +27,8 @@ func FuzzConsoleQuery(f *testing.F) {
 		f.Add(name + "=" + odd[i%len(odd)])
 	}
 	f.Add("tenant=acme&state=completed&field=currency&value=%22EUR%22&after=2024-01-01T00:00:00Z,1")
+	f.Add("field=currency&value=%22%5Cu0000%22")
+	f.Add("field=a.b&value=%7B%22x%22%3A%22%5Cud800%22%7D")
 	f.Add("a=%zz&&=&" + strings.Repeat("x", 3000))
 
 	db := pgtest.New(f)

@@ -40,6 +40,7 @@ func TestHostileInput_Is400NamingTheField(t *testing.T) {
 	}{
 		{"page query NUL", "GET", "/keys?tenant=ac%00me", "", "", nil, "tenant: contains a NUL byte"},
 		{"page query not UTF-8", "GET", "/keys?operation=%ff%fe", "", "", nil, "operation: is not valid UTF-8"},
+		{"JSON in a query value", "GET", "/keys?field=payee&value=%22a%5Cu0000%22", "", "", nil, "value: contains a NUL byte"},
 		{"page query name", "GET", "/audit?act%00or=x", "", "", nil, `"act\x00or": its name contains a NUL byte`},
 		{"findings filter", "GET", "/reconcile/findings?channel=%c3%28", "", "", nil, "channel: is not valid UTF-8"},
 		{"page path parameter", "GET", "/reconcile/jobs/a%00b", "", "", nil, "name: contains a NUL byte"},
