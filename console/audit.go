@@ -283,7 +283,7 @@ func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult,
 	case opt.ExpectHead == nil:
 		notes = append(notes, fmt.Sprintf("rows up to %d were checked for truncation only (give --expect-head to detect a rewrite by a key holder)", opt.MinSeq))
 	case res.Head.Seq > opt.ExpectHead.Seq:
-		notes = append(notes, fmt.Sprintf("rows after the checkpoint (%d–%d) could have lost newer rows: record this head", opt.ExpectHead.Seq+1, res.Head.Seq))
+		notes = append(notes, fmt.Sprintf("rows %d–%d came after the checkpoint: a deletion of the newest of them would not show until this head is recorded", opt.ExpectHead.Seq+1, res.Head.Seq))
 	}
 	if res.Legacy > 0 {
 		if keyed {
