@@ -15,14 +15,15 @@ import (
 // an upload spills to a temporary file.
 const multipartMemory = 32 << 20
 
-// checkInput is the one check of hostile input every route passes before its handler: path
-// parameters, query parameters and form fields (urlencoded or multipart) must be UTF-8 without
-// NUL bytes (400 naming the field), and a form past the body limit is 413. JSON bodies are
-// checked where they are decoded (bindJSON), whatever their Content-Type says.
+// checkInput is the one check of hostile input every route passes before its handler: query
+// parameters and form fields (urlencoded or multipart) must be UTF-8 without NUL bytes (400
+// naming the field), and a form past the body limit is 413. A path parameter names an object,
+// and no object has such a name: 404, like any missing one. JSON bodies are checked where they
+// are decoded (bindJSON), whatever their Content-Type says.
 func checkInput(c *gin.Context) error {
 	for _, p := range c.Params {
 		if err := inputcheck.Text(p.Key, p.Value); err != nil {
-			return inputErrFrom(err)
+			return fmt.Errorf("%w: %w", ErrNotFound, err)
 		}
 	}
 	if err := inputcheck.Values(c.Request.URL.Query()); err != nil {
