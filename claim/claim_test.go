@@ -2,7 +2,9 @@ package claim_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -478,8 +480,14 @@ func TestDigestAndDownstreamKey(t *testing.T) {
 	t.Parallel()
 	d1 := claim.Digest([]byte("secret-one-0123456"), "t", "op", "k")
 	d2 := claim.Digest([]byte("secret-two-0123456"), "t", "op", "k")
-	if d1 == d2 || len(d1) != 64 || strings.Contains(d1, "k") && d1 == "k" {
+	if d1 == d2 || len(d1) != 64 {
 		t.Fatalf("digest must depend on the secret: %s %s", d1, d2)
+	}
+	if d1 == claim.Digest([]byte("secret-one-0123456"), "t", "op", "k2") || d1 == claim.Digest([]byte("secret-one-0123456"), "t2", "op", "k") {
+		t.Fatal("digest must depend on the key and the tenant")
+	}
+	if _, err := hex.DecodeString(d1); err != nil {
+		t.Fatalf("digest is not hex: %s", d1)
 	}
 	k1 := claim.DownstreamKey("t", "op", "k")
 	if k1 != claim.DownstreamKey("t", "op", "k") || len(k1) != 32 {
@@ -569,5 +577,53 @@ func TestConsumer_DedupesByBusinessKeyNotMessageID(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM shipments`); n != 1 {
 		t.Fatalf("%d shipments", n)
+	}
+}
+
+// An operator's replay holds the key through the quarantine: the first not-found is recorded
+// without giving the lease up, the reclaimer finds nothing to take over meanwhile, and the holder
+// itself looks again and executes — one outcome, one execution.
+func TestDrive_HoldThroughQuarantineKeepsTheKeyFromTheReclaimer(t *testing.T) {
+	b := setup(t, func(c *claim.Config) { c.LeaseTTL = time.Second; c.Quarantine = 2500 * time.Millisecond })
+	op := newFakeOp()
+	op.execErr = claim.RetryableFailure("upstream_503", "try later")
+	if out, _ := b.store.Run(ctx, op, req("held", payment(100))); out.State != claim.StateFailedRetryable {
+		t.Fatalf("seed: %+v", out)
+	}
+	op.execErr = nil
+	c, err := b.store.Takeover(ctx, b.count(`SELECT id FROM idempotency_keys`), "operator:olga")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *claim.Outcome, 1)
+	go func() {
+		out, err := b.store.Drive(ctx, op, c, claim.DriveOptions{Execute: true, HoldThroughQuarantine: true})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	var out *claim.Outcome
+	for polls := 0; out == nil && polls < 100; polls++ {
+		taken, err := b.store.TakeoverExpired(ctx, 10, "daemon")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(taken) > 0 {
+			t.Fatalf("the reclaimer took the key over while the replay held it (poll %d)", polls)
+		}
+		select {
+		case out = <-done:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if out == nil || out.Kind != claim.Completed {
+		t.Fatalf("outcome %+v, want completed", out)
+	}
+	if op.lookups.Load() != 2 || op.executes.Load() != 2 {
+		t.Errorf("lookups %d executes %d; want 2 looks a quarantine apart, then the one execution after the seed's", op.lookups.Load(), op.executes.Load())
+	}
+	if got := fmt.Sprint(b.events(out.KeyID)); !strings.Contains(got, "downstream_not_found executing completed") {
+		t.Errorf("history %s: want downstream_not_found, executing, completed", got)
 	}
 }

@@ -48,6 +48,11 @@ type Failure struct {
 	Detail    string
 	Retryable bool
 	Snapshot  *Snapshot
+	// Hold (retryable failures with a Snapshot only): whether anything happened outside the
+	// database is unknown and nobody can look it up, so the key is held — its Snapshot is
+	// replayed to every retry (Stripe stores a 500 and replays it) until an operator releases
+	// the key for another attempt (ReleaseForRetry) or marks it final (MarkFinal).
+	Hold bool
 }
 
 func (f *Failure) Error() string {
@@ -66,6 +71,12 @@ func FinalFailure(code, detail string, snap *Snapshot) *Failure {
 // RetryableFailure builds a failure that the next attempt may retry (timeouts, 5xx).
 func RetryableFailure(code, detail string) *Failure {
 	return &Failure{Code: code, Detail: detail, Retryable: true}
+}
+
+// HeldFailure builds a failure whose outcome outside is unknown: snap is replayed until an
+// operator releases the key or marks it final.
+func HeldFailure(code, detail string, snap *Snapshot) *Failure {
+	return &Failure{Code: code, Detail: detail, Retryable: true, Snapshot: snap, Hold: true}
 }
 
 // asFailure sorts any error from Execute: a *Failure keeps its verdict; anything else is

@@ -41,6 +41,11 @@ type Key struct {
 	CompletedAt        *time.Time
 	ResponseExpiresAt  *time.Time
 	ExpiresAt          *time.Time
+
+	// Held: the outcome outside is unknown; the stored answer is replayed until an operator
+	// releases the key (ReleaseForRetry) or marks it final. RetryCleared: an operator vouched
+	// that the failed attempt left nothing outside.
+	Held, RetryCleared bool
 }
 
 // KeyColumns is the select list that fills a Key.
@@ -48,7 +53,7 @@ const KeyColumns = `id, tenant, operation, key, key_digest, fingerprint, fingerp
 	state, version, lease_owner, lease_expires_at, COALESCE(lease_expires_at < now(), false) AS lease_expired,
 	attempts, downstream_key, amount_minor, currency, response_status, response_headers::text AS response_headers,
 	response_body, resource_id, error_code, error_detail, not_found_at, lookup_failures, needs_attention, legal_hold,
-	created_at, updated_at, completed_at, response_expires_at, expires_at`
+	held, retry_cleared, created_at, updated_at, completed_at, response_expires_at, expires_at`
 
 // Replayable says whether an operator or the daemon may drive the key again: it failed
 // retryably, or it is processing and nobody holds a live lease.

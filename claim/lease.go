@@ -136,7 +136,7 @@ func (s *Store) takeoverKey(ctx context.Context, k *Key, actor string) (*Lease, 
 	}
 	l.Tenant, l.Operation, l.Key, l.Digest = k.Tenant, k.Operation, k.Key, k.KeyDigest
 	l.DownstreamKey, l.Intent, l.Amount, l.Currency = k.DownstreamKey, json.RawMessage(k.Request), k.AmountMinor, deref(k.Currency)
-	l.Takeover, l.Retry = k.State == StateProcessing, k.State == StateFailedRetryable
+	l.Takeover, l.Retry = k.State == StateProcessing, k.State == StateFailedRetryable && !k.RetryCleared
 	return l, nil
 }
 
@@ -204,7 +204,7 @@ func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snaps
 		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
 		 response_status = $1, response_headers = $2, response_body = $3, resource_id = NULLIF($4, ''),
 		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
-		 completed_at = now(), response_expires_at = now() + $5 * interval '1 second', expires_at = now() + $6 * interval '1 second'`,
+		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $5 * interval '1 second', expires_at = now() + $6 * interval '1 second'`,
 		[]any{snap.Status, string(snap.headersJSON()), snap.Body, snap.ResourceID,
 			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
 		kind, detail)
@@ -229,15 +229,17 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 	if f.Snapshot != nil {
 		status, headers = snap.Status, string(snap.headersJSON())
 	}
+	hold := f.Hold && f.Retryable && f.Snapshot != nil
 	return s.holderWrite(ctx, tx, l, "fail",
 		`state = $1, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
 		 error_code = $2, error_detail = $3, response_status = $4, response_headers = $5, response_body = $6,
 		 resource_id = COALESCE(NULLIF($7, ''), resource_id), not_found_at = NULL,
 		 completed_at = CASE WHEN $8 = 'failed_final' THEN now() END,
-		 response_expires_at = now() + $9 * interval '1 second', expires_at = now() + $10 * interval '1 second'`,
+		 response_expires_at = now() + $9 * interval '1 second', expires_at = now() + $10 * interval '1 second',
+		 held = $11, needs_attention = needs_attention OR $11, retry_cleared = false`,
 		[]any{string(state), f.Code, f.Detail, status, headers, snap.Body, snap.ResourceID, string(state),
-			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
-		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt))
+			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), hold},
+		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt, "held", hold))
 }
 
 // Release gives the key up after a failure before any externally visible change. A first claim
@@ -261,7 +263,7 @@ func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 	}
 	return s.holderWrite(ctx, nil, l, "release",
 		`state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 error_code = 'released', error_detail = $1`, []any{reason},
+		 error_code = 'released', error_detail = $1, retry_cleared = false`, []any{reason},
 		"released", detailJSON("reason", reason, "attempt", l.Attempt))
 }
 

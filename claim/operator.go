@@ -78,7 +78,7 @@ const markFinalSQL = `
 WITH u AS (
     UPDATE idempotency_keys
     SET state = 'failed_final', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-        error_code = 'marked_final', error_detail = $3, not_found_at = NULL, needs_attention = false,
+        error_code = 'marked_final', error_detail = $3, not_found_at = NULL, needs_attention = false, held = false,
         completed_at = now(), response_expires_at = now() + $4 * interval '1 second',
         expires_at = now() + $5 * interval '1 second', version = version + 1, updated_at = now()
     WHERE id = $1 AND version = $2
@@ -119,5 +119,55 @@ func (s *Store) MarkFinal(ctx context.Context, tx *gorm.DB, keyID, version int64
 		return fmt.Errorf("mark key %d final: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
 	default:
 		return fmt.Errorf("mark key %d final: %s: %w", keyID, k.ReplayRefusal(), ErrNotReplayable)
+	}
+}
+
+// releaseForRetrySQL returns a key nobody holds to failed_retryable with the operator's word that
+// its failed attempt left nothing outside: the hold and its stored answer go, and the next
+// attempt with the same intent executes (attempt + 1) without a downstream check.
+const releaseForRetrySQL = `
+WITH u AS (
+    UPDATE idempotency_keys
+    SET state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        held = false, retry_cleared = true, needs_attention = false, not_found_at = NULL,
+        response_status = NULL, response_headers = NULL, response_body = NULL,
+        error_code = 'operator_released', error_detail = $3, version = version + 1, updated_at = now()
+    WHERE id = $1 AND version = $2
+      AND (state = 'failed_retryable' OR (state = 'processing' AND lease_expires_at < now()))
+    RETURNING id
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail)
+    SELECT id, 'released_for_retry', $4, $5 FROM u
+)
+SELECT id FROM u`
+
+// ReleaseForRetry lets the next client retry of a stuck or held key execute, on behalf of actor
+// (an administrator who checked that the failed attempt changed nothing outside), with a
+// reason, in tx (nil: the store's handle) so the caller's audit row commits with it. The same
+// preconditions and errors as MarkFinal.
+func (s *Store) ReleaseForRetry(ctx context.Context, tx *gorm.DB, keyID, version int64, actor, reason string) error {
+	if tx == nil {
+		tx = s.db
+	}
+	if reason == "" {
+		return fieldErr(ErrInvalidIntent, "reason", "must not be empty")
+	}
+	var id int64
+	err := conn(tx).QueryRowContext(ctx, releaseForRetrySQL, keyID, version, reason, actor,
+		detailJSON("reason", reason, "version", version)).Scan(&id)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("release key %d for retry: %w", keyID, err)
+	}
+	k, gerr := s.Get(ctx, keyID)
+	switch {
+	case gerr != nil:
+		return gerr
+	case k.Version != version || k.Replayable():
+		return fmt.Errorf("release key %d for retry: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
+	default:
+		return fmt.Errorf("release key %d for retry: %s: %w", keyID, k.ReplayRefusal(), ErrNotReplayable)
 	}
 }

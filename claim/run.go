@@ -67,6 +67,12 @@ type DriveOptions struct {
 	// (client retries, operator replays). When false (the daemon), the key becomes
 	// failed_retryable instead, unless the Operation opts into redrive.
 	Execute bool
+	// HoldThroughQuarantine: on a first not-found, keep the lease (renewed) and wait out the
+	// quarantine here, then look again and execute or record — instead of parking the key for the
+	// next taker. An operator's replay does this, so that it owns the key until it ends and the
+	// reclaimer (which takes only lapsed leases) cannot take it over in between. Bounded by ctx:
+	// when ctx ends first, the lease lapses and the key is the reclaimer's again.
+	HoldThroughQuarantine bool
 }
 
 // Drive takes an acquired lease to its end. Fresh claims execute at once; takeovers and retries
@@ -92,6 +98,24 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 			return s.finish(ctx, op, l, doc, true)
 		}
 		proven := l.NotFoundAt != nil && time.Since(*l.NotFoundAt) >= s.cfg.Quarantine
+		if !proven && opt.HoldThroughQuarantine {
+			if err := s.holdThroughQuarantine(ctx, l); err != nil {
+				return nil, err
+			}
+			doc, err := op.Lookup(ctx, l)
+			switch {
+			case err != nil:
+				wait, rerr := s.RecordLookupError(ctx, l, err)
+				if rerr != nil {
+					return nil, rerr
+				}
+				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+				return out, nil
+			case doc != nil:
+				return s.finish(ctx, op, l, doc, true)
+			}
+			proven = true
+		}
 		if !proven {
 			wait, err := s.RecordDownstreamNotFound(ctx, l)
 			if err != nil {
@@ -173,6 +197,13 @@ func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Documen
 	return out, nil
 }
 
+// KeepRenewed renews l every LeaseTTL/3 until stop is called, for a holder whose work may
+// outlast the lease (a wrapped HTTP handler); when the lease is lost, the returned context is
+// cancelled with ErrLeaseLost as its cause so the work stops.
+func (s *Store) KeepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
+	return s.keepRenewed(ctx, l)
+}
+
 // keepRenewed renews l every TTL/3 until stop is called; if the lease is lost, the returned
 // context is cancelled with ErrLeaseLost as its cause so the work stops.
 func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
@@ -196,4 +227,30 @@ func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, fun
 		}
 	}()
 	return ctx, func() { close(done); cancel(nil) }
+}
+
+// holdThroughQuarantine records a first not-found while keeping the lease (Drive's keepRenewed
+// renews it meanwhile) and waits until the quarantine has passed since it, so that the holder
+// itself takes the second look. ErrLeaseLost or ctx's error when the wait is cut short.
+func (s *Store) holdThroughQuarantine(ctx context.Context, l *Lease) error {
+	first := time.Now()
+	if l.NotFoundAt != nil {
+		first = *l.NotFoundAt
+	}
+	if err := s.holderWrite(ctx, nil, l, "record not-found", `not_found_at = COALESCE(not_found_at, now())`, nil,
+		"downstream_not_found", detailJSON("quarantine_s", s.cfg.Quarantine.Seconds(), "attempt", l.Attempt, "held", true)); err != nil {
+		return err
+	}
+	l.NotFoundAt = &first
+	t := time.NewTimer(time.Until(first.Add(s.cfg.Quarantine)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+			return fmt.Errorf("wait out the quarantine %s: %w", l.Digest, ErrLeaseLost)
+		}
+		return fmt.Errorf("wait out the quarantine %s: %w", l.Digest, ctx.Err())
+	}
 }

@@ -278,6 +278,10 @@ func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.claimPrepared(ctx, p)
+}
+
+func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error) {
 	// Bounded: each round either inserts, answers from the existing row, or loses a race to a
 	// concurrent transition (or purge) of that row and reads it again.
 	for round := 0; round < 5; round++ {
@@ -332,6 +336,8 @@ type existingRow struct {
 	ErrorDetail        *string
 	ResponseExpired    bool
 	NotFoundAt         *time.Time
+	Held               bool
+	RetryCleared       bool
 }
 
 const existingSQL = `
@@ -342,7 +348,7 @@ SELECT id, fingerprint, fingerprint_version, request::text AS request, state, ve
        response_status, response_headers, response_body, resource_id, error_code, error_detail,
        (response_expires_at IS NOT NULL AND response_expires_at < now()) OR
        (response_status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
-       not_found_at
+       not_found_at, held, retry_cleared
 FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`
 
 // answerExisting answers a claim whose insert met an existing row: the loser of a claim race
@@ -377,6 +383,14 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 			out.Failure = &Failure{Code: deref(r.ErrorCode), Detail: deref(r.ErrorDetail), Snapshot: out.Snapshot}
 		}
 		return out, nil
+	case StateFailedRetryable:
+		if r.Held && r.ResponseStatus != nil { // outcome unknown: the stored answer, until an operator decides
+			out.Kind = Replay
+			out.Snapshot = r.snapshot()
+			out.Failure = &Failure{Code: deref(r.ErrorCode), Detail: deref(r.ErrorDetail), Retryable: true,
+				Snapshot: out.Snapshot, Hold: true}
+			return out, nil
+		}
 	case StateProcessing:
 		if !r.LeaseExpired {
 			out.Kind = InProgress
@@ -392,8 +406,10 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 	if lease == nil {
 		return nil, errRaced
 	}
-	retry := r.State == StateFailedRetryable
-	full := p.lease(r.ID, lease.Token, lease.Attempt, !retry, retry, lease.NotFoundAt)
+	// A retry of a failed attempt must check downstream first, unless an operator vouched that
+	// the attempt left nothing outside (ReleaseForRetry).
+	failed := r.State == StateFailedRetryable
+	full := p.lease(r.ID, lease.Token, lease.Attempt, !failed, failed && !r.RetryCleared, lease.NotFoundAt)
 	out.Kind, out.State, out.Lease = Acquired, StateProcessing, full
 	return out, nil
 }

@@ -103,8 +103,29 @@ func (s *Server) apiMarkFinal(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiFinalToken is GET /api/v1/keys/{id}/final (administrators): the token a mark-final
-// confirms, bound to the key's current version.
+// apiRelease is POST /api/v1/keys/{id}/release {token, reason} (administrators; the token is
+// the release_token of GET /api/v1/keys/{id}/final).
+func (s *Server) apiRelease(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var b confirmBody
+	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	k, err := s.releaseForRetry(ctx, r.op, r.ip, id, b.Token, b.Reason)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, gin.H{"id": k.ID, "state": k.State, "version": k.Version})
+	return nil
+}
+
+// apiFinalToken is GET /api/v1/keys/{id}/final (administrators): the tokens a mark-final
+// (token) and a release for retry (release_token) confirm, bound to the key's current version.
 func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
@@ -115,6 +136,7 @@ func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 	out := gin.H{"id": k.ID, "state": k.State, "version": k.Version, "allowed": k.Replayable(), "refusal": k.ReplayRefusal()}
 	if k.Replayable() {
 		out["token"] = s.confirmToken(actionFinal, r.op, k.ID, k.Version)
+		out["release_token"] = s.confirmToken(actionRelease, r.op, k.ID, k.Version)
 	}
 	c.JSON(http.StatusOK, out)
 	return nil

@@ -64,8 +64,12 @@ const bulkRunColumns = `id, operator_id, operator, filter, reason, state, total,
 	results::text AS results, created_at, started_at, finished_at, updated_at`
 
 // getBulkRun reads a run; only the operator who previewed it sees it (its keys are within their
-// tenants, not necessarily within another operator's).
+// tenants, not necessarily within another operator's), and only while their tenants still cover
+// its keys' (scope.go).
 func (s *Server) getBulkRun(ctx context.Context, op *Operator, id int64) (*BulkRun, error) {
+	if err := s.inScope(ctx, op, objBulkRun, strconv.FormatInt(id, 10), false); err != nil {
+		return nil, err
+	}
 	var rows []BulkRun
 	if err := s.db.WithContext(ctx).Raw(`SELECT `+bulkRunColumns+` FROM replay_bulk_runs WHERE id = ?`, id).
 		Scan(&rows).Error; err != nil {

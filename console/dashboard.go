@@ -2,17 +2,16 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -90,7 +89,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	}
 	v.Claims = claimsChart(time.Now().UTC(), minutes)
 
-	if err := s.daemonStatus(ctx, &v); err != nil {
+	if err := s.daemonStatus(ctx, r, &v); err != nil {
 		return err
 	}
 	s.render(c, http.StatusOK, templates.DashboardPage(chrome(r, "dashboard"), v))
@@ -128,65 +127,25 @@ func claimsChart(now time.Time, rows []minuteRow) templates.Chart {
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 
-// daemonStatus reads the daemon's leader row and last job runs. Those tables belong to the
-// daemon's migration; when they are missing the page says the daemon is not running. Their
-// columns are shown as they are, so the dashboard does not depend on their exact layout.
-func (s *Server) daemonStatus(ctx context.Context, v *templates.DashboardView) error {
-	var tables struct{ Leader, Runs *string }
-	if err := s.db.WithContext(ctx).Raw(`SELECT to_regclass('daemon_leader')::text AS leader, to_regclass('job_runs')::text AS runs`).
-		Scan(&tables).Error; err != nil {
+// daemonStatus reads the daemon's leader, replicas, schedules and last runs for the dashboard's
+// cards (the jobs page's model). When the daemon's tables are missing the page says the daemon
+// is not running.
+func (s *Server) daemonStatus(ctx context.Context, r *request, v *templates.DashboardView) error {
+	var present *string
+	if err := s.db.WithContext(ctx).Raw(`SELECT to_regclass('daemon_leader')::text`).Scan(&present).Error; err != nil {
 		return fmt.Errorf("dashboard: daemon tables: %w", err)
 	}
-	if tables.Leader == nil || tables.Runs == nil {
+	if present == nil {
 		v.DaemonNote = "Daemon not running: its tables do not exist yet (start `idemops daemon`)."
 		return nil
 	}
-	var leader, runs []string
-	if err := s.db.WithContext(ctx).Raw(`SELECT row_to_json(d)::text FROM daemon_leader d LIMIT 5`).Scan(&leader).Error; err != nil {
-		return fmt.Errorf("dashboard: daemon leader: %w", err)
+	d, err := s.jobsView(ctx, r, daemon.RunFilter{Limit: 5})
+	if err != nil {
+		return err
 	}
-	// Newest first by the first column (the id) without knowing its name.
-	if err := s.db.WithContext(ctx).Raw(`SELECT row_to_json(j)::text FROM (SELECT * FROM job_runs ORDER BY 1 DESC LIMIT 10) j`).
-		Scan(&runs).Error; err != nil {
-		return fmt.Errorf("dashboard: job runs: %w", err)
+	v.Daemon, v.DaemonRunning = d, d.HasLeader
+	if !d.HasLeader {
+		v.DaemonNote = "Daemon not running: no replica was ever elected (start `idemops daemon`)."
 	}
-	v.DaemonRunning = len(leader) > 0
-	if !v.DaemonRunning {
-		v.DaemonNote = "Daemon not running: no replica holds the leader lease."
-	}
-	v.Leader, v.JobRuns = jsonRows(leader), jsonRows(runs)
 	return nil
-}
-
-// jsonRows turns row_to_json texts into name/value rows with the columns in a stable order.
-func jsonRows(texts []string) []templates.Fields {
-	var out []templates.Fields
-	for _, t := range texts {
-		var m map[string]any
-		if json.Unmarshal([]byte(t), &m) != nil {
-			continue
-		}
-		names := make([]string, 0, len(m))
-		for k := range m {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		var row templates.Fields
-		for _, k := range names {
-			val := m[k]
-			var s string
-			switch x := val.(type) {
-			case nil:
-				s = "—"
-			case string:
-				s = x
-			default:
-				b, _ := json.Marshal(x)
-				s = string(b)
-			}
-			row = append(row, templates.Field{Name: k, Value: truncate(s, 120)})
-		}
-		out = append(out, row)
-	}
-	return out
 }

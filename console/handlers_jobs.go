@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -46,25 +47,70 @@ func statsText(s daemon.Stats) string {
 	return strings.Join(parts, " ")
 }
 
-func (s *Server) runsView(ctx context.Context, requested bool) (templates.RunsView, error) {
-	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+// runStatuses are the statuses the runs filter offers.
+var runStatuses = []daemon.RunStatus{daemon.RunRunning, daemon.RunSucceeded, daemon.RunFailed, daemon.RunAbandoned, daemon.RunTimedOut}
+
+// runFilter reads the runs filter from the query (?job=, ?status=): an unknown status is a 400
+// naming the field.
+func runFilter(c *gin.Context) (daemon.RunFilter, error) {
+	f := daemon.RunFilter{Limit: jobRunsShown, Job: strings.TrimSpace(c.Query("job")), Status: daemon.RunStatus(c.Query("status"))}
+	if f.Status != "" && !slices.Contains(runStatuses, f.Status) {
+		return f, inputErr("status", "%q is not a run status (running, succeeded, failed, abandoned, timed_out)", f.Status)
+	}
+	if len(f.Job) > 128 {
+		return f, inputErr("job", "longer than 128 characters")
+	}
+	return f, nil
+}
+
+func jobRunRow(r daemon.Run) templates.RunRow {
+	row := templates.RunRow{ID: r.ID, Href: fmt.Sprintf("/jobs/runs/%d", r.ID), Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger,
+		Replica: r.Replica, Status: string(r.Status), StartedAt: r.StartedAt, DeadlineAt: r.DeadlineAt,
+		Duration: r.Duration().Round(time.Millisecond).String(), Phase: r.Phase, Done: r.Done, Total: r.Total,
+		Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
+	if r.FinishedAt != nil {
+		row.FinishedAt = *r.FinishedAt
+	}
+	if r.ProgressAt != nil {
+		row.ProgressAt = *r.ProgressAt
+	}
+	if r.Term != nil {
+		row.Term = *r.Term
+	}
+	return row
+}
+
+func (s *Server) runsView(ctx context.Context, op *Operator, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
+	runs, err := s.visibleJobRuns(ctx, op, f)
 	if err != nil {
 		return templates.RunsView{}, err
 	}
-	v := templates.RunsView{Poll: requested}
+	v := templates.RunsView{Poll: requested, Job: f.Job, Status: string(f.Status), PollHref: "/jobs/runs"}
+	if q := runQuery(f); q != "" {
+		v.PollHref += "?" + q
+		v.Filtered = true
+	}
 	for _, r := range runs {
-		row := templates.RunRow{ID: r.ID, Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger, Replica: r.Replica,
-			Status: string(r.Status), StartedAt: r.StartedAt, Duration: r.Duration().Round(time.Millisecond).String(),
-			Phase: r.Phase, Done: r.Done, Total: r.Total, Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
 		if r.Status == daemon.RunRunning {
 			v.Poll = true
 		}
-		v.Rows = append(v.Rows, row)
+		v.Rows = append(v.Rows, jobRunRow(r))
 	}
 	return v, nil
 }
 
-func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, error) {
+func runQuery(f daemon.RunFilter) string {
+	q := url.Values{}
+	if f.Job != "" {
+		q.Set("job", f.Job)
+	}
+	if f.Status != "" {
+		q.Set("status", string(f.Status))
+	}
+	return q.Encode()
+}
+
+func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (templates.JobsView, error) {
 	v := templates.JobsView{CanRun: r.op.Role >= RoleOperator, CanPause: r.op.Role >= RoleAdmin}
 	leader, err := daemon.Leader(ctx, s.db)
 	if err != nil {
@@ -83,7 +129,7 @@ func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, 
 		v.Replicas = append(v.Replicas, templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
 			StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader})
 	}
-	schedules, err := daemon.ListSchedules(ctx, s.db)
+	schedules, err := s.visibleSchedules(ctx, r.op)
 	if err != nil {
 		return v, err
 	}
@@ -101,17 +147,50 @@ func (s *Server) jobsView(ctx context.Context, r *request) (templates.JobsView, 
 		requested = requested || row.Requested
 		v.Schedules = append(v.Schedules, row)
 	}
-	if v.Runs, err = s.runsView(ctx, requested); err != nil {
+	if v.Runs, err = s.runsView(ctx, r.op, requested, f); err != nil {
 		return v, err
 	}
+	for _, st := range runStatuses {
+		v.Runs.Statuses = append(v.Runs.Statuses, string(st))
+	}
+	for _, sc := range v.Schedules {
+		if !slices.Contains(v.Runs.Jobs, sc.Job) {
+			v.Runs.Jobs = append(v.Runs.Jobs, sc.Job)
+		}
+	}
 	return v, nil
+}
+
+// jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
+func (s *Server) jobRunPage(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := daemon.GetRun(ctx, s.db, id)
+	if errors.Is(err, daemon.ErrUnknownRun) {
+		return fmt.Errorf("job run %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	row := jobRunRow(*run)
+	row.Error = run.Error
+	s.render(c, http.StatusOK, templates.JobRunPage(chrome(r, "jobs"), row))
+	return nil
 }
 
 // jobsPage is GET /jobs.
 func (s *Server) jobsPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	v, err := s.jobsView(ctx, r)
+	f, err := runFilter(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.jobsView(ctx, r, f)
 	if err != nil {
 		return err
 	}
@@ -124,7 +203,11 @@ func (s *Server) jobsPage(c *gin.Context, r *request) error {
 func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	v, err := s.jobsView(ctx, r)
+	f, err := runFilter(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.jobsView(ctx, r, f)
 	if err != nil {
 		return err
 	}
@@ -138,6 +221,10 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 	if name == "" || len(name) > 128 {
 		return inputErr("name", "name the schedule (1–128 characters)")
 	}
+	// The schedule's scope: a recon job's is its channel account's, the others' every tenant's.
+	if err := s.authorize(ctx, r, "job."+action, objSchedule, name); err != nil {
+		return err
+	}
 	apply := map[string]func(context.Context, *gorm.DB, string) error{
 		"run": daemon.RunNow, "pause": daemon.Pause, "resume": daemon.Resume}[action]
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -148,7 +235,7 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 			return err
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name})
+			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, objSchedule, name)})
 	})
 }
 
@@ -176,11 +263,11 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	schedules, err := daemon.ListSchedules(ctx, s.db)
+	schedules, err := s.visibleSchedules(ctx, r.op)
 	if err != nil {
 		return err
 	}
-	runs, err := daemon.ListRuns(ctx, s.db, daemon.RunFilter{Limit: jobRunsShown})
+	runs, err := s.visibleJobRuns(ctx, r.op, daemon.RunFilter{Limit: jobRunsShown})
 	if err != nil {
 		return err
 	}
@@ -224,4 +311,70 @@ func (s *Server) apiJobAction(action string) func(c *gin.Context, r *request) er
 		c.JSON(http.StatusAccepted, gin.H{"schedule": b.Name, "action": action})
 		return nil
 	}
+}
+
+// scheduleTenants resolves the tenant set of each named schedule (objectTenants for a list).
+func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(names))
+	for _, n := range names {
+		if _, ok := out[n]; ok {
+			continue
+		}
+		ts, err := s.objectTenants(ctx, objSchedule, n)
+		if errors.Is(err, ErrNotFound) {
+			ts, err = []string{everyTenant}, nil // a recon job deleted since: "*" only
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[n] = ts
+	}
+	return out, nil
+}
+
+// visibleSchedules lists the schedules op may see (configuration: sharing a tenant suffices).
+func (s *Server) visibleSchedules(ctx context.Context, op *Operator) ([]daemon.Schedule, error) {
+	all, err := daemon.ListSchedules(ctx, s.db)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(all))
+	for i, sc := range all {
+		names[i] = sc.Name
+	}
+	tenants, err := s.scheduleTenants(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, sc := range all {
+		if decide(op, objSchedule, sc.Name, tenants[sc.Name], false) == nil {
+			out = append(out, sc)
+		}
+	}
+	return out, nil
+}
+
+// visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
+// stats count the keys of every tenant of its schedule).
+func (s *Server) visibleJobRuns(ctx context.Context, op *Operator, f daemon.RunFilter) ([]daemon.Run, error) {
+	runs, err := daemon.ListRuns(ctx, s.db, f)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(runs))
+	for i, r := range runs {
+		names[i] = r.Schedule
+	}
+	tenants, err := s.scheduleTenants(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if decide(op, objJobRun, "", tenants[r.Schedule], false) == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }

@@ -32,6 +32,7 @@ var reconNotices = map[string]string{
 	"enabled":  "Recon job enabled.",
 	"disabled": "Recon job disabled: its schedule is paused.",
 	"run":      "Run requested: the daemon's leader starts it at its next poll.",
+	"channel":  "Channel account's tenants saved.",
 }
 
 var findingNotices = map[string]string{
@@ -92,7 +93,7 @@ func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView
 	v := templates.ReconView{Formats: reconcile.Formats(), CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator,
 		Form:      templates.ReconJobForm{TimeZone: "UTC", CronSpec: "0 6 * * *", BillDateOffsetDays: "1", Enabled: true},
 		UploadMax: fmt.Sprintf("%d MiB", s.cfg.UploadLimit>>20)}
-	jobs, err := s.recon.ListJobs(ctx)
+	jobs, err := s.visibleJobs(ctx, r.op)
 	if err != nil {
 		return v, err
 	}
@@ -101,6 +102,9 @@ func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView
 		v.Jobs = append(v.Jobs, jobRow(j, now))
 	}
 	v.NextRuns = nextRuns(v.Form.CronSpec, v.Form.TimeZone)
+	if v.Channels, err = s.channelRows(ctx, r); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 
@@ -175,6 +179,16 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	var j *reconcile.ReconJob
 	var err error
 	action := "reconcile.job.create"
+	if original != "" {
+		action = "reconcile.job.update"
+	}
+	// The job's channel account: only an operator of all its tenants points a job at it.
+	if err := spec.Validate(); err != nil {
+		return nil, err // refused input changes nothing: no audit row
+	}
+	if err := s.authorize(ctx, r, action, objChannel, spec.Channel); err != nil {
+		return nil, err
+	}
 	if original == "" {
 		j, err = s.recon.CreateJob(ctx, spec)
 	} else {
@@ -194,7 +208,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 		detail["outcome"] = "error: " + truncate(err.Error(), 200)
 	}
 	if aerr := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "recon_job:" + target,
-		Detail: detail}); aerr != nil && err == nil {
+		Tenant: s.channelAuditTenant(ctx, spec.Channel), Detail: detail}); aerr != nil && err == nil {
 		return j, aerr
 	}
 	return j, err
@@ -262,6 +276,9 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 	if err != nil {
 		return v, err
 	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return v, err
+	}
 	for _, run := range runs {
 		v.Runs = append(v.Runs, runRow(run))
 	}
@@ -298,7 +315,7 @@ func (s *Server) setJobEnabledPage(c *gin.Context, r *request) error {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.job.enable",
-		Target: "recon_job:" + name, Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
+		Target: "recon_job:" + name, Tenant: s.auditTenantOf(ctx, objReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
 		return err
 	}
 	notice := "disabled"
@@ -374,6 +391,9 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 		runs = runs[:reconRunsShown]
 		v.NextURL = fmt.Sprintf("/reconcile/runs?before=%d", runs[len(runs)-1].ID)
 	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return err
+	}
 	for _, run := range runs {
 		v.Rows = append(v.Rows, runRow(run))
 	}
@@ -439,6 +459,16 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	if u.Format == "" {
 		return nil, inputErr("format", "choose the statement's format")
 	}
+	// Only an operator of every tenant of the channel account imports into it: refused (403,
+	// audited) before anything is written.
+	if err := s.authorize(ctx, r, "reconcile.statement.upload", objChannel, u.Channel); err != nil {
+		return nil, err
+	}
+	if u.Job != "" {
+		if err := s.authorize(ctx, r, "reconcile.statement.upload", objReconJob, u.Job); err != nil {
+			return nil, err
+		}
+	}
 	req := reconcile.RunRequest{Import: reconcile.ImportRequest{Channel: u.Channel, Format: u.Format, BillDate: u.BillDate,
 		Importer: r.op.Actor()}}
 	if u.Job != "" {
@@ -461,7 +491,7 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
 	if aerr := s.audit.Append(actx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.statement.upload",
-		Target: target, Detail: detail}); aerr != nil && err == nil {
+		Target: target, Tenant: s.channelAuditTenant(actx, u.Channel), Detail: detail}); aerr != nil && err == nil {
 		return run, aerr
 	}
 	return run, err
@@ -645,7 +675,7 @@ type apiReconJob struct {
 func (s *Server) apiReconJobs(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	jobs, err := s.recon.ListJobs(ctx)
+	jobs, err := s.visibleJobs(ctx, r.op)
 	if err != nil {
 		return err
 	}
@@ -696,9 +726,15 @@ func (s *Server) apiReconRuns(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	out := gin.H{"runs": runs, "next_before": nil}
+	out := gin.H{"runs": []reconcile.Run{}, "next_before": nil}
 	if len(runs) == limit {
 		out["next_before"] = runs[len(runs)-1].ID
+	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return err
+	}
+	if len(runs) > 0 {
+		out["runs"] = runs
 	}
 	c.JSON(http.StatusOK, out)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -79,6 +80,7 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 		Text: p.Text, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
 	if r.op.Role >= RoleAdmin && k.Replayable() {
 		v.CanMarkFinal, v.FinalToken = true, s.confirmToken(actionFinal, r.op, k.ID, k.Version)
+		v.ReleaseToken = s.confirmToken(actionRelease, r.op, k.ID, k.Version)
 	}
 	var prior []ReplayRequest
 	if err := s.db.WithContext(ctx).Raw(`SELECT `+replayColumns+` FROM replay_requests WHERE key_id = ? ORDER BY id DESC LIMIT 20`,
@@ -170,8 +172,26 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	s.render(c, http.StatusOK, templates.ReplayPage(chrome(r, "replays"), templates.ReplayView{Req: s.replayRow(req, r.op)}))
+	row := s.replayRow(req, r.op)
+	if req.State == "executing" {
+		row.Waiting = s.replayWaiting(ctx, req.KeyID)
+	}
+	s.render(c, http.StatusOK, templates.ReplayPage(chrome(r, "replays"), templates.ReplayView{Req: row}))
 	return nil
+}
+
+// replayWaiting says what an executing replay is doing: waiting out the quarantine (with the
+// time it looks again and a countdown) or running.
+func (s *Server) replayWaiting(ctx context.Context, keyID int64) string {
+	k, err := s.claims.Get(ctx, keyID)
+	if err != nil || k.NotFoundAt == nil {
+		return "The replay is running."
+	}
+	at := k.NotFoundAt.Add(s.claims.Config().Quarantine)
+	left := max(time.Until(at).Round(time.Second), 0)
+	return fmt.Sprintf("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
+		"then sends or records what it finds; no second confirmation is needed.",
+		k.NotFoundAt.UTC().Format("15:04:05 UTC"), at.UTC().Format("15:04:05 UTC"), left)
 }
 
 // replaysPage is GET /replays: pending approvals and recent requests.
@@ -219,6 +239,21 @@ func (s *Server) markFinalPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if _, err := s.markFinal(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
+		return err
+	}
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))
+	return nil
+}
+
+// releasePage is POST /keys/{id}/release (administrators).
+func (s *Server) releasePage(c *gin.Context, r *request) error {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if _, err := s.releaseForRetry(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
 		return err
 	}
 	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))

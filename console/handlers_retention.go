@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -61,6 +62,9 @@ func (s *Server) retentionView(ctx context.Context, r *request, before int64) (t
 			KeepResponse: retention.FormatPeriod(p.KeepResponse), KeepKey: retention.FormatPeriod(p.KeepKey),
 			UpdatedBy: p.UpdatedBy, UpdatedAt: p.UpdatedAt})
 	}
+	if !r.op.SeesAllTenants() {
+		return v, nil // the purge history counts every tenant's keys
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, purgeHistoryShown+1)
 	if err != nil {
 		return v, err
@@ -109,6 +113,10 @@ func (s *Server) retentionPage(c *gin.Context, r *request) error {
 // dryRun counts what a purge would do now; nothing is deleted (a purge_log row records that
 // the dry run was asked for).
 func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*retention.Report, error) {
+	// A dry run counts what the policies (every tenant's) would purge of every tenant's keys.
+	if err := s.authorize(ctx, r, "retention.preview", objPolicy, "purge"); err != nil {
+		return nil, err
+	}
 	operation = strings.TrimSpace(operation)
 	if operation != "" {
 		if err := retention.ValidOperation("operation", operation); err != nil {
@@ -158,11 +166,25 @@ func policyInput(operation, state, keepResponse, keepKey string) (retention.Poli
 	return p, nil
 }
 
-// savePolicy stores p with its audit row in one transaction.
-func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy) error {
+// shorterError stops the save of a policy below the default periods until the page's
+// confirmation box is ticked; text names the consequence.
+type shorterError struct{ text string }
+
+func (e *shorterError) Error() string { return e.text }
+
+// savePolicy saves p (checked against the floor) with its audit row. From the page, a policy below
+// the default periods needs confirmed (the API takes the periods as given).
+func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy, confirmed bool) error {
+	// A policy applies to every tenant's keys: only an administrator of every tenant changes it.
+	if err := s.authorize(ctx, r, "retention.policy.save", objPolicy, p.Operation+"/"+string(p.State)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
+		}
+		if text := s.shorterThanDefault(p); text != "" && !confirmed {
+			return &shorterError{text}
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
@@ -182,7 +204,17 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 	defer cancel()
 	p, err := policyInput(form.Operation, form.State, form.KeepResponse, form.KeepKey)
 	if err == nil {
-		err = s.savePolicy(ctx, r, p)
+		err = s.savePolicy(ctx, r, p, c.PostForm("confirm_shorter") == "yes")
+	}
+	if shorter := (*shorterError)(nil); errors.As(err, &shorter) {
+		v, verr := s.retentionView(ctx, r, 0)
+		if verr != nil {
+			return verr
+		}
+		form.Shorter = shorter.text
+		v.Form = form
+		s.render(c, http.StatusOK, templates.RetentionPage(chrome(r, "retention"), v))
+		return nil
 	}
 	if err != nil {
 		if !isFormError(err) {
@@ -201,7 +233,23 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 	return nil
 }
 
+// shorterThanDefault says what a policy below the deployment's default periods does, or "" when
+// it keeps responses and keys at least as long as the default.
+func (s *Server) shorterThanDefault(p retention.Policy) string {
+	def := s.claims.Config()
+	if p.KeepResponse >= def.KeepResponse && p.KeepKey >= def.KeepKey {
+		return ""
+	}
+	return fmt.Sprintf("This is shorter than the default (responses %s, keys %s): keys of %s that end %s lose their stored response after %s "+
+		"(a retry then gets 410 instead of the replay) and are deleted after %s (a retry then executes again). Tick the box to save it.",
+		retention.FormatPeriod(def.KeepResponse), retention.FormatPeriod(def.KeepKey), p.Operation, p.State,
+		retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
+}
+
 func (s *Server) deletePolicy(ctx context.Context, r *request, operation string, state claim.State) error {
+	if err := s.authorize(ctx, r, "retention.policy.delete", objPolicy, operation+"/"+string(state)); err != nil {
+		return err
+	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
@@ -243,6 +291,9 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		ReconciliationLag: c.PostForm("reconciliation_lag")}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.floor.set", objPolicy, "floor"); err != nil {
+		return err
+	}
 	f, err := floorInput(ff)
 	if err == nil {
 		err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -361,7 +412,7 @@ func (s *Server) apiSavePolicy(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.savePolicy(ctx, r, p); err != nil {
+	if err := s.savePolicy(ctx, r, p, true); err != nil {
 		return err
 	}
 	c.JSON(http.StatusOK, apiPolicy{Operation: p.Operation, State: string(p.State),
@@ -401,6 +452,9 @@ func (s *Server) apiPurges(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if err := s.authorize(ctx, r, "retention.purges", objPolicy, "purge"); err != nil {
+		return err
+	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, limit)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,9 +76,15 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.addOperator("vic", RoleViewer, "acme")
-	b.addOperator("olga", RoleOperator, "acme")
+	// The sweep's schedule is every tenant's (it is no recon job's): only an operator of every
+	// tenant runs it; one of acme sees it and is refused (403).
+	b.addOperator("olga", RoleOperator, "*")
+	b.addOperator("otto", RoleOperator, "acme")
 	b.addOperator("ada", RoleAdmin, "*")
 	job := b.startDaemon()
+	if got := b.signIn("otto").post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 403 {
+		t.Errorf("run now of every tenant's schedule by an operator of acme: %d, want 403", got.Status)
+	}
 
 	vic := b.signIn("vic")
 	page := vic.get("/jobs").Body
@@ -129,8 +136,55 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 			t.Errorf("%s audit rows: %d", action, n)
 		}
 	}
-	jobs := vic.api("/api/v1/jobs", b.token("vic"))
+	jobs := ada.api("/api/v1/jobs", b.token("ada"))
 	if jobs.Status != 200 || !strings.Contains(jobs.Body, `"LeaderID"`) || !strings.Contains(jobs.Body, `"swept":10`) {
 		t.Errorf("API jobs: %d %s", jobs.Status, truncate(jobs.Body, 300))
 	}
+	// An operator of acme sees the schedule but not the runs: their figures count every tenant's keys.
+	jobs = vic.api("/api/v1/jobs", b.token("vic"))
+	if jobs.Status != 200 || !strings.Contains(jobs.Body, `"sweep"`) || strings.Contains(jobs.Body, `"swept"`) {
+		t.Errorf("API jobs for acme: %d %s", jobs.Status, truncate(jobs.Body, 300))
+	}
+}
+
+// TestJobs_RunsFilterRunPageAndDashboardCards: the runs list filters by job and status (kept in
+// the polling URL; an unknown status is a 400 naming the field), each run has a page with its
+// timings, progress, stats and error, and the dashboard shows the daemon as cards — the leader
+// with its term and lease left, the replicas with when they were last seen, the schedules with
+// their next and last run — instead of raw rows.
+func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "*") // the sweep is a system schedule: every tenant
+	job := b.startDaemon()
+	olga := b.signIn("olga")
+	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 {
+		t.Fatalf("run now: %d", got.Status)
+	}
+	b.eventually("the run to start", func() bool {
+		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'running' AND done = 3`) == 1
+	})
+	running := olga.get("/jobs?job=sweep&status=running").Body
+	mustContain(t, "filtered while running", running, `hx-get="/jobs/runs?job=sweep&amp;status=running"`, "3/10",
+		`<option value="running" selected`)
+	close(job.gate)
+	b.eventually("the run to finish", func() bool {
+		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'succeeded'`) == 1
+	})
+	id := b.count(`SELECT id FROM job_runs WHERE job = 'sweep'`)
+	href := "/jobs/runs/" + strconv.FormatInt(id, 10)
+	mustContain(t, "succeeded filter", olga.get("/jobs?status=succeeded").Body, `href="`+href+`"`, "swept=10")
+	mustContain(t, "failed filter", olga.get("/jobs?status=failed").Body, "No run matches this filter")
+	bad := olga.get("/jobs?status=exploded")
+	if bad.Status != 400 || !strings.Contains(bad.Body, "status") {
+		t.Errorf("unknown status: %d %s", bad.Status, truncate(bad.Body, 200))
+	}
+	run := olga.get(href)
+	if run.Status != 200 {
+		t.Fatalf("run page: %d", run.Status)
+	}
+	mustContain(t, "run page", run.Body, `id="run-status">succeeded`, "run_now", "replica-a", "3 of 10", "sweeping", "swept=10", "took ")
+	mustContain(t, "dashboard", olga.get("/").Body, `id="leader-card"`, "Leader · term", "lease left in ", "seen ",
+		`id="schedule-card-sweep"`, "next in ", "succeeded")
+	mustNotContain(t, "dashboard", olga.get("/").Body, "elected_at", "renewed_at")
 }

@@ -288,8 +288,8 @@ func (s *Server) getKey(ctx context.Context, op *Operator, id int64) (*claim.Key
 	if err != nil {
 		return nil, err
 	}
-	if !op.MaySee(k.Tenant) {
-		return nil, fmt.Errorf("key %d: %w", id, ErrNotFound)
+	if err := decide(op, objKey, strconv.FormatInt(id, 10), []string{k.Tenant}, false); err != nil {
+		return nil, err
 	}
 	return k, nil
 }

@@ -42,18 +42,20 @@ func TestRoleRouteMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	rid := strconv.FormatInt(rids[0], 10)
-	// A schedule and one finished run of it, as a daemon would have left them.
+	// A recon job on a channel account of acme (so within every caller's tenants), a run and a
+	// finding already resolved (acting on it again is a 409).
+	b.seedReconJob("daily")
+	b.setChannel("stripe", "acme")
+	// A schedule and one finished run of the recon job's schedule, as a daemon would have left them.
 	if err := daemon.SaveSchedule(context.Background(), b.db, daemon.ScheduleSpec{Name: "reclaim", Job: "reclaim", Spec: "@every 1m"}); err != nil {
 		t.Fatal(err)
 	}
 	var runIDs []int64
 	if err := b.db.Raw(`INSERT INTO job_runs (schedule, job, trigger, replica, status, deadline_at, finished_at, stats)
-		VALUES ('reclaim', 'reclaim', 'schedule', 'r1', 'succeeded', now(), now(), '{"reclaimed": 3}') RETURNING id`).Scan(&runIDs).Error; err != nil {
+		VALUES ('reconcile:daily', 'reconcile', 'schedule', 'r1', 'succeeded', now(), now(), '{"findings": 3}') RETURNING id`).Scan(&runIDs).Error; err != nil {
 		t.Fatal(err)
 	}
 	runID := strconv.FormatInt(runIDs[0], 10)
-	// A recon job, a run and a finding already resolved (acting on it again is a 409).
-	b.seedReconJob("daily")
 	reconRun := b.seedReconRun("stripe")
 	closed := b.seedFinding(reconRun, "CHANNEL_ONLY", "txn:matrix", nil, `{"channel_status":"success"}`)
 	b.exec(`UPDATE discrepancies SET state = 'resolved' WHERE id = ?`, closed)
@@ -92,6 +94,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"GET /keys/:id/replay":                {"/keys/" + id + "/replay", nil, [4]int{R, F, 200, 200}},
 		"POST /keys/:id/replay":               {"/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{R, F, 400, 400}},
 		"POST /keys/:id/final":                {"/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{R, F, F, 400}},
+		"POST /keys/:id/release":              {"/keys/" + id + "/release", url.Values{"reason": {"x"}}, [4]int{R, F, F, 400}},
 		"GET /replays":                        {"/replays", nil, [4]int{R, F, 200, 200}},
 		"GET /replays/:id":                    {"/replays/" + rid, nil, [4]int{R, F, 200, 200}},
 		"POST /replays/:id/approve":           {"/replays/" + rid + "/approve", nil, [4]int{R, F, 409, 409}},
@@ -103,6 +106,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /api/v1/keys/:id/replay":        {"/api/v1/keys/" + id + "/replay", url.Values{"reason": {"x"}}, [4]int{U, F, 400, 400}},
 		"GET /api/v1/keys/:id/final":          {"/api/v1/keys/" + id + "/final", nil, [4]int{U, F, F, 200}},
 		"POST /api/v1/keys/:id/final":         {"/api/v1/keys/" + id + "/final", url.Values{"reason": {"x"}}, [4]int{U, F, F, 400}},
+		"POST /api/v1/keys/:id/release":       {"/api/v1/keys/" + id + "/release", url.Values{"reason": {"x"}}, [4]int{U, F, F, 400}},
 		"GET /api/v1/replays/:id":             {"/api/v1/replays/" + rid, nil, [4]int{U, F, 200, 200}},
 		"POST /api/v1/replays/:id/approve":    {"/api/v1/replays/" + rid + "/approve", url.Values{}, [4]int{U, F, 409, 409}},
 		"POST /api/v1/replays/bulk":           {"/api/v1/replays/bulk", url.Values{"tenant": {"no-such-tenant"}}, [4]int{U, F, 400, 400}},
@@ -111,25 +115,26 @@ func TestRoleRouteMatrix(t *testing.T) {
 		// The daemon: everyone signed in reads it; operators run a job now; admins pause and resume.
 		"GET /jobs":                 {"/jobs", nil, [4]int{R, 200, 200, 200}},
 		"GET /jobs/runs":            {"/jobs/runs", nil, [4]int{R, 200, 200, 200}},
-		"POST /jobs/run":            {"/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{R, F, R, R}},
-		"POST /jobs/pause":          {"/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
-		"POST /jobs/resume":         {"/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{R, F, F, R}},
+		"GET /jobs/runs/:id":        {"/jobs/runs/" + runID, nil, [4]int{R, 200, 200, 200}},
+		"POST /jobs/run":            {"/jobs/run", url.Values{"name": {"reconcile:daily"}}, [4]int{R, F, R, R}},
+		"POST /jobs/pause":          {"/jobs/pause", url.Values{"name": {"reconcile:daily"}}, [4]int{R, F, F, R}},
+		"POST /jobs/resume":         {"/jobs/resume", url.Values{"name": {"reconcile:daily"}}, [4]int{R, F, F, R}},
 		"GET /api/v1/jobs":          {"/api/v1/jobs", nil, [4]int{U, 200, 200, 200}},
 		"GET /api/v1/jobs/runs/:id": {"/api/v1/jobs/runs/" + runID, nil, [4]int{U, 200, 200, 200}},
-		"POST /api/v1/jobs/run":     {"/api/v1/jobs/run", url.Values{"name": {"reclaim"}}, [4]int{U, F, 202, 202}},
-		"POST /api/v1/jobs/pause":   {"/api/v1/jobs/pause", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
-		"POST /api/v1/jobs/resume":  {"/api/v1/jobs/resume", url.Values{"name": {"reclaim"}}, [4]int{U, F, F, 202}},
+		"POST /api/v1/jobs/run":     {"/api/v1/jobs/run", url.Values{"name": {"reconcile:daily"}}, [4]int{U, F, 202, 202}},
+		"POST /api/v1/jobs/pause":   {"/api/v1/jobs/pause", url.Values{"name": {"reconcile:daily"}}, [4]int{U, F, F, 202}},
+		"POST /api/v1/jobs/resume":  {"/api/v1/jobs/resume", url.Values{"name": {"reconcile:daily"}}, [4]int{U, F, F, 202}},
 		// Retention: everyone reads; admins change policies, the floor and legal holds.
 		"POST /keys/:id/hold":             {"/keys/" + id + "/hold", url.Values{"hold": {"1"}, "reason": {"matrix"}}, [4]int{R, F, F, R}},
 		"GET /retention":                  {"/retention", nil, [4]int{R, 200, 200, 200}},
-		"GET /retention/preview":          {"/retention/preview?operation=payment.charge", nil, [4]int{R, 200, 200, 200}},
+		"GET /retention/preview":          {"/retention/preview?operation=payment.charge", nil, [4]int{R, F, F, 200}}, // counts every tenant's keys: "*" only
 		"POST /retention/policies":        {"/retention/policies", policy, [4]int{R, F, F, R}},
 		"POST /retention/policies/delete": {"/retention/policies/delete", url.Values{"operation": {"nope"}, "state": {"completed"}}, [4]int{R, F, F, 404}},
 		"POST /retention/floor":           {"/retention/floor", url.Values{"client_retry": {"24h"}, "backfill": {"72h"}, "reconciliation_lag": {"48h"}}, [4]int{R, F, F, R}},
 		"GET /api/v1/retention/policies":  {"/api/v1/retention/policies", nil, [4]int{U, 200, 200, 200}},
 		"POST /api/v1/retention/policies": {"/api/v1/retention/policies", policy, [4]int{U, F, F, 200}},
-		"GET /api/v1/retention/preview":   {"/api/v1/retention/preview", nil, [4]int{U, 200, 200, 200}},
-		"GET /api/v1/retention/purges":    {"/api/v1/retention/purges", nil, [4]int{U, 200, 200, 200}},
+		"GET /api/v1/retention/preview":   {"/api/v1/retention/preview", nil, [4]int{U, F, F, 200}},
+		"GET /api/v1/retention/purges":    {"/api/v1/retention/purges", nil, [4]int{U, F, F, 200}},
 		// Reconciliation: everyone reads; operators act on findings, run jobs now and upload;
 		// admins create, edit, enable and disable jobs.
 		"GET /reconcile":                     {"/reconcile", nil, [4]int{R, 200, 200, 200}},
@@ -140,6 +145,8 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /reconcile/jobs/:name/enabled": {"/reconcile/jobs/daily/enabled", url.Values{"enabled": {"1"}}, [4]int{R, F, F, R}},
 		"POST /reconcile/jobs/:name/run":     {"/reconcile/jobs/daily/run", nil, [4]int{R, F, R, R}},
 		"POST /reconcile/upload":             {"/reconcile/upload", url.Values{"channel": {"stripe"}}, [4]int{R, F, 400, 400}}, // no file
+		"POST /reconcile/channels":           {"/reconcile/channels", url.Values{"channel": {"paypal"}, "tenants": {"acme"}}, [4]int{R, F, F, R}},
+		"POST /reconcile/channels/:name":     {"/reconcile/channels/stripe", url.Values{"tenants": {"acme"}}, [4]int{R, F, F, R}},
 		"GET /reconcile/runs":                {"/reconcile/runs", nil, [4]int{R, 200, 200, 200}},
 		"GET /reconcile/runs/:id":            {"/reconcile/runs/" + rrid, nil, [4]int{R, 200, 200, 200}},
 		"GET /reconcile/findings":            {"/reconcile/findings", nil, [4]int{R, 200, 200, 200}},

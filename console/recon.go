@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
@@ -32,6 +34,9 @@ func (a reconAuditor) Record(ctx context.Context, actor, action, target string, 
 			e.Tenant = tenants[0]
 		}
 	}
+	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenant == "" {
+		e.Tenant = a.s.auditTenantOf(ctx, objFinding, id) // a finding about the statement: its channel account's
+	}
 	return a.s.audit.Append(ctx, nil, e)
 }
 
@@ -54,16 +59,16 @@ func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string,
 	return out, nil
 }
 
-// Finding visibility. A channel-level finding (no key) is about the channel's statement and is
-// shown to everyone with the route's role. A key-level finding is shown only to operators who
-// may see the key's tenant; when the key no longer exists its tenant is unknown, and only
-// operators who see every tenant see the finding.
-func findingVisible(op *Operator, f *reconcile.Finding, tenants map[int64]string) bool {
-	if f.KeyID == nil || op.SeesAllTenants() {
-		return true
+// findingTenants is objectTenants for a page of findings: a finding about a key is the key's
+// tenant's, one whose key is gone "*"'s, one about the statement its channel account's.
+func findingTenants(f *reconcile.Finding, keys map[int64]string, channels map[string][]string) []string {
+	if f.KeyID == nil {
+		return channels[f.Channel]
 	}
-	t, ok := tenants[*f.KeyID]
-	return ok && op.MaySee(t)
+	if t, ok := keys[*f.KeyID]; ok {
+		return []string{t}
+	}
+	return []string{everyTenant}
 }
 
 // findingsPageMax bounds the database pages one listing reads to fill a page for a
@@ -91,8 +96,16 @@ func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.Fin
 		if err != nil {
 			return nil, 0, err
 		}
+		var chans []string
+		for _, r := range rows {
+			chans = append(chans, r.Channel)
+		}
+		channels, err := reconcile.ChannelTenants(ctx, s.db, chans)
+		if err != nil {
+			return nil, 0, err
+		}
 		for i := range rows {
-			if !findingVisible(op, &rows[i], tenants) {
+			if decide(op, objFinding, "", findingTenants(&rows[i], tenants, channels), false) != nil {
 				continue
 			}
 			if len(out) == want {
@@ -111,20 +124,8 @@ func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.Fin
 
 // getFinding reads one finding op may see; one of a tenant op may not see is ErrNotFound.
 func (s *Server) getFinding(ctx context.Context, op *Operator, id int64) (*reconcile.Finding, error) {
-	f, err := s.recon.GetFinding(ctx, id)
-	if err != nil {
+	if err := s.inScope(ctx, op, objFinding, strconv.FormatInt(id, 10), false); err != nil {
 		return nil, err
 	}
-	var ids []int64
-	if f.KeyID != nil {
-		ids = append(ids, *f.KeyID)
-	}
-	tenants, err := s.keyTenants(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	if !findingVisible(op, f, tenants) {
-		return nil, fmt.Errorf("finding %d: %w", id, ErrNotFound)
-	}
-	return f, nil
+	return s.recon.GetFinding(ctx, id)
 }

@@ -61,6 +61,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.addOperator("o", RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
 	run := b.seedReconRun("stripe")
 	f1 := b.seedFinding(run, "LOCAL_ONLY", "txn:one", nil, `{}`)
 	f2 := b.seedFinding(run, "DUPLICATE_IN_FILE", "txn:two", nil, `{}`)
@@ -111,6 +112,7 @@ func TestRecoverRefusedForCompletedKey(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.addOperator("o", RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "done-1", `{"amount":100,"currency":"USD"}`, true)
 	run := b.seedReconRun("stripe")
 	f := b.seedFinding(run, "CHANNEL_ONLY", fmt.Sprintf("key:%d", k.ID), &k.ID, `{"channel_status":"success"}`)
@@ -135,6 +137,7 @@ func TestFindingTenantIsolation(t *testing.T) {
 	b.addOperator("all", RoleViewer, "*")
 	a := b.seedKey("acme", "payment.charge", "acme-1", `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedKey("globex", "payment.charge", "globex-1", `{"amount":100,"currency":"USD"}`, true)
+	b.setChannel("stripe", "acme")
 	run := b.seedReconRun("stripe")
 	fa := b.seedFinding(run, "AMOUNT_MISMATCH", fmt.Sprintf("key:%d", a.ID), &a.ID, `{}`)
 	fg := b.seedFinding(run, "AMOUNT_MISMATCH", fmt.Sprintf("key:%d", g.ID), &g.ID, `{"note":"GLOBEX-DETAIL"}`)
@@ -315,4 +318,11 @@ func TestReconJobCron(t *testing.T) {
 	if got := c.post("/reconcile/jobs/no-such/run", nil, true); got.Status != 404 {
 		t.Errorf("run an unknown job: %d", got.Status)
 	}
+}
+
+// setChannel gives a channel account its tenants, as a "*" administrator would.
+func (b *bundle) setChannel(channel string, tenants ...string) {
+	b.t.Helper()
+	b.exec(`INSERT INTO channel_accounts (channel, tenants, updated_by) VALUES (?, ?::text[], 'test')
+		ON CONFLICT (channel) DO UPDATE SET tenants = EXCLUDED.tenants`, channel, "{"+strings.Join(tenants, ",")+"}")
 }

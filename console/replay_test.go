@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
 )
 
 // seedFailed claims a key and fails it (retryably or finally), as a service whose attempt
@@ -342,31 +344,81 @@ func TestReplay_FourEyes(t *testing.T) {
 	}
 }
 
-// TestReplay_NotFoundOnceParksThenSendsAfterTheQuarantine: the first not-found parks the key and
-// the page says so; a replay after the quarantine sends.
-func TestReplay_NotFoundOnceParksThenSendsAfterTheQuarantine(t *testing.T) {
+// TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning: a confirmed replay that
+// meets a first not-found keeps the key, waits the quarantine out itself (its page counting
+// down), looks again and sends — while the daemon's reclaimer runs all along and takes nothing
+// over. One confirmation, one outcome, one execution.
+func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
+	const quarantine = 6 * time.Second
+	var held *claim.Store
+	b := newBundle(t, func(c *Config) {
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, LeaseTTL: time.Second, Quarantine: quarantine})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Claims, held = st, st
+	})
 	b.addOperator("olga", RoleOperator, "acme")
 	k := b.seedFailed("acme", "lost-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
+	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	reclaimerDone := make(chan struct{})
+	go func() { // the reclaimer, every 200 ms, for the whole test
+		defer close(reclaimerDone)
+		for ctx.Err() == nil {
+			if _, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil && ctx.Err() == nil {
+				t.Errorf("reclaim: %v", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stop(); <-reclaimerDone }()
+
 	c := b.signIn("olga")
 	page, token := c.previewToken(k.ID)
-	mustContain(t, "preview", page.Body, "not found — a charge of 12.34 CNY to alice will be sent after a second check a quarantine (30s) later")
+	mustContain(t, "preview", page.Body, "will be sent after a second check a quarantine (6s) later")
 	got := c.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {token}, "reason": {"lost charge"}}, true)
-	mustContain(t, "outcome", c.get(got.Location).Body, "not found once — will re-check after the quarantine")
-	parked := b.key(k.ID)
-	if parked.State != claim.StateProcessing || parked.NotFoundAt == nil || b.fakeOp.executes.Load() != 0 {
-		t.Fatalf("after the first not-found: %s not_found_at %v executes %d", parked.State, parked.NotFoundAt, b.fakeOp.executes.Load())
+	live := c.get(got.Location).Body
+	mustContain(t, "page while the replay waits", live, "This replay holds the key and looks again at")
+	mustContain(t, "live refresh", live, `hx-trigger="every 2s"`)
+	if k := b.key(k.ID); k.State != claim.StateProcessing || k.LeaseOwner == nil {
+		t.Fatalf("while waiting: state %s, owner %v; want processing, held", k.State, k.LeaseOwner)
 	}
-	mustContain(t, "preview while parked", c.get(fmt.Sprintf("/keys/%d/replay", k.ID)).Body, "parked until")
-	b.exec(`UPDATE idempotency_keys SET not_found_at = not_found_at - interval '1 hour', lease_expires_at = now() - interval '1 second' WHERE id = ?`, k.ID)
-	page, token = c.previewToken(k.ID)
-	mustContain(t, "preview after the quarantine", page.Body, "will be sent now")
-	got = c.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {token}, "reason": {"lost charge, second look"}}, true)
-	mustContain(t, "outcome", c.get(got.Location).Body, "sent: downstream created ch_sent_")
-	if b.fakeOp.executes.Load() != 1 || b.key(k.ID).State != claim.StateCompleted {
-		t.Errorf("after the second replay: executes %d state %s", b.fakeOp.executes.Load(), b.key(k.ID).State)
+	var body string
+	for deadline := time.Now().Add(quarantine + 10*time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if body = c.get(got.Location).Body; strings.Contains(body, "sent: downstream created ch_sent_") {
+			break
+		}
 	}
+	mustContain(t, "outcome", body, "sent: downstream created ch_sent_")
+	if strings.Contains(body, `hx-trigger="every 2s"`) {
+		t.Error("the finished replay's page still refreshes itself")
+	}
+	if n := b.fakeOp.executes.Load(); n != 1 || b.key(k.ID).State != claim.StateCompleted {
+		t.Errorf("executes %d, state %s; want one execution, completed", n, b.key(k.ID).State)
+	}
+	var hist []string
+	evs, err := held.History(context.Background(), k.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		hist = append(hist, e.Kind+":"+e.Actor)
+		if e.Actor == "daemon" {
+			t.Errorf("the reclaimer touched the key while the replay held it: %s", e.Kind)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM replay_requests WHERE key_id = ?`, k.ID); n != 1 {
+		t.Errorf("%d replay requests, want 1 (no second confirmation)", n)
+	}
+	t.Logf("history: %v", hist)
 }
 
 // TestMarkFinal_AdminOnlyAuditedAndInHistory: an administrator moves a stuck key to
@@ -529,4 +581,56 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 			t.Errorf("audit %s: %d", action, n)
 		}
 	}
+}
+
+// oneOperation is the daemon's registry of the console tests: the bundle's fake operation.
+type oneOperation struct{ op *fakeOp }
+
+func (o oneOperation) Get(name string) (claim.Operation, bool) { return o.op, name == o.op.name }
+
+// TestReleaseForRetry_HeldKeyAdminOnlyAudited: a key held after a 5xx on a route with external
+// effects (its answer replayed) is released by an administrator with a reason, through the
+// claim logic and audited; the next client retry then executes (attempt 2) without a lookup.
+func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("ada", RoleAdmin, "*")
+	ctx := context.Background()
+	req := claim.Request{Tenant: "acme", Operation: "mail.send", Key: "held-1", Intent: json.RawMessage(`{"to":"a"}`), Actor: "service:test"}
+	out, err := b.claims.Claim(ctx, req)
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatal(out, err)
+	}
+	snap := &claim.Snapshot{Status: 500, Body: []byte(`{"type":"/problems/internal"}`)}
+	if err := b.claims.Fail(ctx, nil, out.Lease, claim.HeldFailure("http_500", "Internal Server Error", snap)); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := b.claims.Claim(ctx, req); again.Kind != claim.Replay || again.Snapshot.Status != 500 {
+		t.Fatalf("a held key answers %s", again.Kind)
+	}
+	if page := b.signIn("olga").get(fmt.Sprintf("/keys/%d/replay", out.KeyID)).Body; strings.Contains(page, "Release for retry") {
+		t.Error("an operator is offered the release")
+	}
+	ada := b.signIn("ada")
+	page := ada.get(fmt.Sprintf("/keys/%d/replay", out.KeyID)).Body
+	mustContain(t, "preview", page, "The key is held")
+	m := regexp.MustCompile(`action="/keys/\d+/release"[^>]*>\s*<input type="hidden" name="csrf" value="[^"]+">\s*<input type="hidden" name="token" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no release form for the admin")
+	}
+	if got := ada.post(fmt.Sprintf("/keys/%d/release", out.KeyID), url.Values{"token": {m[1]}, "reason": {"mail server log: nothing sent"}}, true); got.Status != 303 {
+		t.Fatalf("admin release: %d", got.Status)
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'key.release_for_retry' AND actor = 'operator:ada' AND target = ?`, fmt.Sprintf("key:%d", out.KeyID)); n != 1 {
+		t.Errorf("release audit rows: %d", n)
+	}
+	if got := ada.post(fmt.Sprintf("/keys/%d/release", out.KeyID), url.Values{"token": {m[1]}, "reason": {"again"}}, true); got.Status != 409 {
+		t.Errorf("a second release with the same page: %d, want 409", got.Status)
+	}
+	retry, err := b.claims.Claim(ctx, req)
+	if err != nil || retry.Kind != claim.Acquired || retry.Lease.Attempt != 2 || retry.Lease.MustCheckDownstream() {
+		t.Fatalf("retry after release: %+v %v", retry, err)
+	}
+	mustContain(t, "key page", ada.get(fmt.Sprintf("/keys/%d", out.KeyID)).Body, "released_for_retry", "nothing sent")
 }

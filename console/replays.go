@@ -176,8 +176,9 @@ func (s *Server) previewReplay(ctx context.Context, op *Operator, k *claim.Key) 
 // confirmation answers; the version in it makes a confirmation of a key that changed since
 // stale; its hash, stored on the replay request, makes it single-use.
 const (
-	actionReplay = "replay"
-	actionFinal  = "final"
+	actionReplay  = "replay"
+	actionFinal   = "final"
+	actionRelease = "release"
 )
 
 func (s *Server) tokenKey() []byte {
@@ -280,8 +281,11 @@ func (s *Server) getReplay(ctx context.Context, op *Operator, id int64) (*Replay
 	if err != nil {
 		return nil, err
 	}
-	if r == nil || !op.MaySee(r.Tenant) {
+	if r == nil {
 		return nil, fmt.Errorf("replay request %d: %w", id, ErrNotFound)
+	}
+	if err := decide(op, objReplay, strconv.FormatInt(id, 10), []string{r.Tenant}, false); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -380,7 +384,7 @@ func (s *Server) requestReplay(ctx context.Context, a replayAsk) (req *ReplayReq
 		r, err := s.replayWhere(ctx, s.db, "id = ?", id)
 		return r, false, err
 	}
-	r, err := s.executeReplay(ctx, id, a.ip)
+	r, err := s.executeReplay(ctx, id, a.ip, a.bulkRun == nil)
 	return r, false, err
 }
 
@@ -428,13 +432,19 @@ func (s *Server) approveReplay(ctx context.Context, op *Operator, ip string, id 
 		map[string]any{"request": r.ID, "requester": r.Requester}); err != nil {
 		return nil, err
 	}
-	return s.executeReplay(ctx, r.ID, ip)
+	return s.executeReplay(ctx, r.ID, ip, r.BulkRunID == nil)
 }
 
 // executeReplay runs an approved request once: approved → executing is its compare-and-set.
 // The takeover is bound to the previewed version; the run is claim's Drive, which looks
 // downstream up before it may execute.
-func (s *Server) executeReplay(ctx context.Context, id int64, ip string) (*ReplayRequest, error) {
+//
+// With hold (a single replay, not a bulk run's item) the replay owns the key until it ends: on a
+// first not-found it keeps the lease and waits out the quarantine itself, then looks again and
+// sends or records — no second confirmation, and the reclaimer cannot take the key over in
+// between. That wait runs in the background; the caller gets the request back as soon as it has
+// ended or after replayAnswerWait, whichever comes first (the page then counts down).
+func (s *Server) executeReplay(ctx context.Context, id int64, ip string, hold bool) (*ReplayRequest, error) {
 	r, err := s.replayWhere(ctx, s.db, `id = ? AND state = 'approved'`, id)
 	if err != nil {
 		return nil, err
@@ -450,8 +460,46 @@ func (s *Server) executeReplay(ctx context.Context, id int64, ip string) (*Repla
 	if len(claimed) == 0 { // someone else executes it
 		return s.replayWhere(ctx, s.db, "id = ?", id)
 	}
-	// The key's record must outlive a closed browser tab; bounded by the lookup and query timeouts.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.LookupTimeout+2*s.cfg.QueryTimeout)
+	if !hold {
+		return s.runReplay(ctx, r, ip, false)
+	}
+	done := make(chan struct{})
+	s.background(func(bg context.Context) {
+		defer close(done)
+		if _, err := s.runReplay(bg, r, ip, true); err != nil {
+			s.cfg.Logger.Error("replay", "request", id, "digest", r.KeyDigest, "err", err)
+		}
+	})
+	select {
+	case <-done:
+	case <-time.After(replayAnswerWait):
+	case <-ctx.Done():
+	}
+	return s.replayWhere(context.WithoutCancel(ctx), s.db, "id = ?", id)
+}
+
+// replayAnswerWait is how long a confirm waits for its replay before answering with the
+// request's page, which then follows the replay live.
+const replayAnswerWait = 5 * time.Second
+
+// runReplay drives an executing request's key to its end and records the outcome.
+func (s *Server) runReplay(ctx context.Context, r *ReplayRequest, ip string, hold bool) (*ReplayRequest, error) {
+	id := r.ID
+	// The key's record must outlive a closed browser tab; bounded by the lookup and query
+	// timeouts, and the quarantine when the replay holds the key through it.
+	limit := 2*s.cfg.LookupTimeout + 2*s.cfg.QueryTimeout
+	if hold {
+		limit += s.claims.Config().Quarantine
+	}
+	// A held replay's wait ends when the console stops (its lease then lapses and the key is the
+	// reclaimer's again); the outcome is recorded either way.
+	driveCtx := ctx
+	if !hold {
+		driveCtx = context.WithoutCancel(ctx)
+	}
+	driveCtx, cancelDrive := context.WithTimeout(driveCtx, limit)
+	defer cancelDrive()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	actor := "operator:" + r.Requester
 	state, kind, text := "executed", "", ""
@@ -478,8 +526,8 @@ func (s *Server) executeReplay(ctx context.Context, id int64, ip string) (*Repla
 		state, kind, text = "failed", "error", "the takeover failed; the error was logged"
 		s.cfg.Logger.Error("replay takeover failed", "request", id, "digest", r.KeyDigest, "err", err)
 	default:
-		out, derr := s.claims.Drive(ctx, o, lease, claim.DriveOptions{Execute: true})
-		kind, text = s.describeOutcome(ctx, r.KeyID, out, derr)
+		out, derr := s.claims.Drive(driveCtx, o, lease, claim.DriveOptions{Execute: true, HoldThroughQuarantine: hold})
+		kind, text = s.describeOutcome(ctx, r.KeyID, out, derr, hold)
 		if derr != nil {
 			state = "failed"
 			s.cfg.Logger.Error("replay failed", "request", id, "digest", r.KeyDigest, "err", derr)
@@ -502,7 +550,7 @@ func (s *Server) executeReplay(ctx context.Context, id int64, ip string) (*Repla
 }
 
 // describeOutcome says what Drive did, in the words of the preview.
-func (s *Server) describeOutcome(ctx context.Context, keyID int64, out *claim.Outcome, err error) (kind, text string) {
+func (s *Server) describeOutcome(ctx context.Context, keyID int64, out *claim.Outcome, err error, held bool) (kind, text string) {
 	if err != nil {
 		if errors.Is(err, claim.ErrLeaseLost) {
 			return "error", "another party took the key over while the replay ran; it stopped without writing"
@@ -523,7 +571,7 @@ func (s *Server) describeOutcome(ctx context.Context, keyID int64, out *claim.Ou
 		return "failed", "failed; the key is now " + string(out.State)
 	case claim.InProgress:
 		k, gerr := s.claims.Get(ctx, keyID)
-		if gerr == nil && k.NotFoundAt != nil {
+		if gerr == nil && k.NotFoundAt != nil && !held { // a held replay waited the quarantine out already
 			return "not_found_once", fmt.Sprintf("not found once — will re-check after the quarantine (at %s); the key is parked until then. Replay it again after that time to send it.",
 				k.LeaseExpiresAt.UTC().Format("15:04:05Z"))
 		}
@@ -553,6 +601,40 @@ func (s *Server) markFinal(ctx context.Context, op *Operator, ip string, keyID i
 		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.mark_final",
 			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
 			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason}})
+	})
+	switch {
+	case errors.Is(err, claim.ErrKeyChanged):
+		return nil, refused("the key changed since the page was loaded (version %d, now %d): nothing was done; look again", version, k.Version)
+	case errors.Is(err, claim.ErrNotReplayable):
+		return nil, refused("%s", k.ReplayRefusal())
+	case err != nil:
+		return nil, err
+	}
+	return s.claims.Get(ctx, keyID)
+}
+
+// releaseForRetry lets the next client retry of a stuck or held key execute, on an
+// administrator's word (with a reason) that the failed attempt changed nothing outside: the
+// claim's compare-and-set on the version the page showed, with the audit row in its transaction.
+func (s *Server) releaseForRetry(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
+	k, err := s.getKey(ctx, op, keyID)
+	if err != nil {
+		return nil, err
+	}
+	version, err := s.checkToken(actionRelease, op, keyID, token)
+	if err != nil {
+		return nil, err
+	}
+	if reason, err = checkReason(reason); err != nil {
+		return nil, err
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.claims.ReleaseForRetry(ctx, tx, keyID, version, op.Actor(), reason); err != nil {
+			return err
+		}
+		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.release_for_retry",
+			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
+			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason, "held": k.Held}})
 	})
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):

@@ -57,6 +57,7 @@ func (s *Server) routes() []route {
 		{"GET", "/keys/:id/replay", RoleOperator, kindPage, s.replayPreview},
 		{"POST", "/keys/:id/replay", RoleOperator, kindPage, s.confirmReplay},
 		{"POST", "/keys/:id/final", RoleAdmin, kindPage, s.markFinalPage},
+		{"POST", "/keys/:id/release", RoleAdmin, kindPage, s.releasePage},
 		{"GET", "/replays", RoleOperator, kindPage, s.replaysPage},
 		{"GET", "/replays/:id", RoleOperator, kindPage, s.replayPage},
 		{"POST", "/replays/:id/approve", RoleOperator, kindPage, s.approveReplayPage},
@@ -66,6 +67,7 @@ func (s *Server) routes() []route {
 		{"POST", "/replays/bulk/:id/start", RoleOperator, kindPage, s.bulkStartPage},
 		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
 		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
+		{"GET", "/jobs/runs/:id", RoleViewer, kindPage, s.jobRunPage},
 		{"POST", "/jobs/run", RoleOperator, kindPage, s.jobActionPage("run")},
 		{"POST", "/jobs/pause", RoleAdmin, kindPage, s.jobActionPage("pause")},
 		{"POST", "/jobs/resume", RoleAdmin, kindPage, s.jobActionPage("resume")},
@@ -83,6 +85,8 @@ func (s *Server) routes() []route {
 		{"POST", "/reconcile/jobs/:name/enabled", RoleAdmin, kindPage, s.setJobEnabledPage},
 		{"POST", "/reconcile/jobs/:name/run", RoleOperator, kindPage, s.runJobPage},
 		{"POST", "/reconcile/upload", RoleOperator, kindPage, s.uploadPage},
+		{"POST", "/reconcile/channels", RoleAdmin, kindPage, s.setChannelPage},
+		{"POST", "/reconcile/channels/:name", RoleAdmin, kindPage, s.setChannelPage},
 		{"GET", "/reconcile/runs", RoleViewer, kindPage, s.reconRunsPage},
 		{"GET", "/reconcile/runs/:id", RoleViewer, kindPage, s.reconRunPage},
 		{"GET", "/reconcile/findings", RoleViewer, kindPage, s.findingsPage},
@@ -102,6 +106,7 @@ func (s *Server) routes() []route {
 		{"POST", "/api/v1/keys/:id/replay", RoleOperator, kindAPI, s.apiReplayConfirm},
 		{"GET", "/api/v1/keys/:id/final", RoleAdmin, kindAPI, s.apiFinalToken},
 		{"POST", "/api/v1/keys/:id/final", RoleAdmin, kindAPI, s.apiMarkFinal},
+		{"POST", "/api/v1/keys/:id/release", RoleAdmin, kindAPI, s.apiRelease},
 		{"GET", "/api/v1/replays/:id", RoleOperator, kindAPI, s.apiReplay},
 		{"POST", "/api/v1/replays/:id/approve", RoleOperator, kindAPI, s.apiReplayApprove},
 		{"POST", "/api/v1/replays/bulk", RoleOperator, kindAPI, s.apiBulkPreview},
@@ -135,7 +140,8 @@ const (
 )
 
 // enforce is the one enforcement point: it authenticates the caller (session or bearer token),
-// checks the route's minimum role and, for state-changing page requests, the CSRF token.
+// checks the route's minimum role, for state-changing page requests the CSRF token, and the
+// scope of the object the path names (routeScope).
 func (s *Server) enforce(rt route) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := &request{ip: c.ClientIP()}
@@ -160,6 +166,11 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 					s.fail(c, r, rt.Kind, err)
 					return
 				}
+			}
+			// The object the path names, within the caller's tenants (scope.go), before anything.
+			if err := s.routeScope(c, r, rt); err != nil {
+				s.fail(c, r, rt.Kind, err)
+				return
 			}
 		}
 		if err := rt.Handle(c, r); err != nil {

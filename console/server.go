@@ -199,6 +199,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, s.limitBody)
 	for _, rt := range s.routes() {
+		// A route that names an object must say which kind it is, so enforce can check its scope.
+		if _, _, _, err := routeObject(rt.Path); err != nil {
+			s.bgStop()
+			return nil, fmt.Errorf("console: %w", err)
+		}
 		e.Handle(rt.Method, rt.Path, s.enforce(rt))
 	}
 	e.NoRoute(func(c *gin.Context) { s.fail(c, nil, kindPage, ErrNotFound) })

@@ -25,6 +25,7 @@ import (
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/money"
+	"github.com/idemops/idemops/retention"
 )
 
 // OperationCharge is the payments service's operation name.
@@ -97,7 +98,7 @@ func PaymentID(downstreamKey string) string { return "pay_" + downstreamKey[:20]
 
 // ErrSimulatedCrash is what Apply returns when the demo simulates a crash between the channel
 // call and the local commit: the key stays processing with a lease nobody renews.
-var ErrSimulatedCrash = errors.New("simulated crash between the channel call and the local commit")
+var ErrSimulatedCrash = errors.New("simulated crash, a demo fault (expected): the channel charged, the local commit did not happen; the reclaimer will recover the key from paysim")
 
 // crashKey marks a request whose Apply must crash (demo traffic only).
 type crashKey struct{}
@@ -152,6 +153,11 @@ func (s *Service) tenant(c *gin.Context) (string, error) {
 	if !ok {
 		return "", errors.New("no bearer token")
 	}
+	return s.tenantOf(tok)
+}
+
+// tenantOf returns the tenant of a bearer API key (HTTP and gRPC alike).
+func (s *Service) tenantOf(tok string) (string, error) {
 	for k, t := range s.apiKeys {
 		if subtle.ConstantTimeCompare([]byte(k), []byte(tok)) == 1 {
 			return t, nil
@@ -163,9 +169,15 @@ func (s *Service) tenant(c *gin.Context) (string, error) {
 // Handler is the HTTP API: POST /v1/payments and GET /v1/payments/{id}.
 func (s *Service) Handler() http.Handler {
 	r := gin.New()
-	r.Use(gin.Recovery())
-	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10}
+	r.Use(gin.CustomRecovery(func(c *gin.Context, _ any) {
+		writeProblem(c, http.StatusInternalServerError, "internal", "Internal error", "")
+	}))
+	r.NoRoute(func(c *gin.Context) { writeProblem(c, http.StatusNotFound, "not-found", "Not found", "no such route") })
+	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10,
+		Retention: func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, s.db) }}
 	charge := httpidem.Handler(cfg, s.charge, validateCharge)
+	r.GET("/idempotency/status", httpidem.Status(cfg))                  // a key's state by key (409 points here)
+	r.GET("/idempotency/policy", httpidem.Policy(cfg, OperationCharge)) // the published key policy
 	r.POST("/v1/payments", func(c *gin.Context) {
 		if c.GetHeader("X-Demo-Crash") == "after-charge" { // demo traffic simulates a crash
 			crash := &atomic.Bool{}
@@ -178,9 +190,9 @@ func (s *Service) Handler() http.Handler {
 		charge(c)
 	})
 	r.GET("/problems/:name", func(c *gin.Context) { // the docs behind every problem type
-		text, ok := httpidem.Problems[c.Param("name")]
+		text, ok := problemDoc(c.Param("name"))
 		if !ok {
-			c.String(http.StatusNotFound, "no such problem type\n")
+			writeProblem(c, http.StatusNotFound, "not-found", "Not found", "no such problem type")
 			return
 		}
 		c.String(http.StatusOK, "%s\n\n%s\n", c.Param("name"), text)
@@ -188,17 +200,17 @@ func (s *Service) Handler() http.Handler {
 	r.GET("/v1/payments/:id", func(c *gin.Context) {
 		tenant, err := s.tenant(c)
 		if err != nil {
-			c.JSON(http.StatusUnauthorized, gin.H{"error": "unauthenticated"})
+			writeProblem(c, http.StatusUnauthorized, "unauthenticated", "Not authenticated", "a valid credential is required")
 			return
 		}
 		var ps []Payment
 		if err := s.db.WithContext(c.Request.Context()).Raw(`SELECT id, merchant_order_no, payee, amount_minor, currency, status,
 			channel_txn_id, created_at FROM payments WHERE tenant = ? AND id = ?`, tenant, c.Param("id")).Scan(&ps).Error; err != nil {
-			c.JSON(http.StatusInternalServerError, gin.H{"error": "internal"})
+			writeProblem(c, http.StatusInternalServerError, "internal", "Internal error", "")
 			return
 		}
 		if len(ps) == 0 {
-			c.JSON(http.StatusNotFound, gin.H{"error": "payment not found"})
+			writeProblem(c, http.StatusNotFound, "payment-not-found", "Payment not found", "no payment with this id belongs to your credential")
 			return
 		}
 		c.JSON(http.StatusOK, ps[0])

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/idemops/idemops/claim/idemclient"
 )
 
 // TrafficConfig shapes the generated traffic. Rates are fractions of requests, 0..1.
@@ -73,7 +75,12 @@ func (s *TrafficStats) Snapshot() map[string]int {
 func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 	cfg = cfg.withDefaults()
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	client := &http.Client{Timeout: 15 * time.Second}
+	// The client side of the contract: each send is one logical operation whose key the
+	// transport reuses on its own retries (409 in progress, 503, lost connections). Sends that
+	// inject a fault make one attempt, so that the fault is not repeated.
+	client := &http.Client{Timeout: 15 * time.Second,
+		Transport: &idemclient.Transport{MaxAttempts: 4, BaseDelay: 50 * time.Millisecond, MaxDelay: 2 * time.Second}}
+	once := &http.Client{Timeout: 15 * time.Second, Transport: &idemclient.Transport{MaxAttempts: 1}}
 	sem := make(chan struct{}, 16)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.PerSecond))
 	defer tick.Stop()
@@ -106,7 +113,7 @@ func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			t := trafficRun{ctx: ctx, client: client, cfg: cfg, stats: stats, key: key, apiKey: apiKey}
+			t := trafficRun{ctx: ctx, client: client, once: once, cfg: cfg, stats: stats, key: key, apiKey: apiKey}
 			switch {
 			case r < cfg.Crash:
 				t.send("crash", p, map[string]string{"X-Demo-Crash": "after-charge"})
@@ -138,6 +145,7 @@ func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 type trafficRun struct {
 	ctx    context.Context
 	client *http.Client
+	once   *http.Client // for sends that inject a fault
 	cfg    TrafficConfig
 	stats  *TrafficStats
 	key    string
@@ -156,7 +164,11 @@ func (t trafficRun) send(scenario string, body map[string]any, headers map[strin
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	res, err := t.client.Do(req)
+	client := t.client
+	if len(headers) > 0 {
+		client = t.once
+	}
+	res, err := client.Do(req)
 	if err != nil {
 		if t.ctx.Err() == nil {
 			t.stats.add(scenario, 0)
@@ -166,4 +178,7 @@ func (t trafficRun) send(scenario string, body map[string]any, headers map[strin
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<16))
 	res.Body.Close()
 	t.stats.add(scenario, res.StatusCode)
+	if idemclient.Replayed(res) {
+		t.stats.add(scenario+" replayed", res.StatusCode)
+	}
 }

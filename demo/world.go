@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
@@ -21,8 +22,8 @@ import (
 type WorldConfig struct {
 	DB    *gorm.DB
 	Store *claim.Store
-	// PaysimAddr and APIAddr are loopback addresses; port 0 picks a free one.
-	PaysimAddr, APIAddr string
+	// PaysimAddr, APIAddr and GRPCAddr are loopback addresses; port 0 (or empty) picks a free one.
+	PaysimAddr, APIAddr, GRPCAddr string
 	// Paysim configures the simulator (faults, seed).
 	Paysim paysim.Config
 	// Tenants get one API key each (default: acme, globex).
@@ -34,6 +35,8 @@ type World struct {
 	Paysim    *paysim.Server
 	PaysimURL string
 	APIURL    string
+	// GRPCAddr is the payments service over gRPC (host:port, plaintext, codec "json").
+	GRPCAddr string
 	// APIKeys maps each bearer key to its tenant.
 	APIKeys map[string]string
 	// Operations holds payment.charge (with the demo's Apply) and receipt.notify.
@@ -41,6 +44,7 @@ type World struct {
 	Charge     *downstream.PaysimCharge
 	Client     *paysim.Client
 	servers    []*http.Server
+	grpcServer *grpc.Server
 }
 
 // StartWorld starts paysim and the payments service on loopback.
@@ -59,6 +63,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
 	w.Charge = downstream.NewPaysimCharge(w.Client)
 	w.Charge.ApplyFunc = ApplyPayment
+	w.Charge.DeclinedSnapshot = DeclinedPayment
 	w.Operations = downstream.NewRegistry()
 	if err := w.Operations.Register(w.Charge); err != nil {
 		return nil, err
@@ -71,7 +76,28 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.Close()
 		return nil, err
 	}
+	if w.GRPCAddr, err = w.serveGRPC(cfg.GRPCAddr, svc); err != nil {
+		w.Close()
+		return nil, err
+	}
 	return w, nil
+}
+
+func (w *World) serveGRPC(addr string, svc *Service) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	srv, err := svc.GRPCServer()
+	if err != nil {
+		return "", err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen %s: %w", addr, err)
+	}
+	w.grpcServer = srv
+	go func() { _ = srv.Serve(l) }() // returns when Close stops the server
+	return l.Addr().String(), nil
 }
 
 func (w *World) serve(addr string, h http.Handler) (string, error) {
@@ -108,6 +134,15 @@ func (w *World) Close() {
 	defer cancel()
 	for _, s := range w.servers {
 		_ = s.Shutdown(ctx)
+	}
+	if w.grpcServer != nil {
+		stopped := make(chan struct{})
+		go func() { w.grpcServer.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			w.grpcServer.Stop()
+		}
 	}
 	_ = w.Paysim.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -302,6 +303,13 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	if err != nil {
 		return nil, fmt.Errorf("match: statement %d: %w", statementID, err)
 	}
+	// Matching reads only keys of the channel account's tenants (accounts.go): a line naming
+	// another tenant's key is a line without a key, and no other tenant's key is LOCAL_ONLY here.
+	tenants, err := r.ChannelTenants(ctx, channel)
+	if err != nil {
+		return nil, fmt.Errorf("match: %w", err)
+	}
+	allTenants := slices.Contains(tenants, AllTenants)
 	day, _ := time.ParseInLocation(time.DateOnly, billDate, ms.Location)
 	dayStart, dayEnd := day, day.AddDate(0, 0, 1)
 
@@ -312,7 +320,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	defer tx.Rollback()
 	res := &MatchResult{Counts: map[Kind]int64{}}
 	exec := func(what, q string, args ...any) (int64, error) {
-		out, err := tx.ExecContext(ctx, q, args...)
+		out, err := tx.ExecContext(ctx, keysInScope(q, allTenants), args...)
 		if err != nil {
 			return 0, fmt.Errorf("match statement %d: %s: %w", statementID, what, err)
 		}
@@ -333,6 +341,12 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	// index once per line. For a large statement, hash joins are the plan.
 	if rowCount >= hashJoinThreshold {
 		if _, err := exec("settings", `SET LOCAL enable_nestloop = off`); err != nil {
+			return nil, err
+		}
+	}
+	if !allTenants {
+		if _, err := exec("tenants", `CREATE TEMP TABLE match_tenants ON COMMIT DROP AS SELECT unnest($1::text[]) AS tenant`,
+			textArray(tenants)); err != nil {
 			return nil, err
 		}
 	}

@@ -34,3 +34,39 @@ func intp(n *int) string {
 	}
 	return itoa(int64(*n))
 }
+
+// span says d in the largest whole unit that fits: "45 s", "12 min", "3 h", "2 d".
+func span(d time.Duration) string {
+	switch d = d.Abs(); {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + " h"
+	default:
+		return strconv.Itoa(int(d/(24*time.Hour))) + " d"
+	}
+}
+
+// ago is t relative to now for a past moment: "12 s ago" ("in 3 s" if t is ahead of this clock).
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	if d := time.Since(t); d >= 0 {
+		return span(d) + " ago"
+	}
+	return "in " + span(time.Until(t))
+}
+
+// until is t relative to now for a coming moment: "in 12 s" ("due 3 s ago" once passed).
+func until(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	if d := time.Until(t); d >= 0 {
+		return "in " + span(d)
+	}
+	return "due " + span(time.Since(t)) + " ago"
+}

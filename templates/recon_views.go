@@ -45,6 +45,7 @@ type ReconView struct {
 	NextRuns  NextRunsView
 	Upload    UploadForm
 	UploadMax string
+	Channels  ChannelAccountsView
 }
 
 // ReconJobView is one job's page (its edit form for administrators).

@@ -27,6 +27,8 @@ type ReplayPreviewView struct {
 	// CanMarkFinal offers the administrator's "mark final" with its own token.
 	CanMarkFinal bool
 	FinalToken   string
+	// ReleaseToken confirms the administrator's "release for retry" (offered with mark final).
+	ReleaseToken string
 	Requests     []ReplayRow
 }
 
@@ -49,6 +51,8 @@ type ReplayRow struct {
 	CreatedAt     time.Time
 	CanApprove    bool
 	BulkHref      string
+	// Waiting, while the replay holds its key through the quarantine, says when it looks again.
+	Waiting string
 }
 
 // ReplayView is one replay request's page.
@@ -132,9 +136,12 @@ type ScheduleRow struct {
 // RunRow is one job run.
 type RunRow struct {
 	ID                              int64
+	Href                            string
 	Schedule, Job, Trigger, Replica string
+	Term                            int64
 	Status                          string
-	StartedAt                       time.Time
+	StartedAt, DeadlineAt           time.Time
+	FinishedAt, ProgressAt          time.Time // zero: not yet
 	Duration                        string
 	Phase                           string
 	Done, Total                     int64
@@ -143,9 +150,14 @@ type RunRow struct {
 }
 
 // RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.
+// Job and Status are its filter (kept in the URL and in the polling URL).
 type RunsView struct {
-	Rows []RunRow
-	Poll bool
+	Rows             []RunRow
+	Poll             bool
+	PollHref         string
+	Job, Status      string
+	Filtered         bool
+	Jobs, Statuses   []string
 }
 
 // JobsView is the daemon's page.

@@ -19,6 +19,9 @@ type PolicyRow struct {
 type PolicyForm struct {
 	Operation, State, KeepResponse, KeepKey string
 	Error                                   string
+	// Shorter, when set, names what a policy below the default periods will do; saving it then
+	// needs the confirmation box ticked.
+	Shorter string
 }
 
 // FloorForm is the floor form's values and what was wrong with them.

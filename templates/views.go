@@ -65,8 +65,6 @@ type Chart struct {
 	EndLabel   string
 }
 
-// Fields is one row of a table whose columns are not known in advance (daemon tables).
-type Fields []Field
 
 // Field is one name=value pair.
 type Field struct{ Name, Value string }
@@ -81,8 +79,8 @@ type DashboardView struct {
 	Claims        Chart
 	DaemonRunning bool
 	DaemonNote    string
-	Leader        []Fields
-	JobRuns       []Fields
+	// Daemon is the jobs page's model: the dashboard shows it as cards.
+	Daemon JobsView
 }
 
 // KeyRow is one key in a search result.

@@ -14,19 +14,19 @@
 //
 // Two ways to use it: Handler runs a claim.Operation through claim.Store.Run (the operation
 // executes downstream and its Apply writes the business rows in the transaction that completes the
-// key); Middleware wraps an ordinary handler, captures its response into the snapshot, and lets
-// the handler complete the key inside its own transaction with Complete.
+// key); Middleware wraps an ordinary handler, runs its database work in the transaction that
+// records the key, and captures its response into the snapshot.
+//
+// The core is plain net/http (Wrap, OperationHandler: core.go); the gin functions here are thin
+// adapters over it.
 package httpidem
 
 import (
-	"bytes"
-	"context"
+	"bufio"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -47,15 +47,25 @@ type TenantFunc func(c *gin.Context) (string, error)
 
 // Config is shared by every route of a service.
 type Config struct {
-	Store  *claim.Store
-	Tenant TenantFunc
+	Store *claim.Store
+	// Tenant authenticates a gin request; TenantFromRequest a net/http one (Wrap,
+	// OperationHandler). The gin adapters use TenantFromRequest when Tenant is nil.
+	Tenant            TenantFunc
+	TenantFromRequest func(*http.Request) (string, error)
 	// Service names the caller in key events (actor service:NAME).
 	Service string
 	// MaxBodyBytes bounds request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// ProblemBase prefixes problem types (default "/problems/"); the service may serve docs there.
 	ProblemBase string
-	Logger      *slog.Logger
+	// StatusPath is where the service mounts StatusHandler (default /idempotency/status): the
+	// 409 in-progress answer points there. PolicyPath is where it mounts PolicyHandler (default
+	// /idempotency/policy): the key problems point there.
+	StatusPath, PolicyPath string
+	// Retention reports the live retention policies for the published key policy (nil: the
+	// store's default periods).
+	Retention RetentionFunc
+	Logger    *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -64,6 +74,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProblemBase == "" {
 		c.ProblemBase = "/problems/"
+	}
+	if c.StatusPath == "" {
+		c.StatusPath = "/idempotency/status"
+	}
+	if c.PolicyPath == "" {
+		c.PolicyPath = "/idempotency/policy"
 	}
 	if c.Service == "" {
 		c.Service = "api"
@@ -83,163 +99,73 @@ type Route struct {
 	// Intent says which body fields carry intent, or the natural-key fields (then no client key
 	// is used).
 	Intent claim.IntentSpec
+	// External declares that the handler acts outside this database (calls a channel, sends a
+	// message) and has no downstream lookup. Then a 5xx is stored and replayed and the key is
+	// held for an operator, instead of being retried; see serveMiddleware. Default false: all
+	// the handler's effects are database writes in TxFrom, rolled back on a 5xx.
+	External bool
 }
 
 // Handler answers a route by running op through the claim logic. Validators run on the body
 // before the claim: a refusal answers 400 invalid-field and stores nothing under the key.
 func Handler(cfg Config, op claim.Operation, validators ...Validator) gin.HandlerFunc {
 	cfg = cfg.withDefaults()
-	route := Route{Operation: op.Name(), Intent: op.Intent()}
 	return func(c *gin.Context) {
-		req, ok := readRequest(c, cfg, route)
-		if !ok || !validate(c, cfg, req.Intent, validators) {
-			return
-		}
-		out, err := cfg.Store.Run(c.Request.Context(), op, req)
-		if err != nil {
-			writeError(c, cfg, err)
-			return
-		}
-		writeOutcome(c, cfg, out)
+		serveOperation(c.Writer, c.Request, cfg, ginTenant(cfg, c), op, validators)
+		c.Abort()
 	}
 }
 
-type leaseKey struct{}
-
-// Middleware wraps an ordinary handler. On a fresh claim it runs the handler with the lease in
-// the request context (see Lease and Complete); unless the handler completed or released the key
-// itself, the captured response becomes the snapshot: below 400 completes the key, 4xx fails it
-// finally (replayed, as Stripe does), 5xx fails it retryably (the next attempt runs again, after
-// checking nothing was left half-done).
+// Middleware wraps an ordinary gin handler (the gin adapter of Wrap). On a fresh claim the
+// handler runs with the lease and the route's transaction in the request context (Tx, Lease,
+// Complete); unless it completed or released the key itself, its response becomes the key's
+// record: below 400 completes the key, 4xx fails it finally (replayed, as Stripe does) — both
+// committed with the handler's writes in Tx — and 5xx rolls Tx back (see Route.External).
 func Middleware(cfg Config, route Route) gin.HandlerFunc {
 	cfg = cfg.withDefaults()
 	return func(c *gin.Context) {
-		req, ok := readRequest(c, cfg, route)
-		if !ok {
-			return
-		}
-		if req.Key == "" && len(route.Intent.NaturalKey) == 0 { // optional key, none sent
-			c.Next()
-			return
-		}
-		out, err := cfg.Store.Claim(c.Request.Context(), req)
-		if err != nil {
-			writeError(c, cfg, err)
-			return
-		}
-		if out.Kind != claim.Acquired {
-			writeOutcome(c, cfg, out)
-			return
-		}
-		if out.Lease.MustCheckDownstream() {
-			// A generic handler has no downstream lookup: an earlier attempt may have acted, so
-			// only an Operation (Handler) or an operator may take this key over.
-			_ = cfg.Store.Release(c.Request.Context(), out.Lease, "generic handler cannot check downstream")
-			writeProblem(c, cfg, http.StatusConflict, "needs-recovery", "Earlier attempt unresolved",
-				"an earlier attempt with this key did not finish; it needs recovery before a retry can run", nil)
-			return
-		}
-		st := &leaseState{lease: out.Lease, cfg: cfg}
-		rec := &recorder{ResponseWriter: c.Writer, limit: cfg.Store.Config().MaxSnapshotBytes}
-		c.Writer = rec
-		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), leaseKey{}, st))
-		c.Next()
-		if st.done {
-			return
-		}
-		ctx := context.WithoutCancel(c.Request.Context())
-		snap := &claim.Snapshot{Status: rec.Status(), Headers: claim.SnapshotHeaders(rec.Header()), Body: rec.body.Bytes()}
-		if rec.overflow {
-			cfg.Logger.Warn("response too large to snapshot; key failed retryable", "digest", out.Digest)
-			err = cfg.Store.Fail(ctx, nil, out.Lease, claim.RetryableFailure("snapshot_too_large", "response exceeded the snapshot limit"))
-		} else {
-			switch {
-			case snap.Status < 400:
-				err = cfg.Store.Complete(ctx, nil, out.Lease, snap)
-			case snap.Status < 500:
-				err = cfg.Store.Fail(ctx, nil, out.Lease, claim.FinalFailure("http_"+strconv.Itoa(snap.Status), http.StatusText(snap.Status), snap))
-			default:
-				err = cfg.Store.Fail(ctx, nil, out.Lease, claim.RetryableFailure("http_"+strconv.Itoa(snap.Status), http.StatusText(snap.Status)))
+		orig := c.Writer
+		defer func() { c.Writer = orig }() // also when the handler panics, for gin's recovery
+		called := false
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			called = true
+			c.Request = r
+			if b, ok := w.(*buffer); ok {
+				c.Writer = &ginWriter{buffer: b}
 			}
-		}
-		if err != nil {
-			cfg.Logger.Error("recording the response failed", "digest", out.Digest, "err", err)
+			c.Next()
+		})
+		serveMiddleware(orig, c.Request, cfg, ginTenant(cfg, c), route, next)
+		if !called {
+			c.Abort()
 		}
 	}
 }
 
-type leaseState struct {
-	lease *claim.Lease
-	cfg   Config
-	done  bool
+func ginTenant(cfg Config, c *gin.Context) tenantFunc {
+	if cfg.Tenant == nil {
+		return cfg.requestTenant()
+	}
+	return func(*http.Request) (string, error) { return cfg.Tenant(c) }
 }
 
 // Lease returns the lease a Middleware-wrapped handler holds (nil outside one).
-func Lease(c *gin.Context) *claim.Lease {
-	if st, ok := c.Request.Context().Value(leaseKey{}).(*leaseState); ok {
-		return st.lease
-	}
-	return nil
-}
+func Lease(c *gin.Context) *claim.Lease { return LeaseFrom(c.Request.Context()) }
 
-// Complete completes the key inside tx, the handler's own transaction, so the business rows and
-// the key commit together; the handler then writes the same response itself.
+// Tx returns the transaction a Middleware-wrapped handler does its database work in (nil
+// outside one); see TxFrom.
+func Tx(c *gin.Context) *gorm.DB { return TxFrom(c.Request.Context()) }
+
+// Complete completes the key inside tx (Tx(c), or the handler's own transaction) so the
+// business rows and the key commit together; the handler then writes the same response itself.
 func Complete(c *gin.Context, store *claim.Store, tx *gorm.DB, snap *claim.Snapshot) error {
-	st, ok := c.Request.Context().Value(leaseKey{}).(*leaseState)
-	if !ok {
-		return errors.New("httpidem.Complete outside an idempotent route")
-	}
-	if err := store.Complete(c.Request.Context(), tx, st.lease, snap); err != nil {
-		return err
-	}
-	st.done = true
-	return nil
+	return CompleteContext(c.Request.Context(), tx, snap)
 }
 
 // Release gives the key up after a failure before any externally visible change (the request
 // may be retried as new).
 func Release(c *gin.Context, store *claim.Store, reason string) error {
-	st, ok := c.Request.Context().Value(leaseKey{}).(*leaseState)
-	if !ok {
-		return errors.New("httpidem.Release outside an idempotent route")
-	}
-	st.done = true
-	return store.Release(c.Request.Context(), st.lease, reason)
-}
-
-// readRequest authenticates, bounds and reads the body, and builds the claim request; on a
-// problem it answers and reports false.
-func readRequest(c *gin.Context, cfg Config, route Route) (claim.Request, bool) {
-	tenant, err := cfg.Tenant(c)
-	if err != nil || tenant == "" {
-		writeProblem(c, cfg, http.StatusUnauthorized, "unauthenticated", "Not authenticated", "a valid credential is required", nil)
-		return claim.Request{}, false
-	}
-	key, err := parseKeyHeader(c.Request.Header.Values(HeaderKey))
-	if err != nil {
-		writeProblem(c, cfg, http.StatusBadRequest, "key-malformed", "Malformed Idempotency-Key", err.Error(), nil)
-		return claim.Request{}, false
-	}
-	natural := len(route.Intent.NaturalKey) > 0
-	if key == "" && !natural && !route.KeyOptional {
-		writeProblem(c, cfg, http.StatusBadRequest, "key-missing", "Idempotency-Key required",
-			"this endpoint requires an Idempotency-Key header: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
-		return claim.Request{}, false
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeProblem(c, cfg, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large",
-				fmt.Sprintf("request body exceeds %d bytes", cfg.MaxBodyBytes), nil)
-		} else {
-			writeProblem(c, cfg, http.StatusBadRequest, "body-unreadable", "Request body unreadable", err.Error(), nil)
-		}
-		return claim.Request{}, false
-	}
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
-	return claim.Request{Tenant: tenant, Operation: route.Operation, Key: key, Intent: body, Spec: route.Intent,
-		Actor: "service:" + cfg.Service}, true
+	return ReleaseContext(c.Request.Context(), reason)
 }
 
 // parseKeyHeader accepts the draft's structured-header string ("abc") and a bare token (abc, as
@@ -282,31 +208,26 @@ func parseKeyHeader(values []string) (string, error) {
 	return v, nil
 }
 
-// recorder tees the handler's response into a bounded buffer for the snapshot.
-type recorder struct {
-	gin.ResponseWriter
-	body     bytes.Buffer
-	limit    int
-	overflow bool
-}
+// ginWriter lets a gin handler write into the Middleware's buffer.
+type ginWriter struct{ *buffer }
 
-func (r *recorder) Write(b []byte) (int, error) {
-	r.capture(b)
-	return r.ResponseWriter.Write(b)
-}
+var _ gin.ResponseWriter = (*ginWriter)(nil)
 
-func (r *recorder) WriteString(s string) (int, error) {
-	r.capture([]byte(s))
-	return r.ResponseWriter.WriteString(s)
-}
+func (g *ginWriter) WriteString(s string) (int, error) { return g.Write([]byte(s)) }
+func (g *ginWriter) Status() int                       { return g.status() }
+func (g *ginWriter) Written() bool                     { return g.wrote }
+func (g *ginWriter) WriteHeaderNow()                   { g.wrote = true }
+func (g *ginWriter) Flush()                            {}
+func (g *ginWriter) Pusher() http.Pusher               { return nil }
+func (g *ginWriter) CloseNotify() <-chan bool          { return make(chan bool) }
 
-func (r *recorder) capture(b []byte) {
-	if r.overflow {
-		return
+func (g *ginWriter) Size() int {
+	if !g.wrote {
+		return -1
 	}
-	if r.body.Len()+len(b) > r.limit {
-		r.overflow = true
-		return
-	}
-	r.body.Write(b)
+	return g.size
+}
+
+func (g *ginWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, errors.New("httpidem: an idempotent route's response is buffered and cannot be hijacked")
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/retention"
 )
 
 func TestMain(m *testing.M) {
@@ -58,9 +59,17 @@ type world struct {
 	status atomic.Value // the "resource" status the Middleware route reports
 }
 
-// newWorld serves /charge (Handler) and /orders (Middleware) with bearer-token tenants.
+// flavors are the two front ends of the one core: the gin adapters and plain net/http.
+var flavors = []string{"gin", "net/http"}
+
+// newWorld serves /charge (Handler) and /orders (Middleware) with bearer-token tenants, on gin.
 func newWorld(t *testing.T, delay time.Duration) *world {
 	t.Parallel()
+	return newWorldOn(t, delay, "gin")
+}
+
+// newWorldOn is newWorld on the given flavor; the caller runs t.Parallel.
+func newWorldOn(t *testing.T, delay time.Duration, flavor string) *world {
 	db := pgtest.New(t)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
 	if err != nil {
@@ -69,15 +78,40 @@ func newWorld(t *testing.T, delay time.Duration) *world {
 	w := &world{t: t, op: &chargeOp{delay: delay}, store: store, db: db}
 	w.status.Store("created")
 	tokens := map[string]string{"tok-a": "tenant-a", "tok-b": "tenant-b"}
-	cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096,
-		Tenant: func(c *gin.Context) (string, error) {
-			t, ok := tokens[strings.TrimPrefix(c.GetHeader("Authorization"), "Bearer ")]
-			if !ok {
-				return "", errors.New("unknown token")
-			}
-			return t, nil
-		}}
+	tenant := func(r *http.Request) (string, error) {
+		t, ok := tokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
+		if !ok {
+			return "", errors.New("unknown token")
+		}
+		return t, nil
+	}
+	live := func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, db) }
+	if flavor == "net/http" {
+		cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096, TenantFromRequest: tenant, Retention: live}
+		mux := http.NewServeMux()
+		mux.Handle("GET /idempotency/status", httpidem.StatusHandler(cfg))
+		mux.Handle("GET /idempotency/policy", httpidem.PolicyHandler(cfg, "payment.charge"))
+		mux.Handle("POST /charge", httpidem.OperationHandler(cfg, w.op))
+		mux.Handle("POST /orders", httpidem.Wrap(cfg, httpidem.Route{Operation: "order.create"})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			rw.Header().Set("Set-Cookie", "session=secret")
+			rw.Header().Set("Content-Type", "application/json; charset=utf-8")
+			rw.WriteHeader(201)
+			_ = json.NewEncoder(rw).Encode(map[string]any{"order_id": "o1", "status": w.status.Load()})
+		})))
+		mux.Handle("POST /likes", httpidem.Wrap(cfg, httpidem.Route{Operation: "article.like",
+			Intent: claim.IntentSpec{NaturalKey: []string{"user_id", "article_id"}}})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			rw.Header().Set("Content-Type", "application/json")
+			_, _ = rw.Write([]byte(`{"liked":true}`))
+		})))
+		w.srv = httptest.NewServer(mux)
+		t.Cleanup(w.srv.Close)
+		return w
+	}
+	cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096, Retention: live,
+		Tenant: func(c *gin.Context) (string, error) { return tenant(c.Request) }}
 	r := gin.New()
+	r.GET("/idempotency/status", httpidem.Status(cfg))
+	r.GET("/idempotency/policy", httpidem.Policy(cfg, "payment.charge"))
 	r.POST("/charge", httpidem.Handler(cfg, w.op))
 	r.POST("/orders", httpidem.Middleware(cfg, httpidem.Route{Operation: "order.create"}), func(c *gin.Context) {
 		c.Header("Set-Cookie", "session=secret")
@@ -100,7 +134,12 @@ type resp struct {
 
 func (w *world) post(path, token string, keys []string, body string) resp {
 	w.t.Helper()
-	req, _ := http.NewRequest("POST", w.srv.URL+path, strings.NewReader(body))
+	return w.do("POST", path, token, keys, body)
+}
+
+func (w *world) do(method, path, token string, keys []string, body string) resp {
+	w.t.Helper()
+	req, _ := http.NewRequest(method, w.srv.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -132,7 +171,15 @@ func problemType(t *testing.T, r resp) string {
 const pay = `{"amount_minor": 1234, "currency": "CNY", "merchant_order_no": "m1", "payee": "acme", "description": "x", "client_ts": "t1"}`
 
 func TestConformance(t *testing.T) {
-	w := newWorld(t, 0)
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			t.Parallel()
+			testConformance(t, newWorldOn(t, 0, flavor))
+		})
+	}
+}
+
+func testConformance(t *testing.T, w *world) {
 	cases := []struct {
 		name        string
 		token       string
@@ -232,44 +279,50 @@ func TestParallelIdenticalRequestsExecuteOnce(t *testing.T) {
 }
 
 func TestMiddleware_ReplayReturnsCreationTimeResponseEvenAfterTheResourceChanged(t *testing.T) {
-	w := newWorld(t, 0)
-	first := w.post("/orders", "tok-a", []string{"o-1"}, `{"sku":"x","qty":1}`)
-	if first.status != 201 || first.header.Get("Set-Cookie") == "" {
-		t.Fatalf("%+v", first)
-	}
-	w.status.Store("shipped")
-	again := w.post("/orders", "tok-a", []string{"o-1"}, `{"qty":1,"sku":"x"}`)
-	if again.status != 201 || again.body != first.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
-		t.Fatalf("replay %+v, first %+v", again, first)
-	}
-	if again.header.Get("Set-Cookie") != "" {
-		t.Fatal("Set-Cookie replayed")
-	}
-	if strings.Contains(again.body, "shipped") {
-		t.Fatal("replay shows the current state instead of the creation-time response")
-	}
+	eachFlavor(t, func(t *testing.T, flavor string) {
+		w := newWorldOn(t, 0, flavor)
+		first := w.post("/orders", "tok-a", []string{"o-1"}, `{"sku":"x","qty":1}`)
+		if first.status != 201 || first.header.Get("Set-Cookie") == "" {
+			t.Fatalf("%+v", first)
+		}
+		w.status.Store("shipped")
+		again := w.post("/orders", "tok-a", []string{"o-1"}, `{"qty":1,"sku":"x"}`)
+		if again.status != 201 || again.body != first.body || again.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Fatalf("replay %+v, first %+v", again, first)
+		}
+		if again.header.Get("Set-Cookie") != "" {
+			t.Fatal("Set-Cookie replayed")
+		}
+		if strings.Contains(again.body, "shipped") {
+			t.Fatal("replay shows the current state instead of the creation-time response")
+		}
+	})
 }
 
 func TestMiddleware_NaturalKeyNeedsNoHeader(t *testing.T) {
-	w := newWorld(t, 0)
-	a := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
-	b := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
-	if a.status != 200 || b.status != 200 || b.header.Get(httpidem.HeaderReplayed) != "true" {
-		t.Fatalf("%+v %+v", a, b)
-	}
+	eachFlavor(t, func(t *testing.T, flavor string) {
+		w := newWorldOn(t, 0, flavor)
+		a := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
+		b := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
+		if a.status != 200 || b.status != 200 || b.header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Fatalf("%+v %+v", a, b)
+		}
+	})
 }
 
 func TestExpiredResultAnswers410WithoutExecuting(t *testing.T) {
-	w := newWorld(t, 0)
-	if r := w.post("/charge", "tok-a", []string{"old"}, pay); r.status != 201 {
-		t.Fatal(r)
-	}
-	pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_body = NULL, response_expires_at = now() - interval '1 s'`)
-	r := w.post("/charge", "tok-a", []string{"old"}, pay)
-	if r.status != 410 || problemType(t, r) != "result-expired" || !strings.Contains(r.body, "pay_1") {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	if w.op.executes.Load() != 1 {
-		t.Fatal("expired key executed again")
-	}
+	eachFlavor(t, func(t *testing.T, flavor string) {
+		w := newWorldOn(t, 0, flavor)
+		if r := w.post("/charge", "tok-a", []string{"old"}, pay); r.status != 201 {
+			t.Fatal(r)
+		}
+		pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_body = NULL, response_expires_at = now() - interval '1 s'`)
+		r := w.post("/charge", "tok-a", []string{"old"}, pay)
+		if r.status != 410 || problemType(t, r) != "result-expired" || !strings.Contains(r.body, "pay_1") {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+		if w.op.executes.Load() != 1 {
+			t.Fatal("expired key executed again")
+		}
+	})
 }

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/idemops/idemops/claim"
 )
 
@@ -21,6 +19,12 @@ type Problem struct {
 	ResourceID string `json:"resource_id,omitempty"`
 	// Field names the request field an invalid-field problem is about.
 	Field string `json:"field,omitempty"`
+	// StatusURL (409 request-in-progress) is where to ask for the key's state: GET it with
+	// the same Idempotency-Key header. It is the Location header too.
+	StatusURL string `json:"status_url,omitempty"`
+	// KeyPolicy (400 key problems, 410) is the published key policy; PolicyURL serves it whole.
+	KeyPolicy *KeyPolicy `json:"key_policy,omitempty"`
+	PolicyURL string     `json:"policy_url,omitempty"`
 }
 
 // Problems lists every problem type this package answers, for a service's docs page.
@@ -32,100 +36,117 @@ var Problems = map[string]string{
 	"body-unreadable":        "The request body could not be read.",
 	"invalid-request":        "The request body is not a JSON object, or a field the operation needs is missing or malformed.",
 	"invalid-field":          "A request parameter (named in `field`) is invalid. Nothing was executed or stored under the key: correct the request and retry with the same key.",
+	"request-failed":         "The operation failed finally (its outcome, not a malformed request); every retry with this key gets this answer. Use a new key for a new attempt.",
 	"request-in-progress":    "A request with this key is still being processed. Retry after the Retry-After interval with the same key.",
 	"key-reused":             "This key was already used with a different request. Use a new key for a new intent.",
+	"key-not-found":          "A status lookup found no request with this key and operation for your credential.",
 	"result-expired":         "The stored result of this key has expired; the key is kept as a tombstone so the request is not executed again. Query the resource by its id.",
 	"downstream-unavailable": "The operation could not be completed now. Retry with the same key.",
-	"needs-recovery":         "An earlier attempt with this key did not finish and must be recovered first.",
+	"outcome-unknown":        "An earlier attempt with this key did not finish and may have taken effect outside; the route cannot look that up, so the key is held and this answer is replayed until an operator releases the key for another attempt or marks it final.",
+	"response-too-large":     "The route's response exceeded the snapshot limit, so it could not be recorded for replay; nothing was committed.",
 	"lease-lost":             "Another worker took this request over. Retry with the same key to get its result.",
 	"internal":               "An unexpected error. Retry with the same key.",
 }
 
 // writeOutcome answers a request from a claim or run outcome: the one place where outcomes
 // become HTTP.
-func writeOutcome(c *gin.Context, cfg Config, out *claim.Outcome) {
+func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation string, out *claim.Outcome) {
 	switch out.Kind {
 	case claim.Completed, claim.Recovered:
-		writeSnapshot(c, out.Snapshot, false)
+		writeSnapshot(w, out.Snapshot, false)
 	case claim.Replay:
 		if out.Snapshot == nil { // failed_final without a stored response
-			writeProblem(c, cfg, http.StatusUnprocessableEntity, "invalid-request", "Request failed",
+			w.Header().Set(HeaderReplayed, "true")
+			writeProblem(w, cfg, http.StatusUnprocessableEntity, "request-failed", "Request failed",
 				out.Failure.Detail, nil)
-			c.Header(HeaderReplayed, "true")
 			return
 		}
-		writeSnapshot(c, out.Snapshot, true)
+		writeSnapshot(w, out.Snapshot, true)
 	case claim.InProgress:
-		c.Header("Retry-After", strconv.Itoa(int(math.Ceil(out.RetryAfter.Seconds()))))
-		writeProblem(c, cfg, http.StatusConflict, "request-in-progress", "Request in progress",
-			"a request with this Idempotency-Key is being processed; retry later with the same key", nil)
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(out.RetryAfter.Seconds()))))
+		status := statusURL(cfg, operation)
+		w.Header().Set("Location", status)
+		writeProblemDoc(w, Problem{Type: cfg.ProblemBase + "request-in-progress", Title: "Request in progress", Status: http.StatusConflict,
+			Detail:    "a request with this Idempotency-Key is being processed; retry later with the same key, or GET status_url with the same Idempotency-Key header",
+			StatusURL: status})
 	case claim.Mismatch:
-		writeProblem(c, cfg, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
+		writeProblem(w, cfg, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
 			"this Idempotency-Key was used with a different request payload", nil)
 	case claim.Expired:
-		writeProblem(c, cfg, http.StatusGone, "result-expired", "Result expired",
-			"the result of this Idempotency-Key has expired; it will not be executed again", &out.ResourceID)
+		keyProblem(w, r, cfg, operation, Problem{Type: cfg.ProblemBase + "result-expired", Title: "Result expired", Status: http.StatusGone,
+			Detail: "the result of this Idempotency-Key has expired; it will not be executed again", ResourceID: out.ResourceID})
 	case claim.Failed:
 		if out.Failure != nil && out.Failure.Snapshot != nil {
-			writeSnapshot(c, out.Failure.Snapshot, false)
+			writeSnapshot(w, out.Failure.Snapshot, false)
 			return
 		}
 		if out.Failure != nil && !out.Failure.Retryable {
-			writeProblem(c, cfg, http.StatusUnprocessableEntity, "invalid-request", "Request failed", out.Failure.Detail, nil)
+			writeProblem(w, cfg, http.StatusUnprocessableEntity, "request-failed", "Request failed", out.Failure.Detail, nil)
 			return
 		}
-		c.Header("Retry-After", "1")
-		writeProblem(c, cfg, http.StatusServiceUnavailable, "downstream-unavailable", "Temporarily unavailable",
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, cfg, http.StatusServiceUnavailable, "downstream-unavailable", "Temporarily unavailable",
 			"the operation did not complete; retry with the same Idempotency-Key", nil)
 	default:
-		writeProblem(c, cfg, http.StatusInternalServerError, "internal", "Internal error", "", nil)
+		writeProblem(w, cfg, http.StatusInternalServerError, "internal", "Internal error", "", nil)
 	}
 }
 
 // writeError maps claim's errors to problems.
-func writeError(c *gin.Context, cfg Config, err error) {
+func writeError(w http.ResponseWriter, r *http.Request, cfg Config, err error) {
 	switch {
 	case errors.Is(err, claim.ErrInvalidKey):
-		writeProblem(c, cfg, http.StatusBadRequest, "key-malformed", "Malformed Idempotency-Key", err.Error(), nil)
+		writeProblem(w, cfg, http.StatusBadRequest, "key-malformed", "Malformed Idempotency-Key", err.Error(), nil)
 	case errors.Is(err, claim.ErrInvalidIntent):
-		writeProblem(c, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
+		writeProblem(w, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
-		writeProblem(c, cfg, http.StatusConflict, "lease-lost", "Request taken over", "retry with the same key", nil)
+		writeProblem(w, cfg, http.StatusConflict, "lease-lost", "Request taken over", "retry with the same key", nil)
 	default:
-		cfg.Logger.Error("idempotent request failed", "route", c.FullPath(), "err", err)
-		writeProblem(c, cfg, http.StatusInternalServerError, "internal", "Internal error", "", nil)
+		cfg.Logger.Error("idempotent request failed", "path", r.URL.Path, "err", err)
+		writeProblem(w, cfg, http.StatusInternalServerError, "internal", "Internal error", "", nil)
 	}
 }
 
-func writeSnapshot(c *gin.Context, snap *claim.Snapshot, replayed bool) {
+func writeSnapshot(w http.ResponseWriter, snap *claim.Snapshot, replayed bool) {
+	h := w.Header()
 	for k, v := range snap.Headers {
-		c.Header(k, v)
+		h.Set(k, v)
 	}
 	if replayed {
-		c.Header(HeaderReplayed, "true")
+		h.Set(HeaderReplayed, "true")
 	}
-	c.Status(snap.Status)
-	_, _ = c.Writer.Write(snap.Body)
-	c.Abort()
+	w.WriteHeader(snap.Status)
+	_, _ = w.Write(snap.Body)
 }
 
-func writeProblem(c *gin.Context, cfg Config, status int, typ, title, detail string, resourceID *string) {
+func writeProblem(w http.ResponseWriter, cfg Config, status int, typ, title, detail string, resourceID *string) {
 	p := Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail}
 	if resourceID != nil {
 		p.ResourceID = *resourceID
 	}
-	writeProblemDoc(c, p)
+	writeProblemDoc(w, p)
 }
 
-func writeProblemField(c *gin.Context, cfg Config, status int, typ, title, detail, field string) {
-	writeProblemDoc(c, Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail, Field: field})
-}
-
-func writeProblemDoc(c *gin.Context, p Problem) {
-	status := p.Status
+func writeProblemDoc(w http.ResponseWriter, p Problem) {
 	b, _ := json.Marshal(p)
-	c.Header("Content-Type", "application/problem+json")
-	c.Status(status)
-	_, _ = c.Writer.Write(b)
-	c.Abort()
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
 }
+
+// problemSnapshot is a problem document as a snapshot, for answers the key stores and replays.
+func problemSnapshot(cfg Config, status int, typ, title, detail string) *claim.Snapshot {
+	return ProblemSnapshot(Problem{Type: cfg.ProblemBase + typ, Title: title, Status: status, Detail: detail}, "")
+}
+
+// ProblemSnapshot is p as a stored answer (an Operation's final failure, say), with the
+// resource id for later queries.
+func ProblemSnapshot(p Problem, resourceID string) *claim.Snapshot {
+	b, _ := json.Marshal(p)
+	return &claim.Snapshot{Status: p.Status, Body: b, ResourceID: resourceID,
+		Headers: map[string]string{"Content-Type": "application/problem+json"}}
+}
+
+// WriteProblem writes p as application/problem+json, for a service's own errors beside the
+// ones this package answers (so that every error of the service has the same shape).
+func WriteProblem(w http.ResponseWriter, p Problem) { writeProblemDoc(w, p) }

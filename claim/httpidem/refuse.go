@@ -39,28 +39,34 @@ type Validator func(body []byte) error
 // claim: it releases the claim (a first attempt leaves no record, so the same key with a
 // corrected body executes) and answers problem+json of type "invalid-field" naming the field.
 func RefuseRequest(c *gin.Context, r *Refusal) {
-	st, ok := c.Request.Context().Value(leaseKey{}).(*leaseState)
+	RefuseHTTP(c.Writer, c.Request, r)
+	c.Abort()
+}
+
+// RefuseHTTP is RefuseRequest for a handler wrapped with Wrap (net/http).
+func RefuseHTTP(w http.ResponseWriter, req *http.Request, r *Refusal) {
+	st, ok := stateFrom(req.Context())
 	cfg := Config{}.withDefaults()
 	if ok {
 		cfg = st.cfg
-		st.done = true
-		if err := cfg.Store.Release(c.Request.Context(), st.lease, "refused: "+r.Error()); err != nil {
+		if err := ReleaseContext(req.Context(), "refused: "+r.Error()); err != nil {
 			cfg.Logger.Error("releasing a refused request failed", "digest", st.lease.Digest, "err", err)
 		}
 	}
-	writeRefusal(c, cfg, r)
+	writeRefusal(w, cfg, r)
 }
 
-func writeRefusal(c *gin.Context, cfg Config, r *Refusal) {
+func writeRefusal(w http.ResponseWriter, cfg Config, r *Refusal) {
 	status := r.Status
 	if status == 0 {
 		status = http.StatusBadRequest
 	}
-	writeProblemField(c, cfg, status, "invalid-field", "Invalid request parameter", r.Error(), r.Field)
+	writeProblemDoc(w, Problem{Type: cfg.ProblemBase + "invalid-field", Title: "Invalid request parameter", Status: status,
+		Detail: r.Error(), Field: r.Field})
 }
 
 // validate runs the validators; on a refusal it answers and reports false.
-func validate(c *gin.Context, cfg Config, body []byte, vs []Validator) bool {
+func validate(w http.ResponseWriter, cfg Config, body []byte, vs []Validator) bool {
 	for _, v := range vs {
 		err := v(body)
 		if err == nil {
@@ -68,9 +74,9 @@ func validate(c *gin.Context, cfg Config, body []byte, vs []Validator) bool {
 		}
 		var r *Refusal
 		if errors.As(err, &r) {
-			writeRefusal(c, cfg, r)
+			writeRefusal(w, cfg, r)
 		} else {
-			writeProblem(c, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
+			writeProblem(w, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
 		}
 		return false
 	}

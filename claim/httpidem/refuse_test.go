@@ -2,6 +2,9 @@ package httpidem_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
@@ -14,22 +17,48 @@ import (
 // A Middleware handler that refuses after the claim releases it: problem+json naming the field,
 // no replay, and the same key with a corrected body executes (then replays).
 func TestRefuseRequest_ReleasesTheClaim(t *testing.T) {
-	w := newWorld(t, 0)
+	eachFlavor(t, testRefuseRequest)
+}
+
+func testRefuseRequest(t *testing.T, flavor string) {
+	w := newWorldOn(t, 0, flavor)
 	var calls atomic.Int64
-	cfg := httpidem.Config{Store: w.store, Service: "test", Tenant: func(*gin.Context) (string, error) { return "tenant-a", nil }}
-	r := gin.New()
-	r.POST("/transfers", httpidem.Middleware(cfg, httpidem.Route{Operation: "transfer.create"}), func(c *gin.Context) {
+	route := httpidem.Route{Operation: "transfer.create"}
+	amount := func(body io.Reader) int64 {
 		calls.Add(1)
 		var b struct {
 			Amount int64 `json:"amount"`
 		}
-		if err := c.ShouldBindJSON(&b); err != nil || b.Amount <= 0 {
-			httpidem.RefuseRequest(c, httpidem.Refuse("amount", "must be positive"))
-			return
+		if err := json.NewDecoder(body).Decode(&b); err != nil {
+			return 0
 		}
-		c.JSON(201, gin.H{"transfer_id": "t1", "amount": b.Amount})
-	})
-	srv := httptest.NewServer(r)
+		return b.Amount
+	}
+	var srv *httptest.Server
+	if flavor == "net/http" {
+		cfg := httpidem.Config{Store: w.store, Service: "test", TenantFromRequest: func(*http.Request) (string, error) { return "tenant-a", nil }}
+		srv = httptest.NewServer(httpidem.Wrap(cfg, route)(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			n := amount(r.Body)
+			if n <= 0 {
+				httpidem.RefuseHTTP(rw, r, httpidem.Refuse("amount", "must be positive"))
+				return
+			}
+			rw.WriteHeader(201)
+			_, _ = fmt.Fprintf(rw, `{"transfer_id":"t1","amount":%d}`, n)
+		})))
+	} else {
+		cfg := httpidem.Config{Store: w.store, Service: "test", Tenant: func(*gin.Context) (string, error) { return "tenant-a", nil }}
+		r := gin.New()
+		r.POST("/transfers", httpidem.Middleware(cfg, route), func(c *gin.Context) {
+			n := amount(c.Request.Body)
+			if n <= 0 {
+				httpidem.RefuseRequest(c, httpidem.Refuse("amount", "must be positive"))
+				return
+			}
+			c.JSON(201, gin.H{"transfer_id": "t1", "amount": n})
+		})
+		srv = httptest.NewServer(r)
+	}
 	t.Cleanup(srv.Close)
 	w.srv = srv
 

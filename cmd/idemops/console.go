@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,7 +34,7 @@ func digestSecret(cmd *cobra.Command, d *database) ([]byte, error) {
 	if d.cluster == nil {
 		return nil, usagef("IDEMOPS_DIGEST_SECRET is unset: set it to the deployment's key-digest secret (at least 16 characters)")
 	}
-	path := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "digest-secret")
+	path := dataPath(cmd, "digest-secret")
 	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
 		return []byte(strings.TrimSpace(string(b))), nil
 	}

@@ -46,6 +46,12 @@ func flagOrEnv(cmd *cobra.Command, flag, env string) string {
 	return ""
 }
 
+// dataPath names an entry of --data-dir, the one folder that holds everything local: the private
+// cluster (pg/) and its log, the digest secret, the demo's paysim state.
+func dataPath(cmd *cobra.Command, name string) string {
+	return filepath.Join(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR"), name)
+}
+
 // openDatabase connects to --database-url / DATABASE_URL, or starts the private cluster when
 // allowPrivate and neither is set. With migrate, pending migrations are applied first.
 func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate bool) (*database, error) {
@@ -54,11 +60,10 @@ func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate
 		if !allowPrivate {
 			return nil, usagef("no database: set DATABASE_URL or --database-url")
 		}
-		dir := flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")
-		logPath := filepath.Join(filepath.Dir(dir), "postgres.log")
+		logPath := dataPath(cmd, "postgres.log")
 		_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
 		logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		c, err := pglocal.Start(ctx, pglocal.Options{DataDir: dir, Log: logf})
+		c, err := pglocal.Start(ctx, pglocal.Options{DataDir: dataPath(cmd, "pg"), Log: logf})
 		if err != nil {
 			return nil, fmt.Errorf("private PostgreSQL: %w", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
@@ -27,10 +26,13 @@ import (
 type demoReady struct {
 	ConsoleURL       string `json:"console_url"`
 	APIURL           string `json:"api_url"`
+	GRPCAddr         string `json:"grpc_addr"`
 	PaysimURL        string `json:"paysim_url"`
 	APIKey           string `json:"api_key"`
 	OperatorUser     string `json:"operator_user"`
 	OperatorPassword string `json:"operator_password"`
+	// DatabaseURL is the connection string the CLI can use while the demo runs.
+	DatabaseURL string `json:"database_url"`
 }
 
 func newDemoCmd() *cobra.Command {
@@ -40,6 +42,7 @@ func newDemoCmd() *cobra.Command {
 		rate                             float64
 		seed                             uint64
 	)
+	var grpcAddr string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole thing: private PostgreSQL, paysim, a payments service with traffic, the daemon and the console",
@@ -68,11 +71,11 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if err != nil {
 				return err
 			}
-			stateFile := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "paysim.json")
+			stateFile := dataPath(cmd, "paysim.json")
 			if d.cluster == nil {
 				stateFile = ""
 			}
-			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr,
+			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr, GRPCAddr: grpcAddr,
 				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
 					DoubleChargeRate: 0.02, Logger: log}})
 			if err != nil {
@@ -93,14 +96,16 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 				tenants = append(tenants, t)
 			}
 			sort.Strings(tenants)
-			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, PaysimURL: world.PaysimURL,
-				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword}
+			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, GRPCAddr: world.GRPCAddr, PaysimURL: world.PaysimURL,
+				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword, DatabaseURL: d.URL}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "idemops demo is running.\n\n")
 			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
 			fmt.Fprintf(out, "  payments  %s   (tenant %s: Authorization: Bearer %s)\n", ready.APIURL, tenants[0], ready.APIKey)
+			fmt.Fprintf(out, "  gRPC      %s   (%s, codec json, same bearer key, idempotency-key metadata)\n", ready.GRPCAddr, demo.GRPCChargeMethod)
 			fmt.Fprintf(out, "  paysim    %s\n", ready.PaysimURL)
-			fmt.Fprintf(out, "\n  try: curl -s -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
+			fmt.Fprintf(out, "  database  %s\n            (for the CLI while the demo runs: export DATABASE_URL='%s')\n", ready.DatabaseURL, ready.DatabaseURL)
+			fmt.Fprintf(out, "\n  try: curl -i -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
 			fmt.Fprintf(out, "         -d '{\"amount_minor\":1234,\"currency\":\"CNY\",\"merchant_order_no\":\"ord-1\",\"payee\":\"alice\"}'\n")
 			if traffic {
 				fmt.Fprintf(out, "\n  traffic: %.1f payments/s over %d tenants (retries, duplicates, reused keys, crashes)\n", rate, len(keys))
@@ -121,6 +126,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 	f := cmd.Flags()
 	f.StringVar(&consoleAddr, "console-addr", "127.0.0.1:8080", "console listen address (port 0: any free port)")
 	f.StringVar(&apiAddr, "api-addr", "127.0.0.1:8081", "payments service listen address (port 0: any free port)")
+	f.StringVar(&grpcAddr, "grpc-addr", "127.0.0.1:0", "payments service gRPC listen address (port 0: any free port)")
 	f.StringVar(&paysimAddr, "paysim-addr", "127.0.0.1:8090", "paysim listen address (port 0: any free port)")
 	f.BoolVar(&traffic, "traffic", true, "generate demo traffic")
 	f.Float64Var(&rate, "rate", 2, "new payments per second when --traffic")

@@ -29,7 +29,7 @@ func newReconcileCmd() *cobra.Command {
 		Short: "Reconcile against payment-channel statements",
 	}
 	cmd.AddCommand(newReconcileParseCmd(), newReconcileImportCmd(), newReconcileRunCmd(), newReconcileFindingsCmd(),
-		newReconcileJobsCmd())
+		newReconcileJobsCmd(), newReconcileChannelCmd())
 	return cmd
 }
 

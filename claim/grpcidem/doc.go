@@ -1,0 +1,58 @@
+// Package grpcidem puts the idempotency-key contract on unary gRPC methods, on top of the claim
+// package, with the same semantics as httpidem: the key comes from the request metadata, the
+// tenant from the service's own authentication of the peer (Config.Tenant — never a field of the
+// request), the fingerprint from the request message, and every decision from claim.Store.
+//
+// # Server
+//
+// NewServerInterceptor returns a grpc.UnaryServerInterceptor for the methods listed in
+// Config.Methods (others pass through). A method either names a claim.Operation (Method.Run: the
+// interceptor runs it through Store.Claim and Store.Drive, downstream lookup first on retries, as
+// httpidem.Handler does) or wraps the registered handler (as httpidem.Middleware does): OK
+// completes the key with the response as its snapshot; a business outcome (FailedPrecondition,
+// NotFound, AlreadyExists, OutOfRange) fails it finally and is replayed; any other code releases
+// the claim (a refusal or a transient failure executed nothing that stays, so the same key runs
+// again). A handler may complete the key inside its own transaction with Complete.
+//
+// Status codes (every error carries a google.rpc.ErrorInfo with domain "idemops" and one of the
+// Reason constants):
+//
+//	no valid credential                     Unauthenticated      UNAUTHENTICATED
+//	idempotency-key missing                 InvalidArgument      KEY_MISSING
+//	key empty, > 255 chars, not printable
+//	  ASCII, or sent more than once         InvalidArgument      KEY_MALFORMED
+//	message malformed, holds a NUL, or
+//	  lacks a declared intent field         InvalidArgument      INVALID_REQUEST
+//	a validator refused a field             InvalidArgument      INVALID_FIELD (+ BadRequest)
+//	same key still in progress              Aborted              REQUEST_IN_PROGRESS (+ RetryInfo,
+//	                                                             trailers retry-after (s) and
+//	                                                             grpc-retry-pushback-ms)
+//	same key, another intent                FailedPrecondition   KEY_REUSED
+//	stored result expired (tombstone)       FailedPrecondition   RESULT_EXPIRED (+ resource_id)
+//	earlier attempt unresolved, handler
+//	  cannot check downstream               FailedPrecondition   NEEDS_RECOVERY
+//	final failure without a stored answer   FailedPrecondition   REQUEST_FAILED
+//	an Operation's stored 4xx answer        402/409/422 → FailedPrecondition, 400 → InvalidArgument,
+//	  (a declined charge)                   404 → NotFound       REQUEST_FAILED
+//	a handler's stored business error       its own code and message (details are not stored)
+//	downstream failed retryably             Unavailable          DOWNSTREAM_UNAVAILABLE (+ RetryInfo)
+//	lease taken over by another worker      Aborted              LEASE_LOST
+//	completed / finally failed              the stored answer, with trailer idempotent-replayed: true
+//
+// An expired result answers FailedPrecondition, not NotFound: the key still exists as a
+// tombstone and will never execute again; NotFound would read as "no such payment, create it".
+//
+// # Client
+//
+// NewClientInterceptor attaches one key per logical call — the caller's (WithKey) or one
+// generated once — to the outgoing metadata before the first attempt, so gRPC's own retries
+// (a service-config retryPolicy) resend it verbatim, and the interceptor's own retries (on
+// Unavailable and Aborted, capped exponential backoff with jitter, honouring the server's
+// RetryInfo or retry-after) reuse it too.
+//
+// # Messages
+//
+// The fingerprint is taken over the request message as JSON: protojson with proto field names for
+// protobuf messages, encoding/json otherwise. Stored answers are JSON too and are decoded into
+// Method.Response on replay. JSONCodec lets a service without protoc carry plain Go structs.
+package grpcidem

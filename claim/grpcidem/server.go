@@ -1,0 +1,345 @@
+package grpcidem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+)
+
+// MetadataKey is the request metadata carrying the idempotency key.
+const MetadataKey = "idempotency-key"
+
+// MetadataReplayed is the trailer marking an answer replayed from a stored snapshot ("true").
+const MetadataReplayed = "idempotent-replayed"
+
+// MetadataRetryAfter is the trailer telling a caller of a key in progress when to come back, in
+// whole seconds.
+const MetadataRetryAfter = "retry-after"
+
+// TenantFunc returns the authenticated caller of the call, from the service's own authentication
+// of the peer (a bearer token in metadata, an mTLS identity). An error answers Unauthenticated.
+type TenantFunc func(ctx context.Context) (string, error)
+
+// Validator checks a request message (as its JSON intent) before anything is claimed: a
+// *Refusal answers InvalidArgument naming the field and stores nothing under the key; other errors
+// answer InvalidArgument INVALID_REQUEST.
+type Validator func(intent []byte) error
+
+// Method declares the contract of one unary method.
+type Method struct {
+	// Operation names the business action (the key's scope); taken from Run when that is set.
+	Operation string
+	// Intent says which request fields carry intent; taken from Run when that is set.
+	Intent claim.IntentSpec
+	// KeyOptional lets calls without a key through without idempotency (default: required).
+	KeyOptional bool
+	// Run, when set, is the method: the interceptor runs it through the claim logic (claim,
+	// downstream lookup first on a retry or takeover, execute, apply + complete) and the
+	// registered handler is not called.
+	Run claim.Operation
+	// Transactional declares that the handler commits its effects only in the transaction that
+	// completes the key (Complete), so a key left unfinished proves nothing of it committed: a
+	// retry or takeover then runs the handler again. Without it, such a key answers
+	// NEEDS_RECOVERY (the handler cannot check downstream).
+	Transactional bool
+	// Response returns a new, empty response message, into which stored answers are decoded.
+	Response func() any
+	// ResourceID, when set, names the created resource of a response (stored with the key).
+	ResourceID func(resp any) string
+	// Validate runs on the request before the claim.
+	Validate []Validator
+}
+
+// Config is shared by every method of a service.
+type Config struct {
+	Store  *claim.Store
+	Tenant TenantFunc
+	// Methods maps full method names ("/pkg.Service/Method") to their contract; calls of other
+	// methods pass through untouched.
+	Methods map[string]Method
+	// Service names the caller in key events (actor service:NAME; default "grpc").
+	Service string
+	Logger  *slog.Logger
+}
+
+type server struct {
+	cfg     Config
+	methods map[string]Method
+}
+
+// NewServerInterceptor validates cfg and returns the unary server interceptor.
+func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
+	if cfg.Store == nil || cfg.Tenant == nil {
+		return nil, errors.New("grpcidem: Config.Store and Config.Tenant are required")
+	}
+	if cfg.Service == "" {
+		cfg.Service = "grpc"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &server{cfg: cfg, methods: map[string]Method{}}
+	for name, m := range cfg.Methods {
+		if m.Run != nil {
+			m.Operation, m.Intent = m.Run.Name(), m.Run.Intent()
+		}
+		switch {
+		case !strings.HasPrefix(name, "/") || strings.Count(name, "/") != 2:
+			return nil, fmt.Errorf("grpcidem: method %q: want a full method name /pkg.Service/Method", name)
+		case m.Operation == "":
+			return nil, fmt.Errorf("grpcidem: method %s: Operation is required", name)
+		case m.Response == nil:
+			return nil, fmt.Errorf("grpcidem: method %s: Response is required to replay answers", name)
+		}
+		s.methods[name] = m
+	}
+	return s.intercept, nil
+}
+
+func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m, ok := s.methods[info.FullMethod]
+	if !ok {
+		return handler(ctx, req)
+	}
+	tenant, err := s.cfg.Tenant(ctx)
+	if err != nil || tenant == "" {
+		return nil, statusError(codes.Unauthenticated, ReasonUnauthenticated, "a valid credential is required", nil)
+	}
+	key, err := keyFromMetadata(ctx)
+	if err != nil {
+		return nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
+	}
+	if key == "" && len(m.Intent.NaturalKey) == 0 {
+		if m.KeyOptional {
+			return handler(ctx, req)
+		}
+		return nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
+			"this method requires idempotency-key metadata: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
+	}
+	if h, ok := req.(DecodeErrorHolder); ok && h.DecodeError() != nil {
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
+	}
+	intent, err := marshalMessage(req)
+	if err != nil {
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
+	}
+	if hasNUL(intent) { // PostgreSQL's jsonb cannot hold U+0000: refuse it here, not as Internal later
+		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
+	}
+	if err := validate(intent, m.Validate); err != nil {
+		return nil, err
+	}
+	creq := claim.Request{Tenant: tenant, Operation: m.Operation, Key: key, Intent: intent, Spec: m.Intent,
+		Actor: "service:" + s.cfg.Service}
+	out, err := s.cfg.Store.Claim(ctx, creq)
+	if err != nil {
+		return nil, s.errorStatus(info.FullMethod, err)
+	}
+	if out.Kind != claim.Acquired {
+		return s.answer(ctx, m, out)
+	}
+	if m.Run != nil {
+		out, err = s.cfg.Store.Drive(ctx, m.Run, out.Lease, claim.DriveOptions{Execute: true})
+		if err != nil {
+			return nil, s.errorStatus(info.FullMethod, err)
+		}
+		return s.answer(ctx, m, out)
+	}
+	if out.Lease.MustCheckDownstream() && !m.Transactional {
+		// A generic handler has no downstream lookup: an earlier attempt may have acted, so only
+		// an Operation (Method.Run) or an operator may take this key over.
+		if err := s.cfg.Store.Release(ctx, out.Lease, "generic handler cannot check downstream"); err != nil {
+			s.cfg.Logger.Error("releasing an unresolved key failed", "digest", out.Digest, "err", err)
+		}
+		return nil, statusError(codes.FailedPrecondition, ReasonNeedsRecovery,
+			"an earlier attempt with this key did not finish; it needs recovery before a retry can run", nil)
+	}
+	return s.runHandler(ctx, m, out, req, handler)
+}
+
+// runHandler calls a generic handler holding the lease and records what it answered, unless the
+// handler completed or released the key itself.
+func (s *server) runHandler(ctx context.Context, m Method, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
+	st := &callState{lease: out.Lease, store: s.cfg.Store, method: m, logger: s.cfg.Logger}
+	resp, herr := func() (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				// The panic value may hold request data: logs carry its type only.
+				s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", out.Digest, "panic_type", fmt.Sprintf("%T", r))
+				err = statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)
+			}
+		}()
+		return handler(context.WithValue(ctx, stateKey{}, st), req)
+	}()
+	if st.done {
+		return resp, herr
+	}
+	wctx := context.WithoutCancel(ctx) // the key's record must outlive a cancelled call
+	if herr == nil {
+		snap, err := st.snapshot(resp)
+		switch {
+		case err != nil:
+			s.cfg.Logger.Warn("response cannot be stored as JSON; key failed retryable", "digest", out.Digest)
+			err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_unencodable", "the response could not be stored"))
+		default:
+			err = s.cfg.Store.Complete(wctx, nil, out.Lease, snap)
+			if errors.Is(err, claim.ErrSnapshotTooLarge) {
+				s.cfg.Logger.Warn("response too large to snapshot; key failed retryable", "digest", out.Digest)
+				err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_too_large", "response exceeded the snapshot limit"))
+			}
+		}
+		if err != nil {
+			s.cfg.Logger.Error("recording the response failed", "digest", out.Digest, "err", err)
+		}
+		return resp, nil
+	}
+	sts := status.Convert(herr)
+	var err error
+	if storedCode(sts.Code()) {
+		err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
+	} else {
+		err = s.cfg.Store.Release(wctx, out.Lease, "handler answered "+sts.Code().String())
+	}
+	if err != nil {
+		s.cfg.Logger.Error("recording the handler's error failed", "digest", out.Digest, "err", err)
+	}
+	return nil, herr
+}
+
+// storedCode says which handler codes are business outcomes, failed finally and replayed (a
+// declined charge, a missing account); every other code is a refusal or a transient failure whose
+// claim is released, so the same key runs again.
+func storedCode(c codes.Code) bool {
+	switch c {
+	case codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists, codes.OutOfRange:
+		return true
+	}
+	return false
+}
+
+type stateKey struct{}
+
+type callState struct {
+	lease  *claim.Lease
+	store  *claim.Store
+	method Method
+	logger *slog.Logger
+	done   bool
+}
+
+func (st *callState) snapshot(resp any) (*claim.Snapshot, error) {
+	body, err := marshalMessage(resp)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", st.lease.Digest, err)
+	}
+	snap := &claim.Snapshot{Status: http.StatusOK, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+	if st.method.ResourceID != nil {
+		snap.ResourceID = st.method.ResourceID(resp)
+	}
+	return snap, nil
+}
+
+// Lease returns the lease a wrapped handler holds (nil outside one).
+func Lease(ctx context.Context) *claim.Lease {
+	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
+		return st.lease
+	}
+	return nil
+}
+
+// Complete completes the key inside tx, the handler's own transaction, with resp as the stored
+// answer, so the business rows and the key commit together; the handler then returns resp.
+func Complete(ctx context.Context, tx *gorm.DB, resp any) error {
+	st, ok := ctx.Value(stateKey{}).(*callState)
+	if !ok {
+		return errors.New("grpcidem.Complete outside an idempotent method")
+	}
+	snap, err := st.snapshot(resp)
+	if err != nil {
+		return err
+	}
+	if err := st.store.Complete(ctx, tx, st.lease, snap); err != nil {
+		return err
+	}
+	st.done = true
+	return nil
+}
+
+// Refuse is for a wrapped handler that finds the request invalid after the claim: it releases the
+// claim (a first attempt leaves no record, so the same key with a corrected request executes) and
+// returns the InvalidArgument error naming the field, for the handler to return.
+func Refuse(ctx context.Context, r *Refusal) error {
+	if st, ok := ctx.Value(stateKey{}).(*callState); ok {
+		st.done = true
+		if err := st.store.Release(context.WithoutCancel(ctx), st.lease, "refused: "+r.Error()); err != nil {
+			st.logger.Error("releasing a refused request failed", "digest", st.lease.Digest, "err", err)
+		}
+	}
+	return r.status()
+}
+
+// keyFromMetadata reads the one idempotency-key value ("" when none was sent).
+func keyFromMetadata(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(MetadataKey)
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", errors.New("send exactly one idempotency-key")
+	}
+	if err := claim.ValidateKey(vals[0]); err != nil {
+		return "", fmt.Errorf("idempotency-key %w", err)
+	}
+	return vals[0], nil
+}
+
+// jsonNames makes protojson use the proto field names, so the fingerprint and stored answers of a
+// protobuf message read like its JSON twin over HTTP.
+var jsonNames = protojson.MarshalOptions{UseProtoNames: true}
+
+// marshalMessage is the JSON form of a message: the request's intent, or a stored answer.
+func marshalMessage(v any) ([]byte, error) {
+	if pm, ok := v.(proto.Message); ok {
+		return jsonNames.Marshal(pm)
+	}
+	return json.Marshal(v)
+}
+
+// hasNUL reports whether a JSON document holds U+0000 (escaped as \u0000 inside a string).
+func hasNUL(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		switch doc[i] {
+		case 0:
+			return true
+		case '\\':
+			if i+5 < len(doc) && doc[i+1] == 'u' && string(doc[i+2:i+6]) == "0000" {
+				return true
+			}
+			i++ // skip the escaped character, so \\u0000 (a backslash, then text) is not read as NUL
+		}
+	}
+	return false
+}
+
+func unmarshalMessage(b []byte, v any) error {
+	if pm, ok := v.(proto.Message); ok {
+		return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, pm)
+	}
+	return json.Unmarshal(b, v)
+}

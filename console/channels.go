@@ -1,0 +1,170 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/templates"
+)
+
+// Channel accounts and their tenants (issue 14 item 2): lists of recon jobs and runs show only
+// what the operator's scope allows (scope.go), and administrators of every tenant of a channel
+// account set its tenants.
+
+// visibleJobs returns the recon jobs op may see: those whose channel account shares a tenant
+// with op (a "*"-only account's: everyone's, as configuration).
+func (s *Server) visibleJobs(ctx context.Context, op *Operator) ([]reconcile.ReconJob, error) {
+	jobs, err := s.recon.ListJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chans := make([]string, len(jobs))
+	for i, j := range jobs {
+		chans[i] = j.Channel
+	}
+	tenants, err := reconcile.ChannelTenants(ctx, s.db, chans)
+	if err != nil {
+		return nil, err
+	}
+	out := jobs[:0]
+	for _, j := range jobs {
+		if decide(op, objReconJob, j.Name, tenants[j.Channel], false) == nil {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// visibleRuns keeps the runs whose channel account op covers (their counts are its tenants').
+func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile.Run) ([]reconcile.Run, error) {
+	chans := make([]string, len(runs))
+	for i, r := range runs {
+		chans[i] = r.Channel
+	}
+	tenants, err := reconcile.ChannelTenants(ctx, s.db, chans)
+	if err != nil {
+		return nil, err
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if decide(op, objReconRun, "", tenants[r.Channel], false) == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// channelRows lists the channel accounts r's operator covers.
+func (s *Server) channelRows(ctx context.Context, r *request) (templates.ChannelAccountsView, error) {
+	v := templates.ChannelAccountsView{CanSet: r.op.Role >= RoleAdmin && r.op.SeesAllTenants()}
+	accounts, err := s.recon.ListChannelAccounts(ctx)
+	if err != nil {
+		return v, err
+	}
+	for _, a := range accounts {
+		// Only accounts op covers: their tenant lists name no tenant op may not see.
+		if !covers(r.op.Tenants, a.Tenants) {
+			continue
+		}
+		v.Rows = append(v.Rows, templates.ChannelAccountRow{Channel: a.Channel, Tenants: strings.Join(a.Tenants, ","),
+			Href: "/reconcile/channels/" + url.PathEscape(a.Channel), By: a.UpdatedBy})
+	}
+	return v, nil
+}
+
+// setChannelTenants sets a channel account's tenants, with its audit row in the same
+// transaction. The acting administrator must cover the account's present tenants (authorize)
+// and every tenant it grants.
+func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, tenantList string) ([]string, error) {
+	const action = "reconcile.channel.set_tenants"
+	channel = strings.TrimSpace(channel)
+	if channel == "" || len(channel) > 64 {
+		return nil, inputErr("channel", "name the channel account (1–64 characters)")
+	}
+	if err := s.authorize(ctx, r, action, objChannel, channel); err != nil {
+		return nil, err
+	}
+	tenants, err := reconcile.NormalizeTenants(strings.Split(tenantList, ","))
+	if err != nil {
+		return nil, inputErr("tenants", "%s", strings.TrimPrefix(strings.TrimSuffix(err.Error(), ": invalid"), "tenants: "))
+	}
+	if err := grantable(r.op, tenants); err != nil {
+		s.auditRefusal(ctx, r, action, "channel:"+channel, err)
+		return nil, err
+	}
+	old, err := s.channelTenants(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if tenants, err = reconcile.SetChannelTenants(ctx, tx, channel, tenants, r.op.Actor()); err != nil {
+			return err
+		}
+		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
+			Tenant: auditTenant(append(append([]string{}, old...), tenants...)),
+			Detail: map[string]any{"tenants": tenants, "before": old}})
+	})
+	return tenants, err
+}
+
+// setChannelPage is POST /reconcile/channels (channel, tenants) and POST
+// /reconcile/channels/{name} (tenants): administrators of every tenant of the account.
+func (s *Server) setChannelPage(c *gin.Context, r *request) error {
+	channel := c.Param("name")
+	if channel == "" {
+		channel = c.PostForm("channel")
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	if _, err := s.setChannelTenants(ctx, r, channel, c.PostForm("tenants")); err != nil {
+		if !isFormError(err) {
+			return err
+		}
+		v, verr := s.reconView(ctx, r)
+		if verr != nil {
+			return verr
+		}
+		v.Channels.Error = publicMessage(err)
+		s.render(c, http.StatusBadRequest, templates.ReconPage(chrome(r, "reconcile"), v))
+		return nil
+	}
+	c.Redirect(http.StatusSeeOther, "/reconcile?notice=channel#channel-accounts")
+	return nil
+}
+
+// auditTenant is the audit row's tenant for an object of tenants: the one tenant when there is
+// one, else "*", so that an administrator of some tenants (who reads rows of their tenants and
+// of none) never reads about tenants that are not theirs.
+func auditTenant(tenants []string) string {
+	one := ""
+	for _, t := range tenants {
+		if t == AllTenants || (one != "" && t != one) {
+			return AllTenants
+		}
+		one = t
+	}
+	if one == "" {
+		return AllTenants
+	}
+	return one
+}
+
+// auditTenantOf is auditTenant of kind:ref's tenant set ("*" when it cannot be resolved).
+func (s *Server) auditTenantOf(ctx context.Context, kind objectKind, ref string) string {
+	ts, err := s.objectTenants(ctx, kind, ref)
+	if err != nil {
+		return AllTenants
+	}
+	return auditTenant(ts)
+}
+
+// channelAuditTenant is auditTenant of a channel account's tenants.
+func (s *Server) channelAuditTenant(ctx context.Context, channel string) string {
+	return s.auditTenantOf(ctx, objChannel, channel)
+}

@@ -1,0 +1,179 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// A channel account is the channel name recon jobs, statements, runs and findings carry (one
+// merchant id at one channel). It belongs to a set of tenants (channel_accounts, migration
+// 00016); everything reconciled under it inherits that set, and matching looks only at keys of
+// those tenants. AllTenants ("*") is every tenant; a channel without a row is AllTenants only.
+
+// AllTenants is the tenant entry that stands for every tenant.
+const AllTenants = "*"
+
+// ChannelAccount is one channel account and its tenants.
+type ChannelAccount struct {
+	Channel   string    `json:"channel"`
+	Tenants   []string  `json:"tenants"`
+	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedBy string    `json:"updated_by"`
+}
+
+var tenantName = regexp.MustCompile(`^[^\x00-\x1f|,]{1,128}$`)
+
+// NormalizeTenants validates a channel account's tenant list: 1–100 names without control
+// characters, '|' or ','; "*" alone stands for every tenant. The result is sorted, without
+// duplicates. Errors: ErrInvalid naming the field "tenants".
+func NormalizeTenants(tenants []string) ([]string, error) {
+	var out []string
+	for _, t := range tenants {
+		t = strings.TrimSpace(t)
+		if t == "" {
+			continue
+		}
+		if !tenantName.MatchString(t) {
+			return nil, fmt.Errorf("tenants: %q is not a tenant name: %w", truncateName(t), ErrInvalid)
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	switch {
+	case len(out) == 0:
+		return nil, fmt.Errorf("tenants: name at least one tenant, or * for every tenant: %w", ErrInvalid)
+	case len(out) > 100:
+		return nil, fmt.Errorf("tenants: at most 100 tenants per channel account: %w", ErrInvalid)
+	case slices.Contains(out, AllTenants):
+		return []string{AllTenants}, nil
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func truncateName(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+func checkChannel(channel string) error {
+	if channel == "" || len(channel) > 64 || strings.ContainsAny(channel, "\x00\r\n") {
+		return fmt.Errorf("channel: name the channel account (1–64 characters): %w", ErrInvalid)
+	}
+	return nil
+}
+
+// ChannelTenants returns the tenants of each of channels; a channel without an account row is
+// AllTenants only. Served by the primary key.
+func ChannelTenants(ctx context.Context, db *gorm.DB, channels []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(channels))
+	for _, c := range channels {
+		out[c] = []string{AllTenants}
+	}
+	if len(channels) == 0 {
+		return out, nil
+	}
+	var rows []struct {
+		Channel string
+		Tenants string
+	}
+	if err := db.WithContext(ctx).Raw(`SELECT channel, array_to_string(tenants, '|') AS tenants FROM channel_accounts WHERE channel IN ?`,
+		channels).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("channel tenants: %w", err)
+	}
+	for _, r := range rows {
+		out[r.Channel] = strings.Split(r.Tenants, "|")
+	}
+	return out, nil
+}
+
+// ChannelTenants returns the tenants of one channel account (AllTenants only when it has none).
+func (r *Reconciler) ChannelTenants(ctx context.Context, channel string) ([]string, error) {
+	m, err := ChannelTenants(ctx, r.db, []string{channel})
+	if err != nil {
+		return nil, err
+	}
+	return m[channel], nil
+}
+
+// SetChannelTenants sets the tenants of a channel account on tx (the caller's transaction, so
+// its audit row commits with it), creating the account when it has no row yet. Errors:
+// ErrInvalid for a bad channel name or tenant list.
+func SetChannelTenants(ctx context.Context, tx *gorm.DB, channel string, tenants []string, actor string) ([]string, error) {
+	if err := checkChannel(channel); err != nil {
+		return nil, err
+	}
+	tenants, err := NormalizeTenants(tenants)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.WithContext(ctx).Exec(`INSERT INTO channel_accounts (channel, tenants, updated_by) VALUES (?, ?::text[], ?)
+		ON CONFLICT (channel) DO UPDATE SET tenants = EXCLUDED.tenants, updated_by = EXCLUDED.updated_by, updated_at = now()`,
+		channel, textArray(tenants), actor).Error; err != nil {
+		return nil, fmt.Errorf("set tenants of channel %s: %w", channel, err)
+	}
+	return tenants, nil
+}
+
+// textArray writes a PostgreSQL text[] literal.
+func textArray(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+	}
+	return "{" + strings.Join(q, ",") + "}"
+}
+
+// ListChannelAccounts returns every channel account with its tenants, by channel, including
+// channels named by a recon job, statement or run that have no row yet (AllTenants only).
+// Bounded to 1000.
+func (r *Reconciler) ListChannelAccounts(ctx context.Context) ([]ChannelAccount, error) {
+	var rows []struct {
+		Channel   string
+		Tenants   string
+		UpdatedAt *time.Time
+		UpdatedBy *string
+	}
+	if err := r.db.WithContext(ctx).Raw(`SELECT c.channel, coalesce(array_to_string(a.tenants, '|'), '*') AS tenants,
+		a.updated_at, a.updated_by
+		FROM (SELECT channel FROM channel_accounts UNION SELECT channel FROM recon_jobs
+		      UNION SELECT channel FROM statements UNION SELECT channel FROM recon_runs) c
+		LEFT JOIN channel_accounts a ON a.channel = c.channel
+		ORDER BY c.channel LIMIT 1000`).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("list channel accounts: %w", err)
+	}
+	out := make([]ChannelAccount, len(rows))
+	for i, row := range rows {
+		out[i] = ChannelAccount{Channel: row.Channel, Tenants: strings.Split(row.Tenants, "|")}
+		if row.UpdatedAt != nil {
+			out[i].UpdatedAt = *row.UpdatedAt
+		}
+		if row.UpdatedBy != nil {
+			out[i].UpdatedBy = *row.UpdatedBy
+		}
+	}
+	return out, nil
+}
+
+// keysInScope rewrites a matching statement's references to idempotency_keys ("idempotency_keys
+// k") so that it reads only the keys of the channel account's tenants (listed in the temporary
+// table match_tenants); all is true for an account of every tenant, and the statement is
+// left exactly as written.
+var keysRef = regexp.MustCompile(`\bidempotency_keys k\b`)
+
+func keysInScope(q string, all bool) string {
+	if all {
+		return q
+	}
+	return keysRef.ReplaceAllString(q, `(SELECT * FROM idempotency_keys WHERE tenant IN (SELECT tenant FROM match_tenants)) k`)
+}
