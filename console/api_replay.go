@@ -1,28 +1,41 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/internal/inputcheck"
 )
 
 // The replay API: the same guards and roles as the pages, for automation with bearer tokens.
 // A confirmation is two calls: GET the preview (it carries the token), POST the token with a
 // reason.
 
-// bindJSON reads a small JSON body into v; a bad one is an input error naming the body.
+// bindJSON reads a small JSON body into v; a bad one is an input error naming the body, a
+// string with a NUL byte or bytes that are not UTF-8 one naming its field, and a body past the
+// limit is ErrTooLarge. Every JSON body of the API is read here.
 func bindJSON(c *gin.Context, v any) error {
-	dec := json.NewDecoder(c.Request.Body)
+	raw, err := io.ReadAll(c.Request.Body)
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
+	}
+	if err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if err := inputcheck.JSON(raw); err != nil {
+		return inputErrFrom(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
-		}
 		return inputErr("body", "must be a JSON object with the documented fields (%s)", truncate(err.Error(), 120))
 	}
 	return nil

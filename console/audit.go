@@ -2,10 +2,13 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,12 +16,36 @@ import (
 )
 
 // AuditLog is the append-only record of every state-changing action and every reveal. Rows form
-// one hash chain: each stores the hash of the row before it, so an edited, inserted or deleted
-// row is detectable (Verify). A trigger refuses UPDATE, DELETE and TRUNCATE.
-type AuditLog struct{ db *gorm.DB }
+// one chain: each stores the hash of the row before it and is sealed with HMAC-SHA-256 under a
+// key derived from the deployment's digest secret (not stored in the database), so an edited,
+// inserted or deleted row is detectable (Verify) even by someone who can rewrite the table. Only
+// the truncation of the newest rows needs a head recorded outside the database (AuditHead).
+// A trigger refuses UPDATE, DELETE and TRUNCATE.
+type AuditLog struct {
+	db  *gorm.DB
+	key []byte
+}
 
-// NewAuditLog returns the audit log on db.
-func NewAuditLog(db *gorm.DB) *AuditLog { return &AuditLog{db: db} }
+// NewAuditLog returns the audit log on db, keyed from the deployment's digest secret. Without a
+// secret it can list rows but not append or verify them.
+func NewAuditLog(db *gorm.DB, digestSecret []byte) *AuditLog {
+	a := &AuditLog{db: db}
+	if len(digestSecret) > 0 {
+		a.key = auditKey(digestSecret)
+	}
+	return a
+}
+
+// auditKey derives the chain's HMAC key from the digest secret under its own label, so the
+// key-digest HMACs and the audit seals never share a key.
+func auditKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("idemops audit chain v1"))
+	return m.Sum(nil)
+}
+
+// ErrNoAuditKey is returned by Append and Verify on a log made without the digest secret.
+var ErrNoAuditKey = errors.New("the audit log has no key: the deployment's digest secret is required")
 
 // Entry is one audited action. Detail must not hold raw keys, requests or responses: digests only.
 type Entry struct {
@@ -42,17 +69,37 @@ type AuditRow struct {
 	Detail   string
 	PrevHash string
 	Hash     string
+	// Alg is how Hash was made: algHMAC for every row written now, algSHA256 for rows written
+	// before the chain was keyed (migration 00020).
+	Alg string
 }
+
+const (
+	algSHA256 = "sha256"
+	algHMAC   = "hmac-sha256"
+)
 
 // genesisHash is the prev_hash of the first row.
 var genesisHash = strings.Repeat("0", 64)
 
-// chainHash is SHA-256 over the row's fields, JSON-encoded as an array so no field boundary is
-// ambiguous.
-func chainHash(r AuditRow) string {
+// chainFields JSON-encodes the row's fields as an array, so no field boundary is ambiguous.
+func chainFields(r AuditRow) []byte {
 	b, _ := json.Marshal([]any{r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail, r.PrevHash})
-	sum := sha256.Sum256(b)
+	return b
+}
+
+// chainHash is the unkeyed SHA-256 of rows written before the chain was keyed.
+func chainHash(r AuditRow) string {
+	sum := sha256.Sum256(chainFields(r))
 	return hex.EncodeToString(sum[:])
+}
+
+// seal is the keyed hash of a row: HMAC-SHA-256 under the audit key.
+func (a *AuditLog) seal(r AuditRow) string {
+	m := hmac.New(sha256.New, a.key)
+	m.Write([]byte(algHMAC + "\n"))
+	m.Write(chainFields(r))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // auditLockID serializes appends, so the chain never forks and seq has no gaps.
@@ -60,6 +107,9 @@ const auditLockID = 0x1de0a0d17
 
 // Append writes e in tx (or in its own transaction when tx is nil), after the chain's last row.
 func (a *AuditLog) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
+	if a.key == nil {
+		return fmt.Errorf("audit %s: %w", e.Action, ErrNoAuditKey)
+	}
 	if tx == nil {
 		return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return a.Append(ctx, tx, e) })
 	}
@@ -78,60 +128,172 @@ func (a *AuditLog) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
 		return fmt.Errorf("audit %s: read chain head: %w", e.Action, err)
 	}
 	r := AuditRow{Seq: 1, PrevHash: genesisHash, At: time.Now().UTC().Truncate(time.Microsecond),
-		Actor: e.Actor, Action: e.Action, Target: e.Target, Tenant: e.Tenant, IP: e.IP, Detail: string(detail)}
+		Actor: e.Actor, Action: e.Action, Target: e.Target, Tenant: e.Tenant, IP: e.IP, Detail: string(detail), Alg: algHMAC}
 	if len(last) == 1 {
 		r.Seq, r.PrevHash = last[0].Seq+1, last[0].Hash
 	}
-	r.Hash = chainHash(r)
-	if err := tx.Exec(`INSERT INTO audit_log (seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Seq, r.At, r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail,
-		r.PrevHash, r.Hash).Error; err != nil {
+	r.Hash = a.seal(r)
+	if err := tx.Exec(`INSERT INTO audit_log (seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Seq, r.At, r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail,
+		r.PrevHash, r.Hash, r.Alg).Error; err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
 	return nil
 }
 
-// VerifyResult is what Verify found: Rows checked, and the first bad row (BadSeq 0: none).
+// AuditHead is the chain's newest row as (sequence, hash): a checkpoint. Recorded outside the
+// database (the verifier's output, the daemon's log, the console's metrics), it lets a later
+// Verify detect the deletion of the newest rows, which the chain alone cannot show.
+type AuditHead struct {
+	Seq  int64
+	Hash string
+}
+
+// String is the form `idemops audit verify --expect-head` takes: SEQ:HASH.
+func (h AuditHead) String() string { return fmt.Sprintf("%d:%s", h.Seq, h.Hash) }
+
+// ParseAuditHead reads SEQ:HASH (a positive sequence, 64 hex digits).
+func ParseAuditHead(s string) (AuditHead, error) {
+	seq, hash, ok := strings.Cut(s, ":")
+	if !ok {
+		return AuditHead{}, fmt.Errorf("%q is not SEQ:HASH", s)
+	}
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil || n < 1 {
+		return AuditHead{}, fmt.Errorf("%q: the sequence must be a positive integer", s)
+	}
+	hash = strings.ToLower(hash)
+	if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
+		return AuditHead{}, fmt.Errorf("%q: the hash must be 64 hex digits", s)
+	}
+	return AuditHead{Seq: n, Hash: hash}, nil
+}
+
+// Head returns the chain's newest row (zero when the log is empty), without verifying it.
+func (a *AuditLog) Head(ctx context.Context) (AuditHead, error) {
+	var rows []AuditRow
+	if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&rows).Error; err != nil {
+		return AuditHead{}, fmt.Errorf("audit head: %w", err)
+	}
+	if len(rows) == 0 {
+		return AuditHead{}, nil
+	}
+	return AuditHead{Seq: rows[0].Seq, Hash: rows[0].Hash}, nil
+}
+
+// VerifyOptions are the checkpoints a Verify is given. ExpectHead is a head recorded earlier: its
+// row must still be there with the same hash. MinSeq is a sequence recorded earlier: the chain
+// must reach it (weaker: it detects truncation, not a rewrite of the rows up to it).
+type VerifyOptions struct {
+	ExpectHead *AuditHead
+	MinSeq     int64
+	// From resumes a walk at a head verified before (the daemon's incremental check): that row
+	// must still have that hash, and only the rows after it are walked.
+	From *AuditHead
+}
+
+// VerifyResult is what Verify found: Rows checked, the head reached, how many of them are
+// unkeyed rows from before the chain was keyed (Legacy), and the first bad row (BadSeq 0: none).
 type VerifyResult struct {
 	Rows   int64
+	Legacy int64
+	Head   AuditHead
 	BadSeq int64
 	Reason string
+	// Unverified says what this walk could not prove, in a sentence ("" when nothing).
+	Unverified string
 }
 
 // OK reports whether the chain is intact.
 func (v VerifyResult) OK() bool { return v.BadSeq == 0 }
 
-// Verify walks the whole chain in batches and stops at the first row whose sequence number,
-// previous hash or own hash is wrong.
-func (a *AuditLog) Verify(ctx context.Context) (VerifyResult, error) {
+// Verify walks the chain in batches and stops at the first row whose sequence number, previous
+// hash or seal is wrong, or that contradicts a checkpoint in opt.
+func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, error) {
+	if a.key == nil {
+		return VerifyResult{}, fmt.Errorf("audit verify: %w", ErrNoAuditKey)
+	}
 	const batch = 1000
 	var res VerifyResult
-	prev, after := genesisHash, int64(0)
+	prev, after, keyed := genesisHash, int64(0), false
+	if opt.From != nil && opt.From.Seq > 0 {
+		var rows []AuditRow
+		if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash, alg FROM audit_log WHERE seq = ?`, opt.From.Seq).Scan(&rows).Error; err != nil {
+			return res, fmt.Errorf("audit verify: %w", err)
+		}
+		if len(rows) == 0 || rows[0].Hash != opt.From.Hash {
+			res.BadSeq, res.Reason = opt.From.Seq, fmt.Sprintf("row %d is not the one verified before (%s): it was removed or rewritten", opt.From.Seq, opt.From)
+			return res, nil
+		}
+		prev, after, keyed = opt.From.Hash, opt.From.Seq, rows[0].Alg == algHMAC
+		res.Head = *opt.From
+	}
+	fail := func(seq int64, reason string) (VerifyResult, error) {
+		res.BadSeq, res.Reason = seq, reason
+		return res, nil
+	}
 	for {
 		var rows []AuditRow
-		if err := a.db.WithContext(ctx).Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash
+		if err := a.db.WithContext(ctx).Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg
 			FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?`, after, batch).Scan(&rows).Error; err != nil {
 			return res, fmt.Errorf("audit verify: %w", err)
 		}
 		for _, r := range rows {
 			switch {
 			case r.Seq != after+1:
-				res.BadSeq, res.Reason = r.Seq, fmt.Sprintf("row %d follows row %d: rows are missing", r.Seq, after)
+				return fail(r.Seq, fmt.Sprintf("row %d follows row %d: rows are missing", r.Seq, after))
 			case r.PrevHash != prev:
-				res.BadSeq, res.Reason = r.Seq, "its previous-row hash does not match the row before it (a row before it was changed or removed)"
-			case chainHash(r) != r.Hash:
-				res.BadSeq, res.Reason = r.Seq, "its content does not match its hash (the row was edited)"
+				return fail(r.Seq, "its previous-row hash does not match the row before it (a row before it was changed or removed)")
+			case r.Alg == algHMAC:
+				if !hmac.Equal([]byte(a.seal(r)), []byte(r.Hash)) {
+					return fail(r.Seq, "its seal does not match its content (the row was edited, or the chain recomputed without the key)")
+				}
+				keyed = true
+			case r.Alg == algSHA256 && keyed:
+				return fail(r.Seq, "an unkeyed row after keyed rows (the chain was recomputed without the key)")
+			case r.Alg == algSHA256:
+				if chainHash(r) != r.Hash {
+					return fail(r.Seq, "its content does not match its hash (the row was edited)")
+				}
+				res.Legacy++
+			default:
+				return fail(r.Seq, fmt.Sprintf("unknown chain algorithm %q", r.Alg))
 			}
-			if res.BadSeq != 0 {
-				return res, nil
+			if cp := opt.ExpectHead; cp != nil && r.Seq == cp.Seq && r.Hash != cp.Hash {
+				return fail(r.Seq, fmt.Sprintf("row %d is not the checkpoint's (%s): the rows up to it were rewritten, or the newest rows deleted and others appended", cp.Seq, cp))
 			}
 			res.Rows++
+			res.Head = AuditHead{Seq: r.Seq, Hash: r.Hash}
 			prev, after = r.Hash, r.Seq
 		}
 		if len(rows) < batch {
-			return res, nil
+			break
 		}
 	}
+	if cp := opt.ExpectHead; cp != nil && res.Head.Seq < cp.Seq {
+		return fail(res.Head.Seq+1, fmt.Sprintf("the checkpoint's head row %d is missing: the newest rows (%d–%d) were deleted", cp.Seq, res.Head.Seq+1, cp.Seq))
+	}
+	if opt.MinSeq > res.Head.Seq {
+		return fail(res.Head.Seq+1, fmt.Sprintf("the chain ends at row %d, before the checkpoint's row %d: the newest rows were deleted", res.Head.Seq, opt.MinSeq))
+	}
+	var notes []string
+	switch {
+	case opt.ExpectHead == nil && opt.MinSeq == 0:
+		notes = append(notes, "no checkpoint given, so a deletion of the newest rows cannot be detected")
+	case opt.ExpectHead == nil:
+		notes = append(notes, fmt.Sprintf("rows up to %d were checked for truncation only (give --expect-head to detect a rewrite by a key holder)", opt.MinSeq))
+	case res.Head.Seq > opt.ExpectHead.Seq:
+		notes = append(notes, fmt.Sprintf("rows %d–%d came after the checkpoint: a deletion of the newest of them would not show until this head is recorded", opt.ExpectHead.Seq+1, res.Head.Seq))
+	}
+	if res.Legacy > 0 {
+		if keyed {
+			notes = append(notes, fmt.Sprintf("rows 1–%d predate the keyed chain (unkeyed SHA-256); they are held by the first keyed row after them", res.Legacy))
+		} else {
+			notes = append(notes, fmt.Sprintf("all %d rows predate the keyed chain (unkeyed SHA-256), so a recomputed chain cannot be told apart without --expect-head", res.Legacy))
+		}
+	}
+	res.Unverified = strings.Join(notes, "; ")
+	return res, nil
 }
 
 // AuditFilter selects audit rows; Before is the keyset cursor (seq of the last row shown).

@@ -68,7 +68,7 @@ func TestAudit_VerifyFindsTheFirstBadRow(t *testing.T) {
 			if tc.tamper != "" {
 				b.tamper(tc.tamper)
 			}
-			res, err := b.srv.audit.Verify(context.Background())
+			res, err := b.srv.audit.Verify(context.Background(), VerifyOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	if got := admin.get("/audit?from=yesterday"); got.Status != 400 {
 		t.Errorf("bad audit filter: %d", got.Status)
 	}
-	if res, err := b.srv.audit.Verify(context.Background()); err != nil || !res.OK() || res.Rows < 6 {
+	if res, err := b.srv.audit.Verify(context.Background(), VerifyOptions{}); err != nil || !res.OK() || res.Rows < 6 {
 		t.Errorf("verify after admin actions: %+v %v", res, err)
 	}
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/gin-gonic/gin"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/inputcheck"
 )
 
 // PageSize is how many keys a search page shows.
@@ -109,6 +111,11 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 	}
 	if f.Field == "" && f.Value != "" {
 		return f, inputErr("field", "name the request field the value is for")
+	}
+	// The value is read as JSON when it is JSON (containment): an escaped NUL ("\u0000") would
+	// reach PostgreSQL's jsonb, which refuses it.
+	if ie := (*inputcheck.Error)(nil); errors.As(inputcheck.JSON([]byte(f.Value)), &ie) {
+		return f, inputErr("value", "%s", ie.Reason)
 	}
 	if len(f.Tenant) > 128 || len(f.Operation) > 128 || len(f.Value) > 256 {
 		return f, inputErr("tenant", "filters are limited to 128 characters (value: 256)")

@@ -124,13 +124,14 @@ type Operators struct {
 	passwordChecks atomic.Int64
 }
 
-// NewOperators returns the operator directory on db.
-func NewOperators(db *gorm.DB, argon Argon2Params) *Operators {
+// NewOperators returns the operator directory on db. Its changes are audited in the log keyed
+// from digestSecret (the deployment's digest secret; see NewAuditLog).
+func NewOperators(db *gorm.DB, argon Argon2Params, digestSecret []byte) *Operators {
 	if argon.MemoryKiB == 0 {
 		argon = DefaultArgon2
 	}
 	dummy, _ := HashPassword("not-a-password-of-anyone", argon)
-	return &Operators{db: db, argon: argon, audit: NewAuditLog(db), dummy: dummy}
+	return &Operators{db: db, argon: argon, audit: NewAuditLog(db, digestSecret), dummy: dummy}
 }
 
 // Change says who changes what, for the audit log.

@@ -155,6 +155,13 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 				s.fail(c, r, rt.Kind, ErrForbidden)
 				return
 			}
+		}
+		// After authentication, so nobody unauthenticated makes the server parse an upload.
+		if err := checkInput(c); err != nil {
+			s.fail(c, r, rt.Kind, err)
+			return
+		}
+		if rt.Min != RoleNone {
 			if rt.Kind == kindPage && rt.Method != http.MethodGet {
 				if err := r.sess.checkCSRF(formCSRF(c)); err != nil {
 					s.fail(c, r, rt.Kind, err)

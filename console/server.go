@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
@@ -155,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops := NewOperators(cfg.DB, cfg.Argon2)
+	ops := NewOperators(cfg.DB, cfg.Argon2, cfg.DigestSecret)
 	s := &Server{
 		cfg:      cfg,
 		db:       cfg.DB,
@@ -166,6 +167,17 @@ func New(cfg Config) (*Server, error) {
 		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
 		metrics:  newMetrics(),
 	}
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemops_audit_head_seq",
+		Help: "Sequence of the audit log's newest row: a checkpoint kept outside the database (a drop means rows were deleted)."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			h, err := s.audit.Head(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(h.Seq)
+		}))
 	rc := cfg.Reconcile
 	rc.Store, rc.Auditor, rc.Operations = cfg.Claims, reconAuditor{s}, nil
 	if rc.Logger == nil {

@@ -224,3 +224,40 @@ func TestPayments_RefusalIsNotStoredButADeclineIsReplayed(t *testing.T) {
 		t.Fatalf("%d declined charges at paysim", n)
 	}
 }
+
+// TestPayments_HostileInputIs400NamingTheField: a NUL byte or bytes that are not UTF-8 in a JSON
+// field, the path or a query parameter answer 400 invalid-field naming it (never a 500 from
+// PostgreSQL), nothing is stored under the key, and a body past the limit is 413.
+func TestPayments_HostileInputIs400NamingTheField(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 4})
+	for _, tc := range []struct{ body, field string }{
+		{strings.Replace(body, `"alice"`, `"al\u0000ice"`, 1), "payee"},
+		{strings.Replace(body, `"book"`, "\"bo\xffok\"", 1), "description"},
+		{strings.Replace(body, `"ord-1"`, `"\udc00"`, 1), "merchant_order_no"},
+	} {
+		r := e.pay("pay-h", tc.body)
+		if r.status != 400 || r.body["type"] != "/problems/invalid-field" || r.body["field"] != tc.field {
+			t.Errorf("%s: %+v; want 400 invalid-field naming %s", tc.field, r, tc.field)
+		}
+	}
+	if r := e.pay("pay-h", body); r.status != 201 || r.header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the corrected body under the same key: %+v", r)
+	}
+	if r := e.pay("pay-big", `{"payee":"`+strings.Repeat("x", 20<<10)+`"}`); r.status != 413 {
+		t.Errorf("a 20 KiB body: %+v; want 413", r)
+	}
+	for path, field := range map[string]string{"/v1/payments/pay_%00x": "path", "/v1/payments/pay_1?q=%ff": "q"} {
+		req, _ := http.NewRequest("GET", e.w.APIURL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+e.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&p)
+		res.Body.Close()
+		if res.StatusCode != 400 || p["field"] != field {
+			t.Errorf("GET %s: %d %v; want 400 naming %s", path, res.StatusCode, p, field)
+		}
+	}
+}

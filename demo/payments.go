@@ -62,6 +62,9 @@ type chargeBody struct {
 // parameter is not the business outcome, so the same key with a corrected body executes. A
 // declined charge (paysim's verdict) is the business outcome: it fails the key and is replayed.
 func validateCharge(raw []byte) error {
+	if err := refuseHostileJSON(raw); err != nil {
+		return err
+	}
 	var b struct {
 		AmountMinor     *json.Number `json:"amount_minor"`
 		Currency        *string      `json:"currency"`
@@ -212,5 +215,5 @@ func (s *Service) Handler() http.Handler {
 		}
 		c.JSON(http.StatusOK, ps[0])
 	})
-	return r
+	return refuseHostileText(r)
 }

@@ -30,6 +30,10 @@ func newReconcileChannelCmd() *cobra.Command {
 				return err
 			}
 			defer d.Close()
+			secret, err := digestSecret(cmd, d) // the change is audited, sealed under its key
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			before, err := r.ChannelTenants(ctx, args[0])
 			if err != nil {
@@ -40,7 +44,7 @@ func newReconcileChannelCmd() *cobra.Command {
 				if tenants, err = reconcile.SetChannelTenants(ctx, tx, args[0], tenants, actor); err != nil {
 					return err
 				}
-				return console.NewAuditLog(d.DB).Append(ctx, tx, console.Entry{Actor: actor, Action: "reconcile.channel.set_tenants",
+				return console.NewAuditLog(d.DB, secret).Append(ctx, tx, console.Entry{Actor: actor, Action: "reconcile.channel.set_tenants",
 					Target: "channel:" + args[0], Detail: map[string]any{"tenants": tenants, "before": before}})
 			})
 			if err != nil {
@@ -87,6 +91,7 @@ func newReconcileChannelCmd() *cobra.Command {
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per channel account")
+	cmd.PersistentFlags().String("digest-secret", "", "deployment secret (env IDEMOPS_DIGEST_SECRET): the audit log's key is derived from it")
 	cmd.AddCommand(setTenants, list)
 	return cmd
 }

@@ -13,7 +13,7 @@ func TestReconcileChannel_SetTenantsListsAndAudits(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	run := func(args ...string) (string, error) {
-		return runIdemops(t, append(append([]string{"reconcile", "channel"}, args...), "--database-url", url)...)
+		return runIdemops(t, append(append([]string{"reconcile", "channel"}, args...), "--database-url", url, "--digest-secret", auditTestSecret)...)
 	}
 	if _, err := run("set-tenants", "wechat-1900000109", " , "); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "tenants") {
 		t.Fatalf("empty tenant list: %v", err)

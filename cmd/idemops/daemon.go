@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
@@ -196,6 +197,14 @@ func newDaemonCmd() *cobra.Command {
 			if err := d.Start(life); err != nil {
 				return err
 			}
+			if every, _ := f.GetDuration("audit-head-every"); every > 0 {
+				secret, err := digestSecret(cmd, db)
+				if err != nil {
+					return err
+				}
+				audit, logger := console.NewAuditLog(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+				go logAuditHeads(life, audit, logger, every)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
 			<-cmd.Context().Done()
 			fmt.Fprintln(cmd.OutOrStdout(), "stopping: finishing the batches in hand")
@@ -211,7 +220,42 @@ func newDaemonCmd() *cobra.Command {
 	f.Duration("renew-every", 5*time.Second, "leader lease renewal interval (at most half the TTL)")
 	f.Duration("shutdown-timeout", 30*time.Second, "how long a stop waits for the batch in hand")
 	f.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464); empty: off")
+	f.Duration("audit-head-every", time.Minute, "verify the audit log's new rows and log its head (audit head seq=N hash=H) this often; 0: off")
 	return cmd
+}
+
+// logAuditHeads writes the audit log's head to the daemon's log every interval, so a checkpoint
+// lives outside the database; each time it verifies only the rows after the head it logged last.
+func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last *console.AuditHead
+	for {
+		last = logAuditHead(ctx, audit, logger, last)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// logAuditHead verifies the rows after last (all rows when nil), logs the head as
+// "audit head seq=N hash=H" (or the break it found), and returns the head to resume from.
+func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, last *console.AuditHead) *console.AuditHead {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	res, err := audit.Verify(ctx, console.VerifyOptions{From: last})
+	switch {
+	case err != nil:
+		logger.Error("audit verify", "err", err)
+		return last
+	case !res.OK():
+		logger.Error("audit chain broken", "seq", res.BadSeq, "reason", res.Reason, "last_head", last)
+		return last
+	}
+	logger.Info("audit head", "seq", res.Head.Seq, "hash", res.Head.Hash)
+	return &res.Head
 }
 
 // serveMetrics serves reg on addr until stop is called.

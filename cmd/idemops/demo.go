@@ -270,6 +270,11 @@ func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop 
 		kill()
 		return nil, err
 	}
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	go logAuditHeads(life, console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret), logger, time.Minute)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -12,6 +12,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/idemops/idemops/internal/inputcheck"
 )
 
 func main() {
@@ -48,6 +51,28 @@ func oneLine(err error) string {
 	return s
 }
 
+// checkFlagText refuses a flag or argument holding a NUL byte or bytes that are not UTF-8 (exit 2
+// naming it), before any command runs: such text would only fail later, inside PostgreSQL.
+func checkFlagText(cmd *cobra.Command, args []string) error {
+	var bad error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if bad == nil {
+			if p := inputcheck.Problem(f.Value.String()); p != "" {
+				bad = usagef("--%s: %s", f.Name, p)
+			}
+		}
+	})
+	if bad != nil {
+		return bad
+	}
+	for i, a := range args {
+		if p := inputcheck.Problem(a); p != "" {
+			return usagef("argument %d: %s", i+1, p)
+		}
+	}
+	return nil
+}
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "idemops",
@@ -58,6 +83,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().String("database-url", "", "PostgreSQL connection string (env DATABASE_URL); unset: a private cluster under --data-dir")
 	root.PersistentFlags().String("data-dir", ".idemops", "the folder that holds everything local: the private PostgreSQL (in pg/, when no database URL is given), the digest secret and the demo's paysim state (env IDEMOPS_DATA_DIR)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error { return checkFlagText(cmd, args) }
 	root.AddCommand(newMigrateCmd())
 	root.AddCommand(newDaemonCmd(), newJobsCmd())
 	root.AddCommand(newReconcileCmd())

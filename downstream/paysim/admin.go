@@ -49,7 +49,7 @@ type ChannelCharge struct {
 func (s *Server) adminInsertCharge(w http.ResponseWriter, r *http.Request) {
 	var in ChannelCharge
 	if err := decodeBody(w, r, &in); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		writeError(w, bodyStatus(err), "invalid_request", err.Error())
 		return
 	}
 	req := ChargeRequest{AmountMinor: in.AmountMinor, Currency: in.Currency, MerchantOrderNo: in.MerchantOrderNo,
@@ -99,7 +99,7 @@ type ChargeChange struct {
 func (s *Server) adminAlterCharge(w http.ResponseWriter, r *http.Request) {
 	var ch ChargeChange
 	if err := decodeBody(w, r, &ch); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		writeError(w, bodyStatus(err), "invalid_request", err.Error())
 		return
 	}
 	if ch.AmountMinor != nil && (*ch.AmountMinor <= 0 || *ch.AmountMinor > maxAmountMinor) {

@@ -62,7 +62,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	var req ChargeRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		writeError(w, bodyStatus(err), "invalid_request", err.Error())
 		return
 	}
 	if err := req.normalize(key); err != nil {

@@ -3,6 +3,8 @@ package paysim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 )
@@ -16,8 +18,12 @@ func (s *Server) createNotification(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request", fmt.Sprintf("body: larger than %d bytes", maxBodyBytes))
+		return
+	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "body: larger than 65536 bytes or unreadable")
+		writeError(w, http.StatusBadRequest, "invalid_request", "body: unreadable")
 		return
 	}
 	var obj map[string]any

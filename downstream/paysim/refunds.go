@@ -21,7 +21,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	}
 	var req RefundRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		writeError(w, bodyStatus(err), "invalid_request", err.Error())
 		return
 	}
 	switch {

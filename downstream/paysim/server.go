@@ -202,11 +202,23 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // badRequest is a client error whose message names the field.
-type badRequest struct{ msg string }
+type badRequest struct {
+	msg    string
+	status int // 0: 400
+}
+
+// bodyStatus is the status of a decodeBody error: 413 for a body past the limit, else 400.
+func bodyStatus(err error) int {
+	var br badRequest
+	if errors.As(err, &br) && br.status != 0 {
+		return br.status
+	}
+	return http.StatusBadRequest
+}
 
 func (e badRequest) Error() string { return e.msg }
 
-func badf(format string, args ...any) error { return badRequest{fmt.Sprintf(format, args...)} }
+func badf(format string, args ...any) error { return badRequest{msg: fmt.Sprintf(format, args...)} }
 
 // decodeBody reads a JSON object of at most maxBodyBytes into v, rejecting unknown fields and
 // wrong types with a message naming the field.
@@ -218,7 +230,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		var mb *http.MaxBytesError
 		switch {
 		case errors.As(err, &mb):
-			return badf("body: larger than %d bytes", maxBodyBytes)
+			return badRequest{msg: fmt.Sprintf("body: larger than %d bytes", maxBodyBytes), status: http.StatusRequestEntityTooLarge}
 		case errors.As(err, &te):
 			return badf("%s: must be a JSON %s", te.Field, te.Type.Kind())
 		case strings.HasPrefix(err.Error(), "json: unknown field "):

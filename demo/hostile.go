@@ -1,0 +1,42 @@
+package demo
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/internal/inputcheck"
+)
+
+// refuseHostileText answers 400 invalid-field before any route runs when the path or a query
+// parameter holds a NUL byte or bytes that are not UTF-8 (PostgreSQL would refuse them as a
+// 500). JSON bodies are checked by validateCharge, before anything is claimed.
+func refuseHostileText(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := inputcheck.Text("path", r.URL.Path)
+		if err == nil {
+			err = inputcheck.Values(r.URL.Query())
+		}
+		var ie *inputcheck.Error
+		if errors.As(err, &ie) {
+			b, _ := json.Marshal(httpidem.Problem{Type: "/problems/invalid-field", Title: "Invalid request parameter",
+				Status: http.StatusBadRequest, Detail: ie.Error(), Field: ie.Field})
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(b)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseHostileJSON is validateCharge's first check: a string or member name of the body with a
+// NUL byte or bytes that are not UTF-8 is refused naming its field.
+func refuseHostileJSON(raw []byte) error {
+	var ie *inputcheck.Error
+	if errors.As(inputcheck.JSON(raw), &ie) {
+		return httpidem.Refuse(ie.Field, ie.Reason)
+	}
+	return nil
+}
