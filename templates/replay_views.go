@@ -154,12 +154,12 @@ type RunRow struct {
 // RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.
 // Job and Status are its filter (kept in the URL and in the polling URL).
 type RunsView struct {
-	Rows             []RunRow
-	Poll             bool
-	PollHref         string
-	Job, Status      string
-	Filtered         bool
-	Jobs, Statuses   []string
+	Rows           []RunRow
+	Poll           bool
+	PollHref       string
+	Job, Status    string
+	Filtered       bool
+	Jobs, Statuses []string
 }
 
 // JobsView is the daemon's page.

@@ -65,7 +65,6 @@ type Chart struct {
 	EndLabel   string
 }
 
-
 // Field is one name=value pair.
 type Field struct{ Name, Value string }
 
