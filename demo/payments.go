@@ -189,6 +189,8 @@ func (s *Service) Handler() http.Handler {
 		}
 		charge(c)
 	})
+	// A local-only operation on the one-commit path: claim, rows and completion in one transaction.
+	r.POST("/v1/balance/adjustments", httpidem.Local(cfg, AdjustRoute, adjust, validateAdjustment))
 	r.GET("/problems/:name", func(c *gin.Context) { // the docs behind every problem type
 		text, ok := problemDoc(c.Param("name"))
 		if !ok {

@@ -13,9 +13,10 @@ import (
 // Every error of the payments API is application/problem+json with a distinct type: httpidem's
 // (httpidem.Problems) and these, the service's own. GET /problems/{name} documents each.
 var serviceProblems = map[string]string{
-	"payment-declined":  "The channel declined the charge. This is the request's outcome: a retry with the same key replays it; a new attempt needs a new key.",
-	"payment-not-found": "No payment with this id belongs to your credential.",
-	"not-found":         "No such resource or route.",
+	"payment-declined":     "The channel declined the charge. This is the request's outcome: a retry with the same key replays it; a new attempt needs a new key.",
+	"payment-not-found":    "No payment with this id belongs to your credential.",
+	"not-found":            "No such resource or route.",
+	"insufficient-balance": "A balance adjustment would debit more than the balance. This is the request's outcome: a retry with the same key replays it.",
 }
 
 // problemDoc returns the documentation of a problem type, the service's or httpidem's.

@@ -54,6 +54,32 @@ func serveOperation(w http.ResponseWriter, r *http.Request, cfg Config, tenant t
 	writeOutcome(w, r, cfg, op.Name(), out)
 }
 
+// LocalHandler answers a route whose effects are all rows in this database through the
+// one-commit path (claim.Store.RunLocal): the claim, fn's rows and the completion commit
+// together, so a racing duplicate waits on the unique index and replays, an error rolls the key
+// back with the rows (the retry executes), and a final *claim.Failure is recorded and replayed.
+// Validators run before anything is claimed, as for OperationHandler.
+func LocalHandler(cfg Config, route Route, fn claim.LocalFunc, validators ...Validator) http.Handler {
+	cfg = cfg.withDefaults()
+	tenant := cfg.requestTenant()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serveLocal(w, r, cfg, tenant, route, fn, validators)
+	})
+}
+
+func serveLocal(w http.ResponseWriter, r *http.Request, cfg Config, tenant tenantFunc, route Route, fn claim.LocalFunc, validators []Validator) {
+	req, ok := readRequest(w, r, cfg, route, tenant)
+	if !ok || !validate(w, cfg, req.Intent, validators) {
+		return
+	}
+	out, err := cfg.Store.RunLocal(r.Context(), req, fn)
+	if err != nil {
+		writeError(w, r, cfg, err)
+		return
+	}
+	writeOutcome(w, r, cfg, route.Operation, out)
+}
+
 // Wrap is Middleware for net/http: func(http.Handler) http.Handler with the same semantics.
 // The wrapped handler finds its transaction with TxFrom(r.Context()).
 func Wrap(cfg Config, route Route) func(http.Handler) http.Handler {

@@ -116,6 +116,15 @@ func Handler(cfg Config, op claim.Operation, validators ...Validator) gin.Handle
 	}
 }
 
+// Local is LocalHandler for gin: the one-commit path for a route whose effects are all local.
+func Local(cfg Config, route Route, fn claim.LocalFunc, validators ...Validator) gin.HandlerFunc {
+	cfg = cfg.withDefaults()
+	return func(c *gin.Context) {
+		serveLocal(c.Writer, c.Request, cfg, ginTenant(cfg, c), route, fn, validators)
+		c.Abort()
+	}
+}
+
 // Middleware wraps an ordinary gin handler (the gin adapter of Wrap). On a fresh claim the
 // handler runs with the lease and the route's transaction in the request context (Tx, Lease,
 // Complete); unless it completed or released the key itself, its response becomes the key's
