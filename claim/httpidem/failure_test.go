@@ -282,22 +282,28 @@ func testFailure_ExternalCrashIsHeldNotAnEndless409(t *testing.T, f *failingRout
 // 409, and the handler's answer is recorded, not lost to a takeover.
 func TestMiddleware_SlowHandlerKeepsItsLease(t *testing.T) {
 	w := newWorld(t, 0)
-	store, err := claim.NewStore(w.db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), LeaseTTL: time.Second})
+	const ttl = 2 * time.Second
+	store, err := claim.NewStore(w.db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), LeaseTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
+	started, gate := make(chan struct{}, 1), make(chan struct{})
 	cfg := httpidem.Config{Store: store, Service: "test", TenantFromRequest: func(*http.Request) (string, error) { return "tenant-a", nil }}
 	w.srv = httptest.NewServer(httpidem.Wrap(cfg, httpidem.Route{Operation: "report.build"})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		time.Sleep(1800 * time.Millisecond)
+		started <- struct{}{}
+		<-gate // the handler runs until the test has retried, however slow the machine
 		rw.WriteHeader(201)
 	})))
 	t.Cleanup(w.srv.Close)
 	done := make(chan resp)
 	go func() { done <- w.post("/", "", []string{"k-slow"}, `{}`) }()
-	time.Sleep(1300 * time.Millisecond) // past one TTL
-	if r := w.post("/", "", []string{"k-slow"}, `{}`); r.status != 409 {
+	<-started
+	time.Sleep(ttl + ttl/3) // past one TTL: only the renewals keep the lease
+	r := w.post("/", "", []string{"k-slow"}, `{}`)
+	close(gate)
+	if r.status != 409 {
 		t.Fatalf("retry while the slow handler runs: %+v", r)
 	}
 	if r := <-done; r.status != 201 || calls.Load() != 1 {
