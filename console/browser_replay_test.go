@@ -111,6 +111,15 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 		t.Errorf("bulk progress %q", got)
 	}
 	br.shot("bulk-done")
+	// A selection a guard refuses entirely (the recorded key is completed): the start is disabled
+	// and says why.
+	br.step("refused-only search", chromedp.Navigate(base+"/keys?tenant=acme&state=completed"), chromedp.WaitVisible(`#select-page`),
+		chromedp.Click(`#select-page`), chromedp.WaitVisible(`#select-all-matching`), chromedp.Click(`#select-all-matching`),
+		chromedp.WaitVisible(`#start-bulk-disabled`))
+	if got := br.text(`#start-bulk-why`); !strings.Contains(got, "Nothing to start: a guard refuses all") {
+		t.Errorf("refused-only bulk preview says %q", got)
+	}
+	br.shot("bulk-refused-only")
 
 	// The jobs page: run a job now and watch its progress arrive by polling.
 	br.step("jobs", chromedp.Navigate(base+"/jobs"), chromedp.WaitVisible(`#run-sweep`))
