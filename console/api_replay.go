@@ -175,11 +175,13 @@ func (s *Server) apiReplayApprove(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiBulkPreview is POST /api/v1/replays/bulk {"filter": {"state": "failed_retryable", ...}}:
-// the key search's filters (as on GET /api/v1/keys); 201 with the previewed run.
+// apiBulkPreview is POST /api/v1/replays/bulk {"filter": {"state": "failed_retryable", ...}, "ids": [..]}:
+// the key search's filters (as on GET /api/v1/keys), or the keys picked by id; 200 with the
+// preview (keys, versions, predictions, counts) and the plan and token that start it. Writes nothing.
 func (s *Server) apiBulkPreview(c *gin.Context, r *request) error {
 	var b struct {
 		Filter map[string]string `json:"filter"`
+		IDs    []int64           `json:"ids"`
 	}
 	if err := bindJSON(c, &b); err != nil {
 		return err
@@ -192,13 +194,16 @@ func (s *Server) apiBulkPreview(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
+	if len(b.IDs) > s.cfg.BulkCap {
+		return inputErr("ids", "%d keys selected; a bulk replay takes at most %d", len(b.IDs), s.cfg.BulkCap)
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
 	defer cancel()
-	run, err := s.previewBulk(ctx, r.op, r.ip, f)
+	p, err := s.previewBulk(ctx, r.op, f, b.IDs)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusCreated, run)
+	c.JSON(http.StatusOK, p)
 	return nil
 }
 
@@ -225,13 +230,12 @@ func (s *Server) apiBulk(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiBulkStart is POST /api/v1/replays/bulk/{id}/start {reason}: 202; poll GET for progress.
+// apiBulkStart is POST /api/v1/replays/bulk/start {plan, token, reason} (plan and token from the
+// preview): 202 with the run, created and started in one step; poll GET for progress.
 func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	var b struct {
+		Plan   string `json:"plan"`
+		Token  string `json:"token"`
 		Reason string `json:"reason"`
 	}
 	if err := bindJSON(c, &b); err != nil {
@@ -239,7 +243,7 @@ func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.startBulk(ctx, r.op, r.ip, id, b.Reason)
+	run, err := s.startBulk(ctx, r.op, r.ip, b.Plan, b.Token, b.Reason)
 	if err != nil {
 		return err
 	}

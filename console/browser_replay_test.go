@@ -90,8 +90,17 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 
 	// A bulk replay of the EUR keys, with live progress.
 	br.step("search", chromedp.Navigate(base+"/keys?state=failed_retryable&field=currency&value=EUR"), chromedp.WaitVisible(`table.keys`))
-	br.step("bulk preview", chromedp.Click(`#bulk-replay summary`), chromedp.Click(`#preview-bulk`),
+	// Ticking every key of the page offers every key matching the filter (River UI #590).
+	br.step("select the page", chromedp.WaitVisible(`#select-page`), chromedp.Click(`#select-page`), chromedp.WaitVisible(`#select-all-banner`))
+	if got := br.text(`#select-all-banner`); !strings.Contains(got, "All 4 keys on this page are selected.") || !strings.Contains(got, "Select all 4 keys matching this filter") {
+		t.Errorf("select-all banner %q", got)
+	}
+	br.shot("bulk-select-all")
+	br.step("bulk preview", chromedp.Click(`#select-all-matching`),
 		chromedp.WaitVisible(`#start-bulk-confirm summary`), chromedp.Click(`#start-bulk-confirm summary`), chromedp.WaitVisible(`#bulk-form`))
+	if n := b.count(`SELECT count(*) FROM replay_bulk_runs`); n != 0 {
+		t.Errorf("the bulk preview stored %d runs, want none", n)
+	}
 	if got := br.text(`#start-bulk-confirm .consequence`); !strings.Contains(got, "Each key is replayed now") {
 		t.Errorf("the bulk start's confirmation says %q, want its consequence", got)
 	}
@@ -102,6 +111,15 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 		t.Errorf("bulk progress %q", got)
 	}
 	br.shot("bulk-done")
+	// A selection a guard refuses entirely (the recorded key is completed): the start is disabled
+	// and says why.
+	br.step("refused-only search", chromedp.Navigate(base+"/keys?tenant=acme&state=completed"), chromedp.WaitVisible(`#select-page`),
+		chromedp.Click(`#select-page`), chromedp.WaitVisible(`#select-all-matching`), chromedp.Click(`#select-all-matching`),
+		chromedp.WaitVisible(`#start-bulk-disabled`))
+	if got := br.text(`#start-bulk-why`); !strings.Contains(got, "Nothing to start: a guard refuses all") {
+		t.Errorf("refused-only bulk preview says %q", got)
+	}
+	br.shot("bulk-refused-only")
 
 	// The jobs page: run a job now and watch its progress arrive by polling.
 	br.step("jobs", chromedp.Navigate(base+"/jobs"), chromedp.WaitVisible(`#run-sweep`))

@@ -2,6 +2,9 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +18,10 @@ import (
 	"github.com/idemops/idemops/claim"
 )
 
-// A bulk replay takes everything a key search matches, up to BulkCap keys: the preview fixes
-// the keys, the version each was at and what a replay of each would do (counts by state and by
-// prediction); starting it (once: previewed → running) replays each key through the same guarded
+// A bulk replay takes the keys picked on the search page or everything a key search matches, up
+// to BulkCap keys: the preview fixes the keys, the version each was at and what a replay of each
+// would do (counts by state and by prediction) and writes nothing; starting it (once, by the
+// preview's HMAC confirmation) creates the run and replays each key through the same guarded
 // path as a single replay (requestReplay: version-bound, four-eyes above the amount, audited),
 // in the background, with progress on the run's row.
 
@@ -63,7 +67,7 @@ type BulkCounts struct {
 const bulkRunColumns = `id, operator_id, operator, filter, reason, state, total, processed, capped, counts::text AS counts,
 	results::text AS results, created_at, started_at, finished_at, updated_at`
 
-// getBulkRun reads a run; only the operator who previewed it sees it (its keys are within their
+// getBulkRun reads a run; only the operator who started it sees it (its keys are within their
 // tenants, not necessarily within another operator's), and only while their tenants still cover
 // its keys' (scope.go).
 func (s *Server) getBulkRun(ctx context.Context, op *Operator, id int64) (*BulkRun, error) {
@@ -91,8 +95,8 @@ func (s *Server) bulkItems(ctx context.Context, runID int64) ([]BulkItem, error)
 	return items, nil
 }
 
-// matchingKeys collects up to limit+1 keys of the search, newest first, with their full rows.
-func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, limit int) ([]claim.Key, error) {
+// matchingIDs collects the ids of up to limit+1 keys of the search, newest first.
+func (s *Server) matchingIDs(ctx context.Context, op *Operator, f KeyFilter, limit int) ([]int64, error) {
 	f.After, f.Limit = nil, 200
 	var ids []int64
 	for page := 0; page <= limit/200+1 && len(ids) <= limit; page++ {
@@ -110,6 +114,28 @@ func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, li
 	}
 	if len(ids) > limit+1 {
 		ids = ids[:limit+1]
+	}
+	return ids, nil
+}
+
+// countMatching counts the keys of a search up to BulkCap (more says more match): the "N" of
+// "select all N matching this filter".
+func (s *Server) countMatching(ctx context.Context, op *Operator, f KeyFilter) (n int, more bool, err error) {
+	ids, err := s.matchingIDs(ctx, op, f, s.cfg.BulkCap)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(ids) > s.cfg.BulkCap {
+		return s.cfg.BulkCap, true, nil
+	}
+	return len(ids), false, nil
+}
+
+// matchingKeys collects up to limit+1 keys of the search, newest first, with their full rows.
+func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, limit int) ([]claim.Key, error) {
+	ids, err := s.matchingIDs(ctx, op, f, limit)
+	if err != nil {
+		return nil, err
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -139,18 +165,137 @@ func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, li
 // bulkLookups is how many downstream lookups a bulk preview runs at once.
 const bulkLookups = 4
 
-// previewBulk fixes the keys of a bulk replay and predicts each one's outcome.
-func (s *Server) previewBulk(ctx context.Context, op *Operator, ip string, f KeyFilter) (*BulkRun, error) {
-	keys, err := s.matchingKeys(ctx, op, f, s.cfg.BulkCap)
+// bulkPlanTTL is how long a bulk preview can be started from.
+const bulkPlanTTL = 30 * time.Minute
+
+// BulkPlan is a bulk preview: the keys it fixes with their versions, states and predictions,
+// and the confirmation that starts exactly them. A preview writes nothing; Plan and Token travel
+// in the start form (hidden fields) and come back with it.
+type BulkPlan struct {
+	Filter   string     `json:"filter"`
+	Selected bool       `json:"selected"` // keys picked by hand on the search page, not the whole filter
+	Capped   bool       `json:"capped"`
+	Total    int        `json:"total"`
+	Counts   BulkCounts `json:"counts"`
+	Items    []BulkItem `json:"items"`
+	// Plan is the selection as the start form carries it, Token its HMAC for this operator.
+	Plan    string    `json:"plan"`
+	Token   string    `json:"token"`
+	Expires time.Time `json:"expires_at"`
+}
+
+// Plan encoding: "b1|expiry|nonce|capped|selected|filter|items", items "id.version.state.predicted"
+// joined by "-"; filter is a URL query (its "|" escaped). Bound to the operator by the MAC.
+func (s *Server) bulkMAC(op *Operator, plan string) string {
+	m := hmac.New(sha256.New, s.tokenKey())
+	fmt.Fprintf(m, "bulk|%d|%s", op.ID, plan)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func encodePlan(exp time.Time, nonce string, capped, selected bool, filter string, items []BulkItem) string {
+	b := func(v bool) string {
+		if v {
+			return "1"
+		}
+		return "0"
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "b1|%d|%s|%s|%s|%s|", exp.Unix(), nonce, b(capped), b(selected), filter)
+	for i, it := range items {
+		if i > 0 {
+			sb.WriteByte('-')
+		}
+		fmt.Fprintf(&sb, "%d.%d.%s.%s", it.KeyID, it.KeyVersion, it.KeyState, it.Predicted)
+	}
+	return sb.String()
+}
+
+// checkPlan verifies a start form's plan and token and decodes it; anything altered, another
+// operator's or expired is a 400 naming the field, and nothing is written.
+func (s *Server) checkPlan(op *Operator, plan, token string) (*BulkPlan, error) {
+	if len(plan) > maxBody || !hmac.Equal([]byte(s.bulkMAC(op, plan)), []byte(strings.TrimSpace(token))) {
+		return nil, inputErr("token", "is not a bulk preview of yours or was altered; preview the bulk replay again")
+	}
+	parts := strings.SplitN(plan, "|", 7)
+	if len(parts) != 7 || parts[0] != "b1" {
+		return nil, inputErr("plan", "cannot be read; preview the bulk replay again")
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil {
-		return nil, err
+		return nil, inputErr("plan", "cannot be read; preview the bulk replay again")
 	}
-	capped := len(keys) > s.cfg.BulkCap
-	if capped {
-		keys = keys[:s.cfg.BulkCap]
+	if time.Now().After(time.Unix(exp, 0)) {
+		return nil, inputErr("token", "this preview expired at %s; preview the bulk replay again", time.Unix(exp, 0).UTC().Format("15:04:05 UTC"))
 	}
-	if len(keys) == 0 {
-		return nil, inputErr("filter", "no key matches this search")
+	p := &BulkPlan{Capped: parts[3] == "1", Selected: parts[4] == "1", Filter: parts[5], Plan: plan, Token: token,
+		Expires: time.Unix(exp, 0), Counts: BulkCounts{ByState: map[string]int{}, ByOutcome: map[string]int{}}}
+	raw := strings.Split(parts[6], "-")
+	if parts[6] == "" || len(raw) > s.cfg.BulkCap {
+		return nil, inputErr("plan", "holds no keys or more than %d", s.cfg.BulkCap)
+	}
+	for i, r := range raw {
+		f := strings.Split(r, ".")
+		if len(f) != 4 {
+			return nil, inputErr("plan", "key %d cannot be read", i+1)
+		}
+		id, err1 := strconv.ParseInt(f[0], 10, 64)
+		version, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil || !isState(claim.State(f[2])) || predictionLabels[f[3]] == "" {
+			return nil, inputErr("plan", "key %d cannot be read", i+1)
+		}
+		p.Items = append(p.Items, BulkItem{Seq: i + 1, KeyID: id, KeyVersion: version, KeyState: f[2], Predicted: f[3]})
+		p.Counts.ByState[f[2]]++
+		p.Counts.ByOutcome[f[3]]++
+	}
+	p.Total = len(p.Items)
+	return p, nil
+}
+
+// selectedKeys reads the keys op picked by id, newest first; ids outside op's tenants or gone
+// are left out (the preview lists what it takes).
+func (s *Server) selectedKeys(ctx context.Context, op *Operator, ids []int64) ([]claim.Key, error) {
+	cond, args, none := tenantCondition(op)
+	if none {
+		return nil, nil
+	}
+	sql := `SELECT ` + claim.KeyColumns + ` FROM idempotency_keys WHERE id IN ?`
+	all := append([]any{ids}, args...)
+	if cond != "" {
+		sql += " AND " + cond
+	}
+	var keys []claim.Key
+	if err := s.db.WithContext(ctx).Raw(sql+" ORDER BY created_at DESC, id DESC", all...).Scan(&keys).Error; err != nil {
+		return nil, fmt.Errorf("read selected keys: %w", err)
+	}
+	return keys, nil
+}
+
+// previewBulk fixes the keys of a bulk replay (the ids picked, else everything the search
+// matches up to BulkCap) and predicts each one's outcome. It writes nothing.
+func (s *Server) previewBulk(ctx context.Context, op *Operator, f KeyFilter, ids []int64) (*BulkPlan, error) {
+	var keys []claim.Key
+	var err error
+	capped := false
+	if len(ids) > 0 {
+		if len(ids) > s.cfg.BulkCap {
+			return nil, inputErr("id", "%d keys selected; a bulk replay takes at most %d", len(ids), s.cfg.BulkCap)
+		}
+		if keys, err = s.selectedKeys(ctx, op, ids); err != nil {
+			return nil, err
+		}
+		if len(keys) == 0 {
+			return nil, inputErr("id", "none of the selected keys is visible to you")
+		}
+	} else {
+		if keys, err = s.matchingKeys(ctx, op, f, s.cfg.BulkCap); err != nil {
+			return nil, err
+		}
+		if capped = len(keys) > s.cfg.BulkCap; capped {
+			keys = keys[:s.cfg.BulkCap]
+		}
+		if len(keys) == 0 {
+			return nil, inputErr("filter", "no key matches this search")
+		}
 	}
 	predicted := make([]Prediction, len(keys))
 	lctx, cancel := context.WithTimeout(ctx, s.cfg.BulkPreviewTimeout)
@@ -170,25 +315,57 @@ func (s *Server) previewBulk(ctx context.Context, op *Operator, ip string, f Key
 		}(i)
 	}
 	wg.Wait()
-	counts := BulkCounts{ByState: map[string]int{}, ByOutcome: map[string]int{}}
+	p := &BulkPlan{Filter: f.Query().Encode(), Selected: len(ids) > 0, Capped: capped, Total: len(keys),
+		Counts: BulkCounts{ByState: map[string]int{}, ByOutcome: map[string]int{}}}
 	for i, k := range keys {
-		counts.ByState[string(k.State)]++
-		counts.ByOutcome[string(predicted[i])]++
+		p.Counts.ByState[string(k.State)]++
+		p.Counts.ByOutcome[string(predicted[i])]++
+		p.Items = append(p.Items, BulkItem{Seq: i + 1, KeyID: k.ID, KeyVersion: k.Version, KeyState: string(k.State),
+			Predicted: string(predicted[i])})
 	}
-	countsJSON, _ := json.Marshal(counts)
-	filter := f.Query().Encode()
-	var run BulkRun
+	p.Expires = time.Now().Add(bulkPlanTTL)
+	p.Plan = encodePlan(p.Expires, randomSecret(12), p.Capped, p.Selected, p.Filter, p.Items)
+	p.Token = s.bulkMAC(op, p.Plan)
+	return p, nil
+}
+
+// allRefused says whether a guard refuses every key of a plan (nothing to start).
+func (p *BulkPlan) allRefused() bool {
+	return p.Total > 0 && p.Counts.ByOutcome[string(PredictRefused)] == p.Total
+}
+
+// startBulk starts a previewed selection: checks the confirmation (this operator's, unaltered,
+// not expired, not used), creates the run with its items as running, audits the start with the
+// selection, and replays the keys in the background. Single-use by the confirmation's hash.
+func (s *Server) startBulk(ctx context.Context, op *Operator, ip, plan, token, reason string) (*BulkRun, error) {
+	p, err := s.checkPlan(op, plan, token)
+	if err != nil {
+		return nil, err
+	}
+	if reason, err = checkReason(reason); err != nil {
+		return nil, err
+	}
+	if p.allRefused() {
+		return nil, refused("nothing to start: a guard refuses all %d keys of this bulk replay", p.Total)
+	}
+	countsJSON, _ := json.Marshal(p.Counts)
+	hash := tokenHash("bulk-start", plan)
+	var runID int64
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var ids []int64
-		if err := tx.Raw(`INSERT INTO replay_bulk_runs (operator_id, operator, filter, total, capped, counts)
-			VALUES (?, ?, ?, ?, ?, ?) RETURNING id`, op.ID, op.Name, filter, len(keys), capped, string(countsJSON)).
-			Scan(&ids).Error; err != nil {
+		if err := tx.Raw(`INSERT INTO replay_bulk_runs (operator_id, operator, filter, reason, state, total, capped, counts,
+			started_at, confirm_hash) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, now(), ?)
+			ON CONFLICT (confirm_hash) DO NOTHING RETURNING id`, op.ID, op.Name, p.Filter, reason, p.Total, p.Capped,
+			string(countsJSON), hash).Scan(&ids).Error; err != nil {
 			return fmt.Errorf("insert bulk run: %w", err)
 		}
-		run.ID = ids[0]
+		if len(ids) == 0 {
+			return nil
+		}
+		runID = ids[0]
 		// 100 rows per statement: a 500-key run is five round trips.
-		for start := 0; start < len(keys); start += 100 {
-			end := min(start+100, len(keys))
+		for start := 0; start < len(p.Items); start += 100 {
+			end := min(start+100, len(p.Items))
 			var sb strings.Builder
 			args := make([]any, 0, 6*(end-start))
 			sb.WriteString(`INSERT INTO replay_bulk_items (run_id, seq, key_id, key_version, key_state, predicted) VALUES `)
@@ -196,57 +373,35 @@ func (s *Server) previewBulk(ctx context.Context, op *Operator, ip string, f Key
 				if i > start {
 					sb.WriteString(", ")
 				}
+				it := p.Items[i]
 				sb.WriteString("(?, ?, ?, ?, ?, ?)")
-				args = append(args, run.ID, i+1, keys[i].ID, keys[i].Version, string(keys[i].State), string(predicted[i]))
+				args = append(args, runID, it.Seq, it.KeyID, it.KeyVersion, it.KeyState, it.Predicted)
 			}
 			if err := tx.Exec(sb.String(), args...).Error; err != nil {
 				return fmt.Errorf("insert bulk items: %w", err)
 			}
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "replay.bulk_preview",
-			Target: fmt.Sprintf("bulk:%d", run.ID), Tenant: f.Tenant,
-			Detail: map[string]any{"filter": filter, "total": len(keys), "capped": capped, "counts": counts}})
-	})
-	if err != nil {
-		return nil, err
-	}
-	return s.getBulkRun(ctx, op, run.ID)
-}
-
-// startBulk starts a previewed run once, with a reason, and replays its keys in the background.
-func (s *Server) startBulk(ctx context.Context, op *Operator, ip string, id int64, reason string) (*BulkRun, error) {
-	run, err := s.getBulkRun(ctx, op, id)
-	if err != nil {
-		return nil, err
-	}
-	if reason, err = checkReason(reason); err != nil {
-		return nil, err
-	}
-	var bc BulkCounts
-	if json.Unmarshal(run.Counts, &bc) == nil && run.Total > 0 && bc.ByOutcome[string(PredictRefused)] == run.Total {
-		return nil, refused("nothing to start: a guard refuses all %d keys of bulk replay %d", run.Total, id)
-	}
-	started := false
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var ids []int64
-		if err := tx.Raw(`UPDATE replay_bulk_runs SET state = 'running', reason = ?, started_at = now(), updated_at = now()
-			WHERE id = ? AND state = 'previewed' AND operator_id = ? RETURNING id`, reason, id, op.ID).Scan(&ids).Error; err != nil {
-			return fmt.Errorf("start bulk run %d: %w", id, err)
-		}
-		if started = len(ids) == 1; !started {
-			return nil
+		keyIDs := make([]int64, len(p.Items))
+		for i, it := range p.Items {
+			keyIDs[i] = it.KeyID
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "replay.bulk_start",
-			Target: fmt.Sprintf("bulk:%d", id), Detail: map[string]any{"total": run.Total, "reason": reason, "filter": run.Filter}})
+			Target: fmt.Sprintf("bulk:%d", runID), Detail: map[string]any{"filter": p.Filter, "selected": p.Selected,
+				"total": p.Total, "capped": p.Capped, "counts": p.Counts, "reason": reason, "keys": keyIDs}})
 	})
 	if err != nil {
 		return nil, err
 	}
-	if !started {
-		return nil, refused("bulk replay %d is %s: it is started once", id, run.State)
+	if runID == 0 {
+		var prior []int64
+		_ = s.db.WithContext(ctx).Raw(`SELECT id FROM replay_bulk_runs WHERE confirm_hash = ?`, hash).Scan(&prior).Error
+		if len(prior) == 1 {
+			return nil, refused("this preview was already started as bulk replay %d: a preview starts once", prior[0])
+		}
+		return nil, refused("this preview was already started: a preview starts once")
 	}
-	s.background(func(bg context.Context) { s.runBulk(bg, op, ip, id, reason) })
-	return s.getBulkRun(ctx, op, id)
+	s.background(func(bg context.Context) { s.runBulk(bg, op, ip, runID, reason) })
+	return s.getBulkRun(ctx, op, runID)
 }
 
 // runBulk replays each key of a started run through requestReplay, recording each result as

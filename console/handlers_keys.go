@@ -57,6 +57,14 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 		v.BulkFields = append(v.BulkFields, templates.Field{Name: name, Value: vals[0]})
 	}
 	sort.Slice(v.BulkFields, func(i, j int) bool { return v.BulkFields[i].Name < v.BulkFields[j].Name })
+	if r.op.Role >= RoleOperator && len(rows) > 0 {
+		v.BulkCap = s.cfg.BulkCap
+		if v.IsFirst && next == nil && len(rows) <= s.cfg.BulkCap {
+			v.Matching = len(rows)
+		} else if v.Matching, v.MatchingMore, err = s.countMatching(ctx, r.op, f); err != nil {
+			return err
+		}
+	}
 	if next != nil {
 		nq := f.Query()
 		nq.Set("after", next.String())

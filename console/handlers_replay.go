@@ -267,35 +267,83 @@ func bulkFilter(q url.Values) (KeyFilter, error) {
 	return ParseKeyFilter(q)
 }
 
-// bulkPreviewPage is POST /replays/bulk: the search's filters in, a previewed run out.
-func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
-	if err := c.Request.ParseForm(); err != nil {
-		return inputErr("form", "could not be read")
-	}
+// bulkFilterFields are the key search's filters a bulk preview form carries.
+var bulkFilterFields = []string{"tenant", "operation", "state", "from", "to", "digest", "field", "value", "attention"}
+
+// bulkSelection reads a bulk preview's form: the search's filters, and the keys picked on the
+// search page (id, repeated) unless scope=all asks for everything the filter matches.
+func (s *Server) bulkSelection(form url.Values) (KeyFilter, []int64, error) {
 	q := url.Values{}
-	for _, k := range []string{"tenant", "operation", "state", "from", "to", "digest", "field", "value", "attention"} {
-		if v := c.Request.PostForm.Get(k); v != "" {
+	for _, k := range bulkFilterFields {
+		if v := form.Get(k); v != "" {
 			q.Set(k, v)
 		}
 	}
 	f, err := bulkFilter(q)
 	if err != nil {
+		return f, nil, err
+	}
+	if form.Get("scope") == "all" {
+		return f, nil, nil
+	}
+	raw := form["id"]
+	if len(raw) > s.cfg.BulkCap {
+		return f, nil, inputErr("id", "%d keys selected; a bulk replay takes at most %d", len(raw), s.cfg.BulkCap)
+	}
+	if form.Get("scope") == "selected" && len(raw) == 0 {
+		return f, nil, inputErr("id", "no key selected: tick the keys to replay, or take every key matching the filter")
+	}
+	ids := make([]int64, 0, len(raw))
+	for _, v := range raw {
+		id, err := parseID(v)
+		if err != nil {
+			return f, nil, inputErr("id", "%q is not a key id", truncate(v, 20))
+		}
+		ids = append(ids, id)
+	}
+	return f, ids, nil
+}
+
+// bulkPreviewPage is POST /replays/bulk: the search's filters (and the keys picked) in, the
+// preview page out, with the start form carrying the selection under its HMAC. Writes nothing.
+func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
+	if err := c.Request.ParseForm(); err != nil {
+		return inputErr("form", "could not be read")
+	}
+	f, ids, err := s.bulkSelection(c.Request.PostForm)
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
 	defer cancel()
-	run, err := s.previewBulk(ctx, r.op, r.ip, f)
+	p, err := s.previewBulk(ctx, r.op, f, ids)
 	if err != nil {
 		return err
 	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/bulk/%d", run.ID))
+	s.render(c, http.StatusOK, templates.BulkPage(chrome(r, "replays"), s.bulkPlanView(p, r.op)))
 	return nil
+}
+
+// bulkPlanView is the preview page of a plan: counts, keys, and the start form.
+func (s *Server) bulkPlanView(p *BulkPlan, op *Operator) templates.BulkView {
+	v := templates.BulkView{Preview: true, StartHref: "/replays/bulk/start", FilterHref: "/keys?" + p.Filter,
+		Filter: p.Filter, State: "preview", Operator: op.Name, Total: p.Total, Capped: p.Capped, Cap: s.cfg.BulkCap,
+		Selected: p.Selected, Plan: p.Plan, Token: p.Token, Expires: p.Expires}
+	v.ByState, v.ByOutcome = counts(p.Counts.ByState, nil), counts(p.Counts.ByOutcome, predictionLabels)
+	if p.allRefused() {
+		v.NoneReplayable = fmt.Sprintf("Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
+	}
+	for _, it := range p.Items {
+		v.Items = append(v.Items, templates.BulkItemRow{Seq: it.Seq, KeyID: it.KeyID, KeyHref: fmt.Sprintf("/keys/%d", it.KeyID),
+			KeyState: it.KeyState, KeyVersion: it.KeyVersion, Predicted: predictionLabels[it.Predicted]})
+	}
+	return v
 }
 
 func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView, error) {
 	v := templates.BulkView{ID: run.ID, Href: fmt.Sprintf("/replays/bulk/%d", run.ID),
-		ProgressHref: fmt.Sprintf("/replays/bulk/%d/progress", run.ID), StartHref: fmt.Sprintf("/replays/bulk/%d/start", run.ID),
-		FilterHref: "/keys?" + run.Filter, Filter: run.Filter, State: run.State, Operator: run.Operator,
+		ProgressHref: fmt.Sprintf("/replays/bulk/%d/progress", run.ID),
+		FilterHref:   "/keys?" + run.Filter, Filter: run.Filter, State: run.State, Operator: run.Operator,
 		Total: run.Total, Processed: run.Processed, Capped: run.Capped, Cap: s.cfg.BulkCap}
 	if run.Reason != nil {
 		v.Reason = *run.Reason
@@ -303,9 +351,6 @@ func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView
 	var bc BulkCounts
 	_ = json.Unmarshal(run.Counts, &bc)
 	v.ByState, v.ByOutcome = counts(bc.ByState, nil), counts(bc.ByOutcome, predictionLabels)
-	if refused := bc.ByOutcome[string(PredictRefused)]; run.State == "previewed" && refused == run.Total {
-		v.NoneReplayable = fmt.Sprintf("Nothing to start: a guard refuses all %d keys of this search (their states or live leases, listed below). Change the search.", run.Total)
-	}
 	var results map[string]int
 	_ = json.Unmarshal(run.Results, &results)
 	v.Results = counts(results, resultLabels)
@@ -315,7 +360,7 @@ func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView
 	}
 	for _, it := range items {
 		row := templates.BulkItemRow{Seq: it.Seq, KeyID: it.KeyID, KeyHref: fmt.Sprintf("/keys/%d", it.KeyID),
-			KeyState: it.KeyState, Predicted: predictionLabels[it.Predicted]}
+			KeyState: it.KeyState, KeyVersion: it.KeyVersion, Predicted: predictionLabels[it.Predicted]}
 		if it.Result != nil {
 			row.Result = *it.Result
 		}
@@ -364,17 +409,15 @@ func (s *Server) loadBulkView(c *gin.Context, r *request) (templates.BulkView, e
 	return s.bulkView(ctx, run)
 }
 
-// bulkStartPage is POST /replays/bulk/{id}/start.
+// bulkStartPage is POST /replays/bulk/start {plan, token, reason}: creates the previewed run and
+// starts it in one step, then shows its progress.
 func (s *Server) bulkStartPage(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := s.startBulk(ctx, r.op, r.ip, c.PostForm("plan"), c.PostForm("token"), c.PostForm("reason"))
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	if _, err := s.startBulk(ctx, r.op, r.ip, id, c.PostForm("reason")); err != nil {
-		return err
-	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/bulk/%d", id))
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/bulk/%d", run.ID))
 	return nil
 }

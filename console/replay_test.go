@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -501,9 +502,31 @@ func (b *bundle) waitBulk(id int64) {
 	b.t.Fatalf("bulk run %d did not finish", id)
 }
 
+// bulkRows counts what a bulk preview must not write: runs, items, replay requests, audit rows.
+func (b *bundle) bulkRows() [4]int64 {
+	return [4]int64{b.count(`SELECT count(*) FROM replay_bulk_runs`), b.count(`SELECT count(*) FROM replay_bulk_items`),
+		b.count(`SELECT count(*) FROM replay_requests`), b.count(`SELECT count(*) FROM audit_log`)}
+}
+
+var (
+	bulkPlanRe  = regexp.MustCompile(`name="plan" value="([^"]*)"`)
+	bulkTokenRe = regexp.MustCompile(`name="token" value="([^"]*)"`)
+)
+
+// bulkStartForm reads the start form's hidden plan and token off a bulk preview page.
+func bulkStartForm(t *testing.T, page string) url.Values {
+	t.Helper()
+	p, k := bulkPlanRe.FindStringSubmatch(page), bulkTokenRe.FindStringSubmatch(page)
+	if p == nil || k == nil {
+		t.Fatalf("no start form on the bulk preview: %s", truncate(page, 300))
+	}
+	return url.Values{"plan": {html.UnescapeString(p[1])}, "token": {html.UnescapeString(k[1])}}
+}
+
 // TestBulkReplay_PreviewCountsGuardsCapAndResults: a bulk replay of a search previews counts by
-// state and outcome, takes at most the cap, is started once with a reason, applies the single
-// replay's guards per key and records each key's result.
+// state and outcome without writing anything, takes at most the cap, is started once with a
+// reason (creating the run then), applies the single replay's guards per key and records each
+// key's result.
 func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.BulkCap = 6 })
@@ -521,39 +544,45 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	b.seedKey("globex", "payment.charge", "b-other-tenant", `{"amount":1,"currency":"USD"}`, false)
 
 	c := b.signIn("olga")
-	got := c.post("/replays/bulk", url.Values{"tenant": {"acme"}}, true)
-	if got.Status != 303 {
+	before := b.bulkRows()
+	got := c.post("/replays/bulk", url.Values{"tenant": {"acme"}, "scope": {"all"}}, true)
+	if got.Status != 200 {
 		t.Fatalf("bulk preview: %d %s", got.Status, truncate(got.Body, 300))
 	}
-	runPath := got.Location
-	page := c.get(runPath).Body
+	page := got.Body
 	mustContain(t, "bulk preview", page, "this run covers the newest 6", "already at the channel: recorded, nothing sent",
 		"not found once: parked for the quarantine, then re-checked", "refused by a guard", `id="start-bulk"`)
-	run := decode[struct {
-		Run struct {
-			Total  int             `json:"total"`
-			Capped bool            `json:"capped"`
-			Counts json.RawMessage `json:"counts"`
-		} `json:"run"`
-		Items []BulkItem `json:"items"`
-	}](t, c.api("/api/v1"+runPath, b.token("olga")))
-	var counts BulkCounts
-	_ = json.Unmarshal(run.Run.Counts, &counts)
-	if run.Run.Total != 6 || !run.Run.Capped || counts.ByState["failed_retryable"] != 3 || counts.ByState["completed"] != 1 ||
-		counts.ByOutcome["recorded"] != 1 || counts.ByOutcome["not_found_once"] != 2 || counts.ByOutcome["refused"] != 3 {
-		t.Fatalf("preview: total %d capped %v counts %+v", run.Run.Total, run.Run.Capped, counts)
+	plan := decode[BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
+	if plan.Total != 6 || !plan.Capped || plan.Counts.ByState["failed_retryable"] != 3 || plan.Counts.ByState["completed"] != 1 ||
+		plan.Counts.ByOutcome["recorded"] != 1 || plan.Counts.ByOutcome["not_found_once"] != 2 || plan.Counts.ByOutcome["refused"] != 3 ||
+		len(plan.Items) != 6 || plan.Token == "" {
+		t.Fatalf("preview: total %d capped %v counts %+v items %d", plan.Total, plan.Capped, plan.Counts, len(plan.Items))
+	}
+	if after := b.bulkRows(); after[0] != before[0] || after[1] != before[1] || after[2] != before[2] {
+		t.Fatalf("previews wrote runs/items/requests: %v → %v", before, after)
+	}
+	form := bulkStartForm(t, page)
+	form.Set("reason", "")
+	if got := c.post("/replays/bulk/start", form, true); got.Status != 400 {
+		t.Errorf("start without a reason: %d", got.Status)
+	}
+	if got := b.signIn("oscar").post("/replays/bulk/start", url.Values{"plan": form["plan"], "token": form["token"], "reason": {"mine now"}}, true); got.Status != 400 {
+		t.Errorf("another operator starts olga's preview: %d, want 400", got.Status)
+	}
+	form.Set("reason", "channel outage 10:00-10:20")
+	got = c.post("/replays/bulk/start", form, true)
+	if got.Status != 303 {
+		t.Fatalf("start: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	runPath := got.Location
+	if again := c.post("/replays/bulk/start", form, true); again.Status != 409 || !strings.Contains(again.Body, "already started as bulk replay") {
+		t.Errorf("second start of one preview: %d %s, want 409", again.Status, truncate(again.Body, 200))
+	}
+	if n := b.count(`SELECT count(*) FROM replay_bulk_runs`); n != 1 {
+		t.Errorf("bulk runs after two starts: %d, want 1", n)
 	}
 	if got := b.signIn("oscar").get(runPath); got.Status != 404 {
 		t.Errorf("another operator opens the run: %d, want 404", got.Status)
-	}
-	if got := c.post(runPath+"/start", url.Values{"reason": {""}}, true); got.Status != 400 {
-		t.Errorf("start without a reason: %d", got.Status)
-	}
-	if got := c.post(runPath+"/start", url.Values{"reason": {"channel outage 10:00-10:20"}}, true); got.Status != 303 {
-		t.Fatalf("start: %d", got.Status)
-	}
-	if got := c.post(runPath+"/start", url.Values{"reason": {"again"}}, true); got.Status != 409 {
-		t.Errorf("second start: %d, want 409", got.Status)
 	}
 	var id int64
 	fmt.Sscanf(runPath, "/replays/bulk/%d", &id)
@@ -564,6 +593,17 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	}
 	mustContain(t, "results", progress, "6 of 6", "recorded: the channel already had it (ch_found)", "not found once",
 		"waiting for a second operator", "stored response is the answer", "live lease", "failed finally")
+	run := decode[struct {
+		Run struct {
+			Total  int    `json:"total"`
+			Capped bool   `json:"capped"`
+			State  string `json:"state"`
+		} `json:"run"`
+		Items []BulkItem `json:"items"`
+	}](t, c.api("/api/v1"+runPath, b.token("olga")))
+	if run.Run.Total != 6 || !run.Run.Capped || run.Run.State != "done" || len(run.Items) != 6 || run.Items[0].Result == nil {
+		t.Errorf("run: %+v, %d items", run.Run, len(run.Items))
+	}
 	if n := b.fakeOp.executes.Load(); n != 0 {
 		t.Errorf("executions: %d (no key was proven absent)", n)
 	}
@@ -576,10 +616,14 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	if b.key(oldest.ID).State != claim.StateFailedRetryable {
 		t.Error("a key beyond the cap was replayed")
 	}
-	for _, action := range []string{"replay.bulk_preview", "replay.bulk_start", "replay.bulk_done"} {
-		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ? AND target = ?`, action, fmt.Sprintf("bulk:%d", id)); n != 1 {
-			t.Errorf("audit %s: %d", action, n)
+	for action, want := range map[string]int64{"replay.bulk_preview": 0, "replay.bulk_start": 1, "replay.bulk_done": 1} {
+		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ? AND target = ?`, action, fmt.Sprintf("bulk:%d", id)); n != want {
+			t.Errorf("audit %s: %d, want %d", action, n, want)
 		}
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'replay.bulk_start' AND detail::jsonb->>'reason' = 'channel outage 10:00-10:20'
+		AND jsonb_array_length(detail::jsonb->'keys') = 6`); n != 1 {
+		t.Errorf("the start's audit row does not carry the selection (%d)", n)
 	}
 }
 
@@ -636,8 +680,8 @@ func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
 }
 
 // TestBulkReplay_AllRefusedCannotStart: a search whose every key a guard refuses previews with
-// the start button disabled and the reason beside it; starting it anyway is refused (409) and
-// replays nothing.
+// the start button disabled and the reason beside it; starting it anyway (with a valid
+// confirmation from the API) is refused (409) and writes nothing.
 func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
@@ -645,18 +689,19 @@ func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
 	b.seedKey("acme", "payment.charge", "r-done", `{"amount":400,"currency":"USD"}`, true)
 	b.seedFailed("acme", "r-final", `{"amount":600,"currency":"USD"}`, false)
 	c := b.signIn("olga")
-	got := c.post("/replays/bulk", url.Values{"tenant": {"acme"}}, true)
-	if got.Status != 303 {
+	got := c.post("/replays/bulk", url.Values{"tenant": {"acme"}, "scope": {"all"}}, true)
+	if got.Status != 200 {
 		t.Fatalf("bulk preview: %d %s", got.Status, truncate(got.Body, 300))
 	}
-	page := c.get(got.Location).Body
-	mustContain(t, "all-refused preview", page, `id="start-bulk-disabled"`, "disabled", "a guard refuses all 2 keys")
-	mustNotContain(t, "all-refused preview", page, `id="start-bulk"`)
-	start := c.post(got.Location+"/start", url.Values{"reason": {"try anyway"}}, true)
+	mustContain(t, "all-refused preview", got.Body, `id="start-bulk-disabled"`, "disabled", "a guard refuses all 2 keys")
+	mustNotContain(t, "all-refused preview", got.Body, `id="start-bulk"`)
+	plan := decode[BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
+	before := b.bulkRows()
+	start := c.post("/replays/bulk/start", url.Values{"plan": {plan.Plan}, "token": {plan.Token}, "reason": {"try anyway"}}, true)
 	if start.Status != 409 || !strings.Contains(start.Body, "nothing to start") {
-		t.Errorf("start of an all-refused run: %d %s", start.Status, truncate(start.Body, 200))
+		t.Errorf("start of an all-refused selection: %d %s", start.Status, truncate(start.Body, 200))
 	}
-	if n := b.count(`SELECT count(*) FROM replay_requests`); n != 0 {
-		t.Errorf("%d replay requests, want none", n)
+	if after := b.bulkRows(); after != before {
+		t.Errorf("a refused start wrote rows: %v → %v", before, after)
 	}
 }

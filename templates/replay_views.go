@@ -73,6 +73,7 @@ type BulkItemRow struct {
 	KeyID       int64
 	KeyHref     string
 	KeyState    string
+	KeyVersion  int64
 	Predicted   string
 	Result      string
 	Detail      string
@@ -101,6 +102,13 @@ type BulkView struct {
 	Error        string
 	// NoneReplayable, when set, says why the run cannot start: every key is refused by a guard.
 	NoneReplayable string
+	// Preview is a selection not yet started (nothing stored): Plan and Token go back with the
+	// start form; Selected says the keys were picked by hand rather than the whole filter.
+	Preview  bool
+	Selected bool
+	Plan     string
+	Token    string
+	Expires  time.Time
 }
 
 // Running says whether the page should keep polling for progress.

@@ -121,6 +121,11 @@ type KeysView struct {
 	Error    string
 	// BulkFields are the search's filters for the bulk-replay form.
 	BulkFields []Field
+	// Matching is how many keys the search matches, counted up to BulkCap; MatchingMore says
+	// more than BulkCap match (a bulk replay takes the newest BulkCap).
+	Matching     int
+	MatchingMore bool
+	BulkCap      int
 }
 
 // Body is a request or response body: redacted unless revealed.
