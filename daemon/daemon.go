@@ -11,9 +11,9 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/idemops/idemops/daemon/internal/testsignal"
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 )
@@ -103,30 +103,62 @@ type registered struct {
 }
 
 // Daemon is one replica: it takes part in the leader election and, while it leads, runs the
-// registered jobs on their schedules.
+// registered jobs on their schedules. It is three parts with small interfaces between them:
+// the elector (elector.go) holds the lease, the scheduler (scheduler.go) claims due schedules
+// while it leads, the executor (executor.go) runs and records them.
 type Daemon struct {
-	cfg     Config
-	db      *gorm.DB
-	id      string
-	log     *slog.Logger
-	metrics *metrics
+	cfg Config
+	db  *gorm.DB
+	id  string
+	log *slog.Logger
 
 	mu      sync.Mutex
 	jobs    map[string]registered
-	active  map[string]*activeRun // by schedule name
 	started bool
 
-	lead atomic.Pointer[leadership]
-	wake chan struct{} // nudges the scheduler (elected, a run ended)
+	elector   *elector
+	scheduler *scheduler
+	executor  *executor
+	signals   testSignals
+	stopOnce  sync.Once
+}
 
-	electFailures int // owned by electLoop
-	electLogged   time.Time
+// testSignals are the points a test can wait for (see internal/testsignal); off unless a test
+// switches them on before Start.
+type testSignals struct {
+	Elected     testsignal.Signal[int64]  // this replica became leader, with its term
+	SteppedDown testsignal.Signal[string] // it stopped leading, with the reason
+	Polled      testsignal.Signal[int]    // the scheduler polled while leading, with the runs it claimed
+	RunStarted  testsignal.Signal[int64]  // a run began, with its id
+	RunFinished testsignal.Signal[*Run]   // a run ended and its end was recorded
+}
 
-	base                context.Context
-	stopSched, stopElec chan struct{}
-	schedDone, elecDone chan struct{}
-	runs                sync.WaitGroup
-	stopOnce            sync.Once
+func (s *testSignals) init() {
+	s.Elected.Init()
+	s.SteppedDown.Init()
+	s.Polled.Init()
+	s.RunStarted.Init()
+	s.RunFinished.Init()
+}
+
+// leaderView is what the scheduler knows of the elector: the leadership it holds now, nil
+// when it follows.
+type leaderView interface {
+	current() *leadership
+}
+
+// launcher is what the scheduler needs of the executor.
+type launcher interface {
+	// busy lists the schedules running here (the scheduler does not claim them again).
+	busy() []string
+	// launch runs a claimed run in its own goroutine under lead.
+	launch(ctx context.Context, c claimedRun, lead *leadership)
+}
+
+// jobSet is what the scheduler needs of the registered jobs.
+type jobSet interface {
+	names() []string
+	job(name string) (Job, bool)
 }
 
 // New validates cfg and returns a Daemon; Register jobs, then Start it.
@@ -141,19 +173,38 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	d := &Daemon{cfg: cfg, db: cfg.DB, id: cfg.Name + "-" + hex.EncodeToString(b[:]), metrics: m,
-		jobs: map[string]registered{}, active: map[string]*activeRun{}, wake: make(chan struct{}, 1),
-		stopSched: make(chan struct{}), stopElec: make(chan struct{}),
-		schedDone: make(chan struct{}), elecDone: make(chan struct{})}
+	d := &Daemon{cfg: cfg, db: cfg.DB, id: cfg.Name + "-" + hex.EncodeToString(b[:]), jobs: map[string]registered{}}
 	d.log = cfg.Logger.With("replica", d.id)
+	d.executor = &executor{cfg: cfg, db: cfg.DB, id: d.id, log: d.log, metrics: m, signals: &d.signals,
+		active: map[string]*activeRun{}}
+	d.elector = &elector{cfg: cfg, db: cfg.DB, id: d.id, log: d.log, metrics: m, signals: &d.signals,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	d.scheduler = &scheduler{cfg: cfg, db: cfg.DB, id: d.id, log: d.log, signals: &d.signals,
+		leader: d.elector, jobs: (*daemonJobs)(d), exec: d.executor,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	// An election or the end of a run is a reason to look for due schedules at once.
+	d.elector.elected = d.scheduler.nudge
+	d.executor.ended = d.scheduler.nudge
 	return d, nil
+}
+
+// daemonJobs is the Daemon's registered jobs as the scheduler sees them.
+type daemonJobs Daemon
+
+func (j *daemonJobs) names() []string { return (*Daemon)(j).Jobs() }
+
+func (j *daemonJobs) job(name string) (Job, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r, ok := j.jobs[name]
+	return r.job, ok
 }
 
 // ID is this replica's identity in daemon_replicas, daemon_leader and job_runs.
 func (d *Daemon) ID() string { return d.id }
 
 // IsLeader reports whether this replica currently holds the leader lease.
-func (d *Daemon) IsLeader() bool { return d.lead.Load() != nil }
+func (d *Daemon) IsLeader() bool { return d.elector.current() != nil }
 
 // Register adds a job with its default schedule (a cron spec, UTC). Start creates the schedule
 // row named after the job unless one exists, so an operator's changes survive restarts. An empty
@@ -223,12 +274,12 @@ func (d *Daemon) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := heartbeat(ctx, d.db, d.replica(false)); err != nil {
+	if err := heartbeat(ctx, d.db, d.elector.replica(false)); err != nil {
 		return err
 	}
-	d.base = ctx
-	go d.electLoop(ctx)
-	go d.scheduleLoop(ctx)
+	d.elector.base = ctx
+	go d.elector.run(ctx)
+	go d.scheduler.run(ctx)
 	return nil
 }
 
@@ -243,13 +294,47 @@ func (d *Daemon) Stop(ctx context.Context) error {
 		return nil
 	}
 	d.stopOnce.Do(func() {
-		close(d.stopSched)
-		<-d.schedDone
-		d.drainRuns(ctx, errShutdown)
-		close(d.stopElec)
-		<-d.elecDone
+		close(d.scheduler.stop)
+		<-d.scheduler.done
+		d.executor.drain(ctx, errShutdown)
+		close(d.elector.stop)
+		<-d.elector.done
 	})
 	return nil
+}
+
+// RunJob runs one schedule (or, when no schedule has that name, the registered job of that name
+// with empty params) now, in this process and regardless of the leadership, and records it as
+// a CLI run. It returns the recorded run. Errors: ErrUnknownJob.
+func (d *Daemon) RunJob(ctx context.Context, name string) (*Run, error) {
+	c := claimedRun{schedule: name, params: []byte("{}"), timeout: DefaultTimeout}
+	jobName := name
+	if s, err := GetSchedule(ctx, d.db, name); err == nil {
+		jobName, c.params, c.timeout = s.Job, s.Params, s.Timeout
+	} else if !errors.Is(err, ErrUnknownSchedule) {
+		return nil, err
+	} else {
+		c.schedule = ""
+	}
+	d.mu.Lock()
+	r, ok := d.jobs[jobName]
+	d.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("job %q: %w", jobName, ErrUnknownJob)
+	}
+	c.job = r.job
+	id, err := startRun(ctx, d.db, c.schedule, jobName, TriggerCLI, d.id, nil, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.runID = id
+	// An interrupt cancels the run, but its end is still recorded.
+	a, runCtx := newActiveRun(ctx)
+	run := d.executor.execute(context.WithoutCancel(ctx), runCtx, a, c)
+	if stored, err := GetRun(context.WithoutCancel(ctx), d.db, id); err == nil {
+		return stored, nil
+	}
+	return run, nil
 }
 
 // decodeParams decodes a schedule's params into v, rejecting unknown fields with a one-line

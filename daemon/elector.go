@@ -7,124 +7,150 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
+
+	"gorm.io/gorm"
 )
 
-func (d *Daemon) replica(leader bool) Replica {
-	host, _ := os.Hostname()
-	return Replica{ID: d.id, Name: d.cfg.Name, Host: host, PID: os.Getpid(), IsLeader: leader}
+// elector holds, renews and resigns this replica's leader lease and keeps its heartbeat.
+type elector struct {
+	cfg     Config
+	db      *gorm.DB
+	id      string
+	log     *slog.Logger
+	metrics *metrics
+	signals *testSignals
+	elected func() // called once elected (the scheduler's nudge)
+
+	lead     atomic.Pointer[leadership]
+	failures int // owned by run
+	logged   time.Time
+
+	base       context.Context
+	stop, done chan struct{}
 }
 
-// electLoop renews the lease while leading and otherwise tries to get elected.
-func (d *Daemon) electLoop(ctx context.Context) {
-	defer close(d.elecDone)
+// current is the leadership held now, nil while following.
+func (e *elector) current() *leadership { return e.lead.Load() }
+
+func (e *elector) replica(leader bool) Replica {
+	host, _ := os.Hostname()
+	return Replica{ID: e.id, Name: e.cfg.Name, Host: host, PID: os.Getpid(), IsLeader: leader}
+}
+
+// run renews the lease while leading and otherwise tries to get elected.
+func (e *elector) run(ctx context.Context) {
+	defer close(e.done)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done(): // abrupt: leave the lease to expire
-			d.stepDown(d.lead.Load(), "daemon context ended")
+			e.stepDown(e.lead.Load(), "daemon context ended")
 			return
-		case <-d.stopElec:
-			d.resign()
+		case <-e.stop:
+			e.resign()
 			return
 		case <-t.C:
 		}
-		t.Reset(d.electTick(ctx))
+		t.Reset(e.tick(ctx))
 	}
 }
 
-// electTick does one renewal or election attempt and says when to do the next.
-func (d *Daemon) electTick(ctx context.Context) time.Duration {
-	if lead := d.lead.Load(); lead != nil {
+// tick does one renewal or election attempt and says when to do the next.
+func (e *elector) tick(ctx context.Context) time.Duration {
+	if lead := e.lead.Load(); lead != nil {
 		// The renewal must end before the lease could lapse: it gets at most RenewEvery, and
 		// RenewEvery is at most half the TTL.
-		rctx, cancel := context.WithTimeout(ctx, d.cfg.RenewEvery)
-		ok, err := renewLease(rctx, d.db, d.id, lead.term, d.cfg.LeaseTTL)
+		rctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
+		ok, err := renewLease(rctx, e.db, e.id, lead.term, e.cfg.LeaseTTL)
 		cancel()
 		switch {
 		case err != nil:
-			d.stepDown(lead, "renewal failed: "+err.Error())
+			e.stepDown(lead, "renewal failed: "+err.Error())
 		case !ok:
-			d.stepDown(lead, "another replica was elected")
+			e.stepDown(lead, "another replica was elected")
 		}
-		d.beat(ctx)
-		return d.cfg.RenewEvery
+		e.beat(ctx)
+		return e.cfg.RenewEvery
 	}
-	ectx, cancel := context.WithTimeout(ctx, d.cfg.RenewEvery)
-	term, left, err := tryElect(ectx, d.db, d.id, d.cfg.LeaseTTL)
+	ectx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
+	term, left, err := tryElect(ectx, e.db, e.id, e.cfg.LeaseTTL)
 	cancel()
 	if err != nil {
 		// One line when the database goes away and one a minute while it stays away, not one
 		// per attempt.
-		if d.electFailures++; ctx.Err() == nil && (d.electFailures == 1 || time.Since(d.electLogged) > time.Minute) {
-			d.electLogged = time.Now()
-			d.log.Warn("leader election attempt failed", "err", err, "attempts", d.electFailures)
+		if e.failures++; ctx.Err() == nil && (e.failures == 1 || time.Since(e.logged) > time.Minute) {
+			e.logged = time.Now()
+			e.log.Warn("leader election attempt failed", "err", err, "attempts", e.failures)
 		}
-		return d.cfg.RenewEvery
+		return e.cfg.RenewEvery
 	}
-	d.electFailures = 0
+	e.failures = 0
 	if term > 0 {
-		d.becomeLeader(ctx, term)
-		d.beat(ctx)
-		return d.cfg.RenewEvery
+		e.becomeLeader(ctx, term)
+		e.beat(ctx)
+		return e.cfg.RenewEvery
 	}
-	d.beat(ctx)
+	e.beat(ctx)
 	// Try again as the current lease runs out, so a dead leader is replaced within one TTL.
-	return min(max(left+5*time.Millisecond, 10*time.Millisecond), d.cfg.RenewEvery)
+	return min(max(left+5*time.Millisecond, 10*time.Millisecond), e.cfg.RenewEvery)
 }
 
-func (d *Daemon) beat(ctx context.Context) {
-	hctx, cancel := context.WithTimeout(ctx, d.cfg.RenewEvery)
+func (e *elector) beat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
 	defer cancel()
-	if err := heartbeat(hctx, d.db, d.replica(d.IsLeader())); err != nil && ctx.Err() == nil {
-		d.log.Warn("heartbeat failed", "err", err)
+	if err := heartbeat(hctx, e.db, e.replica(e.current() != nil)); err != nil && ctx.Err() == nil {
+		e.log.Warn("heartbeat failed", "err", err)
 	}
 }
 
-func (d *Daemon) becomeLeader(ctx context.Context, term int64) {
-	d.lead.Store(&leadership{term: term, lost: make(chan struct{})})
-	d.metrics.leader.Set(1)
-	d.log.Info("elected leader", "term", term)
-	sctx, cancel := context.WithTimeout(ctx, d.cfg.RenewEvery)
+func (e *elector) becomeLeader(ctx context.Context, term int64) {
+	e.lead.Store(&leadership{term: term, lost: make(chan struct{})})
+	e.metrics.leader.Set(1)
+	e.log.Info("elected leader", "term", term)
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.RenewEvery)
 	defer cancel()
-	if n, err := sweepAbandoned(sctx, d.db, term); err != nil {
-		d.log.Warn("abandoned runs not swept", "err", err)
+	if n, err := sweepAbandoned(sctx, e.db, term); err != nil {
+		e.log.Warn("abandoned runs not swept", "err", err)
 	} else if n > 0 {
-		d.log.Info("marked runs left by earlier leaders abandoned", "runs", n)
+		e.log.Info("marked runs left by earlier leaders abandoned", "runs", n)
 	}
-	_ = pruneReplicas(sctx, d.db)
-	d.nudge()
+	_ = pruneReplicas(sctx, e.db)
+	e.elected()
+	e.signals.Elected.Signal(term)
 }
 
 // stepDown ends lead here (if it is still current): running jobs are asked to stop after their
 // batch; the scheduler starts nothing more under that term.
-func (d *Daemon) stepDown(lead *leadership, reason string) {
-	if lead == nil || !d.lead.CompareAndSwap(lead, nil) {
+func (e *elector) stepDown(lead *leadership, reason string) {
+	if lead == nil || !e.lead.CompareAndSwap(lead, nil) {
 		return
 	}
 	close(lead.lost)
-	d.metrics.leader.Set(0)
+	e.metrics.leader.Set(0)
 	level := slog.LevelWarn
 	if reason == reasonStopping {
 		level = slog.LevelInfo
 	}
-	d.log.Log(context.Background(), level, "stepped down as leader", "term", lead.term, "reason", reason)
+	e.log.Log(context.Background(), level, "stepped down as leader", "term", lead.term, "reason", reason)
+	e.signals.SteppedDown.Signal(reason)
 }
 
 const reasonStopping = "stopping"
 
 // resign expires the lease so a successor need not wait, and removes the heartbeat row.
-func (d *Daemon) resign() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(d.base), 5*time.Second)
+func (e *elector) resign() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.base), 5*time.Second)
 	defer cancel()
-	if lead := d.lead.Load(); lead != nil {
-		if err := resignLease(ctx, d.db, d.id, lead.term); err != nil {
-			d.log.Warn("resign failed; the lease will expire", "err", err)
+	if lead := e.lead.Load(); lead != nil {
+		if err := resignLease(ctx, e.db, e.id, lead.term); err != nil {
+			e.log.Warn("resign failed; the lease will expire", "err", err)
 		}
-		d.stepDown(lead, reasonStopping)
+		e.stepDown(lead, reasonStopping)
 	}
-	if err := d.db.WithContext(ctx).Exec(`DELETE FROM daemon_replicas WHERE id = ?`, d.id).Error; err != nil {
-		d.log.Warn("heartbeat row not removed", "err", err)
+	if err := e.db.WithContext(ctx).Exec(`DELETE FROM daemon_replicas WHERE id = ?`, e.id).Error; err != nil {
+		e.log.Warn("heartbeat row not removed", "err", err)
 	}
 }

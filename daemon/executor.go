@@ -7,9 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Causes of a run's cancellation, to tell its final status.
@@ -18,6 +21,32 @@ var (
 	errLeaderLost = errors.New("leadership lost")
 	errTimedOut   = errors.New("run timed out")
 )
+
+// executor runs claimed runs, each in its own goroutine, and records their ends.
+type executor struct {
+	cfg     Config
+	db      *gorm.DB
+	id      string
+	log     *slog.Logger
+	metrics *metrics
+	signals *testSignals
+	ended   func() // called after a launched run ended (the scheduler's nudge)
+
+	mu     sync.Mutex
+	active map[string]*activeRun // by schedule name
+	runs   sync.WaitGroup
+}
+
+// busy lists the schedules running here.
+func (x *executor) busy() []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]string, 0, len(x.active))
+	for n := range x.active {
+		out = append(out, n)
+	}
+	return out
+}
 
 // activeRun is a run under way in this replica.
 type activeRun struct {
@@ -37,19 +66,19 @@ func (a *activeRun) stopAfterBatch(cause error) {
 }
 
 // launch runs a claimed schedule in its own goroutine.
-func (d *Daemon) launch(ctx context.Context, c claimedRun, lead *leadership) {
+func (x *executor) launch(ctx context.Context, c claimedRun, lead *leadership) {
 	a, runCtx := newActiveRun(ctx)
-	d.mu.Lock()
-	d.active[c.schedule] = a
-	d.mu.Unlock()
-	d.runs.Add(1)
+	x.mu.Lock()
+	x.active[c.schedule] = a
+	x.mu.Unlock()
+	x.runs.Add(1)
 	go func() {
-		defer d.runs.Done()
+		defer x.runs.Done()
 		defer func() {
-			d.mu.Lock()
-			delete(d.active, c.schedule)
-			d.mu.Unlock()
-			d.nudge()
+			x.mu.Lock()
+			delete(x.active, c.schedule)
+			x.mu.Unlock()
+			x.ended()
 		}()
 		// Losing the leadership: finish the batch, and give up after ShutdownTimeout.
 		go func() {
@@ -57,14 +86,14 @@ func (d *Daemon) launch(ctx context.Context, c claimedRun, lead *leadership) {
 			case <-lead.lost:
 				a.stopAfterBatch(errLeaderLost)
 				select {
-				case <-time.After(d.cfg.ShutdownTimeout):
+				case <-time.After(x.cfg.ShutdownTimeout):
 					a.cancel(errLeaderLost)
 				case <-a.done:
 				}
 			case <-a.done:
 			}
 		}()
-		d.execute(ctx, runCtx, a, c)
+		x.execute(ctx, runCtx, a, c)
 	}()
 }
 
@@ -77,15 +106,16 @@ func newActiveRun(parent context.Context) (*activeRun, context.Context) {
 
 // execute runs one job run to its end and records it. base bounds the recording: when base has
 // ended (an abrupt stop, in effect a crash) the row is left running for the next leader.
-func (d *Daemon) execute(base, ctx context.Context, a *activeRun, c claimedRun) *Run {
+func (x *executor) execute(base, ctx context.Context, a *activeRun, c claimedRun) *Run {
 	defer close(a.done)
 	defer a.cancel(nil)
 	ctx, cancelT := context.WithTimeoutCause(ctx, c.timeout, errTimedOut)
 	defer cancelT()
 	jobName := c.job.Name()
 
-	p := &runProgress{db: d.db, ctx: context.WithoutCancel(base), id: c.runID, every: d.cfg.ProgressEvery}
-	d.metrics.running.WithLabelValues(jobName).Inc()
+	p := &runProgress{db: x.db, ctx: context.WithoutCancel(base), id: c.runID, every: x.cfg.ProgressEvery}
+	x.metrics.running.WithLabelValues(jobName).Inc()
+	x.signals.RunStarted.Signal(c.runID)
 	start := time.Now()
 	var stats Stats
 	var err error
@@ -95,18 +125,18 @@ func (d *Daemon) execute(base, ctx context.Context, a *activeRun, c claimedRun) 
 		stats, err = safeRunOnce(ctx, c.job, c.params, p)
 	}
 	elapsed := time.Since(start)
-	d.metrics.running.WithLabelValues(jobName).Dec()
+	x.metrics.running.WithLabelValues(jobName).Dec()
 
 	status, errText := RunSucceeded, ""
 	if err != nil {
 		status, errText = classify(ctx, a, err), err.Error()
 	}
-	d.metrics.runs.WithLabelValues(jobName, string(status)).Inc()
-	d.metrics.duration.WithLabelValues(jobName).Observe(elapsed.Seconds())
+	x.metrics.runs.WithLabelValues(jobName, string(status)).Inc()
+	x.metrics.duration.WithLabelValues(jobName).Observe(elapsed.Seconds())
 	if status == RunSucceeded {
-		d.metrics.lastSuccess.WithLabelValues(jobName).SetToCurrentTime()
+		x.metrics.lastSuccess.WithLabelValues(jobName).SetToCurrentTime()
 	}
-	log := d.log.With("job", jobName, "schedule", c.schedule, "run", c.runID, "took", elapsed.Round(time.Millisecond))
+	log := x.log.With("job", jobName, "schedule", c.schedule, "run", c.runID, "took", elapsed.Round(time.Millisecond))
 	switch {
 	case status != RunSucceeded:
 		log.Warn("job run did not succeed", "status", status, "err", errText, "stats", stats)
@@ -118,11 +148,15 @@ func (d *Daemon) execute(base, ctx context.Context, a *activeRun, c claimedRun) 
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(base), 5*time.Second)
 	defer fcancel()
 	if base.Err() == nil {
-		if ferr := finishRun(fctx, d.db, c.runID, status, stats, errText, p.latest()); ferr != nil {
+		if ferr := finishRun(fctx, x.db, c.runID, status, stats, errText, p.latest()); ferr != nil {
 			log.Warn("run end not recorded", "err", ferr)
 		}
 	}
-	return &Run{ID: c.runID, Schedule: c.schedule, Job: jobName, Status: status, Stats: stats, Error: errText}
+	run := &Run{ID: c.runID, Schedule: c.schedule, Job: jobName, Status: status, Stats: stats, Error: errText}
+	if base.Err() == nil {
+		x.signals.RunFinished.Signal(run)
+	}
+	return run
 }
 
 // safeRunOnce turns a job's panic into a failed run instead of a dead daemon.
@@ -154,21 +188,21 @@ func classify(ctx context.Context, a *activeRun, err error) RunStatus {
 	return RunFailed
 }
 
-// drainRuns asks every run to stop after its batch and cancels those still going after
+// drain asks every run to stop after its batch and cancels those still going after
 // ShutdownTimeout (or when ctx ends), then waits for them to record their end.
-func (d *Daemon) drainRuns(ctx context.Context, cause error) {
-	d.mu.Lock()
-	runs := make([]*activeRun, 0, len(d.active))
-	for _, a := range d.active {
+func (x *executor) drain(ctx context.Context, cause error) {
+	x.mu.Lock()
+	runs := make([]*activeRun, 0, len(x.active))
+	for _, a := range x.active {
 		runs = append(runs, a)
 	}
-	d.mu.Unlock()
+	x.mu.Unlock()
 	for _, a := range runs {
 		a.stopAfterBatch(cause)
 	}
 	done := make(chan struct{})
-	go func() { d.runs.Wait(); close(done) }()
-	timer := time.NewTimer(d.cfg.ShutdownTimeout)
+	go func() { x.runs.Wait(); close(done) }()
+	timer := time.NewTimer(x.cfg.ShutdownTimeout)
 	defer timer.Stop()
 	select {
 	case <-done:
@@ -180,40 +214,6 @@ func (d *Daemon) drainRuns(ctx context.Context, cause error) {
 		a.cancel(cause)
 	}
 	<-done
-}
-
-// RunJob runs one schedule (or, when no schedule has that name, the registered job of that name
-// with empty params) now, in this process and regardless of the leadership, and records it as
-// a CLI run. It returns the recorded run. Errors: ErrUnknownJob.
-func (d *Daemon) RunJob(ctx context.Context, name string) (*Run, error) {
-	c := claimedRun{schedule: name, params: []byte("{}"), timeout: DefaultTimeout}
-	jobName := name
-	if s, err := GetSchedule(ctx, d.db, name); err == nil {
-		jobName, c.params, c.timeout = s.Job, s.Params, s.Timeout
-	} else if !errors.Is(err, ErrUnknownSchedule) {
-		return nil, err
-	} else {
-		c.schedule = ""
-	}
-	d.mu.Lock()
-	r, ok := d.jobs[jobName]
-	d.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("job %q: %w", jobName, ErrUnknownJob)
-	}
-	c.job = r.job
-	id, err := startRun(ctx, d.db, c.schedule, jobName, TriggerCLI, d.id, nil, c.timeout)
-	if err != nil {
-		return nil, err
-	}
-	c.runID = id
-	// An interrupt cancels the run, but its end is still recorded.
-	a, runCtx := newActiveRun(ctx)
-	run := d.execute(context.WithoutCancel(ctx), runCtx, a, c)
-	if stored, err := GetRun(context.WithoutCancel(ctx), d.db, id); err == nil {
-		return stored, nil
-	}
-	return run, nil
 }
 
 // stopKey carries a run's "stop after this batch" channel in its context.

@@ -6,65 +6,83 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
 )
 
-func (d *Daemon) nudge() {
+// scheduler claims due schedules while this replica leads and hands them to the executor.
+type scheduler struct {
+	cfg     Config
+	db      *gorm.DB
+	id      string
+	log     *slog.Logger
+	signals *testSignals
+	leader  leaderView
+	jobs    jobSet
+	exec    launcher
+
+	wake       chan struct{} // an election or a run's end: poll now
+	stop, done chan struct{}
+}
+
+// nudge makes the scheduler poll now rather than at its next tick.
+func (s *scheduler) nudge() {
 	select {
-	case d.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-// scheduleLoop starts due schedules while this replica leads.
-func (d *Daemon) scheduleLoop(ctx context.Context) {
-	defer close(d.schedDone)
-	t := time.NewTicker(d.cfg.PollEvery)
+// run starts due schedules while this replica leads.
+func (s *scheduler) run(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.PollEvery)
 	defer t.Stop()
 	var pruned time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.stopSched:
+		case <-s.stop:
 			return
 		case <-t.C:
-		case <-d.wake:
+		case <-s.wake:
 		}
-		lead := d.lead.Load()
+		lead := s.leader.current()
 		if lead == nil {
 			continue
 		}
 		if time.Since(pruned) > time.Hour {
 			pruned = time.Now()
-			d.pruneRuns(ctx)
+			s.pruneRuns(ctx)
 		}
-		claimed, err := d.claimDue(ctx, lead)
+		claimed, err := s.claimDue(ctx, lead)
 		if err != nil {
 			if ctx.Err() == nil {
-				d.log.Warn("due schedules not claimed", "err", err)
+				s.log.Warn("due schedules not claimed", "err", err)
 			}
 			continue
 		}
 		for _, c := range claimed {
-			d.launch(ctx, c, lead)
+			s.exec.launch(ctx, c, lead)
 		}
+		s.signals.Polled.Signal(len(claimed))
 	}
 }
 
 // pruneRuns deletes finished runs older than KeepRuns, at most 10 batches of 1000 per call.
-func (d *Daemon) pruneRuns(ctx context.Context) {
+func (s *scheduler) pruneRuns(ctx context.Context) {
 	var total int64
 	for range 10 {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res := d.db.WithContext(pctx).Exec(`DELETE FROM job_runs WHERE id IN (
+		res := s.db.WithContext(pctx).Exec(`DELETE FROM job_runs WHERE id IN (
 			SELECT id FROM job_runs WHERE status <> 'running' AND started_at < now() - ? * interval '1 second'
-			ORDER BY id LIMIT 1000)`, int64(d.cfg.KeepRuns.Seconds()))
+			ORDER BY id LIMIT 1000)`, int64(s.cfg.KeepRuns.Seconds()))
 		cancel()
 		if res.Error != nil {
-			d.log.Warn("old job runs not pruned", "err", res.Error)
+			s.log.Warn("old job runs not pruned", "err", res.Error)
 			return
 		}
 		total += res.RowsAffected
@@ -73,7 +91,7 @@ func (d *Daemon) pruneRuns(ctx context.Context) {
 		}
 	}
 	if total > 0 {
-		d.log.Info("pruned old job runs", "runs", total)
+		s.log.Info("pruned old job runs", "runs", total)
 	}
 }
 
@@ -114,17 +132,9 @@ FOR UPDATE SKIP LOCKED`
 
 // claimDue records the start of every due schedule and advances its next run, in one
 // transaction that also checks this replica still holds term.
-func (d *Daemon) claimDue(ctx context.Context, lead *leadership) ([]claimedRun, error) {
-	d.mu.Lock()
-	jobNames := make([]string, 0, len(d.jobs))
-	for n := range d.jobs {
-		jobNames = append(jobNames, n)
-	}
-	busy := []string{""} // never empty: NOT IN () would match nothing
-	for n := range d.active {
-		busy = append(busy, n)
-	}
-	d.mu.Unlock()
+func (s *scheduler) claimDue(ctx context.Context, lead *leadership) ([]claimedRun, error) {
+	jobNames := s.jobs.names()
+	busy := append([]string{""}, s.exec.busy()...) // never empty: NOT IN () would match nothing
 	if len(jobNames) == 0 {
 		return nil, nil
 	}
@@ -132,10 +142,10 @@ func (d *Daemon) claimDue(ctx context.Context, lead *leadership) ([]claimedRun, 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var out []claimedRun
-	err := d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		out = nil
 		var terms []int64
-		if err := tx.Raw(leaderCheckSQL, leaderScope, d.id, lead.term).Scan(&terms).Error; err != nil {
+		if err := tx.Raw(leaderCheckSQL, leaderScope, s.id, lead.term).Scan(&terms).Error; err != nil {
 			return err
 		}
 		if len(terms) == 0 {
@@ -147,9 +157,7 @@ func (d *Daemon) claimDue(ctx context.Context, lead *leadership) ([]claimedRun, 
 		}
 		for _, r := range rows {
 			c := claimedRun{schedule: r.Name, params: []byte(r.Params), timeout: time.Duration(r.TimeoutMs) * time.Millisecond}
-			d.mu.Lock()
-			c.job = d.jobs[r.Job].job
-			d.mu.Unlock()
+			c.job, _ = s.jobs.job(r.Job)
 			trigger := TriggerSchedule
 			if r.Requested && !r.Due {
 				trigger = TriggerRunNow
@@ -174,7 +182,7 @@ func (d *Daemon) claimDue(ctx context.Context, lead *leadership) ([]claimedRun, 
 			var ids []int64
 			if err := tx.Raw(`INSERT INTO job_runs (schedule, job, trigger, replica, term, deadline_at)
 				VALUES (?, ?, ?, ?, ?, now() + ? * interval '1 millisecond') RETURNING id`,
-				r.Name, r.Job, trigger, d.id, lead.term, r.TimeoutMs).Scan(&ids).Error; err != nil {
+				r.Name, r.Job, trigger, s.id, lead.term, r.TimeoutMs).Scan(&ids).Error; err != nil {
 				return err
 			}
 			c.runID = ids[0]
