@@ -126,7 +126,7 @@ type Daemon struct {
 // testSignals are the points a test can wait for (see internal/testsignal); off unless a test
 // switches them on before Start.
 type testSignals struct {
-	Elected     testsignal.Signal[int64]  // this replica became leader, with its term
+	Elected     testsignal.Signal[int64]  // this replica became leader (its heartbeat says so), with its term
 	SteppedDown testsignal.Signal[string] // it stopped leading, with the reason
 	Polled      testsignal.Signal[int]    // the scheduler polled while leading, with the runs it claimed
 	RunStarted  testsignal.Signal[int64]  // a run began, with its id

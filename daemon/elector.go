@@ -91,6 +91,7 @@ func (e *elector) tick(ctx context.Context) time.Duration {
 	if term > 0 {
 		e.becomeLeader(ctx, term)
 		e.beat(ctx)
+		e.signals.Elected.Signal(term) // after the heartbeat, which now says so
 		return e.cfg.RenewEvery
 	}
 	e.beat(ctx)
@@ -119,7 +120,6 @@ func (e *elector) becomeLeader(ctx context.Context, term int64) {
 	}
 	_ = pruneReplicas(sctx, e.db)
 	e.elected()
-	e.signals.Elected.Signal(term)
 }
 
 // stepDown ends lead here (if it is still current): running jobs are asked to stop after their

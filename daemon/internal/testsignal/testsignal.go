@@ -18,8 +18,15 @@ type Signal[T any] struct {
 	ch chan T
 }
 
-// Init switches the signal on. Call it before the code that signals starts.
-func (s *Signal[T]) Init() { s.ch = make(chan T, capacity) }
+// Init switches the signal on (again: no change). Call it before the code that signals starts.
+func (s *Signal[T]) Init() {
+	if s.ch == nil {
+		s.ch = make(chan T, capacity)
+	}
+}
+
+// C is the channel the values arrive on, for a test that selects over several signals.
+func (s *Signal[T]) C() <-chan T { return s.ch }
 
 // Signal records that the point was passed with v; it never blocks.
 func (s *Signal[T]) Signal(v T) {
