@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/daemon/internal/testsignal"
 	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/internal/pgtest"
 )
@@ -67,7 +68,19 @@ func newDaemon(t testing.TB, db *gorm.DB, name string, tune func(*daemon.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.TestSignals() // on before Start: tests wait on them instead of polling
 	return d
+}
+
+// waitPolls waits for n scheduler polls of d after the ones already signalled: time for the
+// scheduler to have acted on what the test just changed, paced by the scheduler itself.
+func waitPolls(t testing.TB, d *daemon.Daemon, n int) {
+	t.Helper()
+	polled := &d.TestSignals().Polled
+	polled.Drain()
+	for range n {
+		polled.Wait(t, 2*time.Second)
+	}
 }
 
 // start starts d with a context of its own; the returned kill ends it abruptly (no resign, no
@@ -88,7 +101,8 @@ func start(t testing.TB, d *daemon.Daemon) (kill func()) {
 	return cancel
 }
 
-// eventually polls cond every 10 ms until it holds, failing after timeout.
+// eventually polls cond every 10 ms until it holds, failing after timeout. Where the daemon
+// signals the point a test waits for (TestSignals), wait on the signal instead.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -247,6 +261,8 @@ type countingJob struct {
 
 	finishedBatches atomic.Int64
 	startedBatches  atomic.Int64
+	// batchStarted and batchFinished signal each batch (with its count) once a test Inits them.
+	batchStarted, batchFinished testsignal.Signal[int64]
 }
 
 func (j *countingJob) Name() string { return j.name }
@@ -261,7 +277,7 @@ func (j *countingJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) 
 			}
 			return stats, daemon.ErrStopped
 		}
-		j.startedBatches.Add(1)
+		j.batchStarted.Signal(j.startedBatches.Add(1))
 		if j.ignore {
 			time.Sleep(j.batch)
 		} else {
@@ -271,7 +287,7 @@ func (j *countingJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) 
 				return stats, ctx.Err()
 			}
 		}
-		j.finishedBatches.Add(1)
+		j.batchFinished.Signal(j.finishedBatches.Add(1))
 		stats["batches"]++
 		p.Report("work", int64(i+1), int64(n))
 	}

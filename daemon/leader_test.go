@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -9,20 +10,24 @@ import (
 	"github.com/idemops/idemops/internal/pgtest"
 )
 
-// onlyLeader waits until exactly one of ds leads and returns it.
+// onlyLeader waits for one of ds to signal its election and returns it, checking it is then
+// the only leader.
 func onlyLeader(t *testing.T, ds ...*daemon.Daemon) *daemon.Daemon {
 	t.Helper()
-	var leader *daemon.Daemon
-	eventually(t, 3*time.Second, "one leader", func() bool {
-		n := 0
-		for _, d := range ds {
-			if d.IsLeader() {
-				leader = d
-				n++
-			}
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(3 * time.Second))}}
+	for _, d := range ds {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(d.TestSignals().Elected.C())})
+	}
+	i, _, _ := reflect.Select(cases)
+	if i == 0 {
+		t.Fatal("no replica elected within 3s")
+	}
+	leader := ds[i-1]
+	for _, d := range ds {
+		if d.IsLeader() != (d == leader) {
+			t.Fatalf("%s elected, but %s leads: %v", leader.ID(), d.ID(), d.IsLeader())
 		}
-		return n == 1
-	})
+	}
 	return leader
 }
 
@@ -43,28 +48,30 @@ func TestLeader_OneReplicaLeadsAndReplicasAreVisible(t *testing.T) {
 	if info.LeaderID != leader.ID() || info.Expired || info.Term < 1 {
 		t.Fatalf("lease %+v, want held by %s", info, leader.ID())
 	}
-	eventually(t, 2*time.Second, "both heartbeats", func() bool {
-		rs, err := daemon.Replicas(ctx, db)
-		if err != nil || len(rs) != 2 {
-			return false
-		}
-		leaders := 0
-		for _, r := range rs {
-			if r.IsLeader {
-				leaders++
-				if r.ID != leader.ID() {
-					t.Fatalf("replica %s shown as leader, want %s", r.ID, leader.ID())
-				}
+	// Both rows are written by Start; the leader's says so by the time it signals its election.
+	rs, err := daemon.Replicas(ctx, db)
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("Replicas = %+v, %v; want both", rs, err)
+	}
+	leaders := 0
+	for _, r := range rs {
+		if r.IsLeader {
+			leaders++
+			if r.ID != leader.ID() {
+				t.Fatalf("replica %s shown as leader, want %s", r.ID, leader.ID())
 			}
 		}
-		return leaders == 1
-	})
-	// The two replicas never lead at once, sampled over a few renewals.
+	}
+	if leaders != 1 {
+		t.Fatalf("%d replicas shown as leader, want 1", leaders)
+	}
+	// The two replicas never lead at once, sampled at each of the leader's next 30 polls
+	// (20ms apart: a few renewals).
 	for range 30 {
+		waitPolls(t, leader, 1)
 		if a.IsLeader() && b.IsLeader() {
 			t.Fatal("both replicas lead")
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -83,7 +90,7 @@ func TestLeader_FailoverWithinOneTTLWhenTheLeaderDies(t *testing.T) {
 	killA() // no resignation: b has to wait for the lease to run out
 	closeDB(dbA)
 	died := time.Now()
-	eventually(t, 3*time.Second, "b elected", b.IsLeader)
+	b.TestSignals().Elected.Wait(t, 3*time.Second)
 	took := time.Since(died)
 	// The lease was renewed at most RenewEvery before the kill, so it lapses within one TTL;
 	// b tries again as it runs out.
@@ -111,7 +118,7 @@ func TestLeader_StopResignsSoTheSuccessorNeedNotWaitForTheTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	eventually(t, 3*time.Second, "b elected", b.IsLeader)
+	b.TestSignals().Elected.Wait(t, 3*time.Second)
 	if took := time.Since(stopped); took > time.Second {
 		t.Fatalf("successor took %s after a resignation, want about one renewal interval", took)
 	}
@@ -134,7 +141,9 @@ func TestLeader_StepsDownAsSoonAsARenewalFails(t *testing.T) {
 	// Another replica's election (as after a long pause of a): a's term is over.
 	pgtest.Exec(t, db, `UPDATE daemon_leader SET leader_id = 'intruder', term = term + 1, expires_at = now() + interval '1 hour'`)
 	changed := time.Now()
-	eventually(t, 2*time.Second, "a steps down", func() bool { return !a.IsLeader() })
+	if reason := a.TestSignals().SteppedDown.Wait(t, 2*time.Second); reason != "another replica was elected" {
+		t.Fatalf("stepped down because %q", reason)
+	}
 	// At the next renewal (250ms), well before the 1s TTL would run out.
 	if took := time.Since(changed); took > time.Second {
 		t.Fatalf("stepping down took %s, want at the next renewal (250ms)", took)

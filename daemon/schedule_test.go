@@ -96,20 +96,22 @@ func TestSchedule_MissedRunRunsOnceAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, second)
-	eventually(t, 3*time.Second, "the missed run", func() bool { return job.runs.Load() >= 1 })
-	// Several more polls: no pile-up of the other missed slots.
-	time.Sleep(10 * 20 * time.Millisecond)
+	if run := second.TestSignals().RunFinished.Wait(t, 3*time.Second); run.Schedule != "tick" || run.Status != daemon.RunSucceeded {
+		t.Fatalf("the missed run: %+v", run)
+	}
+	// Ten more polls: no pile-up of the other missed slots.
+	waitPolls(t, second, 10)
 	if n := job.runs.Load(); n != 1 {
 		t.Fatalf("missed schedule ran %d times, want once", n)
 	}
 	if next := nextRunAt(t, db, "tick"); !next.After(time.Now()) {
 		t.Fatalf("next run %v not in the future", next)
 	}
-	eventually(t, 2*time.Second, "the run recorded", func() bool {
-		runs := runsOf(t, db, "tick")
-		return len(runs) == 1 && runs[0].Status == daemon.RunSucceeded
-	})
-	r := runsOf(t, db, "tick")[0]
+	runs := runsOf(t, db, "tick")
+	if len(runs) != 1 || runs[0].Status != daemon.RunSucceeded {
+		t.Fatalf("runs %+v, want one succeeded", runs)
+	}
+	r := runs[0]
 	if r.Trigger != daemon.TriggerSchedule || r.Replica != second.ID() || r.Term == nil || r.FinishedAt == nil ||
 		r.Stats["batches"] != 1 || r.Phase != "work" || r.Done != 1 || r.Total != 1 {
 		t.Fatalf("run %+v", r)
@@ -133,7 +135,7 @@ func TestSchedule_PauseRunNowResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, db, `UPDATE schedules SET next_run_at = now() - interval '1 hour' WHERE name = 'tick'`)
-	time.Sleep(10 * 20 * time.Millisecond)
+	waitPolls(t, d, 10)
 	if n := job.runs.Load(); n != 0 {
 		t.Fatalf("paused schedule ran %d times", n)
 	}
@@ -141,21 +143,23 @@ func TestSchedule_PauseRunNowResume(t *testing.T) {
 	if err := daemon.RunNow(ctx, db, "tick"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "the requested run", func() bool { return job.runs.Load() == 1 })
-	time.Sleep(5 * 20 * time.Millisecond)
+	d.TestSignals().RunFinished.Wait(t, 2*time.Second)
+	waitPolls(t, d, 5)
 	if n := job.runs.Load(); n != 1 {
 		t.Fatalf("run-now ran %d times, want once", n)
 	}
-	eventually(t, 2*time.Second, "the run recorded", func() bool {
-		runs := runsOf(t, db, "tick")
-		return len(runs) == 1 && runs[0].Trigger == daemon.TriggerRunNow && runs[0].Status == daemon.RunSucceeded
-	})
+	if runs := runsOf(t, db, "tick"); len(runs) != 1 || runs[0].Trigger != daemon.TriggerRunNow || runs[0].Status != daemon.RunSucceeded {
+		t.Fatalf("runs %+v, want one succeeded run-now", runs)
+	}
 
 	// The slot missed while paused runs once on resume.
 	if err := daemon.Resume(ctx, db, "tick"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "the missed slot after resume", func() bool { return job.runs.Load() == 2 })
+	d.TestSignals().RunFinished.Wait(t, 2*time.Second)
+	if n := job.runs.Load(); n != 2 {
+		t.Fatalf("after resume the job ran %d times in all, want 2", n)
+	}
 
 	if err := daemon.RunNow(ctx, db, "nope"); !errors.Is(err, daemon.ErrUnknownSchedule) {
 		t.Fatalf("RunNow(nope) = %v, want ErrUnknownSchedule", err)
@@ -192,10 +196,12 @@ func TestSchedule_SaveValidatesAndOtherSchedulesRunTheSameJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, d)
-	eventually(t, 3*time.Second, "the requested recon schedule", func() bool {
-		runs := runsOf(t, db, "recon:alipay")
-		return len(runs) == 1 && runs[0].Status == daemon.RunSucceeded && runs[0].Job == "tick"
+	d.TestSignals().RunFinished.WaitFor(t, 3*time.Second, "the requested recon schedule", func(r *daemon.Run) bool {
+		return r.Schedule == "recon:alipay"
 	})
+	if runs := runsOf(t, db, "recon:alipay"); len(runs) != 1 || runs[0].Status != daemon.RunSucceeded || runs[0].Job != "tick" {
+		t.Fatalf("runs %+v, want one succeeded run of tick", runs)
+	}
 }
 
 func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
@@ -220,10 +226,9 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 3*time.Second, "both runs ended", func() bool {
-		s, b := runsOf(t, db, "slow"), runsOf(t, db, "broken")
-		return len(s) == 1 && s[0].Status != daemon.RunRunning && len(b) == 1 && b[0].Status != daemon.RunRunning
-	})
+	for range 2 {
+		d.TestSignals().RunFinished.Wait(t, 3*time.Second)
+	}
 	if r := runsOf(t, db, "slow")[0]; r.Status != daemon.RunTimedOut {
 		t.Fatalf("slow run %+v, want timed_out", r)
 	}
@@ -259,6 +264,7 @@ func TestRun_StopFinishesTheBatchInHandAndRecordsAbandoned(t *testing.T) {
 	url := pgtest.URL(t)
 	db := open(t, url)
 	job := &countingJob{name: "batches", batches: 1000, batch: 50 * time.Millisecond}
+	job.batchFinished.Init()
 	d := newDaemon(t, open(t, url), "d", nil)
 	if err := d.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
@@ -267,7 +273,7 @@ func TestRun_StopFinishesTheBatchInHandAndRecordsAbandoned(t *testing.T) {
 	if err := daemon.RunNow(context.Background(), db, "batches"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "a few batches", func() bool { return job.finishedBatches.Load() >= 3 })
+	job.batchFinished.WaitFor(t, 3*time.Second, "a few batches", func(n int64) bool { return n >= 3 })
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +291,7 @@ func TestRun_StopCancelsAJobThatIgnoresItAfterTheShutdownTimeout(t *testing.T) {
 	url := pgtest.URL(t)
 	db := open(t, url)
 	job := &countingJob{name: "stubborn", batch: time.Hour}
+	job.batchStarted.Init()
 	d := newDaemon(t, open(t, url), "d", func(c *daemon.Config) { c.ShutdownTimeout = 200 * time.Millisecond })
 	if err := d.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
@@ -293,7 +300,7 @@ func TestRun_StopCancelsAJobThatIgnoresItAfterTheShutdownTimeout(t *testing.T) {
 	if err := daemon.RunNow(context.Background(), db, "stubborn"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "the run under way", func() bool { return job.startedBatches.Load() == 1 })
+	job.batchStarted.Wait(t, 3*time.Second) // the run under way
 	began := time.Now()
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -312,6 +319,7 @@ func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
 	db := open(t, url)
 	dbA := open(t, url)
 	jobA := &countingJob{name: "long", batch: time.Hour}
+	jobA.batchStarted.Init()
 	a := newDaemon(t, dbA, "a", nil)
 	if err := a.Register(jobA, "0 3 * * *"); err != nil {
 		t.Fatal(err)
@@ -320,7 +328,7 @@ func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
 	if err := daemon.RunNow(context.Background(), db, "long"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, "a's run under way", func() bool { return jobA.startedBatches.Load() == 1 })
+	jobA.batchStarted.Wait(t, 3*time.Second) // a's run under way
 	killA()
 	closeDB(dbA)
 
@@ -329,8 +337,8 @@ func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	start(t, b)
-	eventually(t, 3*time.Second, "a's run marked abandoned", func() bool {
-		runs := runsOf(t, db, "long")
-		return len(runs) == 1 && runs[0].Status == daemon.RunAbandoned && strings.Contains(runs[0].Error, "earlier leader")
-	})
+	b.TestSignals().Elected.Wait(t, 3*time.Second) // it sweeps before it signals
+	if runs := runsOf(t, db, "long"); len(runs) != 1 || runs[0].Status != daemon.RunAbandoned || !strings.Contains(runs[0].Error, "earlier leader") {
+		t.Fatalf("runs %+v, want a's run marked abandoned by the new leader", runs)
+	}
 }

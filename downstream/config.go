@@ -1,13 +1,13 @@
 package downstream
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -124,17 +124,16 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 		err.File = name
 		return nil, err
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return fail(configErr("", "%s", strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "yaml: ")))
-	}
 	cfg := &Config{File: name}
-	if len(doc.Content) == 0 {
-		return fail(configErr("operations", "must list at least one operation (the file is empty)"))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true) // an unknown field is an error, as a repeated one always is
+	if err := dec.Decode(cfg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fail(configErr("operations", "must list at least one operation (the file is empty)"))
+		}
+		return fail(configErr("", "%s", yamlProblem(err)))
 	}
-	if err := decodeNode(doc.Content[0], reflect.ValueOf(cfg).Elem(), ""); err != nil {
-		return fail(err)
-	}
+	cfg.File = name
 	if len(cfg.Operations) == 0 {
 		return fail(configErr("operations", "must list at least one operation"))
 	}
@@ -285,94 +284,47 @@ func (s *StatusConfig) normalize() *ConfigError {
 	return nil
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var (
+	yamlUnknown   = regexp.MustCompile(`^(line \d+): field (\S+) not found in type \S+$`)
+	yamlDuplicate = regexp.MustCompile(`^(line \d+): mapping key "(.*)" already defined at (line \d+)$`)
+	yamlType      = regexp.MustCompile("^(line \\d+): cannot unmarshal !!(\\w+) (?:`(.*)` )?into (\\S+)$")
+)
 
-// decodeNode decodes a YAML node into v by the yaml tags of v's type, so that every problem —
-// an unknown or repeated field, a wrong type — is reported with its path.
-func decodeNode(n *yaml.Node, v reflect.Value, path string) *ConfigError {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil // an empty value leaves the zero value (the default)
-	}
-	at := func(format string, args ...any) *ConfigError {
-		return configErr(path, format+fmt.Sprintf(" (line %d)", n.Line), args...)
-	}
-	t := v.Type()
-	switch {
-	case t == durationType:
-		if n.Kind != yaml.ScalarNode {
-			return at("must be a duration like 5s")
-		}
-		d, err := time.ParseDuration(n.Value)
-		if err != nil {
-			return at("must be a duration like 5s, got %q", n.Value)
-		}
-		v.SetInt(int64(d))
-	case t.Kind() == reflect.Struct:
-		if n.Kind != yaml.MappingNode {
-			return at("must be a mapping")
-		}
-		seen := map[string]bool{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			child := key
-			if path != "" {
-				child = path + "." + key
-			}
-			if seen[key] {
-				return configErr(child, "appears twice (line %d)", n.Content[i].Line)
-			}
-			seen[key] = true
-			f, ok := fieldByTag(t, key)
-			if !ok {
-				return configErr(child, "unknown field (line %d)", n.Content[i].Line)
-			}
-			if err := decodeNode(n.Content[i+1], v.FieldByIndex(f.Index), child); err != nil {
-				return err
-			}
-		}
-	case t.Kind() == reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			return at("must be a list")
-		}
-		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
-		for i, item := range n.Content {
-			if err := decodeNode(item, s.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-		v.Set(s)
-	case t.Kind() == reflect.String:
-		if n.Kind != yaml.ScalarNode {
-			return at("must be a string")
-		}
-		v.SetString(n.Value)
-	case t.Kind() == reflect.Int:
-		i, err := strconv.Atoi(n.Value)
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || err != nil {
-			return at("must be an integer, got %q", n.Value)
-		}
-		v.SetInt(int64(i))
-	case t.Kind() == reflect.Bool:
-		b, err := strconv.ParseBool(n.Value)
-		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || err != nil {
-			return at("must be true or false, got %q", n.Value)
-		}
-		v.SetBool(b)
-	default:
-		return at("unsupported field type %s", t)
-	}
-	return nil
+// yamlKinds says in words what each Go type of the config needs.
+var yamlKinds = map[string]string{
+	"int": "an integer", "bool": "true or false", "string": "a string", "time.Duration": "a duration like 5s",
 }
 
-func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == key && name != "-" {
-			return f, true
+// yamlProblem turns a yaml error into one line starting with the line number. yaml.TypeError
+// lists every problem on lines of its own; the first is reported, in words, with the field where
+// yaml names it.
+func yamlProblem(err error) string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n", "; "), "yaml: ")
+	}
+	s := strings.TrimSpace(te.Errors[0])
+	if m := yamlUnknown.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s: unknown field %s", m[1], m[2])
+	}
+	if m := yamlDuplicate.FindStringSubmatch(s); m != nil {
+		return fmt.Sprintf("%s: field %s appears twice (first at %s)", m[1], m[2], m[3])
+	}
+	if m := yamlType.FindStringSubmatch(s); m != nil {
+		want, ok := yamlKinds[m[4]]
+		switch {
+		case strings.HasPrefix(m[4], "[]"):
+			want, ok = "a list", true
+		case strings.HasPrefix(m[4], "downstream."):
+			want, ok = "a mapping", true
+		}
+		if ok {
+			got := "a " + m[2]
+			if m[3] != "" {
+				got = strconv.Quote(m[3])
+			}
+			return fmt.Sprintf("%s: must be %s, got %s", m[1], want, got)
 		}
 	}
-	return reflect.StructField{}, false
+	return s
 }

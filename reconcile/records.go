@@ -42,6 +42,15 @@ type record struct {
 // grow with the file. It handles a gzip wrapper, the size limits, the UTF-8 BOM, CRLF, blank
 // lines, quoted fields (with "" escapes and embedded newlines) and GBK decoding, and it checks
 // every line is valid in its encoding.
+//
+// It splits fields itself (split) rather than through encoding/csv, whose Reader does not give
+// what bills need: a bound on one record (csv.Reader buffers a field whose quote never closes
+// until the end of the file; here a record is cut at maxLine with a LineError naming the line),
+// an error per physical line for bytes invalid in the encoding, comment lines with a prefix of
+// more than one character that come back as records with their raw text (Alipay's "#" summary
+// lines carry the control totals; csv.Reader drops comments), a bare quote inside an unquoted
+// field kept as-is without LazyQuotes loosening quoted fields too, rows of empty cells skipped
+// like blank lines, and the raw text of each row for preamble lines before the header row.
 type recordReader struct {
 	br      *bufio.Reader
 	counter *limitReader
