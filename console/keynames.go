@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/idemops/idemops/templates"
 )
@@ -44,4 +45,46 @@ func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[i
 		out[r.ID] = templates.KeyName{ID: r.ID, Tenant: r.Tenant, Operation: r.Operation, Key: r.Key}
 	}
 	return out, nil
+}
+
+// nameReplayRows names the key of each replay request row for op.
+func (s *Server) nameReplayRows(ctx context.Context, op *Operator, rows []templates.ReplayRow) error {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.KeyID
+	}
+	names, err := s.keyNames(ctx, op, ids)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Name = names[rows[i].KeyID]
+	}
+	return nil
+}
+
+// nameBulkItems names the key of each bulk replay item for op.
+func (s *Server) nameBulkItems(ctx context.Context, op *Operator, items []templates.BulkItemRow) error {
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.KeyID
+	}
+	names, err := s.keyNames(ctx, op, ids)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].Name = names[items[i].KeyID]
+	}
+	return nil
+}
+
+// auditKeyTarget is the key id of an audit target "key:ID".
+func auditKeyTarget(target string) (int64, bool) {
+	ref, ok := strings.CutPrefix(target, "key:")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(ref, 10, 64)
+	return id, err == nil && id > 0
 }
