@@ -79,6 +79,15 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 	mustContain(t, "ignored row", irow, "txn:ignored", "line 5</a>", "ignored")
 	mustNotContain(t, "ignored row", irow, "Resolve…")
 
+	// Findings of one key (by id, as the replay and key pages link them), the tabs keeping it.
+	kb := c.get(fmt.Sprintf("/reconcile/findings?key=%d", p.ID)).Body
+	mustContain(t, "key filter", kb, fmt.Sprintf(`id="finding-%d"`, only), fmt.Sprintf(`href="/reconcile/findings?key=%d&amp;state=open"`, p.ID),
+		`id="tab-open">open <span class="count">1</span>`, fmt.Sprintf(`<input type="hidden" name="key" value="%d">`, p.ID))
+	mustNotContain(t, "key filter", kb, fmt.Sprintf(`id="finding-%d"`, amount))
+	if got := c.get("/reconcile/findings?key=abc"); got.Status != 400 || !strings.Contains(got.Body, "key: is not a key id") {
+		t.Errorf("bad key filter: %d", got.Status)
+	}
+
 	// Acting keeps the filters: back to the same tab and kind.
 	got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", amount), url.Values{"reason_code": {"refunded_at_channel"},
 		"back": {"/reconcile/findings?kind=AMOUNT_MISMATCH&state=open"}}, true)

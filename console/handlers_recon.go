@@ -571,7 +571,7 @@ func (s *Server) uploadPage(c *gin.Context, r *request) error {
 
 func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.FindingSearch, error) {
 	fs := templates.FindingSearch{Kind: q.Get("kind"), State: q.Get("state"), Channel: strings.TrimSpace(q.Get("channel")),
-		BillDate: strings.TrimSpace(q.Get("bill_date")), Run: strings.TrimSpace(q.Get("run"))}
+		BillDate: strings.TrimSpace(q.Get("bill_date")), Run: strings.TrimSpace(q.Get("run")), Key: strings.TrimSpace(q.Get("key"))}
 	f := reconcile.FindingFilter{Kind: reconcile.Kind(fs.Kind), State: reconcile.FindingState(fs.State), Channel: fs.Channel,
 		BillDate: fs.BillDate, Limit: findingsShown}
 	if len(fs.Channel) > 64 {
@@ -581,6 +581,11 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 	if fs.Run != "" {
 		if f.RunID, err = strconv.ParseInt(fs.Run, 10, 64); err != nil || f.RunID <= 0 {
 			return f, fs, inputErr("run", "is not a run id")
+		}
+	}
+	if fs.Key != "" {
+		if f.KeyID, err = strconv.ParseInt(fs.Key, 10, 64); err != nil || f.KeyID <= 0 {
+			return f, fs, inputErr("key", "is not a key id")
 		}
 	}
 	if f.BeforeID, err = parseBefore(q.Get("before")); err != nil {
@@ -596,7 +601,8 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 
 func searchQuery(fs templates.FindingSearch) url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"kind": fs.Kind, "state": fs.State, "channel": fs.Channel, "bill_date": fs.BillDate, "run": fs.Run} {
+	for k, v := range map[string]string{"kind": fs.Kind, "state": fs.State, "channel": fs.Channel, "bill_date": fs.BillDate, "run": fs.Run,
+		"key": fs.Key} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -656,7 +662,8 @@ func stateTabs(fs templates.FindingSearch, counts map[reconcile.FindingState]int
 		all += counts[st]
 	}
 	for _, st := range []string{"open", "resolved", "ignored", ""} {
-		q := searchQuery(templates.FindingSearch{Kind: fs.Kind, State: st, Channel: fs.Channel, BillDate: fs.BillDate, Run: fs.Run})
+		q := searchQuery(templates.FindingSearch{Kind: fs.Kind, State: st, Channel: fs.Channel, BillDate: fs.BillDate, Run: fs.Run,
+			Key: fs.Key})
 		tab := templates.StateTab{State: st, Label: st, N: counts[reconcile.FindingState(st)], Current: fs.State == st,
 			Href: "/reconcile/findings?" + q.Encode()}
 		if st == "" {
@@ -675,7 +682,8 @@ func kindNames() []string {
 	return out
 }
 
-// findingsPage is GET /reconcile/findings: filters, keyset paging (?before=ID), actions.
+// findingsPage is GET /reconcile/findings: filters (kind, state, channel, bill_date, run, key
+// by id), keyset paging (?before=ID), actions.
 func (s *Server) findingsPage(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
 	f, fs, err := parseFindingFilter(q)

@@ -62,6 +62,7 @@ func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
 		mustContain(t, what, got.Body, name, copyBtn)
 		noKeyInURL(t, what, got.Body, "ACME-1234567890")
 	}
+	mustContain(t, "replay page", c.get(fmt.Sprintf("/replays/%d", req)).Body, fmt.Sprintf(`href="/reconcile/findings?key=%d"`, k.ID))
 	mustContain(t, "layout", c.get("/replays").Body, `<script src="/static/copy.js" defer></script>`)
 	if js := c.get("/static/copy.js"); js.Status != 200 || !strings.Contains(js.Body, "data-copy") {
 		t.Errorf("copy.js: %d", js.Status)

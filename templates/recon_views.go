@@ -133,6 +133,8 @@ func (f FindingRow) KindClass() string { return "kind-label kind-" + f.Kind }
 // FindingSearch is the findings filter form's values.
 type FindingSearch struct {
 	Kind, State, Channel, BillDate, Run string
+	// Key is a key id: only the findings of that key.
+	Key string
 }
 
 // StateTab is one state tab of the findings page: its count under the other filters.
