@@ -1302,7 +1302,7 @@ func reconRunsTable(rows []ReconRunRow) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 122, "<table class=\"recon-runs\"><thead><tr><th class=\"num\">#</th><th>Job</th><th>Channel</th><th>Bill date</th><th>Status</th><th>Started</th><th class=\"num\">Parsed</th><th class=\"num\">Loaded</th><th class=\"num\">Matched</th><th>Findings</th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 122, "<table class=\"recon-runs\"><thead><tr><th class=\"num\">#</th><th>Job</th><th>Channel</th><th>Bill date</th><th>Status</th><th>Started</th><th class=\"num\" title=\"lines read from the statement\">Parsed</th><th class=\"num\" title=\"transaction lines stored for matching\">Loaded</th><th class=\"num\" title=\"lines paired with their local key (they may still disagree)\">Matched</th><th title=\"discrepancies found, per kind\">Findings</th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
