@@ -256,9 +256,22 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
+	var keyIDs []int64
 	for _, a := range rows {
 		v.Rows = append(v.Rows, templates.AuditRow{Seq: a.Seq, At: a.At, Actor: a.Actor, Action: a.Action,
 			Target: a.Target, Tenant: a.Tenant, Detail: a.Detail, IP: a.IP, Hash: a.Hash})
+		if id, ok := auditKeyTarget(a.Target); ok {
+			keyIDs = append(keyIDs, id)
+		}
+	}
+	names, err := s.keyNames(ctx, r.op, keyIDs)
+	if err != nil {
+		return err
+	}
+	for i := range v.Rows {
+		if id, ok := auditKeyTarget(v.Rows[i].Target); ok {
+			v.Rows[i].Key = names[id]
+		}
 	}
 	if more {
 		nq := url.Values{}

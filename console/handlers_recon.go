@@ -386,7 +386,22 @@ func runRow(run reconcile.Run) templates.ReconRunRow {
 		RowsParsed: run.RowsParsed, RowsLoaded: run.RowsLoaded, RowsMatched: run.RowsMatched, Counts: kindCounts(run.Counts, run.ID),
 		AlreadyImported: run.AlreadyImported, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, Live: run.Status == reconcile.RunRunning || run.Status == reconcile.RunWaiting}
+	if run.StatementID != nil {
+		row.Statement = fmt.Sprintf("#%d", *run.StatementID)
+		if run.StatementVer != nil {
+			row.Statement += fmt.Sprintf(" version %d", *run.StatementVer)
+		}
+	}
 	return row
+}
+
+// runView is a run's page: the run and its number of findings.
+func runView(run reconcile.Run) templates.ReconRunView {
+	v := templates.ReconRunView{Run: runRow(run), FindingsURL: fmt.Sprintf("/reconcile/findings?run=%d", run.ID)}
+	for _, n := range run.Counts {
+		v.Findings += n
+	}
+	return v
 }
 
 func strp(s *string) string {
@@ -435,7 +450,7 @@ func (s *Server) reconRunPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	v := templates.ReconRunView{Run: runRow(*run), FindingsURL: fmt.Sprintf("/reconcile/findings?run=%d", run.ID)}
+	v := runView(*run)
 	if isHTMX(c) {
 		s.render(c, http.StatusOK, templates.ReconRunProgress(v))
 		return nil
@@ -542,7 +557,7 @@ func (s *Server) uploadPage(c *gin.Context, r *request) error {
 		}
 		return err
 	}
-	v := templates.ReconRunView{Run: runRow(*run), FindingsURL: fmt.Sprintf("/reconcile/findings?run=%d", run.ID)}
+	v := runView(*run)
 	if err != nil {
 		v.Error = publicMessage(err)
 		s.render(c, statusOf(err), templates.ReconRunPage(chrome(r, "reconcile"), v))
@@ -556,7 +571,7 @@ func (s *Server) uploadPage(c *gin.Context, r *request) error {
 
 func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.FindingSearch, error) {
 	fs := templates.FindingSearch{Kind: q.Get("kind"), State: q.Get("state"), Channel: strings.TrimSpace(q.Get("channel")),
-		BillDate: strings.TrimSpace(q.Get("bill_date")), Run: strings.TrimSpace(q.Get("run"))}
+		BillDate: strings.TrimSpace(q.Get("bill_date")), Run: strings.TrimSpace(q.Get("run")), Key: strings.TrimSpace(q.Get("key"))}
 	f := reconcile.FindingFilter{Kind: reconcile.Kind(fs.Kind), State: reconcile.FindingState(fs.State), Channel: fs.Channel,
 		BillDate: fs.BillDate, Limit: findingsShown}
 	if len(fs.Channel) > 64 {
@@ -566,6 +581,11 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 	if fs.Run != "" {
 		if f.RunID, err = strconv.ParseInt(fs.Run, 10, 64); err != nil || f.RunID <= 0 {
 			return f, fs, inputErr("run", "is not a run id")
+		}
+	}
+	if fs.Key != "" {
+		if f.KeyID, err = strconv.ParseInt(fs.Key, 10, 64); err != nil || f.KeyID <= 0 {
+			return f, fs, inputErr("key", "is not a key id")
 		}
 	}
 	if f.BeforeID, err = parseBefore(q.Get("before")); err != nil {
@@ -581,7 +601,8 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 
 func searchQuery(fs templates.FindingSearch) url.Values {
 	q := url.Values{}
-	for k, v := range map[string]string{"kind": fs.Kind, "state": fs.State, "channel": fs.Channel, "bill_date": fs.BillDate, "run": fs.Run} {
+	for k, v := range map[string]string{"kind": fs.Kind, "state": fs.State, "channel": fs.Channel, "bill_date": fs.BillDate, "run": fs.Run,
+		"key": fs.Key} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -589,16 +610,68 @@ func searchQuery(fs templates.FindingSearch) url.Values {
 	return q
 }
 
-func findingRow(f reconcile.Finding) templates.FindingRow {
+// kindHelp says in words what each kind of finding means.
+var kindHelp = map[reconcile.Kind]string{
+	reconcile.LocalOnly:            "completed here, not on the channel's statement",
+	reconcile.ChannelOnly:          "a success on the statement with no completed local key",
+	reconcile.StatusMismatch:       "the channel and the key disagree on success",
+	reconcile.AmountMismatch:       "both succeeded with different amounts",
+	reconcile.CurrencyMismatch:     "both succeeded in different currencies",
+	reconcile.DuplicateAtChannel:   "two successful channel transactions for one key: a double charge",
+	reconcile.DuplicateInFile:      "one channel transaction on more than one line of the file",
+	reconcile.ControlTotalMismatch: "the statement's rows do not add up to its totals; it was rejected",
+	reconcile.SettlementMismatch:   "the settled total differs from the net of the rows",
+	reconcile.FeeMismatch:          "the line's fee differs from the fee schedule",
+}
+
+// findingRow is f for the findings table; names holds the names of the page's keys.
+func findingRow(f reconcile.Finding, names map[int64]templates.KeyName) templates.FindingRow {
 	row := templates.FindingRow{ID: f.ID, RunID: f.RunID, Channel: f.Channel, BillDate: f.BillDate, Kind: string(f.Kind),
 		Subject: f.Subject, Detail: truncate(string(f.Detail), 400), State: string(f.State), Resolver: strp(f.Resolver),
 		ReasonCode: strp(f.ReasonCode), Note: truncate(strp(f.Note), 300), CreatedAt: f.CreatedAt,
 		CanRecover: f.KeyID != nil && (f.Kind == reconcile.ChannelOnly || f.Kind == reconcile.StatusMismatch),
-		Money:      findingMoney(f)}
+		Money:      findingMoney(f), KindHelp: kindHelp[f.Kind]}
+	row.ChannelSide, row.LocalSide, row.Line = findingSides(f)
+	if row.Line != 0 {
+		row.LineHref = fmt.Sprintf("/reconcile/runs/%d#statement", f.RunID)
+	}
 	if f.KeyID != nil {
 		row.KeyID, row.KeyHref = *f.KeyID, fmt.Sprintf("/keys/%d", *f.KeyID)
+		row.Key = names[*f.KeyID]
+		row.Key.ID = *f.KeyID
 	}
 	return row
+}
+
+// findingKeyNames names the keys of a page of findings for op.
+func (s *Server) findingKeyNames(ctx context.Context, op *Operator, rows []reconcile.Finding) (map[int64]templates.KeyName, error) {
+	var ids []int64
+	for _, f := range rows {
+		if f.KeyID != nil {
+			ids = append(ids, *f.KeyID)
+		}
+	}
+	return s.keyNames(ctx, op, ids)
+}
+
+// stateTabs are the findings page's tabs: every state with its count under the other filters.
+func stateTabs(fs templates.FindingSearch, counts map[reconcile.FindingState]int64) []templates.StateTab {
+	var tabs []templates.StateTab
+	var all int64
+	for _, st := range []reconcile.FindingState{reconcile.FindingOpen, reconcile.FindingResolved, reconcile.FindingIgnored} {
+		all += counts[st]
+	}
+	for _, st := range []string{"open", "resolved", "ignored", ""} {
+		q := searchQuery(templates.FindingSearch{Kind: fs.Kind, State: st, Channel: fs.Channel, BillDate: fs.BillDate, Run: fs.Run,
+			Key: fs.Key})
+		tab := templates.StateTab{State: st, Label: st, N: counts[reconcile.FindingState(st)], Current: fs.State == st,
+			Href: "/reconcile/findings?" + q.Encode()}
+		if st == "" {
+			tab.Label, tab.N = "all", all
+		}
+		tabs = append(tabs, tab)
+	}
+	return tabs
 }
 
 func kindNames() []string {
@@ -609,7 +682,8 @@ func kindNames() []string {
 	return out
 }
 
-// findingsPage is GET /reconcile/findings: filters, keyset paging (?before=ID), actions.
+// findingsPage is GET /reconcile/findings: filters (kind, state, channel, bill_date, run, key
+// by id), keyset paging (?before=ID), actions.
 func (s *Server) findingsPage(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
 	f, fs, err := parseFindingFilter(q)
@@ -621,9 +695,18 @@ func (s *Server) findingsPage(c *gin.Context, r *request) error {
 		var rows []reconcile.Finding
 		var next int64
 		rows, next, err = s.listFindings(ctx, r.op, f)
+		var names map[int64]templates.KeyName
 		if err == nil {
+			names, err = s.findingKeyNames(ctx, r.op, rows)
+		}
+		var counts map[reconcile.FindingState]int64
+		if err == nil {
+			counts, err = s.findingStateCounts(ctx, r.op, f)
+		}
+		if err == nil {
+			v.Tabs = stateTabs(fs, counts)
 			for _, row := range rows {
-				v.Rows = append(v.Rows, findingRow(row))
+				v.Rows = append(v.Rows, findingRow(row, names))
 			}
 			if next != 0 {
 				nq := searchQuery(fs)

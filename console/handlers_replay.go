@@ -90,7 +90,7 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 	for i := range prior {
 		v.Requests = append(v.Requests, s.replayRow(&prior[i], r.op))
 	}
-	return v, nil
+	return v, s.nameReplayRows(ctx, r.op, v.Requests)
 }
 
 // replayPreview is GET /keys/{id}/replay: the read-only preview and the confirmation form.
@@ -176,6 +176,11 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	if req.State == "executing" {
 		row.Waiting = s.replayWaiting(ctx, req.KeyID)
 	}
+	one := []templates.ReplayRow{row}
+	if err := s.nameReplayRows(ctx, r.op, one); err != nil {
+		return err
+	}
+	row = one[0]
 	s.render(c, http.StatusOK, templates.ReplayPage(chrome(r, "replays"), templates.ReplayView{Req: row}))
 	return nil
 }
@@ -210,6 +215,12 @@ func (s *Server) replaysPage(c *gin.Context, r *request) error {
 		} else {
 			v.Recent = append(v.Recent, row)
 		}
+	}
+	if err := s.nameReplayRows(ctx, r.op, v.Pending); err != nil {
+		return err
+	}
+	if err := s.nameReplayRows(ctx, r.op, v.Recent); err != nil {
+		return err
 	}
 	s.render(c, http.StatusOK, templates.ReplaysPage(chrome(r, "replays"), v))
 	return nil
@@ -320,7 +331,11 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	s.render(c, http.StatusOK, templates.BulkPage(chrome(r, "replays"), s.bulkPlanView(p, r.op)))
+	v := s.bulkPlanView(p, r.op)
+	if err := s.nameBulkItems(ctx, r.op, v.Items); err != nil {
+		return err
+	}
+	s.render(c, http.StatusOK, templates.BulkPage(chrome(r, "replays"), v))
 	return nil
 }
 
@@ -406,7 +421,11 @@ func (s *Server) loadBulkView(c *gin.Context, r *request) (templates.BulkView, e
 	if err != nil {
 		return templates.BulkView{}, err
 	}
-	return s.bulkView(ctx, run)
+	v, err := s.bulkView(ctx, run)
+	if err != nil {
+		return v, err
+	}
+	return v, s.nameBulkItems(ctx, r.op, v.Items)
 }
 
 // bulkStartPage is POST /replays/bulk/start {plan, token, reason}: creates the previewed run and

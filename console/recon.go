@@ -129,3 +129,34 @@ func (s *Server) getFinding(ctx context.Context, op *Operator, id int64) (*recon
 	}
 	return s.recon.GetFinding(ctx, id)
 }
+
+// findingStateCounts counts the findings matching f (whatever its state) that op may see, per
+// state: the groups are decided one by one with the rule listFindings applies to each row.
+func (s *Server) findingStateCounts(ctx context.Context, op *Operator, f reconcile.FindingFilter) (map[reconcile.FindingState]int64, error) {
+	groups, err := s.recon.FindingGroups(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	var chans []string
+	for _, g := range groups {
+		chans = append(chans, g.Channel)
+	}
+	channels, err := reconcile.ChannelTenants(ctx, s.db, chans)
+	if err != nil {
+		return nil, err
+	}
+	out := map[reconcile.FindingState]int64{}
+	for _, g := range groups {
+		tenants := channels[g.Channel]
+		if g.HasKey {
+			tenants = []string{everyTenant}
+			if g.KeyTenant != nil {
+				tenants = []string{*g.KeyTenant}
+			}
+		}
+		if decide(op, objFinding, "", tenants, false) == nil {
+			out[g.State] += g.N
+		}
+	}
+	return out, nil
+}

@@ -97,38 +97,9 @@ func (r *Reconciler) ListFindings(ctx context.Context, f FindingFilter) ([]Findi
 		f.Limit = 100
 	}
 	f.Limit = min(f.Limit, 1000)
-	var where []string
-	var args []any
-	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
-	if f.RunID != 0 {
-		add("run_id = ?", f.RunID)
-	}
-	if f.Kind != "" {
-		if !validKind(f.Kind) {
-			return nil, invalidf("kind", "%q is not a kind of finding", f.Kind)
-		}
-		add("kind = ?", string(f.Kind))
-	}
-	if f.State != "" {
-		if f.State != FindingOpen && f.State != FindingResolved && f.State != FindingIgnored {
-			return nil, invalidf("state", "%q is not open, resolved or ignored", f.State)
-		}
-		add("state = ?", string(f.State))
-	}
-	if f.Channel != "" {
-		add("channel = ?", f.Channel)
-	}
-	if f.BillDate != "" {
-		if _, err := time.Parse(time.DateOnly, f.BillDate); err != nil {
-			return nil, invalidf("bill_date", "%q is not YYYY-MM-DD", f.BillDate)
-		}
-		add("bill_date = ?::date", f.BillDate)
-	}
-	if f.KeyID != 0 {
-		add("key_id = ?", f.KeyID)
-	}
-	if f.BeforeID != 0 {
-		add("id < ?", f.BeforeID)
+	where, args, err := findingWhere(f)
+	if err != nil {
+		return nil, err
 	}
 	q := `SELECT ` + findingColumns
 	if len(where) > 0 {
@@ -145,6 +116,77 @@ func (r *Reconciler) ListFindings(ctx context.Context, f FindingFilter) ([]Findi
 		out[i] = row.finding()
 	}
 	return out, nil
+}
+
+// FindingGroup is a number of findings sharing a state and what decides who may see them: the
+// tenant of their key (KeyTenant nil with HasKey: the key is gone) or, without a key, their
+// channel account.
+type FindingGroup struct {
+	State     FindingState
+	HasKey    bool
+	KeyTenant *string
+	Channel   string
+	N         int64
+}
+
+// FindingGroups counts the findings matching f (its State, BeforeID and Limit aside) per state,
+// key tenant and channel, so a caller can count per state only what an operator may see. The
+// groups are bounded by states × tenants × channels. Errors: ErrInvalid (a filter value).
+func (r *Reconciler) FindingGroups(ctx context.Context, f FindingFilter) ([]FindingGroup, error) {
+	f.State, f.BeforeID = "", 0
+	where, args, err := findingWhere(f)
+	if err != nil {
+		return nil, err
+	}
+	q := `SELECT d.state, d.key_id IS NOT NULL AS has_key, k.tenant AS key_tenant, d.channel, count(*) AS n
+FROM discrepancies d LEFT JOIN idempotency_keys k ON k.id = d.key_id`
+	if len(where) > 0 {
+		q += ` WHERE d.` + strings.Join(where, " AND d.")
+	}
+	q += ` GROUP BY 1, 2, 3, 4`
+	var rows []FindingGroup
+	if err := r.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("count findings: %w", err)
+	}
+	return rows, nil
+}
+
+// findingWhere is f's conditions on discrepancies (unqualified column names first in each).
+func findingWhere(f FindingFilter) ([]string, []any, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if f.RunID != 0 {
+		add("run_id = ?", f.RunID)
+	}
+	if f.Kind != "" {
+		if !validKind(f.Kind) {
+			return nil, nil, invalidf("kind", "%q is not a kind of finding", f.Kind)
+		}
+		add("kind = ?", string(f.Kind))
+	}
+	if f.State != "" {
+		if f.State != FindingOpen && f.State != FindingResolved && f.State != FindingIgnored {
+			return nil, nil, invalidf("state", "%q is not open, resolved or ignored", f.State)
+		}
+		add("state = ?", string(f.State))
+	}
+	if f.Channel != "" {
+		add("channel = ?", f.Channel)
+	}
+	if f.BillDate != "" {
+		if _, err := time.Parse(time.DateOnly, f.BillDate); err != nil {
+			return nil, nil, invalidf("bill_date", "%q is not YYYY-MM-DD", f.BillDate)
+		}
+		add("bill_date = ?::date", f.BillDate)
+	}
+	if f.KeyID != 0 {
+		add("key_id = ?", f.KeyID)
+	}
+	if f.BeforeID != 0 {
+		add("id < ?", f.BeforeID)
+	}
+	return where, args, nil
 }
 
 func validKind(k Kind) bool {

@@ -82,6 +82,8 @@ type ReconRunRow struct {
 	StartedAt                           time.Time
 	FinishedAt                          *time.Time
 	Live                                bool
+	// Statement is "#ID version V" of the statement the run matched ("" before the import).
+	Statement string
 }
 
 // ReconRunsView is the runs list.
@@ -92,7 +94,9 @@ type ReconRunsView struct {
 
 // ReconRunView is one run's page; while it runs, its progress polls itself.
 type ReconRunView struct {
-	Run         ReconRunRow
+	Run ReconRunRow
+	// Findings is the number of findings of the run, all kinds.
+	Findings    int64
 	FindingsURL string
 	Error       string
 }
@@ -112,16 +116,39 @@ type FindingRow struct {
 	Resolver, ReasonCode, Note string
 	CreatedAt                  time.Time
 	CanRecover                 bool
+	// Key names the finding's key (ID 0: the finding is about no key; Key "": not visible).
+	Key KeyName
+	// KindHelp says in words what the kind means (the label's title).
+	KindHelp string
+	// ChannelSide and LocalSide are what each side says: status or state, amount formatted with money.
+	ChannelSide, LocalSide string
+	// Line is the statement line the finding is about (0: none); LineHref its statement.
+	Line     int64
+	LineHref string
 }
+
+// KindClass is the CSS class of a kind's coloured label (the label always carries its text).
+func (f FindingRow) KindClass() string { return "kind-label kind-" + f.Kind }
 
 // FindingSearch is the findings filter form's values.
 type FindingSearch struct {
 	Kind, State, Channel, BillDate, Run string
+	// Key is a key id: only the findings of that key.
+	Key string
+}
+
+// StateTab is one state tab of the findings page: its count under the other filters.
+type StateTab struct {
+	State, Label string
+	N            int64
+	Href         string
+	Current      bool
 }
 
 // FindingsView is the findings page.
 type FindingsView struct {
 	Search   FindingSearch
+	Tabs     []StateTab
 	Kinds    []string
 	Rows     []FindingRow
 	NextURL  string

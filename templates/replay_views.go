@@ -53,6 +53,8 @@ type ReplayRow struct {
 	BulkHref      string
 	// Waiting, while the replay holds its key through the quarantine, says when it looks again.
 	Waiting string
+	// Name is the key as people know it (tenant · operation · key).
+	Name KeyName
 }
 
 // ReplayView is one replay request's page.
@@ -78,6 +80,8 @@ type BulkItemRow struct {
 	Result      string
 	Detail      string
 	RequestHref string
+	// Name is the key as people know it (tenant · operation · key).
+	Name KeyName
 }
 
 // BulkView is a bulk replay: its preview, its progress, its per-key results.

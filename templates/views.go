@@ -186,6 +186,8 @@ type AuditRow struct {
 	Actor, Action, Target, Tenant, Detail string
 	IP                                    string
 	Hash                                  string
+	// Key names the target's key when the target is key:ID (ID 0 otherwise).
+	Key KeyName
 }
 
 // OperatorRow is one operator on the admin page.

@@ -1,0 +1,90 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/idemops/idemops/templates"
+)
+
+// keyNamesMax bounds one lookup of key names (a page of rows names at most this many keys).
+const keyNamesMax = 1000
+
+// keyNames names the keys ids as people know them (tenant · operation · key) for op. A key op may
+// not see — by the same rule as its page (getKey) — or one that is gone is named by its id only.
+// The raw keys are rendered into the page for op; they are never put into a URL or a log.
+func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[int64]templates.KeyName, error) {
+	out := make(map[int64]templates.KeyName, len(ids))
+	var want []int64
+	for _, id := range ids {
+		if _, ok := out[id]; !ok && id > 0 {
+			out[id] = templates.KeyName{ID: id}
+			want = append(want, id)
+		}
+	}
+	if len(want) == 0 {
+		return out, nil
+	}
+	if len(want) > keyNamesMax {
+		want = want[:keyNamesMax]
+	}
+	var rows []struct {
+		ID                     int64
+		Tenant, Operation, Key string
+	}
+	if err := s.db.WithContext(ctx).Raw(`SELECT id, tenant, operation, key FROM idempotency_keys WHERE id IN ?`, want).
+		Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("key names: %w", err)
+	}
+	for _, r := range rows {
+		if decide(op, objKey, strconv.FormatInt(r.ID, 10), []string{r.Tenant}, false) != nil {
+			continue
+		}
+		out[r.ID] = templates.KeyName{ID: r.ID, Tenant: r.Tenant, Operation: r.Operation, Key: r.Key}
+	}
+	return out, nil
+}
+
+// nameReplayRows names the key of each replay request row for op.
+func (s *Server) nameReplayRows(ctx context.Context, op *Operator, rows []templates.ReplayRow) error {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.KeyID
+	}
+	names, err := s.keyNames(ctx, op, ids)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Name = names[rows[i].KeyID]
+	}
+	return nil
+}
+
+// nameBulkItems names the key of each bulk replay item for op.
+func (s *Server) nameBulkItems(ctx context.Context, op *Operator, items []templates.BulkItemRow) error {
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.KeyID
+	}
+	names, err := s.keyNames(ctx, op, ids)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].Name = names[items[i].KeyID]
+	}
+	return nil
+}
+
+// auditKeyTarget is the key id of an audit target "key:ID".
+func auditKeyTarget(target string) (int64, bool) {
+	ref, ok := strings.CutPrefix(target, "key:")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(ref, 10, 64)
+	return id, err == nil && id > 0
+}
