@@ -312,7 +312,7 @@ func (s *Server) ssoIdentify(ctx context.Context, c *gin.Context, pending ssoPen
 	if grant, matched, ok := s.sso.grant(groups); ok {
 		detail["mapping"] = "groups"
 		detail["groups"], detail["role"], detail["tenants"] = matched, grant.Role.String(), grant.Tenants
-		op, err := s.ssoMapped(ctx, email, grant, matched)
+		op, err := s.ssoMapped(ctx, c.ClientIP(), email, grant, matched)
 		return op, detail, err
 	}
 	detail["mapping"] = "email"
@@ -394,8 +394,8 @@ func (o *sso) grant(groups []string) (GroupGrant, []string, bool) {
 // ssoMapped returns the operator named email with the mapping's role and tenants, creating it
 // (with no usable password) or updating it when it differs. Both are audited as changes by
 // "sso".
-func (s *Server) ssoMapped(ctx context.Context, email string, g GroupGrant, groups []string) (*Operator, error) {
-	ch := Change{Actor: "sso", IP: ""}
+func (s *Server) ssoMapped(ctx context.Context, ip, email string, g GroupGrant, groups []string) (*Operator, error) {
+	ch := Change{Actor: "sso", IP: ip}
 	op, err := s.ops.byEmail(ctx, email)
 	switch {
 	case errors.Is(err, ErrNotFound):
