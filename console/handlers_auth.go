@@ -62,7 +62,8 @@ func (s *Server) loginForm(c *gin.Context, _ *request) error {
 func (s *Server) showLogin(c *gin.Context, status int, next, name, msg string) {
 	token := randomSecret(24)
 	s.setCookie(c, loginCookie, token, 3600)
-	s.render(c, status, templates.LoginPage(templates.LoginView{Name: name, CSRF: token, Next: safeNext(next), Error: msg}))
+	s.render(c, status, templates.LoginPage(templates.LoginView{Name: name, CSRF: token, Next: safeNext(next), Error: msg,
+		SSO: s.sso != nil, PasswordOff: s.cfg.DisableLocalLogin}))
 }
 
 // login counts the attempt against the throttle, then checks the password; a success starts a new session (a fresh id, so
@@ -76,6 +77,14 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	name, password, next := strings.TrimSpace(c.PostForm("name")), c.PostForm("password"), c.PostForm("next")
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	if s.cfg.DisableLocalLogin {
+		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.refused",
+			Target: "operator:" + truncate(name, 64), Detail: map[string]any{"reason": "password sign-in is turned off"}}); err != nil {
+			return err
+		}
+		s.showLogin(c, http.StatusForbidden, next, "", "Password sign-in is turned off: use single sign-on.")
+		return nil
+	}
 	// The attempt is counted before the password is checked, so parallel attempts past the
 	// limit are refused without spending a check (see throttle.attempt).
 	started, err := s.throttle.attempt(ctx, name, r.ip)

@@ -74,6 +74,8 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"GET /static/*file":                {"/static/style.css", nil, [4]int{200, 200, 200, 200}},
 		"GET /login":                       {"/login", nil, [4]int{200, R, R, R}},
 		"POST /login":                      {"/login", url.Values{"name": {"x"}, "password": {"y"}}, [4]int{F, F, F, F}}, // no sign-in form cookie: refused
+		"GET /login/sso":                   {"/login/sso", nil, [4]int{404, 404, 404, 404}},                              // single sign-on is off here (sso_test.go)
+		"GET /login/sso/callback":          {"/login/sso/callback", nil, [4]int{404, 404, 404, 404}},                     // likewise
 		"POST /logout":                     {"/logout", nil, [4]int{R, R, R, R}},
 		"GET /":                            {"/", nil, [4]int{R, 200, 200, 200}},
 		"GET /keys":                        {"/keys", nil, [4]int{R, 200, 200, 200}},

@@ -47,6 +47,8 @@ func (s *Server) routes() []route {
 		{"GET", "/static/*file", RoleNone, kindProbe, s.static},
 		{"GET", "/login", RoleNone, kindPage, s.loginForm},
 		{"POST", "/login", RoleNone, kindPage, s.login},
+		{"GET", "/login/sso", RoleNone, kindPage, s.ssoStart},
+		{"GET", "/login/sso/callback", RoleNone, kindPage, s.ssoCallback},
 		{"POST", "/logout", RoleViewer, kindPage, s.logout},
 		{"GET", "/", RoleViewer, kindPage, s.dashboard},
 		{"GET", "/keys", RoleViewer, kindPage, s.keys},

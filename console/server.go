@@ -71,7 +71,11 @@ type Config struct {
 	Reconcile reconcile.Config
 	// KeyPanels add sections to the key page (see KeyPanelFunc).
 	KeyPanels []KeyPanelFunc
-	Logger    *slog.Logger
+	// SSO turns on OpenID Connect sign-in (nil: off); see SSOConfig.
+	SSO *SSOConfig
+	// DisableLocalLogin refuses password sign-in (the form is not shown); it needs SSO.
+	DisableLocalLogin bool
+	Logger            *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -126,6 +130,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("console: ApprovalAbove must be -1 (never) or a non-negative amount")
 	}
 	c.Throttle = c.Throttle.withDefaults()
+	if c.SSO != nil {
+		sc := *c.SSO
+		if err := sc.validate(); err != nil {
+			return c, err
+		}
+		c.SSO = &sc
+	} else if c.DisableLocalLogin {
+		return c, errors.New("console: DisableLocalLogin needs SSO: nobody could sign in")
+	}
 	if c.IdleTimeout > c.AbsoluteTimeout {
 		return c, errors.New("console: IdleTimeout must not exceed AbsoluteTimeout")
 	}
@@ -145,6 +158,7 @@ type Server struct {
 	engine   *gin.Engine
 	recon    *reconcile.Reconciler
 	purge    *retention.PurgeJob
+	sso      *sso // nil when single sign-on is off
 	// bg runs bulk replays after their request returned; Close cancels and waits for them.
 	bg     sync.WaitGroup
 	bgCtx  context.Context
@@ -167,6 +181,9 @@ func New(cfg Config) (*Server, error) {
 		sessions: &sessions{db: cfg.DB, ops: ops, idle: cfg.IdleTimeout, absolute: cfg.AbsoluteTimeout},
 		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
 		metrics:  newMetrics(),
+	}
+	if cfg.SSO != nil {
+		s.sso = &sso{cfg: *cfg.SSO}
 	}
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idemops_audit_head_seq",
 		Help: "Sequence of the audit log's newest row: a checkpoint kept outside the database (a drop means rows were deleted)."},

@@ -26,6 +26,9 @@ type LoginView struct {
 	CSRF  string
 	Next  string
 	Error string
+	// SSO shows the "Sign in with SSO" button; PasswordOff hides the password form.
+	SSO         bool
+	PasswordOff bool
 }
 
 // ErrorView is a readable error page.

@@ -78,7 +78,11 @@ beside the data directory when unset).`,
 			if err != nil {
 				return err
 			}
-			srv, err := console.New(console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get})
+			ccfg := console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get}
+			if err := ssoConfig(cmd, &ccfg); err != nil {
+				return err
+			}
+			srv, err := console.New(ccfg)
 			if err != nil {
 				return err
 			}
@@ -108,6 +112,7 @@ beside the data directory when unset).`,
 	cmd.Flags().String("addr", "127.0.0.1:8080", "address to listen on")
 	cmd.Flags().Bool("secure-cookies", false, "mark cookies Secure (behind a TLS-terminating proxy)")
 	cmd.Flags().String("operations", "", "YAML file of downstream operations for replays and checks (env IDEMOPS_OPERATIONS)")
+	addSSOFlags(cmd.Flags())
 	return cmd
 }
 

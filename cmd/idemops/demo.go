@@ -143,6 +143,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 	f.Float64Var(&rate, "rate", 2, "new payments per second when --traffic")
 	f.String("amqp-url", "", "RabbitMQ URL for the payment events (env AMQP_URL); unset: a private broker for this run")
 	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()), "seed for traffic and paysim faults")
+	addSSOFlags(f)
 	return cmd
 }
 
@@ -188,8 +189,12 @@ func (p *demoParts) stop() {
 func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
 	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
 	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
-	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
-		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}})
+	ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
+		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}}
+	if err := ssoConfig(cmd, &ccfg); err != nil {
+		return nil, err
+	}
+	srv, err := console.New(ccfg)
 	if err != nil {
 		return nil, err
 	}

@@ -43,8 +43,12 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			if err != nil {
 				return err
 			}
-			srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{ops}.Get,
-				SecureCookies: secure, Logger: log})
+			ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{ops}.Get,
+				SecureCookies: secure, Logger: log}
+			if err := ssoConfig(cmd, &ccfg); err != nil {
+				return err
+			}
+			srv, err := console.New(ccfg)
 			if err != nil {
 				return err
 			}
@@ -74,6 +78,7 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 	f.Bool("secure-cookies", false, "mark cookies Secure (behind a TLS-terminating proxy)")
 	f.String("operations", "", "YAML file of downstream operations (env IDEMOPS_OPERATIONS)")
 	f.String("digest-secret", "", "deployment secret for key digests (env IDEMOPS_DIGEST_SECRET)")
+	addSSOFlags(f)
 	f.String("replica", "", "replica name (env IDEMOPS_REPLICA; default: the host name)")
 	return cmd
 }
