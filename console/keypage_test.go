@@ -1,8 +1,15 @@
 package console
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"html"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemops/idemops/claim"
 )
@@ -49,4 +56,37 @@ func TestKeyPage_IntentSummaryShowsDeclaredFieldsWithoutReveal(t *testing.T) {
 	k2 := b.seedKey("acme", "refund.plain", "sum-2", `{"amount":500,"currency":"JPY","payee":"Hidden Payee"}`, true)
 	page = c.get(fmt.Sprintf("/keys/%d", k2.ID))
 	mustNotContain(t, "undeclared summary", page.Body, `id="intent-summary"`, "Hidden Payee")
+}
+
+func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", RoleViewer, "*")
+	c := b.signIn("v")
+	k := b.seedKey("acme", "payment.charge", "tl-1", `{"amount":100,"currency":"EUR"}`, true)
+	body := c.get(fmt.Sprintf("/keys/%d", k.ID)).Body
+	evs, err := b.claims.History(context.Background(), k.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) < 2 {
+		t.Fatalf("seeded key has %d events, want claimed and completed", len(evs))
+	}
+	// One <details> per event, each with its kind, an absolute time with its zone, a relative one
+	// and its detail inside.
+	if n := strings.Count(body, `<li class="event event-`); n != len(evs) {
+		t.Errorf("timeline shows %d events, want %d", n, len(evs))
+	}
+	if n := strings.Count(body, "<details><summary><strong>"); n != len(evs) {
+		t.Errorf("timeline has %d expandable events, want %d", n, len(evs))
+	}
+	last := evs[len(evs)-1]
+	mustContain(t, "timeline", body, `id="history"`, "<strong>"+last.Kind+"</strong>",
+		`datetime="`+last.At.UTC().Format(time.RFC3339Nano)+`"`, last.At.UTC().Format("2006-01-02 15:04:05.000Z"), " s ago</span>",
+		`<dt>Event</dt><dd class="mono">#`+strconv.FormatInt(last.ID, 10)+`</dd>`)
+	var detail bytes.Buffer
+	if err := json.Indent(&detail, last.Detail, "", "  "); err != nil || detail.Len() < 3 {
+		t.Fatalf("completed event detail %q: want a JSON object with fields", last.Detail)
+	}
+	mustContain(t, "timeline detail", body, "<pre>"+html.EscapeString(detail.String())+"</pre>")
 }
