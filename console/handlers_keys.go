@@ -125,6 +125,14 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal(), CanHold: r.op.Role >= RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
 	v.Summary = s.intentSummary(k)
+	answers, err := s.claims.Answers(ctx, k.ID)
+	if err != nil {
+		return templates.KeyView{}, err
+	}
+	for _, a := range answers {
+		v.Answers = append(v.Answers, templates.AnswerRow{Kind: string(a.Kind), Status: a.Status, Count: a.Count,
+			First: a.FirstAt, Last: a.LastAt})
+	}
 	return v, nil
 }
 

@@ -6,12 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/httpidem"
 )
 
 // summaryOp is fakeOp declaring the non-sensitive fields of its intent, as the demo's payment does.
@@ -89,4 +93,115 @@ func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
 		t.Fatalf("completed event detail %q: want a JSON object with fields", last.Detail)
 	}
 	mustContain(t, "timeline detail", body, "<pre>"+html.EscapeString(detail.String())+"</pre>")
+}
+
+// countingCounter is a claim.Counter for tests.
+type countingCounter struct{ n atomic.Int64 }
+
+func (c *countingCounter) Add(v float64) { c.n.Add(int64(v)) }
+
+func TestKeyPage_ShowsTheClientsReplays409sAnd422sAfterAFlush(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", RoleViewer, "*")
+	c := b.signIn("v")
+	// A long flush period: the test flushes itself, so nothing is written before it asks.
+	rec := claim.NewAnswerRecorder(b.db, claim.AnswerRecorderConfig{FlushEvery: time.Hour})
+	api := httptest.NewServer(httpidem.OperationHandler(httpidem.Config{Store: b.claims, Service: "payments", Answers: rec,
+		TenantFromRequest: func(*http.Request) (string, error) { return "acme", nil }}, b.fakeOp))
+	t.Cleanup(api.Close)
+	send := func(key, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", api.URL, strings.NewReader(body))
+		req.Header.Set(httpidem.HeaderKey, key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	const intent = `{"amount":100,"currency":"EUR"}`
+	if res := send("ans-1", intent); res.StatusCode != 201 {
+		t.Fatalf("first request: %d, want 201", res.StatusCode)
+	}
+	for i := 0; i < 3; i++ { // three replays aggregate into one record
+		if res := send("ans-1", intent); res.StatusCode != 201 || res.Header.Get(httpidem.HeaderReplayed) != "true" {
+			t.Fatalf("replay: %d replayed=%q", res.StatusCode, res.Header.Get(httpidem.HeaderReplayed))
+		}
+	}
+	if res := send("ans-1", `{"amount":999,"currency":"EUR"}`); res.StatusCode != 422 {
+		t.Fatalf("reused key: %d, want 422", res.StatusCode)
+	}
+	// A key another attempt holds answers 409.
+	held := b.seedKey("acme", "payment.charge", "ans-2", intent, false)
+	if res := send("ans-2", intent); res.StatusCode != 409 {
+		t.Fatalf("held key: %d, want 409", res.StatusCode)
+	}
+	var id int64
+	if err := b.db.Raw(`SELECT id FROM idempotency_keys WHERE key = 'ans-1'`).Scan(&id).Error; err != nil || id == 0 {
+		t.Fatalf("key ans-1: %v", err)
+	}
+	k := &claim.Key{ID: id}
+
+	// Nothing is written on the answering path: before the flush the page shows no answers.
+	mustContain(t, "before flush", c.get(fmt.Sprintf("/keys/%d", k.ID)).Body, "No replays, 409s or 422s recorded")
+	if err := rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	page := c.get(fmt.Sprintf("/keys/%d", k.ID)).Body
+	mustContain(t, "after flush", page, `<tr class="answer-replay"><td>replayed from the stored response</td><td class="num">201</td><td class="num">3</td>`,
+		`<tr class="answer-mismatch"><td>key reused with another request (422)</td><td class="num">422</td><td class="num">1</td>`)
+	mustNotContain(t, "after flush", page, "answer-in_progress")
+	page = c.get(fmt.Sprintf("/keys/%d", held.ID)).Body
+	mustContain(t, "held key", page, `<tr class="answer-in_progress"><td>in progress (409)</td><td class="num">409</td><td class="num">1</td>`)
+
+	// A second flush adds to the same records.
+	send("ans-1", intent)
+	rec.Stop() // flushes what it holds
+	page = c.get(fmt.Sprintf("/keys/%d", k.ID)).Body
+	mustContain(t, "after stop", page, `<td class="num">201</td><td class="num">4</td>`)
+}
+
+func TestAnswerRecorder_BufferIsBounded(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	k := b.seedKey("acme", "payment.charge", "bound-1", `{"amount":1,"currency":"EUR"}`, true)
+	dropped := &countingCounter{}
+	rec := claim.NewAnswerRecorder(b.db, claim.AnswerRecorderConfig{MaxPending: 2, FlushEvery: time.Hour, Dropped: dropped})
+	rec.Record(k.ID, claim.AnswerReplay, 201)
+	rec.Record(k.ID, claim.AnswerMismatch, 422)
+	for i := 0; i < 50; i++ { // repeats of a held record only count
+		rec.Record(k.ID, claim.AnswerReplay, 201)
+	}
+	rec.Record(k.ID, claim.AnswerInProgress, 409) // a third distinct record does not fit
+	rec.Record(k.ID+1, claim.AnswerReplay, 201)
+	if got := rec.Pending(); got != 2 {
+		t.Errorf("pending = %d, want the bound 2", got)
+	}
+	if got, n := rec.Dropped(), dropped.n.Load(); got != 2 || n != 2 {
+		t.Errorf("dropped = %d (metric %d), want 2", got, n)
+	}
+	if err := rec.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Pending() != 0 {
+		t.Errorf("pending after flush = %d, want 0", rec.Pending())
+	}
+	answers, err := b.claims.Answers(context.Background(), k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[claim.AnswerKind]int64{}
+	for _, a := range answers {
+		counts[a.Kind] = a.Count
+	}
+	if counts[claim.AnswerReplay] != 51 || counts[claim.AnswerMismatch] != 1 || len(counts) != 2 {
+		t.Errorf("stored answers %v, want replay 51 and mismatch 1", counts)
+	}
+	// Room again after the flush.
+	rec.Record(k.ID, claim.AnswerInProgress, 409)
+	if rec.Pending() != 1 {
+		t.Errorf("pending = %d after a flush freed the buffer, want 1", rec.Pending())
+	}
 }

@@ -84,3 +84,16 @@ func eventDetail(d []byte) string {
 	}
 	return ""
 }
+
+// answerLabel names a recorded answer kind for people.
+func answerLabel(kind string) string {
+	switch kind {
+	case "replay":
+		return "replayed from the stored response"
+	case "in_progress":
+		return "in progress (409)"
+	case "mismatch":
+		return "key reused with another request (422)"
+	}
+	return kind
+}
