@@ -35,6 +35,10 @@ type IntentSpec struct {
 	// AmountField and CurrencyField, when set, are copied to amount_minor and currency (the
 	// amount must be an integer number of minor units).
 	AmountField, CurrencyField string
+	// Summary lists the fields (dotted paths) the operation declares non-sensitive: the console
+	// shows them on the key page without the audited reveal step (amount, currency, payee, order
+	// number). Fields not listed stay behind reveal. It has no part in the fingerprint.
+	Summary []string
 }
 
 // Intent is a request reduced to what carries intent, in canonical form.

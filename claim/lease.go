@@ -299,11 +299,12 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 // failed_retryable, since an earlier attempt may have reached downstream.
 func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 	for retries := 0; !l.MustCheckDownstream() && l.Attempt == 1; {
-		// The key's history goes with it in the same statement (key_events has no foreign key).
+		// The key's history and recorded answers go with it in the same statement (no foreign keys).
 		var id int64
 		err := conn(s.db).QueryRowContext(ctx, `WITH d AS (
 			DELETE FROM idempotency_keys WHERE id = $1 AND lease_token = $2 RETURNING id
 		), ev AS (DELETE FROM key_events WHERE key_id IN (SELECT id FROM d))
+		, ans AS (DELETE FROM key_answers WHERE key_id IN (SELECT id FROM d))
 		SELECT id FROM d`, l.KeyID, l.Token).Scan(&id)
 		if ConnLost(err) {
 			// Gone means the delete committed; our token still there means it did not.

@@ -168,6 +168,8 @@ func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, afte
     -- A key's history goes with it, in the same statement (a nested loop over key_events'
     -- primary key: cheaper here than one index scan of an id array).
     DELETE FROM key_events e USING gone g WHERE e.key_id = g.id
+), gone_answers AS (
+    DELETE FROM key_answers a USING gone g WHERE a.key_id = g.id
 ), gone_items AS (
     -- What refers to a key, set-based here rather than by a foreign key's trigger per row:
     -- replay requests and bulk items go with their key, outbox rows forget it. Joins, so that

@@ -45,6 +45,7 @@ func TestBrowser(t *testing.T) {
 	// One Chromium for both flows: two at once would double the suite's time on a small machine.
 	t.Run("keys", func(t *testing.T) { browseKeys(t, br) })
 	t.Run("replays and jobs", func(t *testing.T) { browseReplaysAndJobs(t, br) })
+	t.Run("key page", func(t *testing.T) { browseKeyPage(t, br) })
 }
 
 // browseKeys: sign in, search, open a key, reveal (audited), check downstream, a form without

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -131,7 +132,49 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
 		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal(), CanHold: r.op.Role >= RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
+	v.Summary = s.intentSummary(k)
+	answers, err := s.claims.Answers(ctx, k.ID)
+	if err != nil {
+		return templates.KeyView{}, err
+	}
+	for _, a := range answers {
+		v.Answers = append(v.Answers, templates.AnswerRow{Kind: string(a.Kind), Status: a.Status, Count: a.Count,
+			First: a.FirstAt, Last: a.LastAt})
+	}
 	return v, nil
+}
+
+// intentSummary is the key's request fields its operation declares non-sensitive
+// (IntentSpec.Summary), shown without reveal. The amount is formatted with its currency by the
+// money package (the currency then needs no row of its own); a key whose operation is not
+// registered or declares nothing has no summary.
+func (s *Server) intentSummary(k *claim.Key) []templates.SummaryRow {
+	if s.cfg.Operations == nil {
+		return nil
+	}
+	o, ok := s.cfg.Operations(k.Operation)
+	if !ok {
+		return nil
+	}
+	spec := o.Intent()
+	fields := spec.SummaryOf(k.Request)
+	amountShown := false
+	for _, f := range fields {
+		if f.Path == spec.AmountField && k.AmountMinor != nil && k.Currency != nil {
+			amountShown = true
+		}
+	}
+	var out []templates.SummaryRow
+	for _, f := range fields {
+		switch {
+		case f.Path == spec.AmountField && amountShown:
+			out = append(out, templates.SummaryRow{Label: "amount", Value: money.Display(*k.AmountMinor, *k.Currency)})
+		case f.Path == spec.CurrencyField && amountShown:
+		default:
+			out = append(out, templates.SummaryRow{Label: strings.ReplaceAll(f.Path, "_", " "), Value: f.Value})
+		}
+	}
+	return out
 }
 
 // key is the key detail page.

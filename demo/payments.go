@@ -140,6 +140,7 @@ type Service struct {
 	store   *claim.Store
 	charge  claim.Operation
 	apiKeys map[string]string // bearer key → tenant
+	answers *claim.AnswerRecorder
 }
 
 // NewService builds the payments API. charge is the paysim Operation whose Apply is ApplyPayment.
@@ -173,7 +174,7 @@ func (s *Service) Handler() http.Handler {
 		writeProblem(c, http.StatusInternalServerError, "internal", "Internal error", "")
 	}))
 	r.NoRoute(func(c *gin.Context) { writeProblem(c, http.StatusNotFound, "not-found", "Not found", "no such route") })
-	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10,
+	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10, Answers: s.answers,
 		Retention: func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, s.db) }}
 	charge := httpidem.Handler(cfg, s.charge, validateCharge)
 	r.GET("/idempotency/status", httpidem.Status(cfg))                  // a key's state by key (409 points here)

@@ -55,6 +55,9 @@ type World struct {
 	Client     *paysim.Client
 	// Orders is the order state machine the channel's callbacks drive.
 	Orders *Orders
+	// Answers records the replays, 409s and 422s the payments service answers (HTTP and gRPC),
+	// in batches, for the console's key page; Close flushes it.
+	Answers *claim.AnswerRecorder
 	// Fulfillment and Shipping consume the payment events (nil without a broker).
 	Fulfillment, Shipping *consume.Consumer
 	servers               []*http.Server
@@ -104,6 +107,9 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		}
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
+	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
+	w.Answers.Start()
+	svc.answers = w.Answers
 	w.Orders = &Orders{DB: cfg.DB}
 	mux := http.NewServeMux()
 	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
@@ -189,6 +195,7 @@ func (w *World) Close() {
 			w.grpcServer.Stop()
 		}
 	}
+	w.Answers.Stop() // after the servers: their last answers are held, and written now
 	_ = w.Paysim.Close()
 	if w.stopEvents != nil {
 		w.stopEvents()

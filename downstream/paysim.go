@@ -38,12 +38,14 @@ func NewPaysimCharge(client *paysim.Client) *PaysimCharge { return &PaysimCharge
 func (p *PaysimCharge) Name() string { return PaymentCharge }
 
 // Intent: everything but description and client_ts carries intent; the amount and currency
-// are recorded on the key.
+// are recorded on the key. Amount, currency, payee and merchant order number are not sensitive:
+// the console's key page shows them without the reveal step.
 func (p *PaysimCharge) Intent() claim.IntentSpec {
 	return claim.IntentSpec{
 		Ignore:        []string{"description", "client_ts"},
 		AmountField:   "amount_minor",
 		CurrencyField: "currency",
+		Summary:       []string{"amount_minor", "currency", "payee", "merchant_order_no"},
 	}
 }
 

@@ -1,6 +1,8 @@
 package templates
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"time"
 )
@@ -69,4 +71,29 @@ func until(t time.Time) string {
 		return "in " + span(d)
 	}
 	return "due " + span(time.Since(t)) + " ago"
+}
+
+// eventDetail is a key event's detail as indented JSON, "" when it holds nothing.
+func eventDetail(d []byte) string {
+	var out bytes.Buffer
+	if err := json.Indent(&out, d, "", "  "); err != nil {
+		return string(d)
+	}
+	if s := out.String(); s != "{}" && s != "null" {
+		return s
+	}
+	return ""
+}
+
+// answerLabel names a recorded answer kind for people.
+func answerLabel(kind string) string {
+	switch kind {
+	case "replay":
+		return "replayed from the stored response"
+	case "in_progress":
+		return "in progress (409)"
+	case "mismatch":
+		return "key reused with another request (422)"
+	}
+	return kind
 }

@@ -165,6 +165,24 @@ type KeyView struct {
 	CanHold bool
 	// Panels are the deployment's extra sections (Config.KeyPanels).
 	Panels []KeyPanel
+	// Summary is the intent's non-sensitive fields its operation declares (IntentSpec.Summary),
+	// shown without reveal; empty when the operation declares none.
+	Summary []SummaryRow
+	// Answers are the answers the client got from the stored record (replays, 409, 422).
+	Answers []AnswerRow
+}
+
+// SummaryRow is one field of a key's intent summary, formatted (an amount with its currency).
+type SummaryRow struct {
+	Label, Value string
+}
+
+// AnswerRow is one kind of answer a key's client got without an execution, aggregated.
+type AnswerRow struct {
+	Kind        string // replay, in_progress, mismatch
+	Status      int
+	Count       int64
+	First, Last time.Time
 }
 
 // AuditSearch is the audit filter form's values.

@@ -106,6 +106,8 @@ type world struct {
 	conn  *grpc.ClientConn
 	keys  chan string // keys seen by the server, attempt by attempt
 	fails atomic.Int64
+	// answers records the replays and refusals the interceptor answers (flushed by the test).
+	answers *claim.AnswerRecorder
 }
 
 // newWorld serves the test service on loopback behind a recorder (which can fail the first
@@ -118,9 +120,10 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, db: db, pay: &payments{db: db, release: make(chan struct{})}, keys: make(chan string, 100)}
+	w := &world{t: t, db: db, pay: &payments{db: db, release: make(chan struct{})}, keys: make(chan string, 100),
+		answers: claim.NewAnswerRecorder(db, claim.AnswerRecorderConfig{FlushEvery: time.Hour})}
 	tokens := map[string]string{"tok-a": "tenant-a", "tok-b": "tenant-b"}
-	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Store: store, Service: "test",
+	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Store: store, Service: "test", Answers: w.answers,
 		Tenant: func(ctx context.Context) (string, error) {
 			md, _ := metadata.FromIncomingContext(ctx)
 			if v := md.Get("authorization"); len(v) == 1 {
@@ -232,6 +235,39 @@ func TestServer_CompletedCallIsReplayedWithMarker(t *testing.T) {
 	// The same key of another tenant is another key.
 	if r := w.call(w.conn, "tok-b", []string{"k-1"}, pay); r.err != nil || r.reply.PaymentID != "pay_2" || r.replayed() {
 		t.Fatalf("tenant b: %+v %v", r.reply, r.err)
+	}
+}
+
+func TestServer_ReplaysAndReusedKeysAreRecordedAfterAFlush(t *testing.T) {
+	w := newWorld(t)
+	if r := w.call(w.conn, "tok-a", []string{"k-rec"}, pay); r.err != nil {
+		t.Fatal(r.err)
+	}
+	for i := 0; i < 2; i++ {
+		if r := w.call(w.conn, "tok-a", []string{"k-rec"}, pay); r.err != nil || !r.replayed() {
+			t.Fatalf("replay: %v", r.err)
+		}
+	}
+	changed := pay
+	changed.AmountMinor++
+	wantStatus(t, w.call(w.conn, "tok-a", []string{"k-rec"}, changed), codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+	var n int64
+	w.db.Raw(`SELECT count(*) FROM key_answers`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d answers written before the flush: the answering path must not write them", n)
+	}
+	if err := w.answers.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rows []struct {
+		Kind   string
+		Status int
+		Count  int64
+	}
+	w.db.Raw(`SELECT kind, status, count FROM key_answers ORDER BY kind`).Scan(&rows)
+	if len(rows) != 2 || rows[0].Kind != "mismatch" || rows[0].Status != 422 || rows[0].Count != 1 ||
+		rows[1].Kind != "replay" || rows[1].Status != 200 || rows[1].Count != 2 {
+		t.Errorf("recorded answers %+v, want mismatch 422 ×1 and replay 200 ×2", rows)
 	}
 }
 

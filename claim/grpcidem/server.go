@@ -73,6 +73,9 @@ type Config struct {
 	Methods map[string]Method
 	// Service names the caller in key events (actor service:NAME; default "grpc").
 	Service string
+	// Answers, when set, records the replays, in-progress and reused-key answers each key's
+	// client gets (by the HTTP status of the same answer), off the answering path.
+	Answers *claim.AnswerRecorder
 	Logger  *slog.Logger
 }
 

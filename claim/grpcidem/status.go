@@ -132,10 +132,13 @@ func (s *server) answer(ctx context.Context, m Method, out *claim.Outcome) (any,
 	case claim.Replay:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataReplayed, "true"))
 		if out.Snapshot == nil { // failed_final without a stored answer
+			s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusUnprocessableEntity)
 			return nil, statusError(codes.FailedPrecondition, ReasonRequestFailed, out.Failure.Detail, nil)
 		}
+		s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, out.Snapshot.Status)
 		return fromSnapshot(m, out.Snapshot)
 	case claim.InProgress:
+		s.cfg.Answers.Record(out.KeyID, claim.AnswerInProgress, http.StatusConflict)
 		secs := int(math.Ceil(out.RetryAfter.Seconds()))
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataRetryAfter, strconv.Itoa(secs),
 			"grpc-retry-pushback-ms", strconv.FormatInt(out.RetryAfter.Milliseconds(), 10)))
@@ -143,6 +146,7 @@ func (s *server) answer(ctx context.Context, m Method, out *claim.Outcome) (any,
 			"a request with this idempotency-key is being processed; retry later with the same key", nil,
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
 	case claim.Mismatch:
+		s.cfg.Answers.Record(out.KeyID, claim.AnswerMismatch, http.StatusUnprocessableEntity)
 		return nil, statusError(codes.FailedPrecondition, ReasonKeyReused,
 			"this idempotency-key was used with a different request", nil)
 	case claim.Expired:

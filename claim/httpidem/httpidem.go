@@ -65,7 +65,10 @@ type Config struct {
 	// Retention reports the live retention policies for the published key policy (nil: the
 	// store's default periods).
 	Retention RetentionFunc
-	Logger    *slog.Logger
+	// Answers, when set, records the replays, 409s and 422s each key's client gets, off the
+	// answering path (buffered, written in batches), for the console's key page.
+	Answers *claim.AnswerRecorder
+	Logger  *slog.Logger
 }
 
 func (c Config) withDefaults() Config {

@@ -56,13 +56,16 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation 
 		writeSnapshot(w, out.Snapshot, false)
 	case claim.Replay:
 		if out.Snapshot == nil { // failed_final without a stored response
+			cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusUnprocessableEntity)
 			w.Header().Set(HeaderReplayed, "true")
 			writeProblem(w, cfg, http.StatusUnprocessableEntity, "request-failed", "Request failed",
 				out.Failure.Detail, nil)
 			return
 		}
+		cfg.Answers.Record(out.KeyID, claim.AnswerReplay, out.Snapshot.Status)
 		writeSnapshot(w, out.Snapshot, true)
 	case claim.InProgress:
+		cfg.Answers.Record(out.KeyID, claim.AnswerInProgress, http.StatusConflict)
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(out.RetryAfter.Seconds()))))
 		status := statusURL(cfg, operation)
 		w.Header().Set("Location", status)
@@ -70,6 +73,7 @@ func writeOutcome(w http.ResponseWriter, r *http.Request, cfg Config, operation 
 			Detail:    "a request with this Idempotency-Key is being processed; retry later with the same key, or GET status_url with the same Idempotency-Key header",
 			StatusURL: status})
 	case claim.Mismatch:
+		cfg.Answers.Record(out.KeyID, claim.AnswerMismatch, http.StatusUnprocessableEntity)
 		writeProblem(w, cfg, http.StatusUnprocessableEntity, "key-reused", "Idempotency-Key reused",
 			"this Idempotency-Key was used with a different request payload", nil)
 	case claim.Expired:

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/idemops/idemops/claim"
@@ -199,6 +200,11 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 		return nil, err
 	}
 	p.stops = append(p.stops, srv.Close) // bulk replays stop between keys
+	if err := srv.Registerer().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idemops_key_answers_dropped_total",
+		Help: "Client answers (replays, 409s, 422s) not recorded for the key page: buffer full or a failed batch."},
+		func() float64 { return float64(world.Answers.Dropped()) })); err != nil {
+		return nil, err
+	}
 	change := console.Change{Actor: "operator:demo"}
 	_, err = srv.Operators().Add(ctx, change, console.NewOperator{Name: p.operatorUser, Password: p.operatorPassword,
 		Role: console.RoleAdmin, Tenants: []string{console.AllTenants}})
