@@ -137,6 +137,10 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 	if err != nil {
 		return templates.KeyView{}, err
 	}
+	if v.Related, err = s.keyRelated(ctx, r.op, k); err != nil {
+		return templates.KeyView{}, err
+	}
+	v.EventLinks = eventLinks(evs, k.ID, r.op.Role >= RoleOperator)
 	for _, a := range answers {
 		v.Answers = append(v.Answers, templates.AnswerRow{Kind: string(a.Kind), Status: a.Status, Count: a.Count,
 			First: a.FirstAt, Last: a.LastAt})

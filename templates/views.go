@@ -170,6 +170,10 @@ type KeyView struct {
 	Summary []SummaryRow
 	// Answers are the answers the client got from the stored record (replays, 409, 422).
 	Answers []AnswerRow
+	// Related are the key's replay requests and findings; EventLinks the links of history
+	// events whose detail names one, by event id.
+	Related    KeyRelated
+	EventLinks map[int64][]EventLink
 }
 
 // SummaryRow is one field of a key's intent summary, formatted (an amount with its currency).
