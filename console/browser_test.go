@@ -46,6 +46,9 @@ func TestBrowser(t *testing.T) {
 	t.Run("keys", func(t *testing.T) { browseKeys(t, br) })
 	t.Run("replays and jobs", func(t *testing.T) { browseReplaysAndJobs(t, br) })
 	t.Run("key page", func(t *testing.T) { browseKeyPage(t, br) })
+	t.Run("find by key", func(t *testing.T) { browseFindByKey(t, br) })
+	t.Run("replay through the quarantine", func(t *testing.T) { browseReplayThroughQuarantine(t, br) })
+	t.Run("confirmations", func(t *testing.T) { browseConfirmations(t, br) })
 }
 
 // browseKeys: sign in, search, open a key, reveal (audited), check downstream, a form without

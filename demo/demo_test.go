@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
@@ -29,6 +30,7 @@ type env struct {
 	w     *demo.World
 	store *claim.Store
 	key   string
+	db    *gorm.DB
 }
 
 func start(t *testing.T, sim paysim.Config) *env {
@@ -44,7 +46,7 @@ func start(t *testing.T, sim paysim.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	return &env{t: t, w: w, store: store, key: w.APIKey("acme")}
+	return &env{t: t, w: w, store: store, key: w.APIKey("acme"), db: db}
 }
 
 type reply struct {
@@ -180,6 +182,14 @@ func TestTraffic_ProducesEveryScenario(t *testing.T) {
 		if got[want] == 0 {
 			t.Errorf("no %q in %v", want, got)
 		}
+	}
+	// The traffic pays in several currencies, and the service and paysim accept them.
+	var currencies []string
+	if err := e.db.Raw(`SELECT DISTINCT currency FROM payments ORDER BY 1`).Scan(&currencies).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(currencies) < 3 {
+		t.Errorf("payments in %v; want at least 3 currencies", currencies)
 	}
 	var buf bytes.Buffer
 	_ = json.NewEncoder(&buf).Encode(got)

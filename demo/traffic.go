@@ -87,6 +87,9 @@ func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	payees := []string{"acme-books", "blue-coffee", "city-metro", "declined-shop"}
+	// Currencies of every ISO 4217 exponent: two (CNY, USD, and IDR, whose display digits are
+	// zero, which once showed 100× too much), zero (JPY) and three (BHD).
+	currencies := []string{"CNY", "CNY", "USD", "JPY", "IDR", "BHD"}
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
@@ -100,7 +103,7 @@ func RunTraffic(ctx context.Context, cfg TrafficConfig, stats *TrafficStats) {
 		}
 		p := map[string]any{
 			"amount_minor":      100 * (1 + rng.IntN(500)),
-			"currency":          "CNY",
+			"currency":          currencies[rng.IntN(len(currencies))],
 			"merchant_order_no": fmt.Sprintf("ord-%d-%d", time.Now().Unix(), n),
 			"payee":             payees[rng.IntN(len(payees))],
 			"description":       "demo order",
