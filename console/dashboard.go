@@ -101,7 +101,7 @@ func claimsChart(now time.Time, rows []minuteRow) templates.Chart {
 	const minutes, width, height = 60, 600.0, 140.0
 	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
 	counts := make([]int64, minutes)
-	ch := templates.Chart{StartLabel: start.Format("15:04Z"), EndLabel: now.Format("15:04Z")}
+	ch := templates.Chart{StartLabel: start.UTC().Format("15:04 UTC"), EndLabel: now.UTC().Format("15:04 UTC")}
 	for _, r := range rows {
 		i := int(r.Minute.UTC().Sub(start) / time.Minute)
 		if i >= 0 && i < minutes {
@@ -120,7 +120,7 @@ func claimsChart(now time.Time, rows []minuteRow) templates.Chart {
 		h := height * float64(n) / float64(ch.Max)
 		ch.Bars = append(ch.Bars, templates.Bar{
 			X: ftoa(float64(i)*w + 1), Y: ftoa(150 - h), W: ftoa(w - 2), H: ftoa(h),
-			Title: fmt.Sprintf("%s: %d claims", start.Add(time.Duration(i)*time.Minute).Format("15:04Z"), n)})
+			Title: fmt.Sprintf("%s: %d claims", start.Add(time.Duration(i)*time.Minute).UTC().Format("15:04 UTC"), n)})
 	}
 	return ch
 }

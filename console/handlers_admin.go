@@ -38,12 +38,8 @@ func (s *Server) operatorsView(c *gin.Context, r *request) (templates.OperatorsV
 	}
 	v := templates.OperatorsView{Roles: roleNames(), Notice: notices[c.Query("notice")]}
 	for _, o := range ops {
-		last := "never"
-		if o.LastLoginAt != nil {
-			last = o.LastLoginAt.UTC().Format("2006-01-02 15:04Z")
-		}
 		v.Operators = append(v.Operators, templates.OperatorRow{ID: o.ID, Name: o.Name, Role: o.Role.String(),
-			Tenants: strings.Join(o.Tenants, ","), Disabled: o.Disabled, LastLogin: last})
+			Tenants: strings.Join(o.Tenants, ","), Disabled: o.Disabled, LastLogin: o.LastLoginAt})
 	}
 	return v, nil
 }

@@ -141,7 +141,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 			row.Params = ""
 		}
 		if sc.LastRun != nil {
-			row.LastStatus, row.LastStarted = string(sc.LastRun.Status), sc.LastRun.StartedAt.UTC().Format("2006-01-02 15:04:05Z")
+			row.LastStatus, row.LastStarted = string(sc.LastRun.Status), sc.LastRun.StartedAt
 			row.LastError = truncate(sc.LastRun.Error, 200)
 		}
 		requested = requested || row.Requested

@@ -54,10 +54,10 @@ func (s *Server) reconActor(r *request) string { return r.op.Name }
 func jobRow(j reconcile.ReconJob, now time.Time) templates.ReconJobRow {
 	row := templates.ReconJobRow{Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone, Enabled: j.Enabled,
-		Href: "/reconcile/jobs/" + url.PathEscape(j.Name), NextRun: "—"}
+		Href: "/reconcile/jobs/" + url.PathEscape(j.Name)}
 	if j.Enabled {
 		if next, err := reconcile.NextRuns(j.CronSpec, j.TimeZone, now, 1); err == nil && len(next) == 1 {
-			row.NextRun = next[0].Format("2006-01-02 15:04 MST")
+			row.NextRun = &next[0]
 		}
 	}
 	return row

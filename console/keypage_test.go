@@ -86,7 +86,7 @@ func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
 	}
 	last := evs[len(evs)-1]
 	mustContain(t, "timeline", body, `id="history"`, "<strong>"+last.Kind+"</strong>",
-		`datetime="`+last.At.UTC().Format(time.RFC3339Nano)+`"`, last.At.UTC().Format("2006-01-02 15:04:05.000Z"), " s ago</span>",
+		`datetime="`+last.At.UTC().Format(time.RFC3339)+`"`, last.At.UTC().Format("2006-01-02 15:04:05")+" UTC</time>", " s ago</span>",
 		`<dt>Event</dt><dd class="mono">#`+strconv.FormatInt(last.ID, 10)+`</dd>`)
 	var detail bytes.Buffer
 	if err := json.Indent(&detail, last.Detail, "", "  "); err != nil || detail.Len() < 3 {

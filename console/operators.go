@@ -70,6 +70,7 @@ type Operator struct {
 	Disabled    bool
 	CreatedAt   time.Time
 	LastLoginAt *time.Time
+	TimeZone    string // IANA zone the console shows this operator's times in
 }
 
 // SeesAllTenants reports whether o may see every tenant.
@@ -151,10 +152,11 @@ type operatorRow struct {
 	Disabled     bool
 	CreatedAt    time.Time
 	LastLoginAt  *time.Time
+	TimeZone     string
 	Tenants      string // comma-joined
 }
 
-const operatorSelect = `SELECT o.id, o.name, o.password_hash, o.role, o.disabled, o.created_at, o.last_login_at,
+const operatorSelect = `SELECT o.id, o.name, o.password_hash, o.role, o.disabled, o.created_at, o.last_login_at, o.time_zone,
 	COALESCE((SELECT string_agg(t.tenant, ',' ORDER BY t.tenant) FROM operator_tenants t WHERE t.operator_id = o.id), '') AS tenants
 	FROM operators o`
 
@@ -165,7 +167,7 @@ func (r operatorRow) operator() *Operator {
 		tenants = strings.Split(r.Tenants, ",")
 	}
 	return &Operator{ID: r.ID, Name: r.Name, Role: role, Tenants: tenants, Disabled: r.Disabled,
-		CreatedAt: r.CreatedAt, LastLoginAt: r.LastLoginAt}
+		CreatedAt: r.CreatedAt, LastLoginAt: r.LastLoginAt, TimeZone: r.TimeZone}
 }
 
 func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorRow, error) {
@@ -367,6 +369,22 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 			return err
 		}
 		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + name, Detail: detail})
+	})
+}
+
+// SetTimeZone sets the zone operator id sees times in (audited as operator.time_zone); zone is
+// checked by the caller (templates.LoadZone).
+func (d *Operators) SetTimeZone(ctx context.Context, ch Change, id int64, zone string) error {
+	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var names []string
+		if err := tx.Raw(`UPDATE operators SET time_zone = ?, updated_at = now() WHERE id = ? RETURNING name`, zone, id).Scan(&names).Error; err != nil {
+			return fmt.Errorf("operator.time_zone: %w", err)
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("operator: %w", ErrNotFound)
+		}
+		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.time_zone",
+			Target: "operator:" + names[0], Detail: map[string]any{"time_zone": zone}})
 	})
 }
 

@@ -77,6 +77,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"GET /login/sso":                   {"/login/sso", nil, [4]int{404, 404, 404, 404}},                              // single sign-on is off here (sso_test.go)
 		"GET /login/sso/callback":          {"/login/sso/callback", nil, [4]int{404, 404, 404, 404}},                     // likewise
 		"POST /logout":                     {"/logout", nil, [4]int{R, R, R, R}},
+		"POST /settings/time-zone":         {"/settings/time-zone", url.Values{"time_zone": {"UTC"}}, [4]int{R, R, R, R}},
 		"GET /":                            {"/", nil, [4]int{R, 200, 200, 200}},
 		"GET /keys":                        {"/keys", nil, [4]int{R, 200, 200, 200}},
 		"POST /keys/find":                  {"/keys/find", url.Values{"tenant": {"acme"}, "operation": {"payment.charge"}, "key": {"k-1"}}, [4]int{R, R, R, R}},

@@ -137,7 +137,7 @@ func (s *Server) predict(ctx context.Context, op *Operator, k *claim.Key) (Predi
 			nounOf(k), doc.ResourceID)
 	case k.NotFoundAt != nil && time.Since(*k.NotFoundAt) >= quarantine:
 		return PredictSend, fmt.Sprintf("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
-			actionOf(k), k.NotFoundAt.UTC().Format("15:04:05Z"))
+			actionOf(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
 	default:
 		return PredictNotFoundOnce, fmt.Sprintf("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
 			actionOf(k), quarantine)
@@ -573,7 +573,7 @@ func (s *Server) describeOutcome(ctx context.Context, keyID int64, out *claim.Ou
 		k, gerr := s.claims.Get(ctx, keyID)
 		if gerr == nil && k.NotFoundAt != nil && !held { // a held replay waited the quarantine out already
 			return "not_found_once", fmt.Sprintf("not found once — will re-check after the quarantine (at %s); the key is parked until then. Replay it again after that time to send it.",
-				k.LeaseExpiresAt.UTC().Format("15:04:05Z"))
+				k.LeaseExpiresAt.UTC().Format("15:04:05 UTC"))
 		}
 		return "lookup_error", fmt.Sprintf("downstream could not answer — the key is parked and retried after %s", out.RetryAfter.Round(time.Second))
 	}

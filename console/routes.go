@@ -50,6 +50,7 @@ func (s *Server) routes() []route {
 		{"GET", "/login/sso", RoleNone, kindPage, s.ssoStart},
 		{"GET", "/login/sso/callback", RoleNone, kindPage, s.ssoCallback},
 		{"POST", "/logout", RoleViewer, kindPage, s.logout},
+		{"POST", "/settings/time-zone", RoleViewer, kindPage, s.setTimeZone},
 		{"GET", "/", RoleViewer, kindPage, s.dashboard},
 		{"GET", "/keys", RoleViewer, kindPage, s.keys},
 		{"POST", "/keys/find", RoleViewer, kindPage, s.findKey},
@@ -156,6 +157,10 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 			if r.op.Role < rt.Min {
 				s.fail(c, r, rt.Kind, ErrForbidden)
 				return
+			}
+			// The operator's zone reaches every template through the context (templates.At).
+			if loc, err := templates.LoadZone(r.op.TimeZone); err == nil {
+				c.Request = c.Request.WithContext(templates.WithZone(c.Request.Context(), loc))
 			}
 		}
 		// After authentication, so nobody unauthenticated makes the server parse an upload.
@@ -269,6 +274,7 @@ func chrome(r *request, active string) templates.Chrome {
 	if r.sess != nil {
 		ch.CSRF = r.sess.CSRF
 	}
+	ch.TimeZone = r.op.TimeZone
 	return ch
 }
 

@@ -7,7 +7,7 @@ type ReconJobRow struct {
 	Name, Channel, Format, Source, Operations string
 	CronSpec, TimeZone                        string
 	Enabled                                   bool
-	NextRun                                   string
+	NextRun                                   *time.Time // nil: not scheduled
 	Href                                      string
 }
 

@@ -143,7 +143,7 @@ type ScheduleRow struct {
 	Paused                            bool
 	Requested                         bool
 	LastStatus                        string
-	LastStarted                       string
+	LastStarted                       time.Time
 	LastError                         string
 }
 

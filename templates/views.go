@@ -17,7 +17,8 @@ type Chrome struct {
 	CSRF       string
 	Active     string // nav entry: dashboard, keys, audit, operators
 	IsAdmin    bool
-	IsOperator bool // operator or admin
+	IsOperator bool   // operator or admin
+	TimeZone   string // IANA zone the operator sees times in
 }
 
 // LoginView is the sign-in form.
@@ -222,7 +223,7 @@ type OperatorRow struct {
 	Role      string
 	Tenants   string
 	Disabled  bool
-	LastLogin string
+	LastLogin *time.Time // nil: never
 }
 
 // OperatorsView is the admin page.

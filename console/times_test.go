@@ -1,0 +1,90 @@
+package console
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTimeZoneSwitch: pages show times as "2006-01-02 15:04:05 UTC" with how long ago beside
+// them; an operator who picks Asia/Shanghai sees the same moments in CST, on every later request
+// and in a new session; a zone that is not one is a 400 naming time_zone and changes nothing.
+func TestTimeZoneSwitch(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("a", RoleAdmin, "*")
+	k := b.seedKey("acme", "payment.charge", "tz-1", `{"amount":100,"currency":"USD"}`, true)
+	page := "/keys/" + strconv.FormatInt(k.ID, 10)
+	c := b.signIn("a")
+
+	utc := regexp.MustCompile(`<time datetime="[0-9T:+Z-]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time> <span class="muted">\d+ (s|min) ago</span>`)
+	r := c.get(page)
+	if r.Status != 200 || !utc.MatchString(r.Body) {
+		t.Fatalf("key page: %d, no UTC time with a relative part:\n%s", r.Status, r.Body)
+	}
+	created := k.CreatedAt.UTC().Format("2006-01-02 15:04:05 UTC")
+	if !strings.Contains(r.Body, created) {
+		t.Fatalf("key page lacks the created time %q", created)
+	}
+
+	r = c.post("/settings/time-zone", map[string][]string{"time_zone": {"Mars/Olympus"}}, true)
+	if r.Status != 400 || !strings.Contains(r.Body, "time_zone") {
+		t.Fatalf("bad zone: %d %s", r.Status, r.Body)
+	}
+	if r = c.get(page); !strings.Contains(r.Body, created) {
+		t.Fatal("a refused zone changed what the page shows")
+	}
+
+	r = c.post("/settings/time-zone", map[string][]string{"time_zone": {"Asia/Shanghai"}}, true)
+	if r.Status != 303 {
+		t.Fatalf("set zone: %d %s", r.Status, r.Body)
+	}
+	sh, _ := time.LoadLocation("Asia/Shanghai")
+	local := k.CreatedAt.In(sh).Format("2006-01-02 15:04:05 MST")
+	if !strings.HasSuffix(local, " CST") {
+		t.Fatalf("Shanghai time %q", local)
+	}
+	cst := regexp.MustCompile(`\d\d:\d\d:\d\d CST</time> <span class="muted">\d+ (s|min) ago</span>`)
+	for i, cl := range []*client{c, c, b.signIn("a")} { // later requests, then a new session
+		r = cl.get(page)
+		if r.Status != 200 || !strings.Contains(r.Body, local) || !cst.MatchString(r.Body) || utc.MatchString(r.Body) {
+			t.Fatalf("request %d after choosing Asia/Shanghai: %d, want %q and no UTC times", i, r.Status, local)
+		}
+		if !strings.Contains(r.Body, `value="Asia/Shanghai"`) {
+			t.Fatalf("request %d: the header form does not show the chosen zone", i)
+		}
+	}
+	var n int64
+	b.db.Raw(`SELECT count(*) FROM audit_log WHERE action = 'operator.time_zone' AND actor = 'operator:a' AND target = 'operator:a'`).Scan(&n)
+	if n != 1 {
+		t.Fatalf("%d audit entries for the zone change, want 1", n)
+	}
+}
+
+// TestTimeFormatsOnPages: no page prints Go's default time format ("… +0000 UTC") or a raw
+// database timestamp; every page with times prints them in the console's one format.
+func TestTimeFormatsOnPages(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("a", RoleAdmin, "*")
+	k := b.seedKey("acme", "payment.charge", "tz-2", `{"amount":100,"currency":"USD"}`, true)
+	b.seedReconJob("daily")
+	c := b.signIn("a") // signing in records a last login: the operators page shows it
+	goDefault := regexp.MustCompile(`\d\d:\d\d:\d\d(\.\d+)? [+-]\d{4}|\+0000 UTC| m=[+-]`)
+	ours := regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>`)
+	for _, p := range []string{"/", "/keys", "/keys/" + strconv.FormatInt(k.ID, 10), "/jobs", "/consumers",
+		"/reconcile", "/reconcile/jobs/daily", "/retention", "/audit", "/admin/operators", "/replays"} {
+		r := c.get(p)
+		if r.Status != 200 {
+			t.Fatalf("%s: %d", p, r.Status)
+		}
+		if m := goDefault.FindString(r.Body); m != "" {
+			t.Errorf("%s prints a raw time: %q", p, m)
+		}
+		if p != "/" && p != "/jobs" && p != "/consumers" && p != "/retention" && p != "/replays" && !ours.MatchString(r.Body) {
+			t.Errorf("%s shows no time in the console's format", p)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package templates
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+type zoneKey struct{}
+
+// WithZone returns ctx carrying loc, the zone the console shows times in (At reads it).
+func WithZone(ctx context.Context, loc *time.Location) context.Context {
+	return context.WithValue(ctx, zoneKey{}, loc)
+}
+
+// zoneOf is the zone ctx carries, UTC by default.
+func zoneOf(ctx context.Context) *time.Location {
+	if loc, ok := ctx.Value(zoneKey{}).(*time.Location); ok && loc != nil {
+		return loc
+	}
+	return time.UTC
+}
+
+var zones sync.Map // name → *time.Location
+
+// LoadZone reads an IANA zone name ("UTC", "Asia/Shanghai"), cached: the zone database is read once per name.
+// "Local" and "" are refused (the server's zone means nothing to an operator).
+func LoadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	if name == "" || name == "Local" || len(name) > 64 {
+		return nil, errBadZone
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, errBadZone
+	}
+	zones.Store(name, loc)
+	return loc, nil
+}
+
+type zoneError struct{}
+
+func (zoneError) Error() string { return "not an IANA time zone" }
+
+var errBadZone error = zoneError{}
+
+// timeLayout is the console's one absolute time format; the zone abbreviation (or offset, e.g. "+08") ends it.
+const timeLayout = "2006-01-02 15:04:05 MST"
+
+// whenIn is t in the context's zone in the console's format ("—" for the zero time).
+func whenIn(ctx context.Context, t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.In(zoneOf(ctx)).Format(timeLayout)
+}
