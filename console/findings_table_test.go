@@ -57,7 +57,7 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 		fmt.Sprintf(`<a href="/keys/%d">acme · payment.charge · <span class="mono" title="%s">order-ACME-0001-a-key-lo…</span></a>`, a.ID, long),
 		fmt.Sprintf(`data-copy="%s"`, long),
 		"success · 123.45 IDR", "completed · 120.00 IDR",
-		fmt.Sprintf(`href="/reconcile/runs/%d#statement"`, run), "line 7</a>",
+		fmt.Sprintf(`href="/reconcile/runs/%d/line?n=7"`, run), "line 7</a>",
 		"Closes finding #"+fmt.Sprint(amount)+" as resolved", "Closes finding #"+fmt.Sprint(amount)+" as ignored",
 		`<summary class="danger">Resolve…</summary>`, `<summary class="danger">Ignore…</summary>`)
 	mustNotContain(t, "row", row, "Recover…") // an amount mismatch is not recovered

@@ -633,7 +633,7 @@ func findingRow(f reconcile.Finding, names map[int64]templates.KeyName) template
 		Money:      findingMoney(f), KindHelp: kindHelp[f.Kind]}
 	row.ChannelSide, row.LocalSide, row.Line = findingSides(f)
 	if row.Line != 0 {
-		row.LineHref = fmt.Sprintf("/reconcile/runs/%d#statement", f.RunID)
+		row.LineHref = fmt.Sprintf("/reconcile/runs/%d/line?n=%d", f.RunID, row.Line)
 	}
 	if f.KeyID != nil {
 		row.KeyID, row.KeyHref = *f.KeyID, fmt.Sprintf("/keys/%d", *f.KeyID)

@@ -48,7 +48,7 @@ func TestKeyRelated_KeyPageLinksItsReplayRequestsFindingsAndStatementLine(t *tes
 		fmt.Sprintf(`href="/reconcile/findings?key=%d#finding-%d" class="related-finding">finding #%d</a>`, k.ID, f, f),
 		"AMOUNT_MISMATCH",
 		fmt.Sprintf(`href="/reconcile/runs/%d" class="related-run">run %d</a>`, run, run),
-		fmt.Sprintf(`href="/reconcile/runs/%d#statement" class="related-line">statement line 7</a>`, run),
+		fmt.Sprintf(`href="/reconcile/runs/%d/line?n=7" class="related-line">statement line 7</a>`, run),
 		fmt.Sprintf(`href="/reconcile/findings?key=%d" id="related-findings-all"`, k.ID))
 	mustNotContain(t, "related of another key", related, fmt.Sprintf("finding #%d<", fOther))
 

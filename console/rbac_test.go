@@ -153,6 +153,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"POST /reconcile/channels/:name":     {"/reconcile/channels/stripe", url.Values{"tenants": {"acme"}}, [4]int{R, F, F, R}},
 		"GET /reconcile/runs":                {"/reconcile/runs", nil, [4]int{R, 200, 200, 200}},
 		"GET /reconcile/runs/:id":            {"/reconcile/runs/" + rrid, nil, [4]int{R, 200, 200, 200}},
+		"GET /reconcile/runs/:id/line":       {"/reconcile/runs/" + rrid + "/line", nil, [4]int{R, 400, 400, 400}},
 		"GET /reconcile/findings":            {"/reconcile/findings", nil, [4]int{R, 200, 200, 200}},
 		"POST /reconcile/findings/:id/resolve": {"/reconcile/findings/" + fid + "/resolve", url.Values{"reason_code": {"x"}, "note": {"n"}},
 			[4]int{R, F, 409, 409}},

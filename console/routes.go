@@ -72,6 +72,7 @@ func (s *Server) routes() []route {
 		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
 		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
 		{"GET", "/jobs/runs/:id", RoleViewer, kindPage, s.jobRunPage},
+		{"GET", "/reconcile/runs/:id/line", RoleViewer, kindPage, s.reconLinePage},
 		{"POST", "/jobs/run", RoleOperator, kindPage, s.jobActionPage("run")},
 		{"POST", "/jobs/pause", RoleAdmin, kindPage, s.jobActionPage("pause")},
 		{"POST", "/jobs/resume", RoleAdmin, kindPage, s.jobActionPage("resume")},

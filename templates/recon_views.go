@@ -157,3 +157,23 @@ type FindingsView struct {
 	Notice   string
 	Error    string
 }
+
+// ReconLineView is one line of a run's statement.
+type ReconLineView struct {
+	RunID, StatementID                    int64
+	RunHref, FindingsHref                 string
+	Line                                  int
+	ChannelTxnID, MerchantOrderNo, Status string
+	Amount                                string
+	OccurredAt                            time.Time
+	Raw                                   string
+	// Key is the key the line's merchant order number names, when the operator may see it.
+	Key *KeyName
+}
+
+func lineScope(v ReconLineView) string {
+	if v.Key != nil {
+		return "key"
+	}
+	return "run"
+}
