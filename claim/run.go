@@ -85,34 +85,16 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest}
 
 	if l.MustCheckDownstream() {
-		doc, err := op.Lookup(ctx, l)
-		switch {
-		case err != nil:
-			wait, rerr := s.RecordLookupError(ctx, l, err)
-			if rerr != nil {
-				return nil, rerr
-			}
-			out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
-			return out, nil
-		case doc != nil:
-			return s.finish(ctx, op, l, doc, true)
+		if end, err := s.lookUp(ctx, op, l, out); end != nil || err != nil {
+			return end, err
 		}
 		proven := l.NotFoundAt != nil && time.Since(*l.NotFoundAt) >= s.cfg.Quarantine
 		if !proven && opt.HoldThroughQuarantine {
 			if err := s.holdThroughQuarantine(ctx, l); err != nil {
 				return nil, err
 			}
-			doc, err := op.Lookup(ctx, l)
-			switch {
-			case err != nil:
-				wait, rerr := s.RecordLookupError(ctx, l, err)
-				if rerr != nil {
-					return nil, rerr
-				}
-				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
-				return out, nil
-			case doc != nil:
-				return s.finish(ctx, op, l, doc, true)
+			if end, err := s.lookUp(ctx, op, l, out); end != nil || err != nil {
+				return end, err
 			}
 			proven = true
 		}
@@ -250,6 +232,25 @@ func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, fun
 		}
 	}()
 	return ctx, func() { close(done); cancel(nil) }
+}
+
+// lookUp asks downstream for l's document. An answer ends the drive: found → the key is finished
+// from the document; cannot answer → the key is parked with a backoff. (nil, nil): downstream
+// said not found.
+func (s *Store) lookUp(ctx context.Context, op Operation, l *Lease, out *Outcome) (*Outcome, error) {
+	doc, err := op.Lookup(ctx, l)
+	switch {
+	case err != nil:
+		wait, rerr := s.RecordLookupError(ctx, l, err)
+		if rerr != nil {
+			return nil, rerr
+		}
+		out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+		return out, nil
+	case doc != nil:
+		return s.finish(ctx, op, l, doc, true)
+	}
+	return nil, nil
 }
 
 // holdThroughQuarantine records a first not-found while keeping the lease (Drive's keepRenewed

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -85,27 +86,18 @@ func (s *Server) apiReplayConfirm(c *gin.Context, r *request) error {
 // apiMarkFinal is POST /api/v1/keys/{id}/final {token, reason} (administrators; the token is
 // the preview's final_token).
 func (s *Server) apiMarkFinal(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	var b confirmBody
-	if err := bindJSON(c, &b); err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	k, err := s.markFinal(ctx, r.op, r.ip, id, b.Token, b.Reason)
-	if err != nil {
-		return err
-	}
-	c.JSON(http.StatusOK, gin.H{"id": k.ID, "state": k.State, "version": k.Version})
-	return nil
+	return s.apiKeyAction(c, r, s.markFinal)
 }
 
 // apiRelease is POST /api/v1/keys/{id}/release {token, reason} (administrators; the token is
 // the release_token of GET /api/v1/keys/{id}/final).
 func (s *Server) apiRelease(c *gin.Context, r *request) error {
+	return s.apiKeyAction(c, r, s.releaseForRetry)
+}
+
+// apiKeyAction answers an administrator's key action taking {token, reason} with the key after it.
+func (s *Server) apiKeyAction(c *gin.Context, r *request,
+	act func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)) error {
 	id, err := parseID(c.Param("id"))
 	if err != nil {
 		return err
@@ -116,7 +108,7 @@ func (s *Server) apiRelease(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.releaseForRetry(ctx, r.op, r.ip, id, b.Token, b.Reason)
+	k, err := act(ctx, r.op, r.ip, id, b.Token, b.Reason)
 	if err != nil {
 		return err
 	}

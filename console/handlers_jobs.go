@@ -338,21 +338,7 @@ func (s *Server) visibleSchedules(ctx context.Context, op *Operator) ([]daemon.S
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(all))
-	for i, sc := range all {
-		names[i] = sc.Name
-	}
-	tenants, err := s.scheduleTenants(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, sc := range all {
-		if decide(op, objSchedule, sc.Name, tenants[sc.Name], false) == nil {
-			out = append(out, sc)
-		}
-	}
-	return out, nil
+	return visibleBySchedule(ctx, s, op, all, objSchedule, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
 }
 
 // visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
@@ -362,18 +348,26 @@ func (s *Server) visibleJobRuns(ctx context.Context, op *Operator, f daemon.RunF
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(runs))
-	for i, r := range runs {
-		names[i] = r.Schedule
+	return visibleBySchedule(ctx, s, op, runs, objJobRun, func(r daemon.Run) (string, string) { return r.Schedule, "" })
+}
+
+// visibleBySchedule keeps the items op may see as objects of kind whose tenants are their
+// schedule's; ref gives an item's schedule and its name in refusals.
+func visibleBySchedule[T any](ctx context.Context, s *Server, op *Operator, items []T, kind objectKind,
+	ref func(T) (schedule, name string)) ([]T, error) {
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i], _ = ref(it)
 	}
 	tenants, err := s.scheduleTenants(ctx, names)
 	if err != nil {
 		return nil, err
 	}
-	out := runs[:0]
-	for _, r := range runs {
-		if decide(op, objJobRun, "", tenants[r.Schedule], false) == nil {
-			out = append(out, r)
+	out := items[:0]
+	for _, it := range items {
+		schedule, name := ref(it)
+		if decide(op, kind, name, tenants[schedule], false) == nil {
+			out = append(out, it)
 		}
 	}
 	return out, nil

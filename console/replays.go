@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -580,61 +581,49 @@ func (s *Server) describeOutcome(ctx context.Context, keyID int64, out *claim.Ou
 	return string(out.Kind), fmt.Sprintf("%s; the key is now %s", out.Kind, out.State)
 }
 
-// markFinal moves a stuck key to failed_final on an administrator's word, with a reason: the
-// claim's compare-and-set on the version the page showed, with the audit row in its transaction.
+// markFinal moves a stuck key to failed_final on an administrator's word, with a reason.
 func (s *Server) markFinal(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
-	k, err := s.getKey(ctx, op, keyID)
-	if err != nil {
-		return nil, err
-	}
-	version, err := s.checkToken(actionFinal, op, keyID, token)
-	if err != nil {
-		return nil, err
-	}
-	if reason, err = checkReason(reason); err != nil {
-		return nil, err
-	}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := s.claims.MarkFinal(ctx, tx, keyID, version, op.Actor(), reason); err != nil {
-			return err
-		}
-		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.mark_final",
-			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
-			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason}})
-	})
-	switch {
-	case errors.Is(err, claim.ErrKeyChanged):
-		return nil, refused("the key changed since the page was loaded (version %d, now %d): nothing was done; look again", version, k.Version)
-	case errors.Is(err, claim.ErrNotReplayable):
-		return nil, refused("%s", k.ReplayRefusal())
-	case err != nil:
-		return nil, err
-	}
-	return s.claims.Get(ctx, keyID)
+	return s.adminKeyAction(ctx, op, ip, keyID, token, reason, actionFinal, "key.mark_final",
+		func(tx *gorm.DB, version int64, reason string) error {
+			return s.claims.MarkFinal(ctx, tx, keyID, version, op.Actor(), reason)
+		}, nil)
 }
 
 // releaseForRetry lets the next client retry of a stuck or held key execute, on an
-// administrator's word (with a reason) that the failed attempt changed nothing outside: the
-// claim's compare-and-set on the version the page showed, with the audit row in its transaction.
+// administrator's word (with a reason) that the failed attempt changed nothing outside.
 func (s *Server) releaseForRetry(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
+	return s.adminKeyAction(ctx, op, ip, keyID, token, reason, actionRelease, "key.release_for_retry",
+		func(tx *gorm.DB, version int64, reason string) error {
+			return s.claims.ReleaseForRetry(ctx, tx, keyID, version, op.Actor(), reason)
+		}, func(k *claim.Key) map[string]any { return map[string]any{"held": k.Held} })
+}
+
+// adminKeyAction is an administrator's transition of one key: the page's single-use token (bound
+// to the version it showed) and a reason, then the claim's compare-and-set (apply) with the audit
+// row in its transaction. extra adds detail to the audit row.
+func (s *Server) adminKeyAction(ctx context.Context, op *Operator, ip string, keyID int64, token, reason, tokenAction, auditAction string,
+	apply func(tx *gorm.DB, version int64, reason string) error, extra func(*claim.Key) map[string]any) (*claim.Key, error) {
 	k, err := s.getKey(ctx, op, keyID)
 	if err != nil {
 		return nil, err
 	}
-	version, err := s.checkToken(actionRelease, op, keyID, token)
+	version, err := s.checkToken(tokenAction, op, keyID, token)
 	if err != nil {
 		return nil, err
 	}
 	if reason, err = checkReason(reason); err != nil {
 		return nil, err
 	}
+	detail := map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason}
+	if extra != nil {
+		maps.Copy(detail, extra(k))
+	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := s.claims.ReleaseForRetry(ctx, tx, keyID, version, op.Actor(), reason); err != nil {
+		if err := apply(tx, version, reason); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: "key.release_for_retry",
-			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant,
-			Detail: map[string]any{"digest": k.KeyDigest, "version": version, "reason": reason, "held": k.Held}})
+		return s.audit.Append(ctx, tx, Entry{Actor: op.Actor(), IP: ip, Action: auditAction,
+			Target: fmt.Sprintf("key:%d", keyID), Tenant: k.Tenant, Detail: detail})
 	})
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):

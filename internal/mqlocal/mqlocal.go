@@ -20,7 +20,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/sysuser"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -113,7 +113,7 @@ func Start(ctx context.Context, opt Options) (*Broker, error) {
 	if opt.StartTimeout == 0 {
 		opt.StartTimeout = 90 * time.Second
 	}
-	cred, err := serverCredential()
+	cred, err := sysuser.Credential("rabbitmq", "running as root: need the `rabbitmq` system user to run the broker as (Debian: apt-get install rabbitmq-server)")
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func (b *Broker) prepareDir() error {
 		return err
 	}
 	b.Dir = abs
-	if b.cred != nil && !traversableByOthers(filepath.Dir(abs)) {
+	if b.cred != nil && !sysuser.TraversableByOthers(filepath.Dir(abs)) {
 		// The rabbitmq user cannot reach a checkout under /root: use a stable folder under /tmp
 		// named after the requested one.
 		sum := sha256.Sum256([]byte(abs))
@@ -326,7 +326,7 @@ func (b *Broker) prepareDir() error {
 		}
 	}
 	if b.cred != nil {
-		if err := chownTree(b.Dir, int(b.cred.Uid), int(b.cred.Gid)); err != nil {
+		if err := sysuser.ChownTree(b.Dir, int(b.cred.Uid), int(b.cred.Gid)); err != nil {
 			return err
 		}
 	}
@@ -356,42 +356,6 @@ log.file = false
 		}
 	}
 	return nil
-}
-
-// serverCredential is nil unless this process is root, in which case the broker runs as the
-// `rabbitmq` system user.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("rabbitmq")
-	if err != nil {
-		return nil, errors.New("running as root: need the `rabbitmq` system user to run the broker as (Debian: apt-get install rabbitmq-server)")
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func traversableByOthers(dir string) bool {
-	for d := dir; ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err == nil && fi.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		if d == "/" || d == "." {
-			return true
-		}
-	}
-}
-
-func chownTree(dir string, uid, gid int) error {
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }
 
 // freePorts returns n distinct free loopback ports (held open together while picked).

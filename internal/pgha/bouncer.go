@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -56,7 +57,7 @@ func StartBouncer(ctx context.Context, opt BouncerOptions) (*Bouncer, error) {
 	if opt.PoolSize == 0 {
 		opt.PoolSize = 10
 	}
-	cred, err := serverCredential() // pgbouncer refuses to run as root too
+	cred, err := pglocal.ServerCredential() // pgbouncer refuses to run as root too
 	if err != nil {
 		return nil, err
 	}

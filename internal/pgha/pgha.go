@@ -22,7 +22,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -115,7 +115,7 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.StartTimeout)
 	defer cancel()
-	cred, err := serverCredential()
+	cred, err := pglocal.ServerCredential()
 	if err != nil {
 		return nil, err
 	}
@@ -540,21 +540,6 @@ func postmasterPID(pgdata string) int {
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(sc.Text()))
 	return pid
-}
-
-// serverCredential is nil unless this process is root, in which case the servers run as the
-// `postgres` system user.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, errors.New("running as root, and PostgreSQL refuses root: need the `postgres` system user (Debian: apt-get install postgresql)")
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 // freePorts returns n distinct free loopback ports.

@@ -18,7 +18,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/sysuser"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -92,7 +92,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if opt.MaxConnections == 0 {
 		opt.MaxConnections = 200
 	}
-	cred, err := serverCredential()
+	cred, err := ServerCredential()
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 		return nil, fmt.Errorf("data folder %s: %w", dataDir, err)
 	}
 	if cred != nil {
-		if err := chownTree(dataDir, int(cred.Uid), int(cred.Gid)); err != nil {
+		if err := sysuser.ChownTree(dataDir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
 		}
 	}
@@ -194,19 +194,10 @@ func (c *Cluster) Stop() {
 	})
 }
 
-// serverCredential is nil unless this process is root, in which case the server runs as the
-// `postgres` system user.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, errors.New("running as root, and PostgreSQL refuses root: need the `postgres` system user (Debian: apt-get install postgresql)")
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+// ServerCredential is nil unless this process is root; then the servers (PostgreSQL, and the HA
+// set's and pgbouncer, which refuse root too) run as the `postgres` system user.
+func ServerCredential() (*syscall.Credential, error) {
+	return sysuser.Credential("postgres", "running as root, and PostgreSQL refuses root: need the `postgres` system user (Debian: apt-get install postgresql)")
 }
 
 // reachableDataDir returns dir, or a stable folder under /tmp when the server user could not
@@ -216,32 +207,11 @@ func reachableDataDir(dir string, cred *syscall.Credential) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if cred == nil || traversableByOthers(filepath.Dir(abs)) {
+	if cred == nil || sysuser.TraversableByOthers(filepath.Dir(abs)) {
 		return abs, nil
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return filepath.Join(os.TempDir(), "idemops-pg-"+hex.EncodeToString(sum[:6])), nil
-}
-
-func traversableByOthers(dir string) bool {
-	for d := dir; ; d = filepath.Dir(d) {
-		fi, err := os.Stat(d)
-		if err == nil && fi.Mode().Perm()&0o001 == 0 {
-			return false
-		}
-		if d == "/" || d == "." {
-			return true
-		}
-	}
-}
-
-func chownTree(dir string, uid, gid int) error {
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
 }
 
 func freePort() (int, error) {
