@@ -71,8 +71,22 @@ func Draw(w io.Writer, r *Report) error {
 	return pageTmpl.Execute(w, newPage(r))
 }
 
+// Headline is what the page's headline says: passed only when the run says so, at least one
+// invariant was checked, and none is violated.
+func Headline(r *Report) bool {
+	if !r.Passed || len(r.Invariants) == 0 {
+		return false
+	}
+	for _, inv := range r.Invariants {
+		if !inv.OK {
+			return false
+		}
+	}
+	return true
+}
+
 func newPage(r *Report) page {
-	p := page{R: r, Passed: r.Passed, Started: stamp(r.StartedAt), Ended: stamp(r.EndedAt), Settled: stamp(r.SettledAt)}
+	p := page{R: r, Started: stamp(r.StartedAt), Ended: stamp(r.EndedAt), Settled: stamp(r.SettledAt)}
 	if !r.EndedAt.IsZero() && r.EndedAt.After(r.StartedAt) {
 		p.RunFor = formatSeconds(r.EndedAt.Sub(r.StartedAt).Seconds())
 	}
@@ -86,12 +100,12 @@ func newPage(r *Report) page {
 		}
 		p.Invariants = append(p.Invariants, row)
 	}
-	// The headline never says PASSED over a violated invariant or over no invariant at all.
+	p.Passed = Headline(r)
 	switch {
 	case r.Passed && p.Violated > 0:
-		p.Passed, p.Why = false, fmt.Sprintf("the run was marked passed, but %d invariants are violated", p.Violated)
+		p.Why = fmt.Sprintf("The run was marked passed, but %s violated.", count(p.Violated, "invariant"))
 	case r.Passed && len(r.Invariants) == 0:
-		p.Passed, p.Why = false, "the run was marked passed, but no invariant was checked"
+		p.Why = "The run was marked passed, but no invariant was checked."
 	}
 
 	p.Charts = charts(r)
