@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -86,14 +87,15 @@ func (a timeAxis) x(t float64) float64 {
 	return round2(plotLeft + t/a.max*plotW)
 }
 
-// newTimeAxis spans the run: the asked duration, the samples and the faults, whichever is longest.
-func newTimeAxis(r *Report) timeAxis {
+// newTimeAxis spans the run: the asked duration, the samples (smp, in time order) and the
+// faults, whichever is longest.
+func newTimeAxis(r *Report, smp []Sample) timeAxis {
 	m := 0.0
 	if d := runSeconds(r); d > 0 {
 		m = d
 	}
-	if n := len(r.Samples); n > 0 {
-		m = math.Max(m, r.Samples[n-1].T+bucketSeconds(r.Samples))
+	if n := len(smp); n > 0 {
+		m = math.Max(m, smp[n-1].T+bucketSeconds(smp))
 	}
 	for _, f := range r.Faults {
 		m = math.Max(m, f.T)
@@ -314,9 +316,10 @@ func newChart(id, title, unit string, r *Report, ta timeAxis, ymax float64, styl
 
 // charts draws the three time charts: claims/s, latency p50/p99, errors by kind.
 func charts(r *Report) []chart {
-	ta := newTimeAxis(r)
+	// In time order, whatever order the runner appended them in: a line must not double back.
+	smp := slices.SortedStableFunc(slices.Values(r.Samples), func(a, b Sample) int { return cmp.Compare(a.T, b.T) })
+	ta := newTimeAxis(r, smp)
 	styles := faultStyles(r.Faults)
-	smp := r.Samples
 	dur := formatSeconds(ta.max)
 	nf := len(r.Faults)
 

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"html/template"
@@ -164,15 +165,7 @@ func faultOrder(faults []Fault) []int {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case faults[a].T < faults[b].T:
-			return -1
-		case faults[a].T > faults[b].T:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(faults[a].T, faults[b].T) })
 	return order
 }
 

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -332,6 +334,23 @@ func TestRead_RefusesWhatIsNotAReport(t *testing.T) {
 			t.Errorf("%s: %v is not ErrInvalid", c.name, err)
 		case !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n"):
 			t.Errorf("%s: error %q, want one line saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestPage_LinesRunForwardInTimeWhateverTheSamplesOrder(t *testing.T) {
+	r := synthetic(22, 60, 3)
+	slices.Reverse(r.Samples)
+	for _, svg := range svgs(t, draw(t, r)) {
+		for _, pts := range regexp.MustCompile(`points="([^"]*)"`).FindAllStringSubmatch(svg, -1) {
+			last := math.Inf(-1)
+			for _, p := range strings.Fields(pts[1]) {
+				x, err := strconv.ParseFloat(strings.SplitN(p, ",", 2)[0], 64)
+				if err != nil || x < last {
+					t.Fatalf("a line doubles back (or a bad point %q)", p)
+				}
+				last = x
+			}
 		}
 	}
 }
