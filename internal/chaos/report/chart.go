@@ -65,6 +65,12 @@ type marker struct {
 	Title    string  // shown on hover and read by screen readers
 }
 
+// outage is a stretch of samples with no successful claim, shaded on the claims chart.
+type outage struct {
+	X, W  float64
+	Title string
+}
+
 // chart is one time chart, ready for the template.
 type chart struct {
 	ID                       string
@@ -73,10 +79,12 @@ type chart struct {
 	Left, Top, Right, Bottom float64 // the plot area
 	TickEnd                  float64 // where the time axis's tick marks end, below the plot
 	MidY                     float64 // the plot's vertical middle, where the unit is written
+	PlotH                    float64
 	XTicks, YTicks           []tick
 	Series                   []series
 	Markers                  []marker
-	Empty                    bool // no samples: the chart says so instead of drawing lines
+	Outages                  []outage // stretches with no successful claim (the claims chart only)
+	Empty                    bool     // no samples: the chart says so instead of drawing lines
 }
 
 // timeAxis maps seconds since the start onto the plot.
@@ -306,7 +314,7 @@ func newChart(id, title, unit string, r *Report, ta timeAxis, ymax float64, styl
 	va, yt := niceValueAxis(ymax)
 	c := chart{
 		ID: id, Title: title, Unit: unit, W: chartW, H: chartH,
-		Left: plotLeft, Top: plotTop, Right: plotLeft + plotW, Bottom: plotTop + plotH, TickEnd: plotTop + plotH + 5, MidY: plotTop + plotH/2,
+		Left: plotLeft, Top: plotTop, Right: plotLeft + plotW, Bottom: plotTop + plotH, TickEnd: plotTop + plotH + 5, MidY: plotTop + plotH/2, PlotH: plotH,
 		XTicks: timeTicks(ta), YTicks: yt,
 		Markers: markers(r.Faults, ta, styles),
 		Empty:   len(r.Samples) == 0,
@@ -336,8 +344,9 @@ func charts(r *Report) []chart {
 
 	claims, va := newChart("chart-claims", "Claims per second", "claims/s", r, ta, cmax, styles)
 	claims.Series = []series{line("claims/s", 0, smp, ta, va, func(s Sample) float64 { return s.ClaimsPerSec })}
-	claims.Desc = fmt.Sprintf("Answered claims per second over %s, %s; peak %s/s at %s; %s marked.",
-		dur, count(len(smp), "sample"), formatValue(cmax), formatSeconds(cpeak), count(nf, "fault"))
+	claims.Outages = outages(smp, ta)
+	claims.Desc = fmt.Sprintf("Answered claims per second over %s, %s; peak %s/s at %s; %s marked; %s without a successful claim shaded.",
+		dur, count(len(smp), "sample"), formatValue(cmax), formatSeconds(cpeak), count(nf, "fault"), count(len(claims.Outages), "stretch"))
 
 	lat, va := newChart("chart-latency", "Claim latency, p50 and p99", "ms", r, ta, lmax, styles)
 	lat.Series = []series{
@@ -415,10 +424,38 @@ func runSeconds(r *Report) float64 {
 	return 0
 }
 
+// outages finds the runs of samples (in time order) with no answered claim; each lasts until
+// the next sample with one, or one bucket past the last.
+func outages(smp []Sample, ta timeAxis) []outage {
+	var out []outage
+	for i := 0; i < len(smp); {
+		if smp[i].ClaimsPerSec > 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(smp) && smp[j].ClaimsPerSec <= 0 {
+			j++
+		}
+		from, to := smp[i].T, smp[j-1].T+bucketSeconds(smp)
+		if j < len(smp) {
+			to = smp[j].T
+		}
+		x := ta.x(from)
+		out = append(out, outage{X: x, W: math.Max(round2(ta.x(to)-x), 1),
+			Title: fmt.Sprintf("no successful claim from %s to %s (%s s)", formatSeconds(from), formatSeconds(to), trimFloat(to-from))})
+		i = j
+	}
+	return out
+}
+
 // count writes n and the noun, plural unless n is 1: "1 fault", "24 faults".
 func count(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "ch") {
+		return strconv.Itoa(n) + " " + noun + "es"
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
 }

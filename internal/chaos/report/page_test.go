@@ -354,3 +354,19 @@ func TestPage_LinesRunForwardInTimeWhateverTheSamplesOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestPage_ShadesEachStretchWithoutASuccessfulClaim(t *testing.T) {
+	r := synthetic(23, 20, 0)
+	for _, i := range []int{3, 4, 5, 12, 19} { // three stretches: 3s–6s, 12s–13s, 19s to the end
+		r.Samples[i].ClaimsPerSec = 0
+	}
+	claims := svgs(t, draw(t, r))[0]
+	for _, want := range []string{"from 3s to 6s (3 s)", "from 12s to 13s (1 s)", "from 19s to 20s (1 s)"} {
+		if !strings.Contains(claims, "<title>no successful claim "+want+"</title>") {
+			t.Errorf("no shaded stretch %s", want)
+		}
+	}
+	if got := strings.Count(claims, `class="outage"`); got != 3 {
+		t.Errorf("%d stretches shaded, want 3", got)
+	}
+}
