@@ -23,7 +23,7 @@ const (
 	plotW       = chartW - plotLeft - plotRight
 	plotH       = chartH - plotTop - plotBottom
 	labelRows   = 3    // rows of fault labels above the plot
-	labelCharPx = 5.6  // the width of one character of a fault label (10px sans-serif), about
+	labelCharPx = 5.6  // about the width of one character of a fault label (10px sans-serif)
 	maxDrawn    = 1e15 // values above this are drawn at this height (the tables show them as they are)
 	maxErrLines = 8    // error kinds beyond these are drawn as one "other kinds" line
 )
