@@ -30,11 +30,11 @@ func Read(path string) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %w", ErrInvalid, path, err)
 	}
-	return Parse(path, raw)
+	return parse(path, raw)
 }
 
-// Parse decodes the text of a report.json; name says which file in errors.
-func Parse(name string, raw []byte) (*Report, error) {
+// parse decodes the text of a report.json; name says which file in errors.
+func parse(name string, raw []byte) (*Report, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalid, name, fmt.Sprintf(format, args...))
 	}
