@@ -90,5 +90,6 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
 	root.AddCommand(newDemoCmd(), newServeCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
+	root.AddCommand(newChaosCmd())
 	return root
 }
