@@ -147,6 +147,11 @@ func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progres
 			return daemon.ErrStopped
 		}
 		result, detail, reqID := w.bulkReplayOne(ctx, a, run, it)
+		if ctx.Err() != nil {
+			// Cancelled inside the key (timeout, abrupt stop): what it says may be the
+			// cancellation's, not the key's. The next pass answers for it from its request.
+			return ctx.Err()
+		}
 		recorded, err := w.recordItem(ctx, run.ID, it.Seq, result, detail, reqID, results)
 		if err != nil {
 			return err

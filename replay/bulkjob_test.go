@@ -262,8 +262,9 @@ func TestBulkJob_KilledMidBulkIsFinishedByTheNextDaemonOncePerKey(t *testing.T) 
 	if err := daemon.RunNow(context.Background(), f.db, replay.BulkJobName); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor("the fresh daemon to finish the run", 30*time.Second, func() bool {
-		return f.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state <> 'running'`, run.ID) == 1
+	f.waitFor("the fresh daemon to finish the run and record its job run's end", 30*time.Second, func() bool {
+		return f.count(`SELECT count(*) FROM replay_bulk_runs r JOIN job_runs j ON j.id = r.job_run_id
+			WHERE r.id = ? AND r.state <> 'running' AND j.status <> 'running'`, run.ID) == 1
 	})
 
 	got, err := f.w.BulkRun(context.Background(), run.ID)
