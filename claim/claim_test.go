@@ -627,3 +627,29 @@ func TestDrive_HoldThroughQuarantineKeepsTheKeyFromTheReclaimer(t *testing.T) {
 		t.Errorf("history %s: want downstream_not_found, executing, completed", got)
 	}
 }
+
+// TestQuarantineOver_OnlyAQuarantineAfterTheFirstNotFound: absence is proven by a second
+// not-found only once a whole quarantine has passed since the first; with no first not-found
+// recorded it is never over. Drive and an operator's replay preview both ask this.
+func TestQuarantineOver_OnlyAQuarantineAfterTheFirstNotFound(t *testing.T) {
+	b := setup(t, func(c *claim.Config) { c.Quarantine = time.Minute })
+	at := func(ago time.Duration) *time.Time { t := time.Now().Add(-ago); return &t }
+	for name, tc := range map[string]struct {
+		notFoundAt *time.Time
+		want       bool
+	}{
+		"no not-found yet":               {nil, false},
+		"just now":                       {at(0), false},
+		"a second short of a quarantine": {at(59 * time.Second), false},
+		"a quarantine ago":               {at(time.Minute), true},
+		"an hour ago":                    {at(time.Hour), true},
+	} {
+		if got := b.store.QuarantineOver(tc.notFoundAt); got != tc.want {
+			t.Errorf("%s: QuarantineOver = %v, want %v", name, got, tc.want)
+		}
+	}
+	first := time.Date(2024, 3, 1, 10, 0, 0, 0, time.UTC)
+	if got := b.store.QuarantineEnds(first); !got.Equal(first.Add(time.Minute)) {
+		t.Errorf("QuarantineEnds = %s", got)
+	}
+}

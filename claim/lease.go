@@ -349,7 +349,7 @@ func (s *Store) RecordDownstreamNotFound(ctx context.Context, l *Lease) (time.Du
 	if l.NotFoundAt != nil {
 		first = *l.NotFoundAt
 	}
-	wait := time.Until(first.Add(s.cfg.Quarantine))
+	wait := time.Until(s.QuarantineEnds(first))
 	if wait < time.Second {
 		wait = time.Second
 	}

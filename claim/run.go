@@ -88,7 +88,7 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 		if end, err := s.lookUp(ctx, op, l, out); end != nil || err != nil {
 			return end, err
 		}
-		proven := l.NotFoundAt != nil && time.Since(*l.NotFoundAt) >= s.cfg.Quarantine
+		proven := s.QuarantineOver(l.NotFoundAt)
 		if !proven && opt.HoldThroughQuarantine {
 			if err := s.holdThroughQuarantine(ctx, l); err != nil {
 				return nil, err
@@ -253,6 +253,19 @@ func (s *Store) lookUp(ctx context.Context, op Operation, l *Lease, out *Outcome
 	return nil, nil
 }
 
+// QuarantineOver answers "is the quarantine over?" for a key whose downstream first said not
+// found at notFoundAt: true once a quarantine has passed since, so that a second not-found now
+// proves the earlier attempt never arrived and the key may be executed. nil (no not-found
+// recorded yet) is false. Drive decides by it, and so does an operator's replay preview.
+func (s *Store) QuarantineOver(notFoundAt *time.Time) bool {
+	return notFoundAt != nil && time.Since(*notFoundAt) >= s.cfg.Quarantine
+}
+
+// QuarantineEnds is when the quarantine after a first not-found at notFoundAt is over.
+func (s *Store) QuarantineEnds(notFoundAt time.Time) time.Time {
+	return notFoundAt.Add(s.cfg.Quarantine)
+}
+
 // holdThroughQuarantine records a first not-found while keeping the lease (Drive's keepRenewed
 // renews it meanwhile) and waits until the quarantine has passed since it, so that the holder
 // itself takes the second look. ErrLeaseLost or ctx's error when the wait is cut short.
@@ -266,7 +279,7 @@ func (s *Store) holdThroughQuarantine(ctx context.Context, l *Lease) error {
 		return err
 	}
 	l.NotFoundAt = &first
-	t := time.NewTimer(time.Until(first.Add(s.cfg.Quarantine)))
+	t := time.NewTimer(time.Until(s.QuarantineEnds(first)))
 	defer t.Stop()
 	select {
 	case <-t.C:

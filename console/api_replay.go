@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/inputcheck"
+	"github.com/idemops/idemops/replay"
 )
 
 // The replay API: the same guards and roles as the pages, for automation with bearer tokens.
@@ -46,11 +47,11 @@ func bindJSON(c *gin.Context, v any) error {
 func (s *Server) apiReplayPreview(c *gin.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.keyParam(ctx, c, r)
+	_, p, err := s.previewAction(ctx, c, r)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, s.previewReplay(ctx, r.op, k))
+	c.JSON(http.StatusOK, p)
 	return nil
 }
 
@@ -127,8 +128,8 @@ func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 	}
 	out := gin.H{"id": k.ID, "state": k.State, "version": k.Version, "allowed": k.Replayable(), "refusal": k.ReplayRefusal()}
 	if k.Replayable() {
-		out["token"] = s.confirmToken(actionFinal, r.op, k.ID, k.Version)
-		out["release_token"] = s.confirmToken(actionRelease, r.op, k.ID, k.Version)
+		out["token"] = s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
+		out["release_token"] = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
 	}
 	c.JSON(http.StatusOK, out)
 	return nil
@@ -136,13 +137,9 @@ func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 
 // apiReplay is GET /api/v1/replays/{id}.
 func (s *Server) apiReplay(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	req, err := s.getReplay(ctx, r.op, id)
+	req, err := s.replayParam(ctx, c, r)
 	if err != nil {
 		return err
 	}
@@ -153,13 +150,7 @@ func (s *Server) apiReplay(c *gin.Context, r *request) error {
 // apiReplayApprove is POST /api/v1/replays/{id}/approve: a second operator approves and the
 // replay runs; 403 for the requester.
 func (s *Server) apiReplayApprove(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
-	defer cancel()
-	req, err := s.approveReplay(ctx, r.op, r.ip, id)
+	req, err := s.approve(c, r)
 	if err != nil {
 		return err
 	}
@@ -189,9 +180,7 @@ func (s *Server) apiBulkPreview(c *gin.Context, r *request) error {
 	if len(b.IDs) > s.cfg.BulkCap {
 		return inputErr("ids", "%d keys selected; a bulk replay takes at most %d", len(b.IDs), s.cfg.BulkCap)
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
-	defer cancel()
-	p, err := s.previewBulk(ctx, r.op, f, b.IDs)
+	p, err := s.previewBulk(c, r, f, b.IDs)
 	if err != nil {
 		return err
 	}
@@ -201,29 +190,21 @@ func (s *Server) apiBulkPreview(c *gin.Context, r *request) error {
 
 // apiBulk is GET /api/v1/replays/bulk/{id}: the run, its progress and its per-key results.
 func (s *Server) apiBulk(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.getBulkRun(ctx, r.op, id)
-	if err != nil {
-		return err
-	}
-	items, err := s.bulkItems(ctx, id)
+	run, items, err := s.bulkParam(ctx, c, r)
 	if err != nil {
 		return err
 	}
 	if items == nil {
-		items = []BulkItem{}
+		items = []replay.BulkItem{}
 	}
 	c.JSON(http.StatusOK, gin.H{"run": run, "items": items})
 	return nil
 }
 
 // apiBulkStart is POST /api/v1/replays/bulk/start {plan, token, reason} (plan and token from the
-// preview): 202 with the run, created and started in one step; poll GET for progress.
+// preview): 202 with the run, created and handed to the daemon in one step; poll GET for progress.
 func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
 	var b struct {
 		Plan   string `json:"plan"`
@@ -233,9 +214,7 @@ func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
 	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, err := s.startBulk(ctx, r.op, r.ip, b.Plan, b.Token, b.Reason)
+	run, err := s.startBulk(c, r, b.Plan, b.Token, b.Reason)
 	if err != nil {
 		return err
 	}

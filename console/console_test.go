@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/pgtest"
 )
 
@@ -30,6 +31,7 @@ var testSecret = []byte("test-digest-secret-0123456789")
 
 // bundle is one test's console on its own database.
 type bundle struct {
+	daemon *daemon.Daemon // runJobs
 	t      *testing.T
 	db     *gorm.DB
 	srv    *Server

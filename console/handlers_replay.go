@@ -8,22 +8,23 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"time"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
 
 // predictionLabels name a preview's predictions; resultLabels what a replay did.
 var predictionLabels = map[string]string{
-	string(PredictRefused):        "refused by a guard",
-	string(PredictRecorded):       "already at the channel: recorded, nothing sent",
-	string(PredictRecordedFailed): "already at the channel, failed: recorded as failed",
-	string(PredictSend):           "not found twice: sent now",
-	string(PredictNotFoundOnce):   "not found once: parked for the quarantine, then re-checked",
-	string(PredictLookupError):    "downstream could not answer: parked",
+	string(replay.PredictRefused):        "refused by a guard",
+	string(replay.PredictRecorded):       "already at the channel: recorded, nothing sent",
+	string(replay.PredictRecordedFailed): "already at the channel, failed: recorded as failed",
+	string(replay.PredictSend):           "not found twice: sent now",
+	string(replay.PredictNotFoundOnce):   "not found once: parked for the quarantine, then re-checked",
+	string(replay.PredictLookupError):    "downstream could not answer: parked",
 }
 
 var resultLabels = map[string]string{
@@ -35,6 +36,7 @@ var resultLabels = map[string]string{
 	"pending_approval": "waiting for a second operator",
 	"refused":          "refused by a guard",
 	"error":            "error (logged)",
+	"interrupted":      "interrupted by a daemon stop: not repeated",
 }
 
 func counts(m map[string]int, labels map[string]string) []templates.Count {
@@ -50,7 +52,7 @@ func counts(m map[string]int, labels map[string]string) []templates.Count {
 	return out
 }
 
-func (s *Server) replayRow(r *ReplayRequest, op *Operator) templates.ReplayRow {
+func (s *Server) replayRow(r *replay.Request, op *Operator) templates.ReplayRow {
 	row := templates.ReplayRow{ID: r.ID, Href: fmt.Sprintf("/replays/%d", r.ID), KeyID: r.KeyID,
 		KeyHref: fmt.Sprintf("/keys/%d", r.KeyID), Tenant: r.Tenant, DigestShort: r.KeyDigest[:12], Requester: r.Requester,
 		Reason: r.Reason, Action: r.Preview, State: r.State, NeedsApproval: r.NeedsApproval, CreatedAt: r.CreatedAt,
@@ -73,19 +75,114 @@ func (s *Server) replayRow(r *ReplayRequest, op *Operator) templates.ReplayRow {
 	return row
 }
 
-// replayPreviewView builds the preview page of a key for r.
-func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key) (templates.ReplayPreviewView, error) {
-	p := s.previewReplay(ctx, r.op, k)
+// One function per action, shared by the page and its /api/v1 twin; the handlers below only
+// decode and render.
+
+// previewAction reads the key named by the route's {id} within r's scope and previews its
+// replay (GET /keys/{id}/replay, GET /api/v1/keys/{id}/replay).
+func (s *Server) previewAction(ctx context.Context, c *gin.Context, r *request) (*claim.Key, replay.Preview, error) {
+	k, err := s.keyParam(ctx, c, r)
+	if err != nil {
+		return nil, replay.Preview{}, err
+	}
+	return k, s.replays.Preview(ctx, actorOf(r), k), nil
+}
+
+// confirm is the confirmation (POST /keys/{id}/replay, POST /api/v1/keys/{id}/replay).
+func (s *Server) confirm(c *gin.Context, r *request, keyID int64, token, reason string) (*replay.Request, bool, error) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
+	defer cancel()
+	k, err := s.getKey(ctx, r.op, keyID)
+	if err != nil {
+		return nil, false, err
+	}
+	req, dup, err := s.replays.Confirm(ctx, actorOf(r), k, token, reason)
+	return req, dup, replayErr(err)
+}
+
+// getReplay reads a request op may see (another tenant's is ErrNotFound).
+func (s *Server) getReplay(ctx context.Context, op *Operator, id int64) (*replay.Request, error) {
+	req, err := s.replays.Request(ctx, id)
+	if err != nil {
+		return nil, replayErr(err)
+	}
+	if err := decide(op, objReplay, strconv.FormatInt(id, 10), []string{req.Tenant}, false); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// replayParam reads the request named by the route's {id} (GET /replays/{id}, GET
+// /api/v1/replays/{id}).
+func (s *Server) replayParam(ctx context.Context, c *gin.Context, r *request) (*replay.Request, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	return s.getReplay(ctx, r.op, id)
+}
+
+// approve is a second operator's approval of the request named by {id}, which then runs
+// (POST /replays/{id}/approve, POST /api/v1/replays/{id}/approve).
+func (s *Server) approve(c *gin.Context, r *request) (*replay.Request, error) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
+	defer cancel()
+	req, err := s.replayParam(ctx, c, r)
+	if err != nil {
+		return nil, err
+	}
+	req, err = s.replays.Approve(ctx, actorOf(r), req)
+	return req, replayErr(err)
+}
+
+// previewBulk previews a bulk replay of the keys picked (ids) or the search f (POST
+// /replays/bulk, POST /api/v1/replays/bulk). It writes nothing.
+func (s *Server) previewBulk(c *gin.Context, r *request, f KeyFilter, ids []int64) (*replay.BulkPlan, error) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
+	defer cancel()
+	sel, err := s.bulkKeys(ctx, r.op, f, ids)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.replays.PreviewBulk(ctx, actorOf(r), sel)
+	return p, replayErr(err)
+}
+
+// startBulk starts a previewed bulk replay as a daemon job (POST /replays/bulk/start, POST
+// /api/v1/replays/bulk/start).
+func (s *Server) startBulk(c *gin.Context, r *request, plan, token, reason string) (*replay.BulkRun, error) {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, err := s.replays.StartBulk(ctx, actorOf(r), plan, token, reason)
+	return run, replayErr(err)
+}
+
+// bulkParam reads the run named by {id} and its items (GET /replays/bulk/{id}[/progress], GET
+// /api/v1/replays/bulk/{id}).
+func (s *Server) bulkParam(ctx context.Context, c *gin.Context, r *request) (*replay.BulkRun, []replay.BulkItem, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, nil, err
+	}
+	run, err := s.getBulkRun(ctx, r.op, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	items, err := s.replays.BulkItems(ctx, id)
+	return run, items, err
+}
+
+// replayPreviewView builds the preview page of k for r.
+func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key, p replay.Preview) (templates.ReplayPreviewView, error) {
 	v := templates.ReplayPreviewView{Key: k, Preview: templates.ReplayPreviewData{Allowed: p.Allowed, Outcome: string(p.Outcome),
 		Text: p.Text, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
 	if r.op.Role >= RoleAdmin && k.Replayable() {
-		v.CanMarkFinal, v.FinalToken = true, s.confirmToken(actionFinal, r.op, k.ID, k.Version)
-		v.ReleaseToken = s.confirmToken(actionRelease, r.op, k.ID, k.Version)
+		v.CanMarkFinal, v.FinalToken = true, s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
+		v.ReleaseToken = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
 	}
-	var prior []ReplayRequest
-	if err := s.db.WithContext(ctx).Raw(`SELECT `+replayColumns+` FROM replay_requests WHERE key_id = ? ORDER BY id DESC LIMIT 20`,
-		k.ID).Scan(&prior).Error; err != nil {
-		return v, fmt.Errorf("replays of key %d: %w", k.ID, err)
+	prior, err := s.replays.ListForKey(ctx, actorOf(r), k.ID, 20)
+	if err != nil {
+		return v, err
 	}
 	for i := range prior {
 		v.Requests = append(v.Requests, s.replayRow(&prior[i], r.op))
@@ -97,11 +194,11 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 func (s *Server) replayPreview(c *gin.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.keyParam(ctx, c, r)
+	k, p, err := s.previewAction(ctx, c, r)
 	if err != nil {
 		return err
 	}
-	v, err := s.replayPreviewView(ctx, r, k)
+	v, err := s.replayPreviewView(ctx, r, k, p)
 	if err != nil {
 		return err
 	}
@@ -122,11 +219,11 @@ func (s *Server) confirmReplay(c *gin.Context, r *request) error {
 	if errors.As(err, &re) || errors.Is(err, ErrInvalidInput) {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 		defer cancel()
-		k, kerr := s.getKey(ctx, r.op, id)
+		k, p, kerr := s.previewAction(ctx, c, r)
 		if kerr != nil {
 			return kerr
 		}
-		v, verr := s.replayPreviewView(ctx, r, k)
+		v, verr := s.replayPreviewView(ctx, r, k, p)
 		if verr != nil {
 			return verr
 		}
@@ -141,40 +238,17 @@ func (s *Server) confirmReplay(c *gin.Context, r *request) error {
 	return nil
 }
 
-// confirm is the confirmation shared by the page and the API.
-func (s *Server) confirm(c *gin.Context, r *request, keyID int64, token, reason string) (*ReplayRequest, bool, error) {
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
-	defer cancel()
-	k, err := s.getKey(ctx, r.op, keyID)
-	if err != nil {
-		return nil, false, err
-	}
-	version, err := s.checkToken(actionReplay, r.op, keyID, token)
-	if err != nil {
-		return nil, false, err
-	}
-	if reason, err = checkReason(reason); err != nil {
-		return nil, false, err
-	}
-	return s.requestReplay(ctx, replayAsk{op: r.op, ip: r.ip, key: k, version: version,
-		token: tokenHash(actionReplay, token), reason: reason})
-}
-
 // replayPage is GET /replays/{id}.
 func (s *Server) replayPage(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	req, err := s.getReplay(ctx, r.op, id)
+	req, err := s.replayParam(ctx, c, r)
 	if err != nil {
 		return err
 	}
 	row := s.replayRow(req, r.op)
 	if req.State == "executing" {
-		row.Waiting = s.replayWaiting(ctx, req.KeyID)
+		row.Waiting = s.replays.Waiting(ctx, req.KeyID)
 	}
 	one := []templates.ReplayRow{row}
 	if err := s.nameReplayRows(ctx, r.op, one); err != nil {
@@ -185,25 +259,11 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	return nil
 }
 
-// replayWaiting says what an executing replay is doing: waiting out the quarantine (with the
-// time it looks again and a countdown) or running.
-func (s *Server) replayWaiting(ctx context.Context, keyID int64) string {
-	k, err := s.claims.Get(ctx, keyID)
-	if err != nil || k.NotFoundAt == nil {
-		return "The replay is running."
-	}
-	at := k.NotFoundAt.Add(s.claims.Config().Quarantine)
-	left := max(time.Until(at).Round(time.Second), 0)
-	return fmt.Sprintf("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
-		"then sends or records what it finds; no second confirmation is needed.",
-		k.NotFoundAt.UTC().Format("15:04:05 UTC"), at.UTC().Format("15:04:05 UTC"), left)
-}
-
 // replaysPage is GET /replays: pending approvals and recent requests.
 func (s *Server) replaysPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, err := s.listReplays(ctx, r.op, 50)
+	rows, err := s.replays.List(ctx, actorOf(r), 50)
 	if err != nil {
 		return err
 	}
@@ -228,16 +288,11 @@ func (s *Server) replaysPage(c *gin.Context, r *request) error {
 
 // approveReplayPage is POST /replays/{id}/approve.
 func (s *Server) approveReplayPage(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
+	req, err := s.approve(c, r)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
-	defer cancel()
-	if _, err := s.approveReplay(ctx, r.op, r.ip, id); err != nil {
-		return err
-	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/%d", id))
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/%d", req.ID))
 	return nil
 }
 
@@ -325,13 +380,13 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
-	defer cancel()
-	p, err := s.previewBulk(ctx, r.op, f, ids)
+	p, err := s.previewBulk(c, r, f, ids)
 	if err != nil {
 		return err
 	}
 	v := s.bulkPlanView(p, r.op)
+	ctx, cancel := s.ctx(c)
+	defer cancel()
 	if err := s.nameBulkItems(ctx, r.op, v.Items); err != nil {
 		return err
 	}
@@ -340,12 +395,12 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 }
 
 // bulkPlanView is the preview page of a plan: counts, keys, and the start form.
-func (s *Server) bulkPlanView(p *BulkPlan, op *Operator) templates.BulkView {
+func (s *Server) bulkPlanView(p *replay.BulkPlan, op *Operator) templates.BulkView {
 	v := templates.BulkView{Preview: true, StartHref: "/replays/bulk/start", FilterHref: "/keys?" + p.Filter,
 		Filter: p.Filter, State: "preview", Operator: op.Name, Total: p.Total, Capped: p.Capped, Cap: s.cfg.BulkCap,
 		Selected: p.Selected, Plan: p.Plan, Token: p.Token, Expires: p.Expires}
 	v.ByState, v.ByOutcome = counts(p.Counts.ByState, nil), counts(p.Counts.ByOutcome, predictionLabels)
-	if p.allRefused() {
+	if p.AllRefused() {
 		v.NoneReplayable = fmt.Sprintf("Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
 	}
 	for _, it := range p.Items {
@@ -355,7 +410,7 @@ func (s *Server) bulkPlanView(p *BulkPlan, op *Operator) templates.BulkView {
 	return v
 }
 
-func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView, error) {
+func (s *Server) bulkView(run *replay.BulkRun, items []replay.BulkItem) templates.BulkView {
 	v := templates.BulkView{ID: run.ID, Href: fmt.Sprintf("/replays/bulk/%d", run.ID),
 		ProgressHref: fmt.Sprintf("/replays/bulk/%d/progress", run.ID),
 		FilterHref:   "/keys?" + run.Filter, Filter: run.Filter, State: run.State, Operator: run.Operator,
@@ -363,16 +418,15 @@ func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView
 	if run.Reason != nil {
 		v.Reason = *run.Reason
 	}
-	var bc BulkCounts
+	if run.Error != nil {
+		v.Error = "The run stopped: " + *run.Error
+	}
+	var bc replay.BulkCounts
 	_ = json.Unmarshal(run.Counts, &bc)
 	v.ByState, v.ByOutcome = counts(bc.ByState, nil), counts(bc.ByOutcome, predictionLabels)
 	var results map[string]int
 	_ = json.Unmarshal(run.Results, &results)
 	v.Results = counts(results, resultLabels)
-	items, err := s.bulkItems(ctx, run.ID)
-	if err != nil {
-		return v, err
-	}
 	for _, it := range items {
 		row := templates.BulkItemRow{Seq: it.Seq, KeyID: it.KeyID, KeyHref: fmt.Sprintf("/keys/%d", it.KeyID),
 			KeyState: it.KeyState, KeyVersion: it.KeyVersion, Predicted: predictionLabels[it.Predicted]}
@@ -387,7 +441,7 @@ func (s *Server) bulkView(ctx context.Context, run *BulkRun) (templates.BulkView
 		}
 		v.Items = append(v.Items, row)
 	}
-	return v, nil
+	return v
 }
 
 // bulkPage is GET /replays/bulk/{id}.
@@ -411,29 +465,20 @@ func (s *Server) bulkProgress(c *gin.Context, r *request) error {
 }
 
 func (s *Server) loadBulkView(c *gin.Context, r *request) (templates.BulkView, error) {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return templates.BulkView{}, err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.getBulkRun(ctx, r.op, id)
+	run, items, err := s.bulkParam(ctx, c, r)
 	if err != nil {
 		return templates.BulkView{}, err
 	}
-	v, err := s.bulkView(ctx, run)
-	if err != nil {
-		return v, err
-	}
+	v := s.bulkView(run, items)
 	return v, s.nameBulkItems(ctx, r.op, v.Items)
 }
 
 // bulkStartPage is POST /replays/bulk/start {plan, token, reason}: creates the previewed run and
-// starts it in one step, then shows its progress.
+// hands it to the daemon in one step, then shows its progress.
 func (s *Server) bulkStartPage(c *gin.Context, r *request) error {
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, err := s.startBulk(ctx, r.op, r.ip, c.PostForm("plan"), c.PostForm("token"), c.PostForm("reason"))
+	run, err := s.startBulk(c, r, c.PostForm("plan"), c.PostForm("token"), c.PostForm("reason"))
 	if err != nil {
 		return err
 	}

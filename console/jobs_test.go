@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/replay"
 )
 
 // gatedJob reports progress and waits for its gate, so a test can watch a run while it runs.
@@ -29,9 +30,13 @@ func (j *gatedJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (da
 	return daemon.Stats{"swept": 10}, nil
 }
 
-// startDaemon runs a real daemon replica on b's database with one gated job.
+// startDaemon runs a real daemon replica on b's database with one gated job and the bulk
+// replay job on the console's workflow (as `idemops serve` runs it).
 func (b *bundle) startDaemon() *gatedJob {
 	b.t.Helper()
+	if b.daemon != nil {
+		b.t.Fatal("the bundle's daemon is running already")
+	}
 	d, err := daemon.New(daemon.Config{DB: b.db, Name: "replica-a", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
 		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -42,6 +47,10 @@ func (b *bundle) startDaemon() *gatedJob {
 	if err := d.Register(job, "@every 1h"); err != nil {
 		b.t.Fatal(err)
 	}
+	if err := d.Register(replay.NewBulkJob(b.srv.Replays()), replay.BulkJobSpec); err != nil {
+		b.t.Fatal(err)
+	}
+	b.daemon = d
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()

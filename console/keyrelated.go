@@ -14,24 +14,11 @@ import (
 // filtered by the key shows the rest.
 const relatedMax = 20
 
-// listKeyReplays returns the newest replay requests of keyID in op's tenants (the key page's
-// key was scope-checked already; the scope clause is the one listReplays applies).
-func (s *Server) listKeyReplays(ctx context.Context, op *Operator, keyID int64, limit int) ([]ReplayRequest, error) {
-	scope, args := scopeSQL(op)
-	var rows []ReplayRequest
-	err := s.db.WithContext(ctx).Raw(`SELECT `+replayColumns+` FROM replay_requests WHERE key_id = ? AND `+scope+`
-		ORDER BY created_at DESC, id DESC LIMIT ?`, append(append([]any{keyID}, args...), limit)...).Scan(&rows).Error
-	if err != nil {
-		return nil, fmt.Errorf("list replay requests of key %d: %w", keyID, err)
-	}
-	return rows, nil
-}
-
 // keyRelated is what links to k from elsewhere: its replay requests and its reconciliation
 // findings, each loaded through the operator's scope like their own pages.
 func (s *Server) keyRelated(ctx context.Context, op *Operator, k *claim.Key) (templates.KeyRelated, error) {
 	rel := templates.KeyRelated{FindingsHref: fmt.Sprintf("/reconcile/findings?key=%d", k.ID), Max: relatedMax}
-	reqs, err := s.listKeyReplays(ctx, op, k.ID, relatedMax)
+	reqs, err := s.replays.ListForKey(ctx, replayActor(op, ""), k.ID, relatedMax)
 	if err != nil {
 		return rel, err
 	}

@@ -18,7 +18,6 @@ type metrics struct {
 	reveals  prometheus.Counter
 	checks   *prometheus.CounterVec
 	requests *prometheus.CounterVec
-	replays  *prometheus.CounterVec
 	handler  http.Handler
 }
 
@@ -33,10 +32,8 @@ func newMetrics() *metrics {
 			Help: "Downstream checks by answer (found, not_found, error)."}, []string{"answer"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemops_console_http_requests_total",
 			Help: "HTTP requests by route pattern and status."}, []string{"route", "status"}),
-		replays: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemops_console_replays_total",
-			Help: "Executed manual replays by outcome (recorded, sent, failed, not_found_once, lookup_error, refused, error)."}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.logins, m.reveals, m.checks, m.requests, m.replays,
+	m.reg.MustRegister(m.logins, m.reveals, m.checks, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/replay"
 )
 
 // seedFailed claims a key and fails it (retryably or finally), as a service whose attempt
@@ -109,8 +110,8 @@ func decode[T any](t *testing.T, r resp) T {
 }
 
 type apiConfirm struct {
-	Request   ReplayRequest `json:"request"`
-	Duplicate bool          `json:"duplicate"`
+	Request   replay.Request `json:"request"`
+	Duplicate bool           `json:"duplicate"`
 }
 
 // TestReplay_RefusedStates: completed (the stored response is shown instead), failed_final, a
@@ -148,7 +149,7 @@ func TestReplay_RefusedStates(t *testing.T) {
 			t.Errorf("API preview of %s: %+v", tc.k.State, p)
 		}
 		// A confirmation with a valid token for the current version is still refused.
-		valid := b.srv.confirmToken(actionReplay, b.ops["olga"], tc.k.ID, tc.k.Version)
+		valid := b.srv.replays.ConfirmToken(replay.ActionReplay, b.ops["olga"].ID, tc.k.ID, tc.k.Version)
 		got := c.post(fmt.Sprintf("/keys/%d/replay", tc.k.ID), url.Values{"token": {valid}, "reason": {"try"}}, true)
 		if got.Status != http.StatusConflict || !strings.Contains(got.Body, tc.reason) {
 			t.Errorf("confirm %s: status %d, want 409 with %q", tc.k.State, got.Status, tc.reason)
@@ -198,7 +199,7 @@ func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
 
 	c := b.signIn("olga")
 	p := decode[apiPreview](t, c.api(fmt.Sprintf("/api/v1/keys/%d/replay", k.ID), tok))
-	if !p.Allowed || p.Outcome != string(PredictSend) || !strings.Contains(p.Text, "not found — a charge of 12.34 CNY to alice will be sent now") {
+	if !p.Allowed || p.Outcome != string(replay.PredictSend) || !strings.Contains(p.Text, "not found — a charge of 12.34 CNY to alice will be sent now") {
 		t.Fatalf("preview: %+v", p)
 	}
 	body := map[string]string{"token": p.Token, "reason": "customer called: charge never arrived"}
@@ -471,7 +472,7 @@ func TestReplay_ViewerCannotReplay(t *testing.T) {
 	if body := vic.get(fmt.Sprintf("/keys/%d", k.ID)).Body; strings.Contains(body, "Preview a replay") {
 		t.Error("the viewer's key page offers a replay")
 	}
-	valid := b.srv.confirmToken(actionReplay, b.ops["vic"], k.ID, k.Version)
+	valid := b.srv.replays.ConfirmToken(replay.ActionReplay, b.ops["vic"].ID, k.ID, k.Version)
 	if got := vic.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {valid}, "reason": {"x"}}, true); got.Status != 403 {
 		t.Errorf("viewer confirm: %d", got.Status)
 	}
@@ -479,7 +480,7 @@ func TestReplay_ViewerCannotReplay(t *testing.T) {
 		t.Errorf("viewer API confirm: %d", got.Status)
 	}
 	// An operator's token is no use to anyone else.
-	olgaToken := b.srv.confirmToken(actionReplay, b.ops["olga"], k.ID, k.Version)
+	olgaToken := b.srv.replays.ConfirmToken(replay.ActionReplay, b.ops["olga"].ID, k.ID, k.Version)
 	b.addOperator("oscar", RoleOperator, "acme")
 	if got := b.signIn("oscar").post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {olgaToken}, "reason": {"x"}}, true); got.Status != 400 {
 		t.Errorf("another operator's token: %d, want 400", got.Status)
@@ -489,12 +490,21 @@ func TestReplay_ViewerCannotReplay(t *testing.T) {
 	}
 }
 
-// waitBulk waits for a bulk run to finish (bounded).
+// runJobs starts the bundle's daemon replica (startDaemon) unless it runs already.
+func (b *bundle) runJobs() {
+	b.t.Helper()
+	if b.daemon == nil {
+		b.startDaemon()
+	}
+}
+
+// waitBulk runs the daemon's jobs and waits for a bulk run to finish (bounded).
 func (b *bundle) waitBulk(id int64) {
 	b.t.Helper()
+	b.runJobs()
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'cancelled')`, id) == 1 {
+		if b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'cancelled', 'failed')`, id) == 1 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -552,7 +562,7 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	page := got.Body
 	mustContain(t, "bulk preview", page, "this run covers the newest 6", "already at the channel: recorded, nothing sent",
 		"not found once: parked for the quarantine, then re-checked", "refused by a guard", `id="start-bulk"`)
-	plan := decode[BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
+	plan := decode[replay.BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
 	if plan.Total != 6 || !plan.Capped || plan.Counts.ByState["failed_retryable"] != 3 || plan.Counts.ByState["completed"] != 1 ||
 		plan.Counts.ByOutcome["recorded"] != 1 || plan.Counts.ByOutcome["not_found_once"] != 2 || plan.Counts.ByOutcome["refused"] != 3 ||
 		len(plan.Items) != 6 || plan.Token == "" {
@@ -599,7 +609,7 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 			Capped bool   `json:"capped"`
 			State  string `json:"state"`
 		} `json:"run"`
-		Items []BulkItem `json:"items"`
+		Items []replay.BulkItem `json:"items"`
 	}](t, c.api("/api/v1"+runPath, b.token("olga")))
 	if run.Run.Total != 6 || !run.Run.Capped || run.Run.State != "done" || len(run.Items) != 6 || run.Items[0].Result == nil {
 		t.Errorf("run: %+v, %d items", run.Run, len(run.Items))
@@ -695,7 +705,7 @@ func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
 	}
 	mustContain(t, "all-refused preview", got.Body, `id="start-bulk-disabled"`, "disabled", "a guard refuses all 2 keys")
 	mustNotContain(t, "all-refused preview", got.Body, `id="start-bulk"`)
-	plan := decode[BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
+	plan := decode[replay.BulkPlan](t, c.apiPost("/api/v1/replays/bulk", b.token("olga"), map[string]any{"filter": map[string]string{"tenant": "acme"}}))
 	before := b.bulkRows()
 	start := c.post("/replays/bulk/start", url.Values{"plan": {plan.Plan}, "token": {plan.Token}, "reason": {"try anyway"}}, true)
 	if start.Status != 409 || !strings.Contains(start.Body, "nothing to start") {

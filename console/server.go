@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -54,13 +54,12 @@ type Config struct {
 	// QueryTimeout bounds each page's database work (default 5 s); LookupTimeout bounds a
 	// downstream check (default 10 s).
 	QueryTimeout, LookupTimeout time.Duration
-	// ApprovalAbove is the four-eyes threshold: a replay of a key whose amount is above this many
-	// minor units waits for a second operator's approval (default 100000; -1: never).
-	ApprovalAbove int64
-	// BulkCap is the most keys one bulk replay takes (default 500, at most 5000).
-	BulkCap int
-	// BulkPreviewTimeout bounds a bulk preview's downstream lookups (default 20 s); keys not
-	// looked up by then are predicted as "downstream could not answer".
+	// ApprovalAbove, BulkCap and BulkPreviewTimeout tune the replay workflow (replay.Config has
+	// their defaults and limits): the four-eyes threshold in minor units (default 100000; -1:
+	// never), the most keys one bulk replay takes (default 500, at most 5000), and the bound on a
+	// bulk preview's downstream lookups (default 20 s).
+	ApprovalAbove      int64
+	BulkCap            int
 	BulkPreviewTimeout time.Duration
 	// UploadLimit bounds a statement upload (default 256 MiB).
 	UploadLimit int64
@@ -102,15 +101,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LookupTimeout == 0 {
 		c.LookupTimeout = 10 * time.Second
 	}
-	if c.ApprovalAbove == 0 {
-		c.ApprovalAbove = 100000
-	}
-	if c.BulkCap == 0 {
-		c.BulkCap = 500
-	}
-	if c.BulkPreviewTimeout == 0 {
-		c.BulkPreviewTimeout = 20 * time.Second
-	}
 	if c.UploadLimit == 0 {
 		c.UploadLimit = 256 << 20
 	}
@@ -122,12 +112,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.UploadLimit < 0 {
 		return c, errors.New("console: UploadLimit must be positive")
-	}
-	if c.BulkCap < 1 || c.BulkCap > 5000 {
-		return c, errors.New("console: BulkCap must be between 1 and 5000")
-	}
-	if c.ApprovalAbove < -1 {
-		return c, errors.New("console: ApprovalAbove must be -1 (never) or a non-negative amount")
 	}
 	c.Throttle = c.Throttle.withDefaults()
 	if c.SSO != nil {
@@ -159,10 +143,7 @@ type Server struct {
 	recon    *reconcile.Reconciler
 	purge    *retention.PurgeJob
 	sso      *sso // nil when single sign-on is off
-	// bg runs bulk replays after their request returned; Close cancels and waits for them.
-	bg     sync.WaitGroup
-	bgCtx  context.Context
-	bgStop context.CancelFunc
+	replays  *replay.Workflow
 }
 
 // New validates cfg and builds the server and its routes.
@@ -210,7 +191,14 @@ func New(cfg Config) (*Server, error) {
 	if s.purge, err = retention.NewPurgeJob(cfg.DB, retention.Config{CountTimeout: cfg.PreviewTimeout, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
+	if s.replays, err = replay.New(replay.Config{DB: cfg.DB, Claims: cfg.Claims, Operations: cfg.Operations,
+		Audit: ReplayAuditor(s.audit), ApprovalAbove: cfg.ApprovalAbove, BulkCap: cfg.BulkCap,
+		QueryTimeout: cfg.QueryTimeout, LookupTimeout: cfg.LookupTimeout, BulkPreviewTimeout: cfg.BulkPreviewTimeout,
+		Logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	s.cfg.BulkCap, s.cfg.BulkPreviewTimeout = s.replays.Config().BulkCap, s.replays.Config().BulkPreviewTimeout
+	s.metrics.reg.MustRegister(s.replays.Collectors()...)
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	// The client address is the connection's peer; X-Forwarded-For is not trusted by default.
@@ -221,7 +209,7 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range s.routes() {
 		// A route that names an object must say which kind it is, so enforce can check its scope.
 		if _, _, _, err := routeObject(rt.Path); err != nil {
-			s.bgStop()
+			s.replays.Close()
 			return nil, fmt.Errorf("console: %w", err)
 		}
 		e.Handle(rt.Method, rt.Path, s.enforce(rt))
@@ -231,21 +219,13 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Close stops background work (running bulk replays stop after their current key) and waits
-// for it.
-func (s *Server) Close() {
-	s.bgStop()
-	s.bg.Wait()
-}
+// Close stops background work (single replays holding a key through its quarantine) and waits
+// for it. Bulk replays are the daemon's jobs.
+func (s *Server) Close() { s.replays.Close() }
 
-// background runs f on the server's lifetime context.
-func (s *Server) background(f func(ctx context.Context)) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		f(s.bgCtx)
-	}()
-}
+// Replays is the replay workflow behind the replay pages; a daemon in the same process runs its
+// bulk job (replay.NewBulkJob) on it.
+func (s *Server) Replays() *replay.Workflow { return s.replays }
 
 // Handler is the console's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.engine }

@@ -111,6 +111,7 @@ func (x *executor) execute(base, ctx context.Context, a *activeRun, c claimedRun
 	defer a.cancel(nil)
 	ctx, cancelT := context.WithTimeoutCause(ctx, c.timeout, errTimedOut)
 	defer cancelT()
+	ctx = context.WithValue(ctx, runIDKey{}, c.runID)
 	jobName := c.job.Name()
 
 	p := &runProgress{db: x.db, ctx: context.WithoutCancel(base), id: c.runID, every: x.cfg.ProgressEvery}
@@ -234,4 +235,15 @@ func ShouldStop(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// runIDKey carries a run's job_runs id in its context.
+type runIDKey struct{}
+
+// RunID is the job_runs id of the run ctx belongs to (false outside a run). A job that works
+// through rows of its own records it on them, so that a later run knows whether the run that
+// took a row is still going or was left abandoned.
+func RunID(ctx context.Context) (int64, bool) {
+	id, ok := ctx.Value(runIDKey{}).(int64)
+	return id, ok
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -43,7 +44,10 @@ type daemonDeps struct {
 	Operations daemon.Operations
 	// Senders deliver outbox rows by operation; a row with no sender fails visibly after its
 	// attempts ("no sender registered").
-	Senders    daemon.Senders
+	Senders daemon.Senders
+	// Replays is the replay workflow the bulk replay job runs on: the console's, when the
+	// console runs in the same process (serve, demo); else one is made on DB and Store.
+	Replays    *replay.Workflow
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 }
@@ -98,6 +102,17 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 		return nil, err
 	}
 	if err := d.Register(reconcile.NewJob(rec), ""); err != nil {
+		return nil, err
+	}
+	// Bulk replays started in any console run here, as jobs (replay.BulkJob).
+	if deps.Replays == nil {
+		audit := console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret)
+		if deps.Replays, err = replay.New(replay.Config{DB: deps.DB, Claims: deps.Store, Operations: deps.Operations.Get,
+			Audit: console.ReplayAuditor(audit), Logger: deps.Logger}); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Register(replay.NewBulkJob(deps.Replays), replay.BulkJobSpec); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -224,7 +224,7 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	p.consoleURL = url
 	p.stops = append(p.stops, stop)
 	stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{world.Operations},
-		Senders: world.Senders(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
+		Senders: world.Senders(), Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
 	if err != nil {
 		p.stop()
 		return nil, err

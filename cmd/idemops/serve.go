@@ -54,7 +54,7 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			}
 			defer srv.Close() // bulk replays stop between keys
 			stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops},
-				Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}})
+				Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,286 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
+)
+
+// BulkJobName is the daemon job that works through started bulk replays.
+const BulkJobName = "replay.bulk"
+
+// BulkJobSpec is its default schedule: starting a run asks for a pass at once (daemon.RunNow);
+// the regular pass takes runs started while no daemon ran, and runs whose job run was abandoned.
+const BulkJobSpec = "@every 10s"
+
+// bulkRunsPerPass bounds the runs one pass works through.
+const bulkRunsPerPass = 20
+
+// BulkJob replays the keys of started bulk runs (daemon.Job). Each pass takes the oldest run
+// that no running job run holds — a new one, or one whose job run ended without finishing it
+// (abandoned after a crash, a stop or a lost leadership) — records its own job run on it, and
+// replays its keys that have no result yet, one at a time, recording each key's result once.
+type BulkJob struct{ w *Workflow }
+
+// NewBulkJob returns the job over w.
+func NewBulkJob(w *Workflow) *BulkJob { return &BulkJob{w: w} }
+
+// Name is BulkJobName.
+func (j *BulkJob) Name() string { return BulkJobName }
+
+// Collectors are the workflow's metrics (daemon.Instrumented).
+func (j *BulkJob) Collectors() []prometheus.Collector { return j.w.Collectors() }
+
+// RunOnce works through up to bulkRunsPerPass runs. It stops between keys when the daemon asks
+// (daemon.ErrStopped): the run stays running and the next pass resumes it.
+func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (daemon.Stats, error) {
+	jobRun, ok := daemon.RunID(ctx)
+	if !ok {
+		return nil, errors.New("replay.bulk runs under the daemon only (it records its job run on each bulk run)")
+	}
+	stats := daemon.Stats{}
+	for range bulkRunsPerPass {
+		if daemon.ShouldStop(ctx) {
+			return stats, daemon.ErrStopped
+		}
+		run, err := j.w.takeBulkRun(ctx, jobRun)
+		if err != nil || run == nil {
+			return stats, err
+		}
+		stats["runs"]++
+		if run.ResumedFrom != nil {
+			stats["resumed"]++
+		}
+		if err := j.w.workBulk(ctx, run, p, stats); err != nil {
+			return stats, err
+		}
+	}
+	return stats, nil
+}
+
+// takenRun is a bulk run a pass took, with what it acts under.
+type takenRun struct {
+	ID          int64
+	OperatorID  int64
+	Operator    string
+	Reason      *string
+	Tenants     string // JSON array
+	IP          *string
+	ResumedFrom *int64 // the job run that held it before, when this pass resumes it
+}
+
+func (r *takenRun) actor() Actor {
+	a := Actor{ID: r.OperatorID, Name: r.Operator}
+	_ = json.Unmarshal([]byte(r.Tenants), &a.Tenants)
+	if r.IP != nil {
+		a.IP = *r.IP
+	}
+	return a
+}
+
+// takeBulkSQL takes the oldest running bulk run that no running job run holds for jobRun $1
+// (replay_bulk_runs_running_idx; SKIP LOCKED: two passes never take one run).
+const takeBulkSQL = `
+WITH prev AS (
+    SELECT r.id, r.job_run_id FROM replay_bulk_runs r
+    WHERE r.state = 'running'
+      AND (r.job_run_id IS NULL
+           OR NOT EXISTS (SELECT 1 FROM job_runs j WHERE j.id = r.job_run_id AND j.status = 'running'))
+    ORDER BY r.id LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE replay_bulk_runs b SET job_run_id = ?, updated_at = now()
+FROM prev WHERE b.id = prev.id
+RETURNING b.id, b.operator_id, b.operator, b.reason, COALESCE(array_to_json(b.tenants)::text, '[]') AS tenants, b.ip,
+          prev.job_run_id AS resumed_from`
+
+func (w *Workflow) takeBulkRun(ctx context.Context, jobRun int64) (*takenRun, error) {
+	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	defer cancel()
+	var rows []takenRun
+	if err := w.db.WithContext(qctx).Raw(takeBulkSQL, jobRun).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("take a bulk run: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	return &rows[0], nil
+}
+
+// workBulk replays the keys of run that have no result yet, recording each result once, and
+// finishes the run. A failed read of its items finishes it failed, with the error.
+func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progress, stats daemon.Stats) error {
+	log := w.log.With("bulk_run", run.ID)
+	if run.ResumedFrom != nil {
+		log.Info("bulk replay resumed", "abandoned_job_run", *run.ResumedFrom)
+	}
+	items, err := w.BulkItems(ctx, run.ID)
+	if err != nil {
+		if ferr := w.finishBulk(ctx, run, "failed", nil, err.Error()); ferr != nil {
+			log.Error("bulk replay: finish after a failed read", "err", ferr)
+		}
+		return err
+	}
+	results := map[string]int{}
+	done := int64(0)
+	for _, it := range items {
+		if it.Result != nil {
+			results[*it.Result]++
+			done++
+		}
+	}
+	total := int64(len(items))
+	a := run.actor()
+	for _, it := range items {
+		if it.DoneAt != nil {
+			continue
+		}
+		if daemon.ShouldStop(ctx) {
+			return daemon.ErrStopped
+		}
+		result, detail, reqID := w.bulkReplayOne(ctx, a, run, it)
+		if ctx.Err() != nil {
+			// Cancelled inside the key (timeout, abrupt stop): what it says may be the
+			// cancellation's, not the key's. The next pass answers for it from its request.
+			return ctx.Err()
+		}
+		recorded, err := w.recordItem(ctx, run.ID, it.Seq, result, detail, reqID, results)
+		if err != nil {
+			return err
+		}
+		if recorded {
+			done++
+			stats["keys"]++
+		}
+		p.Report("replaying", done, total)
+	}
+	return w.finishBulk(ctx, run, "done", results, "")
+}
+
+// recordItem records one key's result and the run's progress, once: an item another pass
+// recorded already keeps its result (recorded false).
+func (w *Workflow) recordItem(ctx context.Context, runID int64, seq int, result, detail string, reqID *int64, results map[string]int) (bool, error) {
+	ctx = context.WithoutCancel(ctx)
+	var recorded bool
+	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE replay_bulk_items SET result = ?, detail = ?, request_id = ?, done_at = now()
+			WHERE run_id = ? AND seq = ? AND done_at IS NULL`, result, detail, reqID, runID, seq)
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		recorded = true
+		results[result]++
+		resultsJSON, _ := json.Marshal(results)
+		return tx.Exec(`UPDATE replay_bulk_runs SET processed = processed + 1, results = ?, updated_at = now() WHERE id = ?`,
+			string(resultsJSON), runID).Error
+	})
+	if err != nil {
+		if recorded {
+			results[result]--
+		}
+		return false, fmt.Errorf("record bulk item %d/%d: %w", runID, seq, err)
+	}
+	return recorded, nil
+}
+
+// finishBulk ends a running run with state (done, failed), audited once.
+func (w *Workflow) finishBulk(ctx context.Context, run *takenRun, state string, results map[string]int, errText string) error {
+	fin := context.WithoutCancel(ctx)
+	var errArg any
+	if errText != "" {
+		errArg = truncate(errText, 1000)
+	}
+	err := w.db.WithContext(fin).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE replay_bulk_runs SET state = ?, error = ?, finished_at = now(), updated_at = now()
+			WHERE id = ? AND state = 'running'`, state, errArg, run.ID)
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		detail := map[string]any{"state": state, "results": results}
+		if errText != "" {
+			detail["error"] = errArg
+		}
+		return w.audit.Append(fin, tx, AuditEntry{Actor: run.actor().Ref(), IP: run.actor().IP, Action: "replay.bulk_done",
+			Target: fmt.Sprintf("bulk:%d", run.ID), Detail: detail})
+	})
+	if err != nil {
+		return fmt.Errorf("finish bulk run %d: %w", run.ID, err)
+	}
+	w.log.Info("bulk replay finished", "bulk_run", run.ID, "state", state, "results", results)
+	return nil
+}
+
+// bulkReplayOne replays one key of a run and says what happened: the request's outcome kind,
+// "pending_approval", "refused" with the guard's reason, or "interrupted".
+func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it BulkItem) (string, string, *int64) {
+	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
+	k, err := w.claims.Get(qctx, it.KeyID)
+	cancel()
+	switch {
+	case errors.Is(err, claim.ErrNotFound) || err == nil && !a.MaySee(k.Tenant):
+		return "refused", "the key is gone (purged) or no longer visible to you", nil
+	case err != nil:
+		w.log.Error("bulk replay: read key", "bulk_run", run.ID, "key", it.KeyID, "err", err)
+		return "error", "the key could not be read; the error was logged", nil
+	}
+	// One token per (run, item, key): a pass that resumes a run finds the request an earlier
+	// pass made for this key instead of replaying it again.
+	token := tokenHash("bulk", strconv.FormatInt(run.ID, 10), strconv.Itoa(it.Seq), strconv.FormatInt(it.KeyID, 10))
+	prior, err := w.requestWhere(ctx, "token_hash = ?", token)
+	if err != nil {
+		w.log.Error("bulk replay: key", "bulk_run", run.ID, "digest", k.KeyDigest, "err", err)
+		return "error", "the replay failed; the error was logged", nil
+	}
+	var req *Request
+	switch {
+	case prior != nil:
+		req, err = w.resume(ctx, a, k, prior)
+	default:
+		reason := ""
+		if run.Reason != nil {
+			reason = *run.Reason
+		}
+		req, _, err = w.request(ctx, ask{actor: a, key: k, version: it.KeyVersion, token: token, reason: reason, bulkRun: &run.ID})
+	}
+	var re *RefusedError
+	switch {
+	case errors.As(err, &re):
+		return "refused", re.Reason, nil
+	case err != nil:
+		w.log.Error("bulk replay: key", "bulk_run", run.ID, "digest", k.KeyDigest, "err", err)
+		return "error", "the replay failed; the error was logged", nil
+	case req.State == "pending":
+		return "pending_approval", fmt.Sprintf("above the approval amount: waiting for a second operator (request %d)", req.ID), &req.ID
+	}
+	kind, text := "error", ""
+	if req.OutcomeKind != nil {
+		kind = *req.OutcomeKind
+	}
+	if req.Outcome != nil {
+		text = *req.Outcome
+	}
+	return kind, text, &req.ID
+}
+
+// resume answers for a key whose request an earlier pass made: one approved but not started is
+// executed now; one left executing (the pass died inside the replay) is finished as
+// interrupted — never replayed again: its takeover moved the key's version, and the key's lease
+// lapses to the reclaimer, which looks downstream up first.
+func (w *Workflow) resume(ctx context.Context, a Actor, k *claim.Key, r *Request) (*Request, error) {
+	switch r.State {
+	case "approved":
+		return w.execute(ctx, r.ID, a.IP, false)
+	case "executing":
+		return w.finish(ctx, r, a.IP, "failed", "interrupted", fmt.Sprintf(
+			"interrupted: the daemon stopped while this replay ran; it was not repeated (the key is now %s)", k.State))
+	}
+	return r, nil
+}

@@ -1,0 +1,149 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/money"
+)
+
+// Prediction is what a replay of a key will do, as its preview sees it.
+type Prediction string
+
+const (
+	// PredictRefused: the key may not be replayed (the preview says why).
+	PredictRefused Prediction = "refused"
+	// PredictRecorded: downstream has the document; it is recorded and nothing is sent.
+	PredictRecorded Prediction = "recorded"
+	// PredictRecordedFailed: downstream has the document and it failed; the key fails with it.
+	PredictRecordedFailed Prediction = "recorded_failed"
+	// PredictSend: downstream said not found a quarantine ago and says so again: it executes.
+	PredictSend Prediction = "send"
+	// PredictNotFoundOnce: the first not-found parks the key; it executes only after a second
+	// not-found a quarantine later.
+	PredictNotFoundOnce Prediction = "not_found_once"
+	// PredictLookupError: downstream cannot answer; the replay would park the key with a backoff.
+	PredictLookupError Prediction = "lookup_error"
+)
+
+// Predictions are every prediction a preview makes.
+var Predictions = []Prediction{PredictRefused, PredictRecorded, PredictRecordedFailed, PredictSend,
+	PredictNotFoundOnce, PredictLookupError}
+
+// Preview is what the preview page and the API show before a confirmation.
+type Preview struct {
+	KeyID   int64       `json:"key_id"`
+	Version int64       `json:"version"`
+	State   claim.State `json:"state"`
+	Allowed bool        `json:"allowed"`
+	Outcome Prediction  `json:"outcome"`
+	Text    string      `json:"text"`
+	// Action says what executing would send ("a charge of 12.34 CNY to alice").
+	Action        string `json:"action"`
+	Amount        string `json:"amount,omitempty"`
+	NeedsApproval bool   `json:"needs_approval"`
+	// Token confirms this preview: bound to the key, its version and the operator.
+	Token string `json:"token,omitempty"`
+}
+
+// Preview is the single-key preview for a (k read within a's scope) with its confirmation
+// token. It runs the Operation's Lookup read-only and writes nothing.
+func (w *Workflow) Preview(ctx context.Context, a Actor, k *claim.Key) Preview {
+	p := Preview{KeyID: k.ID, Version: k.Version, State: k.State, Action: actionOf(k)}
+	if k.AmountMinor != nil && k.Currency != nil {
+		p.Amount = money.Display(*k.AmountMinor, *k.Currency)
+	}
+	p.Outcome, p.Text = w.predict(ctx, a, k)
+	if p.Outcome == PredictRefused {
+		return p
+	}
+	p.Allowed, p.NeedsApproval = true, w.needsApproval(k)
+	p.Token = w.ConfirmToken(ActionReplay, a.ID, k.ID, k.Version)
+	return p
+}
+
+// predict runs the Operation's Lookup read-only and says what a replay of k will do.
+func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Prediction, string) {
+	if r := k.ReplayRefusal(); r != "" {
+		return PredictRefused, r
+	}
+	o, err := w.operation(k.Operation)
+	if err != nil {
+		return PredictRefused, err.Error()
+	}
+	lctx, cancel := context.WithTimeout(ctx, w.cfg.LookupTimeout)
+	defer cancel()
+	doc, err := o.Lookup(lctx, k.LookupLease(a.Ref()))
+	switch {
+	case err != nil:
+		return PredictLookupError, fmt.Sprintf("downstream could not answer (%s) — a replay now only records that and parks the key for a backoff; nothing is sent",
+			truncate(err.Error(), 200))
+	case doc != nil && doc.Failure != nil:
+		return PredictRecordedFailed, fmt.Sprintf("the channel already has this %s and it failed (%s) — it will be recorded as failed, nothing is sent",
+			nounOf(k), doc.Failure.Code)
+	case doc != nil:
+		return PredictRecorded, fmt.Sprintf("the channel already has this %s (%s) — it will be recorded, nothing is sent",
+			nounOf(k), doc.ResourceID)
+	case w.claims.QuarantineOver(k.NotFoundAt):
+		return PredictSend, fmt.Sprintf("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
+			actionOf(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
+	default:
+		return PredictNotFoundOnce, fmt.Sprintf("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
+			actionOf(k), w.claims.Config().Quarantine)
+	}
+}
+
+// actionOf says in words what executing k sends: "a charge of 12.34 CNY to alice".
+func actionOf(k *claim.Key) string {
+	noun := k.Operation
+	if i := strings.LastIndexByte(noun, '.'); i >= 0 && i < len(noun)-1 {
+		noun = noun[i+1:]
+	}
+	article := "a"
+	if strings.ContainsRune("aeiou", rune(noun[0])) {
+		article = "an"
+	}
+	text := article + " " + noun
+	if k.AmountMinor != nil && k.Currency != nil {
+		text += " of " + money.Display(*k.AmountMinor, *k.Currency)
+	}
+	var intent struct {
+		Payee any `json:"payee"`
+	}
+	if json.Unmarshal(k.Request, &intent) == nil {
+		if p, ok := intent.Payee.(string); ok && p != "" {
+			text += " to " + truncate(p, 64)
+		}
+	}
+	return text
+}
+
+func nounOf(k *claim.Key) string {
+	if i := strings.LastIndexByte(k.Operation, '.'); i >= 0 && i < len(k.Operation)-1 {
+		return k.Operation[i+1:]
+	}
+	return "document"
+}
+
+// needsApproval is the four-eyes rule: a key whose amount is above ApprovalAbove minor units.
+func (w *Workflow) needsApproval(k *claim.Key) bool {
+	return w.cfg.ApprovalAbove >= 0 && k.AmountMinor != nil && *k.AmountMinor > w.cfg.ApprovalAbove
+}
+
+// Waiting says what an executing replay of keyID is doing: waiting out the quarantine (with the
+// time it looks again and a countdown) or running.
+func (w *Workflow) Waiting(ctx context.Context, keyID int64) string {
+	k, err := w.claims.Get(ctx, keyID)
+	if err != nil || k.NotFoundAt == nil {
+		return "The replay is running."
+	}
+	at := w.claims.QuarantineEnds(*k.NotFoundAt)
+	left := max(time.Until(at).Round(time.Second), 0)
+	return fmt.Sprintf("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
+		"then sends or records what it finds; no second confirmation is needed.",
+		k.NotFoundAt.UTC().Format("15:04:05 UTC"), at.UTC().Format("15:04:05 UTC"), left)
+}
