@@ -629,7 +629,7 @@ func findingRow(f reconcile.Finding, names map[int64]templates.KeyName) template
 	row := templates.FindingRow{ID: f.ID, RunID: f.RunID, Channel: f.Channel, BillDate: f.BillDate, Kind: string(f.Kind),
 		Subject: f.Subject, Detail: truncate(string(f.Detail), 400), State: string(f.State), Resolver: strp(f.Resolver),
 		ReasonCode: strp(f.ReasonCode), Note: truncate(strp(f.Note), 300), CreatedAt: f.CreatedAt,
-		CanRecover: f.KeyID != nil && (f.Kind == reconcile.ChannelOnly || f.Kind == reconcile.StatusMismatch),
+		CanRecover: f.Recoverable() == nil,
 		Money:      findingMoney(f), KindHelp: kindHelp[f.Kind]}
 	row.ChannelSide, row.LocalSide, row.Line = findingSides(f)
 	if row.Line != 0 {
