@@ -13,7 +13,7 @@ func TestStates_AreTheKeysTablesStates(t *testing.T) {
 	b := setup(t)
 	var def string
 	if err := b.db.Raw(`SELECT pg_get_constraintdef(oid) FROM pg_constraint
-		WHERE conrelid = 'idempotency_keys'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%state%'`).Scan(&def).Error; err != nil {
+		WHERE conrelid = 'idempotency_keys'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%(state = ANY%'`).Scan(&def).Error; err != nil {
 		t.Fatal(err)
 	}
 	quoted := strings.Count(def, "'")
