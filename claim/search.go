@@ -246,3 +246,23 @@ func FindKeys(ctx context.Context, db *gorm.DB, scope Scope, key string) ([]KeyS
 	}
 	return rows, nil
 }
+
+// KeyName is how people know a key: its tenant, operation and raw key.
+type KeyName struct {
+	ID                     int64
+	Tenant, Operation, Key string
+}
+
+// NamesOf returns the name of each key of ids that still exists (any order; at most len(ids)
+// rows, by primary key). It does not scope: callers decide per key what the reader may see.
+func NamesOf(ctx context.Context, db *gorm.DB, ids []int64) ([]KeyName, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var rows []KeyName
+	if err := db.WithContext(ctx).Raw(`SELECT id, tenant, operation, key FROM idempotency_keys WHERE id IN ?`, ids).
+		Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("key names: %w", err)
+	}
+	return rows, nil
+}

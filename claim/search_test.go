@@ -152,3 +152,20 @@ func TestCounts_StatesAttentionAndExpiredLeasesInScope(t *testing.T) {
 		t.Errorf("claims in the last hour: %d, want 5 (the two-day-old key left out)", total)
 	}
 }
+
+// NamesOf names the keys that exist among ids, and only those.
+func TestNamesOf_NamesTheKeysThatExist(t *testing.T) {
+	b := setup(t)
+	b.seedKey("acme", "order-1", claim.StateCompleted, false, false)
+	var id int64
+	if err := b.db.Raw(`SELECT id FROM idempotency_keys WHERE key = 'order-1'`).Scan(&id).Error; err != nil {
+		t.Fatal(err)
+	}
+	got, err := claim.NamesOf(ctx, b.db, []int64{id, id + 1000})
+	if err != nil || len(got) != 1 || got[0] != (claim.KeyName{ID: id, Tenant: "acme", Operation: "payment.charge", Key: "order-1"}) {
+		t.Errorf("NamesOf = %+v, %v; want only order-1 named", got, err)
+	}
+	if got, err := claim.NamesOf(ctx, b.db, nil); err != nil || got != nil {
+		t.Errorf("NamesOf(nil) = %v, %v", got, err)
+	}
+}
