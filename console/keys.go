@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gin-gonic/gin"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/inputcheck"
-	"gorm.io/gorm"
 )
 
 // PageSize is how many keys a search page shows.
@@ -110,8 +111,8 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 200 {
-			return f, inputErr("limit", "must be between 1 and 200")
+		if err != nil || n < 1 || n > claim.SearchMaxLimit {
+			return f, inputErr("limit", "must be between 1 and %d", claim.SearchMaxLimit)
 		}
 		f.Limit = n
 	}
