@@ -25,6 +25,21 @@ const (
 	StateFailedFinal     State = "failed_final"
 )
 
+// States lists every key state in lifecycle order; claim is the one place that says which
+// states exist (the console's state filter and forms ask here).
+func States() []State {
+	return []State{StateProcessing, StateCompleted, StateFailedRetryable, StateFailedFinal}
+}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	switch s {
+	case StateProcessing, StateCompleted, StateFailedRetryable, StateFailedFinal:
+		return true
+	}
+	return false
+}
+
 // Config tunes a Store. Zero fields take the defaults in one place, withDefaults.
 type Config struct {
 	// Owner names this process in lease_owner (default host:pid).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
 )
@@ -21,71 +22,48 @@ const dashboardWindow = 24 * time.Hour
 
 // scopeSQL is the tenant condition for op ("true" for every tenant) and its arguments.
 func scopeSQL(op *Operator) (string, []any) {
-	if op.SeesAllTenants() {
-		return "true", nil
-	}
-	if len(op.Tenants) == 0 {
-		return "false", nil
-	}
-	return "tenant IN ?", []any{op.Tenants}
-}
-
-type stateCountRow struct {
-	Operation string
-	State     string
-	N         int64
-}
-
-type minuteRow struct {
-	Minute time.Time
-	N      int64
+	cond, args, _ := keyScope(op).SQL()
+	return cond, args
 }
 
 func (s *Server) dashboard(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	scope, sargs := scopeSQL(r.op)
+	scope := keyScope(r.op)
 	v := templates.DashboardView{Window: "keys created in the last 24 hours"}
-	with := func(args ...any) []any { return append(append([]any{}, sargs...), args...) }
 
-	var byState []stateCountRow
-	if err := s.db.WithContext(ctx).Raw(`SELECT operation, state, count(*) AS n FROM idempotency_keys
-		WHERE `+scope+` AND created_at > now() - ? * interval '1 second'
-		GROUP BY operation, state ORDER BY operation, state LIMIT 500`, with(dashboardWindow.Seconds())...).Scan(&byState).Error; err != nil {
-		return fmt.Errorf("dashboard: keys by state: %w", err)
+	byState, err := claim.CountByState(ctx, s.db, scope, dashboardWindow)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
 	}
 	since := time.Now().Add(-dashboardWindow).UTC().Format(time.RFC3339)
 	for _, b := range byState {
-		q := url.Values{"operation": {b.Operation}, "state": {b.State}, "from": {since}}
-		v.ByState = append(v.ByState, templates.StateCount{Operation: b.Operation, State: b.State, N: b.N, Href: "/keys?" + q.Encode()})
+		q := url.Values{"operation": {b.Operation}, "state": {string(b.State)}, "from": {since}}
+		v.ByState = append(v.ByState, templates.StateCount{Operation: b.Operation, State: string(b.State), N: b.N, Href: "/keys?" + q.Encode()})
 	}
 
-	// Open keys of any age: processing (partial reclaim index) and failed_retryable (state index).
-	for _, st := range []string{"processing", "failed_retryable"} {
-		var n int64
-		if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys WHERE `+scope+` AND state = ?`,
-			with(st)...).Scan(&n).Error; err != nil {
+	// Open keys of any age.
+	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
+		n, err := claim.CountInState(ctx, s.db, scope, st)
+		if err != nil {
 			return fmt.Errorf("dashboard: open keys: %w", err)
 		}
-		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(st, "_", " "), N: n, Href: "/keys?state=" + st})
+		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(string(st), "_", " "), N: n, Href: "/keys?state=" + string(st)})
 	}
-	var expired, attention int64
-	if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys WHERE `+scope+`
-		AND state = 'processing' AND lease_expires_at < now()`, sargs...).Scan(&expired).Error; err != nil {
-		return fmt.Errorf("dashboard: expired leases: %w", err)
+	expired, err := claim.CountExpiredLeases(ctx, s.db, scope, 0)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
 	}
-	if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys WHERE `+scope+` AND needs_attention`,
-		sargs...).Scan(&attention).Error; err != nil {
-		return fmt.Errorf("dashboard: needs attention: %w", err)
+	attention, err := claim.CountNeedsAttention(ctx, s.db, scope)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
 	}
 	v.ExpiredLeases = templates.Count{Label: "expired leases", N: expired, Href: "/keys?state=processing"}
 	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?attention=1"}
 
-	var minutes []minuteRow
-	if err := s.db.WithContext(ctx).Raw(`SELECT date_trunc('minute', created_at) AS minute, count(*) AS n
-		FROM idempotency_keys WHERE `+scope+` AND created_at > now() - interval '1 hour'
-		GROUP BY 1 ORDER BY 1`, sargs...).Scan(&minutes).Error; err != nil {
-		return fmt.Errorf("dashboard: claims per minute: %w", err)
+	minutes, err := claim.ClaimsPerMinute(ctx, s.db, scope)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
 	}
 	v.Claims = claimsChart(time.Now().UTC(), minutes)
 
@@ -97,7 +75,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 }
 
 // claimsChart lays out one bar per minute of the last hour in a 600×150 box.
-func claimsChart(now time.Time, rows []minuteRow) templates.Chart {
+func claimsChart(now time.Time, rows []claim.MinuteCount) templates.Chart {
 	const minutes, width, height = 60, 600.0, 140.0
 	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
 	counts := make([]int64, minutes)

@@ -19,8 +19,9 @@ import (
 )
 
 func stateNames() []string {
-	out := make([]string, len(States))
-	for i, s := range States {
+	states := claim.States()
+	out := make([]string, len(states))
+	for i, s := range states {
 		out[i] = string(s)
 	}
 	return out

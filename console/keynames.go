@@ -2,10 +2,10 @@ package console
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -30,13 +30,9 @@ func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[i
 	if len(want) > keyNamesMax {
 		want = want[:keyNamesMax]
 	}
-	var rows []struct {
-		ID                     int64
-		Tenant, Operation, Key string
-	}
-	if err := s.db.WithContext(ctx).Raw(`SELECT id, tenant, operation, key FROM idempotency_keys WHERE id IN ?`, want).
-		Scan(&rows).Error; err != nil {
-		return nil, fmt.Errorf("key names: %w", err)
+	rows, err := claim.NamesOf(ctx, s.db, want)
+	if err != nil {
+		return nil, err
 	}
 	for _, r := range rows {
 		if decide(op, objKey, strconv.FormatInt(r.ID, 10), []string{r.Tenant}, false) != nil {

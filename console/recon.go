@@ -26,12 +26,12 @@ type reconAuditor struct{ s *Server }
 func (a reconAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
 	e := Entry{Actor: actor, Action: action, Target: target, Detail: detail}
 	if id, ok := detail["key_id"].(int64); ok {
-		var tenants []string
-		if err := a.s.db.WithContext(ctx).Raw(`SELECT tenant FROM idempotency_keys WHERE id = ?`, id).Scan(&tenants).Error; err != nil {
+		keys, err := claim.NamesOf(ctx, a.s.db, []int64{id})
+		if err != nil {
 			return fmt.Errorf("audit %s: key tenant: %w", action, err)
 		}
-		if len(tenants) == 1 {
-			e.Tenant = tenants[0]
+		if len(keys) == 1 {
+			e.Tenant = keys[0].Tenant
 		}
 	}
 	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenant == "" {
@@ -46,11 +46,8 @@ func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string,
 	if len(ids) == 0 {
 		return out, nil
 	}
-	var rows []struct {
-		ID     int64
-		Tenant string
-	}
-	if err := s.db.WithContext(ctx).Raw(`SELECT id, tenant FROM idempotency_keys WHERE id IN ?`, ids).Scan(&rows).Error; err != nil {
+	rows, err := claim.NamesOf(ctx, s.db, ids)
+	if err != nil {
 		return nil, fmt.Errorf("finding keys: %w", err)
 	}
 	for _, r := range rows {

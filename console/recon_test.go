@@ -415,3 +415,33 @@ func (b *bundle) setChannel(channel string, tenants ...string) {
 	b.exec(`INSERT INTO channel_accounts (channel, tenants, updated_by) VALUES (?, ?::text[], 'test')
 		ON CONFLICT (channel) DO UPDATE SET tenants = EXCLUDED.tenants`, channel, "{"+strings.Join(tenants, ",")+"}")
 }
+
+// TestRecover_ChannelNotSucceeded_NoButtonAndRefused: the Recover button and the recover action
+// ask one rule (reconcile's Finding.Recoverable). A CHANNEL_ONLY finding whose channel status is
+// not success offers no Recover button, and posting recover anyway is refused with the reason;
+// the same finding with a successful channel status offers it.
+func TestRecover_ChannelNotSucceeded_NoButtonAndRefused(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("o", RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
+	k := b.seedKey("acme", "payment.charge", "pending-1", `{"amount":100,"currency":"USD"}`, false)
+	ok := b.seedKey("acme", "payment.charge", "pending-2", `{"amount":100,"currency":"USD"}`, false)
+	run := b.seedReconRun("stripe")
+	failed := b.seedFinding(run, "CHANNEL_ONLY", fmt.Sprintf("key:%d", k.ID), &k.ID, `{"channel_status":"failed"}`)
+	success := b.seedFinding(run, "CHANNEL_ONLY", fmt.Sprintf("key:%d", ok.ID), &ok.ID, `{"channel_status":"success"}`)
+	c := b.signIn("o")
+	body := c.get("/reconcile/findings").Body
+	mustNotContain(t, "failed-channel row", between(t, body, fmt.Sprintf(`id="finding-%d"`, failed), "</tr>"), "Recover…")
+	mustContain(t, "successful-channel row", between(t, body, fmt.Sprintf(`id="finding-%d"`, success), "</tr>"), "Recover…")
+	got := c.post(fmt.Sprintf("/reconcile/findings/%d/recover", failed), url.Values{"note": {"try"}}, true)
+	if got.Status != 409 || !strings.Contains(got.Body, "the channel did not succeed") {
+		t.Errorf("recover with a failed channel status: %d, want 409 saying the channel did not succeed", got.Status)
+	}
+	if st := b.findingState(failed); st != "open" {
+		t.Errorf("finding %s after a refused recover, want open", st)
+	}
+	if k2 := b.key(k.ID); k2.State != k.State || k2.Attempts != k.Attempts {
+		t.Errorf("key changed: %s/%d", k2.State, k2.Attempts)
+	}
+}

@@ -325,19 +325,19 @@ func (o *observedOp) Apply(ctx context.Context, tx *gorm.DB, l *claim.Lease, doc
 	return o.Operation.Apply(ctx, tx, l, doc)
 }
 
-// refreshGauges counts keys needing attention (idempotency_keys_attention_idx) and the expired
-// backlog (idempotency_keys_reclaim_idx, capped) for the metrics.
+// refreshGauges counts keys needing attention and the expired backlog (capped at
+// backlogCountCap, so a large backlog costs a bounded read) for the metrics.
 func (j *ReclaimJob) refreshGauges(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	var n []int64
-	db := j.store.DB().WithContext(ctx)
-	if err := db.Raw(`SELECT count(*) FROM idempotency_keys WHERE needs_attention`).Scan(&n).Error; err == nil && len(n) == 1 {
-		j.m.attention.Set(float64(n[0]))
+	db := j.store.DB()
+	if n, err := claim.CountNeedsAttention(ctx, db, claim.AllTenants()); err == nil {
+		j.m.attention.Set(float64(n))
 	}
-	n = nil
-	if err := db.Raw(`SELECT count(*) FROM (SELECT 1 FROM idempotency_keys
-		WHERE state = 'processing' AND lease_expires_at < now() LIMIT 10000) b`).Scan(&n).Error; err == nil && len(n) == 1 {
-		j.m.backlog.Set(float64(n[0]))
+	if n, err := claim.CountExpiredLeases(ctx, db, claim.AllTenants(), backlogCountCap); err == nil {
+		j.m.backlog.Set(float64(n))
 	}
 }
+
+// backlogCountCap bounds the backlog gauge's count.
+const backlogCountCap = 10000

@@ -6,51 +6,22 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	_ "time/tzdata" // schedules name IANA zones; do not depend on the host's zoneinfo
 
-	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/internal/cronspec"
 )
 
-// cronParser accepts the standard five fields, an optional leading seconds field and the
-// descriptors (@hourly, @every 10m).
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+// timing is a parsed cron spec in its time zone; cronspec is the one parser, shared with the
+// recon jobs.
+type timing = cronspec.Schedule
 
-// timing is a parsed cron spec in its time zone.
-type timing struct {
-	sched cron.Schedule
-	loc   *time.Location
-}
-
-// next is the first activation strictly after t.
-func (tm timing) next(t time.Time) time.Time { return tm.sched.Next(t.In(tm.loc)) }
-
-// parseTiming validates a cron spec and an IANA time zone ("" means UTC).
+// parseTiming validates a cron spec and an IANA time zone ("" means UTC): the standard five
+// fields, an optional leading seconds field and the descriptors (@hourly, @every 10m).
 func parseTiming(spec, timeZone string) (timing, error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		return timing{}, fmt.Errorf("spec: must not be empty: %w", ErrInvalidSchedule)
-	}
-	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
-		return timing{}, fmt.Errorf("spec %q: set the time zone in its own field, not in the spec: %w", spec, ErrInvalidSchedule)
-	}
-	if timeZone == "" {
-		timeZone = "UTC"
-	}
-	if timeZone == "Local" {
-		return timing{}, fmt.Errorf("time zone %q: name an IANA zone such as Asia/Shanghai: %w", timeZone, ErrInvalidSchedule)
-	}
-	loc, err := time.LoadLocation(timeZone)
+	tm, err := cronspec.Parse(spec, timeZone)
 	if err != nil {
-		return timing{}, fmt.Errorf("time zone %q: unknown: %w", timeZone, ErrInvalidSchedule)
-	}
-	sched, err := cronParser.Parse(spec)
-	if err != nil {
-		return timing{}, fmt.Errorf("spec %q: %s: %w", spec, oneLine(err.Error()), ErrInvalidSchedule)
-	}
-	tm := timing{sched: sched, loc: loc}
-	if tm.next(time.Now()).IsZero() {
-		return timing{}, fmt.Errorf("spec %q: never fires: %w", spec, ErrInvalidSchedule)
+		return timing{}, fmt.Errorf("%w: %w", err, ErrInvalidSchedule)
 	}
 	return tm, nil
 }
@@ -75,7 +46,7 @@ func NextRun(spec, timeZone string, after time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	return tm.next(after), nil
+	return tm.Next(after), nil
 }
 
 // ScheduleSpec is what defines a schedule; SaveSchedule stores it.
@@ -149,7 +120,7 @@ func SaveSchedule(ctx context.Context, db *gorm.DB, s ScheduleSpec) error {
 		ON CONFLICT (name) DO UPDATE SET job = EXCLUDED.job, params = EXCLUDED.params, spec = EXCLUDED.spec,
 			time_zone = EXCLUDED.time_zone, timeout_ms = EXCLUDED.timeout_ms, next_run_at = EXCLUDED.next_run_at,
 			updated_at = now()`,
-		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.next(time.Now())).Error
+		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.Next(time.Now())).Error
 	if err != nil {
 		return fmt.Errorf("save schedule %s: %w", s.Name, err)
 	}
@@ -165,7 +136,7 @@ func ensureSchedule(ctx context.Context, db *gorm.DB, s ScheduleSpec) error {
 	}
 	err = db.WithContext(ctx).Exec(`INSERT INTO schedules (name, job, params, spec, time_zone, timeout_ms, next_run_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.next(time.Now())).Error
+		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.Next(time.Now())).Error
 	if err != nil {
 		return fmt.Errorf("create schedule %s: %w", s.Name, err)
 	}

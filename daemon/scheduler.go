@@ -171,7 +171,7 @@ func (s *scheduler) claimDue(ctx context.Context, lead *leadership) ([]claimedRu
 				if err != nil {
 					c.badSpec = err
 				} else {
-					nextAt = tm.next(r.DBNow)
+					nextAt = tm.Next(r.DBNow)
 				}
 				next, args = "?", []any{nextAt}
 			}

@@ -302,6 +302,30 @@ func (r *Reconciler) closeFinding(ctx context.Context, findingID int64, operator
 	return out, nil
 }
 
+// Recoverable answers "may this finding be recovered" from the finding alone: it is open, of
+// kind CHANNEL_ONLY or STATUS_MISMATCH, the channel's status on the line is success, and it has
+// a local key. nil when it may; otherwise an error wrapping ErrClosed or ErrCannotRecover that
+// says why. Recover asks it before reading the key (whose state it checks next); the console
+// asks it to decide whether to offer the Recover button, so the two cannot disagree.
+func (f *Finding) Recoverable() error {
+	if f.State != FindingOpen {
+		return fmt.Errorf("finding %d is %s: %w", f.ID, f.State, ErrClosed)
+	}
+	var d struct {
+		ChannelStatus string `json:"channel_status"`
+	}
+	_ = json.Unmarshal(f.Detail, &d)
+	switch {
+	case f.Kind != ChannelOnly && f.Kind != StatusMismatch:
+		return fmt.Errorf("%w: finding %d is %s; recover applies to CHANNEL_ONLY and STATUS_MISMATCH", ErrCannotRecover, f.ID, f.Kind)
+	case d.ChannelStatus != string(StatusSuccess):
+		return fmt.Errorf("%w: finding %d: the channel did not succeed (%s); there is nothing to recover", ErrCannotRecover, f.ID, d.ChannelStatus)
+	case f.KeyID == nil:
+		return fmt.Errorf("%w: finding %d has no local key; resolve it with a reason instead", ErrCannotRecover, f.ID)
+	}
+	return nil
+}
+
 // Recovery is what Recover did.
 type Recovery struct {
 	Finding *Finding      `json:"finding"`
@@ -329,20 +353,8 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 	if err != nil {
 		return nil, err
 	}
-	if f.State != FindingOpen {
-		return nil, fmt.Errorf("finding %d is %s: %w", findingID, f.State, ErrClosed)
-	}
-	var d struct {
-		ChannelStatus string `json:"channel_status"`
-	}
-	_ = json.Unmarshal(f.Detail, &d)
-	switch {
-	case f.Kind != ChannelOnly && f.Kind != StatusMismatch:
-		return nil, fmt.Errorf("%w: finding %d is %s; recover applies to CHANNEL_ONLY and STATUS_MISMATCH", ErrCannotRecover, findingID, f.Kind)
-	case d.ChannelStatus != string(StatusSuccess):
-		return nil, fmt.Errorf("%w: finding %d: the channel did not succeed (%s); there is nothing to recover", ErrCannotRecover, findingID, d.ChannelStatus)
-	case f.KeyID == nil:
-		return nil, fmt.Errorf("%w: finding %d has no local key; resolve it with a reason instead", ErrCannotRecover, findingID)
+	if err := f.Recoverable(); err != nil {
+		return nil, err
 	}
 	key, err := r.cfg.Store.Get(ctx, *f.KeyID)
 	if errors.Is(err, claim.ErrNotFound) {

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/robfig/cron/v3"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/cronspec"
 )
 
 // JobSpec is what an operator edits of a recon job.
@@ -76,50 +76,37 @@ var (
 	operationPattern = regexp.MustCompile(`^[^\s,|{}"]{1,128}$`)
 )
 
-// cronParser reads standard five-field specs and descriptors such as @daily. The time zone is
-// a field of its own, not a CRON_TZ prefix.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+// ParseCron validates a cron spec and a time zone with the daemon's rules (cronspec, the one
+// parser): five fields with optional seconds, or a descriptor; an IANA zone in its own field.
+// The error is one line naming the field (cron_spec or time_zone).
+func ParseCron(spec, zone string) (cronspec.Schedule, error) {
+	sched, err := cronspec.Parse(spec, zone)
+	if err != nil {
+		return cronspec.Schedule{}, cronError(err)
+	}
+	return sched, nil
+}
 
-// ParseCron validates a cron spec and a time zone; the error is one line naming the field.
-func ParseCron(spec, zone string) (cron.Schedule, *time.Location, error) {
-	if zone == "" {
-		zone = "UTC"
+// cronError names a cronspec refusal by the job's field.
+func cronError(err error) error {
+	var ce *cronspec.Error
+	if !errors.As(err, &ce) {
+		return err
 	}
-	loc, err := time.LoadLocation(zone)
-	if err != nil {
-		return nil, nil, invalidf("time_zone", "unknown time zone %q", zone)
+	field := "cron_spec"
+	if ce.Field == cronspec.FieldTimeZone {
+		field = "time_zone"
 	}
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		return nil, nil, invalidf("cron_spec", "must not be empty")
-	}
-	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
-		return nil, nil, invalidf("cron_spec", "put the time zone in time_zone, not in the spec")
-	}
-	sched, err := cronParser.Parse(spec)
-	if err != nil {
-		return nil, nil, invalidf("cron_spec", "%q: %s", spec, oneLineError(err))
-	}
-	return sched, loc, nil
+	return invalidf(field, "%s", ce.Detail())
 }
 
 // NextRuns returns the next n run times of a cron spec in zone after from (n at most 100).
 func NextRuns(spec, zone string, from time.Time, n int) ([]time.Time, error) {
-	sched, loc, err := ParseCron(spec, zone)
+	sched, err := ParseCron(spec, zone)
 	if err != nil {
 		return nil, err
 	}
-	n = min(max(n, 0), 100)
-	out := make([]time.Time, 0, n)
-	t := from.In(loc)
-	for len(out) < n {
-		t = sched.Next(t)
-		if t.IsZero() { // a spec that never fires (e.g. 30 February)
-			break
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return sched.NextN(from, n), nil
 }
 
 // Validate checks every field of a job; the error names the first wrong one.
@@ -164,7 +151,7 @@ func (s *JobSpec) Validate() error {
 			return err
 		}
 	}
-	_, _, err := ParseCron(s.CronSpec, s.TimeZone)
+	_, err := ParseCron(s.CronSpec, s.TimeZone)
 	return err
 }
 

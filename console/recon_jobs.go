@@ -1,0 +1,160 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/templates"
+)
+
+// Recon jobs: the reconciliation page (jobs, the create form, channel accounts), a job's page,
+// the next-runs preview and the jobs API listing.
+
+func jobRow(j reconcile.ReconJob, now time.Time) templates.ReconJobRow {
+	row := templates.ReconJobRow{Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
+		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone, Enabled: j.Enabled,
+		Href: "/reconcile/jobs/" + url.PathEscape(j.Name)}
+	if j.Enabled {
+		if next, err := reconcile.NextRuns(j.CronSpec, j.TimeZone, now, 1); err == nil && len(next) == 1 {
+			row.NextRun = &next[0]
+		}
+	}
+	return row
+}
+
+func jobForm(j reconcile.ReconJob) templates.ReconJobForm {
+	f := templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
+		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone,
+		BillDateOffsetDays: strconv.Itoa(j.BillDateOffsetDays), GraceSeconds: strconv.Itoa(j.GraceSeconds),
+		Deadline: strconv.Itoa(j.ReadyDeadlineSeconds), Enabled: j.Enabled}
+	if fs := j.FeeSchedule; fs != nil {
+		f.FeeRateBP, f.FeeFixedMinor, f.FeeRounding = fs.RateBP, strconv.FormatInt(fs.FixedMinor, 10), fs.Rounding
+		f.FeeDecimals, f.FeeRefunds = strconv.Itoa(fs.Decimals), fs.Refunds
+	}
+	return f
+}
+
+// nextRuns is the next five run times of a spec, or its one-line error.
+func nextRuns(spec, zone string) templates.NextRunsView {
+	if strings.TrimSpace(spec) == "" {
+		return templates.NextRunsView{}
+	}
+	times, err := reconcile.NextRuns(spec, zone, time.Now(), nextRunsShown)
+	if err != nil {
+		return templates.NextRunsView{Error: publicMessage(err)}
+	}
+	v := templates.NextRunsView{}
+	for _, t := range times {
+		v.Times = append(v.Times, t.Format("Mon 2006-01-02 15:04 MST"))
+	}
+	if len(v.Times) == 0 {
+		v.Error = "cron_spec: the spec never fires"
+	}
+	return v
+}
+
+func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView, error) {
+	v := templates.ReconView{Formats: reconcile.Formats(), CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator,
+		Form:      templates.ReconJobForm{TimeZone: "UTC", CronSpec: "0 6 * * *", BillDateOffsetDays: "1", Enabled: true},
+		UploadMax: fmt.Sprintf("%d MiB", s.cfg.UploadLimit>>20)}
+	jobs, err := s.visibleJobs(ctx, r.op)
+	if err != nil {
+		return v, err
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		v.Jobs = append(v.Jobs, jobRow(j, now))
+	}
+	v.NextRuns = nextRuns(v.Form.CronSpec, v.Form.TimeZone)
+	if v.Channels, err = s.channelRows(ctx, r); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+func (s *Server) reconJobView(ctx context.Context, r *request, name string) (templates.ReconJobView, error) {
+	j, err := s.recon.GetJob(ctx, name)
+	if err != nil {
+		return templates.ReconJobView{}, err
+	}
+	v := templates.ReconJobView{Job: jobRow(*j, time.Now()), Form: jobForm(*j), Formats: reconcile.Formats(),
+		CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator}
+	v.NextRuns = nextRuns(j.CronSpec, j.TimeZone)
+	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: j.Name, Limit: 10})
+	if err != nil {
+		return v, err
+	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return v, err
+	}
+	for _, run := range runs {
+		v.Runs = append(v.Runs, runRow(run))
+	}
+	return v, nil
+}
+
+type apiReconJob struct {
+	reconcile.ReconJob
+	NextRuns []time.Time `json:"next_runs"`
+}
+
+// reconPage is GET /reconcile.
+func (s *Server) reconPage(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	v, err := s.reconView(ctx, r)
+	if err != nil {
+		return err
+	}
+	v.Notice = reconNotices[c.Query("notice")]
+	s.render(c, http.StatusOK, templates.ReconPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
+// reconNextRuns is GET /reconcile/next-runs?cron_spec=&time_zone=: the partial the job forms
+// refresh as the spec is typed.
+func (s *Server) reconNextRuns(c *gin.Context, r *request) error {
+	s.render(c, http.StatusOK, templates.NextRuns(nextRuns(c.Query("cron_spec"), c.Query("time_zone"))))
+	return nil
+}
+
+// reconJobPage is GET /reconcile/jobs/{name}.
+func (s *Server) reconJobPage(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	v, err := s.reconJobView(ctx, r, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	v.Notice = reconNotices[c.Query("notice")]
+	s.render(c, http.StatusOK, templates.ReconJobPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
+// apiReconJobs is GET /api/v1/reconcile/jobs: every job with its next five run times.
+func (s *Server) apiReconJobs(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	jobs, err := s.visibleJobs(ctx, r.op)
+	if err != nil {
+		return err
+	}
+	out := []apiReconJob{}
+	for _, j := range jobs {
+		next, _ := reconcile.NextRuns(j.CronSpec, j.TimeZone, time.Now(), nextRunsShown)
+		if !j.Enabled || next == nil {
+			next = []time.Time{}
+		}
+		out = append(out, apiReconJob{ReconJob: j, NextRuns: next})
+	}
+	c.JSON(http.StatusOK, gin.H{"jobs": out})
+	return nil
+}

@@ -1,0 +1,152 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/templates"
+)
+
+// Recon runs: the runs list and a run's page, and their API twins.
+
+func kindCounts(counts map[string]int64, runID int64) []templates.KindCount {
+	out := make([]templates.KindCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, templates.KindCount{Kind: k, N: n,
+			Href: fmt.Sprintf("/reconcile/findings?run=%d&kind=%s", runID, url.QueryEscape(k))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
+func runRow(run reconcile.Run) templates.ReconRunRow {
+	row := templates.ReconRunRow{ID: run.ID, Href: fmt.Sprintf("/reconcile/runs/%d", run.ID), Job: strp(run.JobName),
+		Channel: run.Channel, BillDate: strp(run.BillDate), Status: string(run.Status), Actor: run.Actor,
+		RowsParsed: run.RowsParsed, RowsLoaded: run.RowsLoaded, RowsMatched: run.RowsMatched, Counts: kindCounts(run.Counts, run.ID),
+		AlreadyImported: run.AlreadyImported, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
+		FinishedAt: run.FinishedAt, Live: run.Status == reconcile.RunRunning || run.Status == reconcile.RunWaiting}
+	if run.StatementID != nil {
+		row.Statement = fmt.Sprintf("#%d", *run.StatementID)
+		if run.StatementVer != nil {
+			row.Statement += fmt.Sprintf(" version %d", *run.StatementVer)
+		}
+	}
+	return row
+}
+
+// runView is a run's page: the run and its number of findings.
+func runView(run reconcile.Run) templates.ReconRunView {
+	v := templates.ReconRunView{Run: runRow(run), FindingsURL: fmt.Sprintf("/reconcile/findings?run=%d", run.ID)}
+	for _, n := range run.Counts {
+		v.Findings += n
+	}
+	return v
+}
+
+func strp(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// reconRunsPage is GET /reconcile/runs?before=ID.
+func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
+	before, err := parseBefore(c.Query("before"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{BeforeID: before, Limit: reconRunsShown + 1})
+	if err != nil {
+		return err
+	}
+	v := templates.ReconRunsView{}
+	if len(runs) > reconRunsShown {
+		runs = runs[:reconRunsShown]
+		v.NextURL = fmt.Sprintf("/reconcile/runs?before=%d", runs[len(runs)-1].ID)
+	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return err
+	}
+	for _, run := range runs {
+		v.Rows = append(v.Rows, runRow(run))
+	}
+	s.render(c, http.StatusOK, templates.ReconRunsPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
+// runParam reads the run named by the route's {id}: the page and the API read a run alike.
+func (s *Server) runParam(c *gin.Context) (*reconcile.Run, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	return s.recon.GetRun(ctx, id)
+}
+
+// reconRunPage is GET /reconcile/runs/{id}; an htmx request gets the progress partial only.
+func (s *Server) reconRunPage(c *gin.Context, r *request) error {
+	run, err := s.runParam(c)
+	if err != nil {
+		return err
+	}
+	v := runView(*run)
+	if isHTMX(c) {
+		s.render(c, http.StatusOK, templates.ReconRunProgress(v))
+		return nil
+	}
+	s.render(c, http.StatusOK, templates.ReconRunPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
+// apiReconRuns is GET /api/v1/reconcile/runs?job=NAME&before=ID&limit=N.
+func (s *Server) apiReconRuns(c *gin.Context, r *request) error {
+	before, err := parseBefore(c.Query("before"))
+	if err != nil {
+		return err
+	}
+	limit := 50
+	if l := c.Query("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 500 {
+			return inputErr("limit", "must be between 1 and 500")
+		}
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: c.Query("job"), BeforeID: before, Limit: limit})
+	if err != nil {
+		return err
+	}
+	out := gin.H{"runs": []reconcile.Run{}, "next_before": nil}
+	if len(runs) == limit {
+		out["next_before"] = runs[len(runs)-1].ID
+	}
+	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
+		return err
+	}
+	if len(runs) > 0 {
+		out["runs"] = runs
+	}
+	c.JSON(http.StatusOK, out)
+	return nil
+}
+
+// apiReconRun is GET /api/v1/reconcile/runs/{id}: progress and counts per kind.
+func (s *Server) apiReconRun(c *gin.Context, r *request) error {
+	run, err := s.runParam(c)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, run)
+	return nil
+}
