@@ -16,6 +16,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // Channels deliver bills packed: WeChat Pay's bill download answers gzip-compressed text, and
@@ -58,7 +59,7 @@ func (l ArchiveLimits) withDefaults() ArchiveLimits {
 
 // ErrArchive: an archive that is refused (a bomb, too many entries, no statement in it, no
 // way to tell which entry is the statement). Errors of the size limits are ErrTooLarge too.
-var ErrArchive = errors.New("archive refused")
+var ErrArchive = errs.New(errs.Unprocessable, "archive refused")
 
 // Packing says how a statement file came.
 type Packing string

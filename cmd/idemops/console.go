@@ -65,16 +65,16 @@ beside the data directory when unset).`,
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return usagef("--addr %q: %v", addr, err)
 			}
+			ops, err := loadOperations(cmd) // a bad file stops start-up before the database is touched
+			if err != nil {
+				return err
+			}
 			d, err := openDatabase(ctx, cmd, true, true)
 			if err != nil {
 				return err
 			}
 			defer d.Close()
 			secret, err := digestSecret(cmd, d)
-			if err != nil {
-				return err
-			}
-			ops, err := loadOperations(cmd)
 			if err != nil {
 				return err
 			}
