@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/idemops/idemops/errs"
@@ -23,7 +24,7 @@ var (
 	// leadership; the batch in hand was finished. The run is recorded as abandoned.
 	ErrStopped = errs.New(errs.Unavailable, "stopped before the pass was complete")
 	// ErrPermanent marks a Sender error that no retry can fix (the relay fails the row at once).
-	ErrPermanent = errs.New(errs.Internal, "permanent failure")
+	ErrPermanent = errors.New("permanent failure") // a mark, no kind: the error it wraps keeps its own
 )
 
 // configErr is a one-line error naming the field.

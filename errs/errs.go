@@ -48,7 +48,7 @@ const (
 type meaning struct {
 	typ     string // problem type (and the kind's name)
 	status  int    // HTTP status
-	exit    int    // CLI exit code: 2 bad input, 1 failure
+	exit    int    // CLI exit code: 2 the command as given cannot succeed (bad input), 1 it failed
 	message string // fixed public message; "" shows the error's own text (see Message)
 }
 
@@ -57,7 +57,7 @@ var table = [...]meaning{
 	Internal:      {"internal", http.StatusInternalServerError, 1, "Something went wrong on our side. The error was logged."},
 	Invalid:       {"invalid", http.StatusBadRequest, 2, ""},
 	NotFound:      {"not-found", http.StatusNotFound, 2, "not found"},
-	Conflict:      {"conflict", http.StatusConflict, 1, ""},
+	Conflict:      {"conflict", http.StatusConflict, 2, ""},
 	Forbidden:     {"forbidden", http.StatusForbidden, 1, ""},
 	Unauthorized:  {"unauthorized", http.StatusUnauthorized, 1, ""},
 	TooLarge:      {"too-large", http.StatusRequestEntityTooLarge, 1, ""},
@@ -79,7 +79,8 @@ func (k Kind) String() string { return k.meaning().typ }
 // Status is the HTTP status that answers an error of this kind.
 func (k Kind) Status() int { return k.meaning().status }
 
-// Exit is the CLI's exit code for an error of this kind: 2 for bad input, 1 for a failure.
+// Exit is the CLI's exit code for an error of this kind: 2 for bad input — the command as given
+// cannot succeed (invalid, not found, conflicts with what exists) —, 1 for a failure.
 func (k Kind) Exit() int { return k.meaning().exit }
 
 // Kinded is an error that carries a kind: a sentinel made by New or Sentence, or a package's

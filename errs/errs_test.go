@@ -34,7 +34,7 @@ func TestKinds_OneTableDecidesStatusTypeExitAndMessage(t *testing.T) {
 		message string
 	}{
 		{"a sentinel shows its context", fmt.Errorf("%w: cron_spec: 6 fields", errInvalid), errs.Invalid, 400, 2, "invalid: cron_spec: 6 fields"},
-		{"a sentinel wrapped by a caller", fmt.Errorf("finding 4: %w", errClosed), errs.Conflict, 409, 1, "finding 4: finding already closed"},
+		{"a sentinel wrapped by a caller", fmt.Errorf("finding 4: %w", errClosed), errs.Conflict, 409, 2, "finding 4: finding already closed"},
 		{"a typed error is shown alone", fmt.Errorf("save: %w", &fieldError{"reason"}), errs.Invalid, 400, 2, "reason: required"},
 		{"a sentence is shown alone", fmt.Errorf("role viewer: %w", errForbidden), errs.Forbidden, 403, 1, "not allowed for your role"},
 		{"not found never says what was missing", fmt.Errorf("key 7: %w", errNotFound), errs.NotFound, 404, 2, "not found"},

@@ -149,14 +149,6 @@ func readPassword(cmd *cobra.Command) (string, error) {
 	return string(a), nil
 }
 
-// asUsage turns the console's input errors into usage errors (exit 2).
-func asUsage(err error) error {
-	if errors.Is(err, console.ErrInvalidInput) || errors.Is(err, console.ErrConflict) || errors.Is(err, console.ErrNotFound) {
-		return usageError{err}
-	}
-	return err
-}
-
 func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console.Operators) error) error {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, true, true)
@@ -168,7 +160,7 @@ func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console
 	if err != nil {
 		return err
 	}
-	return asUsage(fn(ctx, console.NewOperators(d.DB, console.DefaultArgon2, secret)))
+	return fn(ctx, console.NewOperators(d.DB, console.DefaultArgon2, secret))
 }
 
 func newUserCmd() *cobra.Command {

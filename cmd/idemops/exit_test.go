@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
@@ -54,8 +55,8 @@ func TestFileArgs_MissingOrUnreadableFileExits2(t *testing.T) {
 }
 
 // TestExitCode_OneTableForEveryPackage: the exit code comes from the kind an error carries,
-// whichever package it comes from and however it is wrapped: bad input (invalid, not found) 2,
-// anything else 1.
+// whichever package it comes from and however it is wrapped: bad input (invalid, not found, a
+// conflict with what exists) 2, anything else 1.
 func TestExitCode_OneTableForEveryPackage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -72,7 +73,7 @@ func TestExitCode_OneTableForEveryPackage(t *testing.T) {
 		{fmt.Errorf("key 7: %w", claim.ErrNotFound), 2},
 		{&reconcile.LineError{Line: 3, Reason: "bad amount"}, 1},
 		{reconcile.ErrArchive, 1},
-		{fmt.Errorf("finding 4: %w", reconcile.ErrClosed), 1},
+		{fmt.Errorf("operator alice: %w", console.ErrConflict), 2},
 		{fmt.Errorf("fetch: %w", reconcile.ErrFetch), 1},
 		{&pgconn.PgError{Code: "42P01", Message: `relation "job_runs" does not exist`}, 1},
 		{fmt.Errorf("plain failure"), 1},

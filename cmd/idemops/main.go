@@ -41,7 +41,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // exitCode is the one exit-code decision, applied once, in main: the kind an error carries (a
 // usageError, or any package's error) looked up in errs' table — 2 for bad input (invalid, not
-// found), 1 for a failure.
+// found, conflicting with what exists), 1 for a failure.
 func exitCode(err error) int { return errs.Exit(err) }
 
 // explain says in one line what a missing table means (an unmigrated database), for every

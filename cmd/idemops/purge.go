@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -228,9 +227,6 @@ func newRetentionCmd() *cobra.Command {
 			}
 			defer d.Close()
 			if err := retention.DeletePolicy(cmd.Context(), d.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
-				if errors.Is(err, retention.ErrPolicyNotFound) {
-					return usageError{err}
-				}
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s/%s\n", delOperation, delState)
@@ -311,9 +307,6 @@ func newHoldCmd() *cobra.Command {
 				}
 				defer d.Close()
 				changed, err := retention.SetLegalHold(cmd.Context(), d.DB, keyID, action == "set", operatorActor(), reason)
-				if errors.Is(err, claim.ErrNotFound) {
-					return usageError{err}
-				}
 				if err != nil {
 					return err
 				}
