@@ -3,27 +3,30 @@ package claim
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemops/idemops/errs"
 )
 
-// Errors a caller may need to tell apart. Adapters (httpidem, the console, the CLI) translate
-// them into HTTP statuses or exit codes in one place each.
+// Errors a caller may need to tell apart. Each carries a kind (package errs), which the console
+// and the CLI turn into a status or exit code by errs' one table; httpidem answers services with
+// its own problem types.
 var (
 	// ErrInvalidKey: the key is empty, longer than 255 characters, or not printable ASCII.
-	ErrInvalidKey = errors.New("invalid idempotency key")
+	ErrInvalidKey = errs.New(errs.Invalid, "invalid idempotency key")
 	// ErrInvalidScope: the tenant or operation is empty, too long, or holds a '|'.
-	ErrInvalidScope = errors.New("invalid tenant or operation")
+	ErrInvalidScope = errs.New(errs.Invalid, "invalid tenant or operation")
 	// ErrInvalidIntent: the request body is not a JSON object, or lacks a declared field.
-	ErrInvalidIntent = errors.New("invalid request intent")
+	ErrInvalidIntent = errs.New(errs.Invalid, "invalid request intent")
 	// ErrMismatch: the key was used before with a different intent.
-	ErrMismatch = errors.New("idempotency key reused with a different request")
+	ErrMismatch = errs.New(errs.Conflict, "idempotency key reused with a different request")
 	// ErrLeaseLost: the holder's lease was taken over (or the key changed); nothing was written.
-	ErrLeaseLost = errors.New("lease lost")
+	ErrLeaseLost = errs.New(errs.Conflict, "lease lost")
 	// ErrNotFound: no key with that identity.
-	ErrNotFound = errors.New("idempotency key not found")
+	ErrNotFound = errs.New(errs.NotFound, "idempotency key not found")
 	// ErrNotReplayable: the key is not in a state the requested transition accepts.
-	ErrNotReplayable = errors.New("key not in a state that allows this")
+	ErrNotReplayable = errs.New(errs.Conflict, "key not in a state that allows this")
 	// ErrSnapshotTooLarge: a response body over the snapshot limit.
-	ErrSnapshotTooLarge = errors.New("response snapshot too large")
+	ErrSnapshotTooLarge = errs.New(errs.TooLarge, "response snapshot too large")
 )
 
 // FieldError says which input was wrong and why; it wraps one of the sentinel errors above.
@@ -35,6 +38,9 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *FieldError) Unwrap() error { return e.Kind }
+
+// ErrorKind is the kind of the sentinel it wraps; the error's text is what a user is shown.
+func (e *FieldError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 func fieldErr(kind error, field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/idemops/idemops/errs"
 	"gorm.io/gorm"
 )
 
 // ErrGuardConflict: a guarded update matched no row — the row's version, state or extra guard
 // (say balance >= amount) no longer holds. The second seed's schemes 2 and 3: zero rows is an
 // answer to read, never a success to ignore.
-var ErrGuardConflict = errors.New("guarded update matched no row")
+var ErrGuardConflict = errs.New(errs.Conflict, "guarded update matched no row")
 
 // GuardedUpdate is one `UPDATE table SET … WHERE <guards> [AND <extra>]` on a domain table.
 // Guards are equality conditions (id, status = ?, version = ?), ANDed; Extra is an optional

@@ -2,18 +2,18 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/idemops/idemops/errs"
 	"gorm.io/gorm"
 )
 
 // ErrNaturalKeyShape: a natural key made of a user and a product (or an amount). Two real
 // purchases of the same thing, or of the same price, are legal; such a key would drop the
 // second one (the second seed's pitfall 1). Use a client idempotency key instead.
-var ErrNaturalKeyShape = errors.New("natural key of shape user + product or user + amount")
+var ErrNaturalKeyShape = errs.New(errs.Invalid, "natural key of shape user + product or user + amount")
 
 // CheckNaturalKey refuses a natural key whose fields are a user plus a product or an amount,
 // naming the fields. A field counts as a user (user, customer, buyer, payer, member) or a

@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemops/idemops/errs"
 	"gorm.io/gorm"
 )
 
 // ErrKeyChanged: the key is no longer at the version the caller read (an operator's preview or
 // confirmation is stale); nothing was written.
-var ErrKeyChanged = errors.New("the key changed since it was read")
+var ErrKeyChanged = errs.New(errs.Conflict, "the key changed since it was read")
 
 // ReplayRefusal says, in words an operator can act on, why k may not be replayed; "" when it
 // may (Replayable). The rule is the claim's, so the console and the API show the same reasons.

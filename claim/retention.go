@@ -3,12 +3,12 @@ package claim
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idemops/idemops/errs"
 	"gorm.io/gorm"
 )
 
@@ -370,7 +370,7 @@ FROM due WHERE del OR tomb GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`
 const MaxHoldReason = 500
 
 // ErrInvalidHold: a legal-hold request without an operator actor or a reason.
-var ErrInvalidHold = errors.New("invalid legal hold request")
+var ErrInvalidHold = errs.New(errs.Invalid, "invalid legal hold request")
 
 // SetLegalHold puts a key on legal hold (hold true) or lifts it, with a key event by actor
 // (operator:NAME) carrying the reason. A key on hold is never tombstoned or purged. It reports

@@ -9,6 +9,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -237,7 +238,7 @@ func (s *Server) fail(c *gin.Context, r *request, kind routeKind, err error) {
 		if status == http.StatusUnauthorized {
 			c.Header("WWW-Authenticate", `Bearer realm="idemops"`)
 		}
-		c.JSON(status, gin.H{"error": publicMessage(err), "status": status})
+		c.JSON(status, gin.H{"error": publicMessage(err), "status": status, "type": errs.KindOf(err).String()})
 		return
 	case kindProbe:
 		c.String(status, publicMessage(err))

@@ -3,26 +3,28 @@ package daemon
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemops/idemops/errs"
 )
 
-// Errors a caller may need to tell apart. The CLI and the console translate them into exit codes
-// and HTTP statuses in one place each.
+// Errors a caller may need to tell apart, each with its kind (package errs), which the CLI and the
+// console turn into an exit code or HTTP status by errs' one table.
 var (
 	// ErrInvalidConfig: a Config (the daemon's or a job's) or schedule params out of range.
-	ErrInvalidConfig = errors.New("invalid configuration")
+	ErrInvalidConfig = errs.New(errs.Invalid, "invalid configuration")
 	// ErrInvalidSchedule: a cron spec or time zone that does not parse.
-	ErrInvalidSchedule = errors.New("invalid schedule")
+	ErrInvalidSchedule = errs.New(errs.Invalid, "invalid schedule")
 	// ErrUnknownSchedule: no schedule with that name.
-	ErrUnknownSchedule = errors.New("no such schedule")
+	ErrUnknownSchedule = errs.New(errs.NotFound, "no such schedule")
 	// ErrUnknownJob: no job registered under that name.
-	ErrUnknownJob = errors.New("no such job")
+	ErrUnknownJob = errs.New(errs.NotFound, "no such job")
 	// ErrUnknownRun: no job run with that id.
-	ErrUnknownRun = errors.New("no such run")
+	ErrUnknownRun = errs.New(errs.NotFound, "no such run")
 	// ErrStopped: the run stopped between batches because the daemon is stopping or lost the
 	// leadership; the batch in hand was finished. The run is recorded as abandoned.
-	ErrStopped = errors.New("stopped before the pass was complete")
+	ErrStopped = errs.New(errs.Unavailable, "stopped before the pass was complete")
 	// ErrPermanent marks a Sender error that no retry can fix (the relay fails the row at once).
-	ErrPermanent = errors.New("permanent failure")
+	ErrPermanent = errors.New("permanent failure") // a mark, no kind: the error it wraps keeps its own
 )
 
 // configErr is a one-line error naming the field.

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Operations finds the Operation a key belongs to by its name (downstream.Registry implements
@@ -35,7 +36,7 @@ const ReclaimJobName = "reclaim"
 
 // ErrUnknownOperation is recorded as the lookup error of a key whose Operation the daemon does
 // not know (a service deployed ahead of the daemon, or a retired operation).
-var ErrUnknownOperation = errors.New("operation not registered with the daemon")
+var ErrUnknownOperation = errs.New(errs.NotFound, "operation not registered with the daemon")
 
 // ReclaimConfig tunes the reclaimer. Zero fields take the defaults in one place, withDefaults.
 type ReclaimConfig struct {

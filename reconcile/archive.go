@@ -16,6 +16,7 @@ import (
 	"golang.org/x/text/encoding/simplifiedchinese"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // Channels deliver bills packed: WeChat Pay's bill download answers gzip-compressed text, and
@@ -58,7 +59,16 @@ func (l ArchiveLimits) withDefaults() ArchiveLimits {
 
 // ErrArchive: an archive that is refused (a bomb, too many entries, no statement in it, no
 // way to tell which entry is the statement). Errors of the size limits are ErrTooLarge too.
-var ErrArchive = errors.New("archive refused")
+var ErrArchive = errs.New(errs.Unprocessable, "archive refused")
+
+// sizeRefusal marks an archive refused for its size (err wraps ErrArchive, then ErrTooLarge): its
+// kind is too large, like any statement over its limit, not the archive's unprocessable.
+func sizeRefusal(err error) error { return sizeError{err} }
+
+type sizeError struct{ error }
+
+func (e sizeError) Unwrap() error        { return e.error }
+func (e sizeError) ErrorKind() errs.Kind { return errs.TooLarge }
 
 // Packing says how a statement file came.
 type Packing string
@@ -139,11 +149,11 @@ func unpackZip(ra io.ReaderAt, size int64, lim ArchiveLimits) (*Unpacked, error)
 	for _, f := range files {
 		total += f.UncompressedSize64
 		if total > uint64(lim.MaxBytes) {
-			return nil, fmt.Errorf("%w: %w: zip unpacks to more than %d bytes", ErrArchive, ErrTooLarge, lim.MaxBytes)
+			return nil, sizeRefusal(fmt.Errorf("%w: %w: zip unpacks to more than %d bytes", ErrArchive, ErrTooLarge, lim.MaxBytes))
 		}
 		if f.UncompressedSize64 > ratioSlack && f.UncompressedSize64 > uint64(lim.MaxRatio)*max(f.CompressedSize64, 1) {
-			return nil, fmt.Errorf("%w: %w: zip entry %q unpacks %d bytes from %d, more than %d× (a zip bomb?)", ErrArchive, ErrTooLarge,
-				zipName(f), f.UncompressedSize64, f.CompressedSize64, lim.MaxRatio)
+			return nil, sizeRefusal(fmt.Errorf("%w: %w: zip entry %q unpacks %d bytes from %d, more than %d× (a zip bomb?)", ErrArchive, ErrTooLarge,
+				zipName(f), f.UncompressedSize64, f.CompressedSize64, lim.MaxRatio))
 		}
 	}
 	var statement, summary []*zip.File
@@ -224,9 +234,9 @@ func (g *bombGuard) Read(p []byte) (int, error) {
 	g.out += int64(n)
 	switch {
 	case g.out > g.lim.MaxBytes:
-		return n, fmt.Errorf("%w: %w: %s unpacks to more than %d bytes", ErrArchive, ErrTooLarge, g.what, g.lim.MaxBytes)
+		return n, sizeRefusal(fmt.Errorf("%w: %w: %s unpacks to more than %d bytes", ErrArchive, ErrTooLarge, g.what, g.lim.MaxBytes))
 	case g.out > ratioSlack && g.out > g.lim.MaxRatio*max(g.compressed(), 1):
-		return n, fmt.Errorf("%w: %w: %s unpacks to more than %d× its compressed size (a bomb?)", ErrArchive, ErrTooLarge, g.what, g.lim.MaxRatio)
+		return n, sizeRefusal(fmt.Errorf("%w: %w: %s unpacks to more than %d× its compressed size (a bomb?)", ErrArchive, ErrTooLarge, g.what, g.lim.MaxRatio))
 	}
 	return n, err
 }

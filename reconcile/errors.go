@@ -1,24 +1,25 @@
 package reconcile
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/idemops/idemops/errs"
 )
 
-// The kinds of error this package returns; test with errors.Is.
+// The errors this package's parsers return, each with its kind (package errs); test with errors.Is.
 var (
 	// ErrMalformed: a row of the statement does not parse. The error is a *LineError naming
 	// the physical line.
-	ErrMalformed = errors.New("malformed statement")
+	ErrMalformed = errs.New(errs.Unprocessable, "malformed statement")
 	// ErrControlTotal: the detail rows do not add up to the statement's own control totals; the
 	// statement must be rejected whole. The error is a *ControlTotalError.
-	ErrControlTotal = errors.New("CONTROL_TOTAL")
+	ErrControlTotal = errs.New(errs.Unprocessable, "CONTROL_TOTAL")
 	// ErrTooLarge: the statement (or one line of it) exceeds the size limit.
-	ErrTooLarge = errors.New("statement too large")
+	ErrTooLarge = errs.New(errs.TooLarge, "statement too large")
 	// ErrUnknownFormat: ParserFor was given a name Formats does not list.
-	ErrUnknownFormat = errors.New("unknown statement format")
+	ErrUnknownFormat = errs.New(errs.Invalid, "unknown statement format")
 	// ErrProfile: a CSV profile is missing or invalid.
-	ErrProfile = errors.New("invalid statement profile")
+	ErrProfile = errs.New(errs.Invalid, "invalid statement profile")
 )
 
 // LineError is a statement row that does not parse. Its text is `line N: reason`.
@@ -46,6 +47,10 @@ func (e *LineError) Unwrap() error {
 	return ErrMalformed
 }
 
+// ErrorKind is the kind of the error it wraps (unprocessable, or too large); its text is what a user
+// is shown.
+func (e *LineError) ErrorKind() errs.Kind { return errs.KindOf(e.Unwrap()) }
+
 func lineErrorf(line int, format string, args ...any) error {
 	return &LineError{Line: line, Reason: fmt.Sprintf(format, args...)}
 }
@@ -63,20 +68,23 @@ func (e *ControlTotalError) Error() string {
 
 func (e *ControlTotalError) Is(target error) bool { return target == ErrControlTotal }
 
-// The kinds of error the import, matching, resolution and scheduling side returns.
+// ErrorKind is ErrControlTotal's; the error's text is what a user is shown.
+func (e *ControlTotalError) ErrorKind() errs.Kind { return ErrControlTotal.ErrorKind() }
+
+// The errors the import, matching, resolution and scheduling side returns.
 var (
 	// ErrNotFound: no recon job, run or finding with that name or id.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errs.New(errs.NotFound, "not found")
 	// ErrInvalid: a recon job, filter or request field is invalid; the message names the field.
-	ErrInvalid = errors.New("invalid")
+	ErrInvalid = errs.New(errs.Invalid, "invalid")
 	// ErrNotReady: the channel has not published the statement yet (a missing file, HTTP 404).
-	ErrNotReady = errors.New("statement not ready")
+	ErrNotReady = errs.New(errs.Unavailable, "statement not ready")
 	// ErrFetch: the statement could not be fetched (HTTP error, unreadable file).
-	ErrFetch = errors.New("statement fetch failed")
+	ErrFetch = errs.New(errs.Unavailable, "statement fetch failed")
 	// ErrClosed: the finding is already resolved or ignored.
-	ErrClosed = errors.New("finding already closed")
+	ErrClosed = errs.New(errs.Conflict, "finding already closed")
 	// ErrCannotRecover: recover does not apply to this finding or its key; the message says why.
-	ErrCannotRecover = errors.New("cannot recover")
+	ErrCannotRecover = errs.New(errs.Conflict, "cannot recover")
 )
 
 // invalidf is an ErrInvalid naming the field that is wrong.

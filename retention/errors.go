@@ -3,23 +3,25 @@ package retention
 import (
 	"errors"
 	"fmt"
+
+	"github.com/idemops/idemops/errs"
 )
 
-// Errors a caller may need to tell apart. The console maps ErrInvalidPolicy, ErrBelowFloor and
-// ErrInvalidOptions to 400 and ErrPolicyNotFound to 404; the CLI maps the first three to exit 2.
+// Errors a caller may need to tell apart, each with its kind (package errs: invalid is HTTP 400
+// and exit 2, not found 404).
 var (
 	// ErrInvalidPolicy: a policy or floor value that is malformed (negative, not whole seconds,
 	// keep-response longer than keep-key, unknown state, bad operation name).
-	ErrInvalidPolicy = errors.New("invalid retention policy")
+	ErrInvalidPolicy = errs.New(errs.Invalid, "invalid retention policy")
 	// ErrBelowFloor: a keep-key period shorter than the floor (retry window + back-fill window +
 	// reconciliation lag), or a floor raised above an existing policy.
-	ErrBelowFloor = errors.New("retention period below the floor")
+	ErrBelowFloor = errs.New(errs.Invalid, "retention period below the floor")
 	// ErrPolicyNotFound: no policy for that operation and state.
-	ErrPolicyNotFound = errors.New("retention policy not found")
+	ErrPolicyNotFound = errs.New(errs.NotFound, "retention policy not found")
 	// ErrInvalidOptions: bad purge options or job parameters.
-	ErrInvalidOptions = errors.New("invalid purge options")
+	ErrInvalidOptions = errs.New(errs.Invalid, "invalid purge options")
 	// ErrTooManyTimeouts: a purge phase kept timing out even at the smallest batch.
-	ErrTooManyTimeouts = errors.New("purge batches keep timing out")
+	ErrTooManyTimeouts = errs.New(errs.Unavailable, "purge batches keep timing out")
 )
 
 // InputError says which field was wrong and why; it wraps one of the errors above.
@@ -31,6 +33,9 @@ type InputError struct {
 
 func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *InputError) Unwrap() error { return e.Kind }
+
+// ErrorKind is the kind of the sentinel it wraps; the error's text is what a user is shown.
+func (e *InputError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 func inputErr(kind error, field, format string, args ...any) error {
 	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}

@@ -48,7 +48,7 @@ func newReconcileChannelCmd() *cobra.Command {
 					Target: "channel:" + args[0], Detail: map[string]any{"tenants": tenants, "before": before}})
 			})
 			if err != nil {
-				return reconcileError(err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "channel %s: tenants %s (were %s)\n", args[0], strings.Join(tenants, ","), strings.Join(before, ","))
 			return nil

@@ -65,16 +65,16 @@ beside the data directory when unset).`,
 			if _, _, err := net.SplitHostPort(addr); err != nil {
 				return usagef("--addr %q: %v", addr, err)
 			}
+			ops, err := loadOperations(cmd) // a bad file stops start-up before the database is touched
+			if err != nil {
+				return err
+			}
 			d, err := openDatabase(ctx, cmd, true, true)
 			if err != nil {
 				return err
 			}
 			defer d.Close()
 			secret, err := digestSecret(cmd, d)
-			if err != nil {
-				return err
-			}
-			ops, err := loadOperations(cmd)
 			if err != nil {
 				return err
 			}
@@ -149,14 +149,6 @@ func readPassword(cmd *cobra.Command) (string, error) {
 	return string(a), nil
 }
 
-// asUsage turns the console's input errors into usage errors (exit 2).
-func asUsage(err error) error {
-	if errors.Is(err, console.ErrInvalidInput) || errors.Is(err, console.ErrConflict) || errors.Is(err, console.ErrNotFound) {
-		return usageError{err}
-	}
-	return err
-}
-
 func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console.Operators) error) error {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, true, true)
@@ -168,7 +160,7 @@ func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console
 	if err != nil {
 		return err
 	}
-	return asUsage(fn(ctx, console.NewOperators(d.DB, console.DefaultArgon2, secret)))
+	return fn(ctx, console.NewOperators(d.DB, console.DefaultArgon2, secret))
 }
 
 func newUserCmd() *cobra.Command {

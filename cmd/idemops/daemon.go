@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
@@ -164,19 +163,9 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger}, opt)
 	if err != nil {
 		d.Close()
-		return nil, nil, daemonErr(err)
+		return nil, nil, err
 	}
 	return d, dm, nil
-}
-
-// daemonErr maps the daemon package's input errors to a usage error (exit 2), in one place.
-func daemonErr(err error) error {
-	for _, kind := range []error{daemon.ErrInvalidConfig, daemon.ErrInvalidSchedule, daemon.ErrUnknownJob, daemon.ErrUnknownSchedule} {
-		if errors.Is(err, kind) {
-			return usageError{err}
-		}
-	}
-	return err
 }
 
 func newDaemonCmd() *cobra.Command {
@@ -307,7 +296,7 @@ func newJobsCmd() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			return schemaErr(printJobs(ctx, cmd.OutOrStdout(), db.DB))
+			return printJobs(ctx, cmd.OutOrStdout(), db.DB)
 		},
 	}
 	run := &cobra.Command{
@@ -328,7 +317,7 @@ func newJobsCmd() *cobra.Command {
 			}
 			defer db.Close()
 			r, err := d.RunJob(cmd.Context(), args[0])
-			if err = schemaErr(err); err != nil {
+			if err != nil {
 				if errors.Is(err, daemon.ErrUnknownJob) {
 					return usagef("jobs run %s: no such job or schedule (jobs: %s)", args[0], strings.Join(sorted(d.Jobs()), ", "))
 				}
@@ -344,15 +333,6 @@ func newJobsCmd() *cobra.Command {
 	addDaemonFlags(run)
 	cmd.AddCommand(list, run)
 	return cmd
-}
-
-// schemaErr explains a missing table (an unmigrated database) in one line.
-func schemaErr(err error) error {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "42P01" {
-		return fmt.Errorf("the daemon's tables are missing (%s): run `idemops migrate up` first", pg.Message)
-	}
-	return err
 }
 
 func printJobs(ctx context.Context, out io.Writer, db *gorm.DB) error {

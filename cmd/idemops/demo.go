@@ -273,7 +273,7 @@ func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *d
 func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop func(), err error) {
 	dm, err := newDaemon(deps, opt)
 	if err != nil {
-		return nil, daemonErr(err)
+		return nil, err
 	}
 	// The replica outlives the signal context: the signal starts the graceful Stop.
 	life, kill := context.WithCancel(context.WithoutCancel(ctx))

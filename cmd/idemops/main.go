@@ -6,14 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/gin-gonic/gin"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -23,22 +26,42 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "idemops:", oneLine(err))
+		fmt.Fprintln(os.Stderr, "idemops:", oneLine(explain(err)))
 		os.Exit(exitCode(err))
 	}
 }
 
-// usageError marks bad input from the command line (exit 2).
+// usageError marks bad input from the command line: a flag, an argument, a file named by one.
 type usageError struct{ error }
+
+// ErrorKind is invalid: exit 2.
+func (usageError) ErrorKind() errs.Kind { return errs.Invalid }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
-func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
-		return 2
+// exitCode is the one exit-code decision, applied once, in main: the kind an error carries (a
+// usageError, or any package's error) looked up in errs' table — 2 for bad input (invalid, not
+// found, conflicting with what exists), 1 for a failure.
+func exitCode(err error) int { return errs.Exit(err) }
+
+// explain says in one line what a missing table means (an unmigrated database), for every
+// command; other errors are left as they are.
+func explain(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "42P01" {
+		return fmt.Errorf("the database's tables are missing (%s): run `idemops migrate up` first", pg.Message)
 	}
-	return 1
+	return err
+}
+
+// fileArg turns a failure to open or read the file a flag or argument names (missing, a folder,
+// unreadable) into bad input, exit 2; what the file says is judged by its reader.
+func fileArg(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return usageError{err}
+	}
+	return err
 }
 
 func oneLine(err error) string {

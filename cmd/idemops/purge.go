@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,16 +17,6 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/retention"
 )
-
-// retentionErr maps retention's and legal hold's bad-input errors to a usage error (exit 2), in
-// one place for the purge, retention and hold commands.
-func retentionErr(err error) error {
-	var fe *claim.FieldError
-	if retention.IsInputError(err) || (errors.As(err, &fe) && errors.Is(err, claim.ErrInvalidHold)) {
-		return usageError{err}
-	}
-	return err
-}
 
 // operatorActor names the person running a CLI command in the audit log and key histories:
 // operator:LOGIN (the terminal's login; the console names its signed-in operator instead).
@@ -67,7 +56,7 @@ Processing keys, keys on legal hold and keys of open reconciliation findings are
 			if rep != nil {
 				printPurgeReport(cmd.OutOrStdout(), rep)
 			}
-			return retentionErr(err)
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "count what would go, per operation, state and day; change nothing")
@@ -210,7 +199,7 @@ func newRetentionCmd() *cobra.Command {
 			}
 			defer d.Close()
 			if err := retention.SavePolicy(cmd.Context(), d.DB, p, operatorActor()); err != nil {
-				return retentionErr(err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "saved %s/%s: keep response %s, keep key %s (existing keys are re-stamped by the next purge)\n",
 				p.Operation, p.State, retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
@@ -238,10 +227,7 @@ func newRetentionCmd() *cobra.Command {
 			}
 			defer d.Close()
 			if err := retention.DeletePolicy(cmd.Context(), d.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
-				if errors.Is(err, retention.ErrPolicyNotFound) {
-					return usageError{err}
-				}
-				return retentionErr(err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s/%s\n", delOperation, delState)
 			return nil
@@ -284,7 +270,7 @@ func newRetentionCmd() *cobra.Command {
 					}
 				}
 				if err := retention.SetFloor(cmd.Context(), d.DB, f, operatorActor()); err != nil {
-					return retentionErr(err)
+					return err
 				}
 			}
 			f, err := retention.GetFloor(cmd.Context(), d.DB)
@@ -321,11 +307,8 @@ func newHoldCmd() *cobra.Command {
 				}
 				defer d.Close()
 				changed, err := retention.SetLegalHold(cmd.Context(), d.DB, keyID, action == "set", operatorActor(), reason)
-				if errors.Is(err, claim.ErrNotFound) {
-					return usageError{err}
-				}
 				if err != nil {
-					return retentionErr(err)
+					return err
 				}
 				state := map[bool]string{true: "on legal hold", false: "not on legal hold"}[action == "set"]
 				if !changed {

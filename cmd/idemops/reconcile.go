@@ -91,16 +91,21 @@ func newReconcileParseCmd() *cobra.Command {
 }
 
 // openPacked opens a statement file as it came — plain, gzip, or a zip with the statement and
-// its summary (Alipay) — within the archive limits; a refused archive is one line, exit 1.
+// its summary (Alipay) — within the archive limits; a refused archive is one line, exit 1, a
+// missing or unreadable file exit 2.
 func openPacked(path string, maxBytes int64) (*reconcile.Unpacked, func(), error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fileArg(err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, fileArg(err)
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, nil, usagef("%s: a folder, not a statement file", path)
 	}
 	u, err := reconcile.Unpack(f, st.Size(), reconcile.ArchiveLimits{MaxBytes: maxBytes})
 	if err != nil {
@@ -303,15 +308,6 @@ func (f *feeFlags) schedule() (*reconcile.FeeSchedule, error) {
 	return fs, nil
 }
 
-// reconcileError maps the reconcile package's input errors to usage errors (exit 2); the rest
-// exit 1.
-func reconcileError(err error) error {
-	if errors.Is(err, reconcile.ErrInvalid) || errors.Is(err, reconcile.ErrNotFound) {
-		return usageError{err}
-	}
-	return err
-}
-
 // openReconciler opens the database (migrated) and a Reconciler on it.
 func openReconciler(cmd *cobra.Command) (*database, *reconcile.Reconciler, error) {
 	d, err := openDatabase(cmd.Context(), cmd, true, true)
@@ -391,9 +387,14 @@ func newReconcileImportCmd() *cobra.Command {
 					return usagef("--tz: unknown time zone %q", zone)
 				}
 			}
+			if profilePath != "" { // a bad profile is refused before the database is opened
+				if _, err := statementParser(format, profilePath, maxBytes); err != nil {
+					return err
+				}
+			}
 			sha, size, err := reconcile.HashFile(args[0])
 			if err != nil {
-				return err
+				return fileArg(err)
 			}
 			d, r, err := openReconciler(cmd)
 			if err != nil {
@@ -405,7 +406,7 @@ func newReconcileImportCmd() *cobra.Command {
 			if job != "" {
 				j, err := r.GetJob(cmd.Context(), job)
 				if err != nil {
-					return reconcileError(err)
+					return err
 				}
 				req.Job = j
 				if channel == "" {
@@ -453,7 +454,7 @@ func newReconcileImportCmd() *cobra.Command {
 					err = perr
 				}
 			}
-			return reconcileError(err)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&channel, "channel", "", "the channel the statement comes from (e.g. wechat)")
@@ -490,7 +491,7 @@ func newReconcileRunCmd() *cobra.Command {
 			defer d.Close()
 			j, err := r.GetJob(cmd.Context(), job)
 			if err != nil {
-				return reconcileError(err)
+				return err
 			}
 			run, err := r.RunJob(cmd.Context(), j, date, operatorActor(), newBarProgress(0))
 			if run != nil {
@@ -498,7 +499,7 @@ func newReconcileRunCmd() *cobra.Command {
 					err = perr
 				}
 			}
-			return reconcileError(err)
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&job, "job", "", "the recon job to run")
@@ -572,12 +573,12 @@ func newReconcileFindingsCmd() *cobra.Command {
 			}
 			defer d.Close()
 			if _, err := r.GetRun(cmd.Context(), runID); err != nil {
-				return reconcileError(err)
+				return err
 			}
 			fs, err := r.ListFindings(cmd.Context(), reconcile.FindingFilter{RunID: runID, Kind: reconcile.Kind(kind),
 				State: reconcile.FindingState(state), Limit: limit})
 			if err != nil {
-				return reconcileError(err)
+				return err
 			}
 			out := bufio.NewWriter(cmd.OutOrStdout())
 			defer out.Flush()
@@ -635,7 +636,7 @@ func newReconcileJobsCmd() *cobra.Command {
 			defer d.Close()
 			j, err := r.CreateJob(cmd.Context(), spec)
 			if err != nil {
-				return reconcileError(err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added recon job %s (id %d); next runs:\n", j.Name, j.ID)
 			next, _ := reconcile.NextRuns(j.CronSpec, j.TimeZone, time.Now(), 5)

@@ -151,6 +151,7 @@ func TestReconcileParse_MalformedFileExitsNonZeroWithTheLine(t *testing.T) {
 		{[]string{"--format", "wechat", filepath.Join(statements, "wechat/bad_amount.csv")}, 1, `idemops: line 3: 订单金额: amount "12.345" has more than 2 decimals`},
 		{[]string{"--format", "alipay", "--json", filepath.Join(statements, "alipay/bad_not_gbk.csv")}, 1, "idemops: line 7: bytes that are not valid GBK"},
 		{[]string{"--format", "paypal", "x.csv"}, 2, `idemops: unknown statement format "paypal" (known: adyen, alipay, profile, stripe, wechat)`},
+		{[]string{"--format", "wechat", "no/such.csv"}, 2, "idemops: open no/such.csv: no such file or directory"},
 		{[]string{"--format", "wechat", "--max-bytes", "100", filepath.Join(statements, "wechat/all_trades.csv")}, 1, "idemops: line 1: statement too large: more than 100 bytes"},
 	}
 	for _, tt := range tests {

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // Callback event types: what a channel tells the merchant asynchronously about an order.
@@ -79,7 +80,7 @@ func signature(secret []byte, ts string, body []byte) string {
 }
 
 // ErrBadSignature: a callback's signature is missing, malformed, wrong or too old.
-var ErrBadSignature = errors.New("paysim callback signature invalid")
+var ErrBadSignature = errs.New(errs.Unauthorized, "paysim callback signature invalid")
 
 // VerifySignature checks header (a HeaderSignature value) against body under secret, and that
 // its time is within tolerance of now, so a captured callback cannot be replayed for ever.

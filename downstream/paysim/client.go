@@ -4,25 +4,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // Errors a Client call may return, wrapped in an *APIError when paysim answered.
 var (
 	// ErrNotFound: 404, paysim holds no such charge or notification.
-	ErrNotFound = errors.New("paysim: not found")
+	ErrNotFound = errs.New(errs.NotFound, "paysim: not found")
 	// ErrKeyReused: 422, the Idempotency-Key was used before with a different body.
-	ErrKeyReused = errors.New("paysim: idempotency key reused with a different request")
+	ErrKeyReused = errs.New(errs.Conflict, "paysim: idempotency key reused with a different request")
 	// ErrRejected: another 4xx; the request is wrong and retrying it will not help.
-	ErrRejected = errors.New("paysim: request rejected")
+	ErrRejected = errs.New(errs.Unprocessable, "paysim: request rejected")
 	// ErrUnavailable: 5xx; the outcome of a write is unknown.
-	ErrUnavailable = errors.New("paysim: unavailable")
+	ErrUnavailable = errs.New(errs.Unavailable, "paysim: unavailable")
 )
 
 // APIError is a non-2xx answer from paysim.

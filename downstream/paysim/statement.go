@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // Format names a statement layout.
@@ -26,10 +28,10 @@ const (
 var Formats = []Format{FormatWechat, FormatAlipay, FormatStripe, FormatAdyen}
 
 // ErrUnknownFormat: a statement format paysim does not export.
-var ErrUnknownFormat = errors.New("unknown statement format")
+var ErrUnknownFormat = errs.New(errs.Invalid, "unknown statement format")
 
 // ErrBadDate: a statement date that is not YYYY-MM-DD.
-var ErrBadDate = errors.New("statement date must be YYYY-MM-DD")
+var ErrBadDate = errs.New(errs.Invalid, "statement date must be YYYY-MM-DD")
 
 // Shanghai is China Standard Time: UTC+8 all year (no daylight saving since 1991), so a fixed
 // zone is exact and needs no tz database.
