@@ -89,6 +89,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
 	root.AddCommand(newDemoCmd(), newServeCmd())
+	root.AddCommand(newChaosCmd(), newChaosPartCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
 	return root
 }

@@ -62,4 +62,6 @@ type Totals struct {
 	FaultsByKind        map[string]int `json:"faults_by_kind"`
 	WorstP99Ms          float64        `json:"worst_p99_ms"`
 	LongestUnavailableS float64        `json:"longest_unavailable_s"` // longest stretch with no successful claim
+	LogicalKeys         int            `json:"logical_keys"`          // idempotency keys the client used (each a logical payment)
+	P99Ms               float64        `json:"p99_ms"`                // p99 of every client call of the run
 }
