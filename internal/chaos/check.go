@@ -78,7 +78,7 @@ func (w *world) quiet(ctx context.Context) bool {
 func (w *world) reconcileNow(ctx context.Context) {
 	var before int64
 	_ = w.db.WithContext(ctx).Raw(`SELECT coalesce(max(id), 0) FROM recon_runs`).Scan(&before).Error
-	if _, err := w.api.call(ctx, w.tokens[0], http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:"+ReconJob}, nil); err != nil {
+	if _, err := w.api.call(ctx, w.tokens[0], http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:" + ReconJob}, nil); err != nil {
 		w.logf("settle: reconciliation not started: %v", err)
 		return
 	}

@@ -122,7 +122,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "purge"}, nil)
 		w.fault(kind, "console", "purge job run requested: "+errText(err))
 	case KindReconcileRun:
-		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:"+ReconJob}, nil)
+		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:" + ReconJob}, nil)
 		w.fault(kind, "console", "reconciliation of today's paysim Stripe statement requested: "+errText(err))
 	}
 }
