@@ -28,6 +28,7 @@ func newChaosCmd() *cobra.Command {
 		seed     int64
 		out      string
 		rate     float64
+		ha       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -60,7 +61,7 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 				return fmt.Errorf("chaos: find this binary: %w", err)
 			}
 			r, err := chaos.Run(cmd.Context(), chaos.Config{Binary: bin, Duration: duration, Seed: seed, OutDir: out,
-				Rate: rate, Log: cmd.ErrOrStderr()})
+				Rate: rate, HA: ha, Log: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
@@ -76,6 +77,7 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 	f.Int64Var(&seed, "seed", 1, "seed of the fault schedule and the traffic (same seed, same schedule)")
 	f.StringVar(&out, "out", "chaos-report", "folder the report is written to")
 	f.Float64Var(&rate, "rate", 8, "new logical payments per second")
+	f.BoolVar(&ha, "ha", true, "PostgreSQL as the pg_auto_failover HA set, its primary killed once (falls back to a single cluster, named in the report, when the set cannot start)")
 	return cmd
 }
 

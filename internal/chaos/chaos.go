@@ -26,6 +26,7 @@ import (
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/chaos/report"
 	"github.com/idemops/idemops/internal/mqlocal"
+	"github.com/idemops/idemops/internal/pgha"
 	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
@@ -58,7 +59,11 @@ type Config struct {
 	Seed     int64
 	OutDir   string
 	Rate     float64 // new logical payments per second (default 8)
-	Log      io.Writer
+	// HA runs PostgreSQL as the pg_auto_failover set (internal/pgha) and kills its primary once;
+	// when the set cannot start (pg_autoctl missing) the run falls back to a single cluster and
+	// the report says so.
+	HA  bool
+	Log io.Writer
 }
 
 // world is everything running.
@@ -68,6 +73,7 @@ type world struct {
 	db      *gorm.DB
 	store   *claim.Store
 	pg      *pglocal.Cluster
+	ha      *pgha.Set
 	broker  *mqlocal.Broker
 	proxy   *proxy
 	paysim  *proc
@@ -120,6 +126,10 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return nil, fmt.Errorf("chaos: --out: %w", err)
 	}
+	if lf, err := os.Create(filepath.Join(logs, "chaos.log")); err == nil { // the runner's own lines, faults included
+		defer lf.Close()
+		w.cfg.Log = io.MultiWriter(cfg.Log, lf)
+	}
 	defer w.teardown()
 	if err := w.up(ctx, logs); err != nil {
 		return nil, err
@@ -169,14 +179,24 @@ func (w *world) up(ctx context.Context, logs string) error {
 	var pgErr, mqErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
+	var haErr error
 	go func() {
 		defer wg.Done()
+		lf, _ := os.Create(filepath.Join(logs, "postgres.log"))
+		if w.cfg.HA {
+			if w.ha, haErr = pgha.Start(ctx, pgha.Options{Log: lf, StartTimeout: 3 * time.Minute}); haErr == nil {
+				if haErr = w.ha.CreateDatabase(ctx, "idemops"); haErr == nil {
+					return
+				}
+				w.ha.Stop()
+				w.ha = nil
+			}
+		}
 		dir, err := os.MkdirTemp("/tmp", "idemops-chaos-pg-")
 		if err != nil {
 			pgErr = err
 			return
 		}
-		lf, _ := os.Create(filepath.Join(logs, "postgres.log"))
 		w.pg, pgErr = pglocal.Start(ctx, pglocal.Options{DataDir: dir, Log: lf, MaxConnections: 300})
 	}()
 	go func() {
@@ -191,12 +211,23 @@ func (w *world) up(ctx context.Context, logs string) error {
 	if mqErr != nil {
 		return fmt.Errorf("chaos: RabbitMQ: %w", mqErr)
 	}
-	w.logf("PostgreSQL (single cluster) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
-	w.components = append(w.components,
-		report.Component{Name: "postgres", Exercised: true, Why: "a single cluster (internal/pglocal)"},
-		report.Component{Name: "postgres-ha", Exercised: false, Why: "the HA set (internal/pgha) is not wired into the chaos world yet: kill-pg-primary is not drawn"},
-		report.Component{Name: "rabbitmq", Exercised: true})
-	dbURL := w.pg.URL("postgres")
+	var dbURL string
+	if w.ha != nil {
+		dbURL = w.ha.URL("idemops")
+		w.logf("PostgreSQL HA set (pg_auto_failover: monitor, primary, synchronous standby) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
+		w.components = append(w.components, report.Component{Name: "postgres-ha", Exercised: true,
+			Why: "pg_auto_failover (internal/pgha): monitor, primary, synchronous standby; multi-host URL, target_session_attrs=read-write; the primary is killed once"})
+	} else {
+		dbURL = w.pg.URL("postgres")
+		why := "--ha=false: a single cluster (internal/pglocal); kill-pg-primary is not drawn"
+		if haErr != nil {
+			why = "the HA set did not start (" + oneLine(haErr) + "): a single cluster instead; kill-pg-primary is not drawn"
+		}
+		w.logf("PostgreSQL (single cluster) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
+		w.components = append(w.components, report.Component{Name: "postgres", Exercised: true, Why: "a single cluster (internal/pglocal)"},
+			report.Component{Name: "postgres-ha", Exercised: false, Why: why})
+	}
+	w.components = append(w.components, report.Component{Name: "rabbitmq", Exercised: true})
 	db, err := pglocal.Open(dbURL)
 	if err != nil {
 		return err
@@ -315,12 +346,15 @@ func (w *world) teardown() {
 		w.pg.Stop()
 		_ = os.RemoveAll(w.pg.DataDir)
 	}
+	if w.ha != nil {
+		w.ha.Stop()
+	}
 }
 
 // runSchedule injects the planned faults at their times until ctx ends; it returns the audit
 // head recorded halfway, the checkpoint the audit invariant verifies against.
 func (w *world) runSchedule(ctx context.Context) *console.AuditHead {
-	plan := Schedule(w.cfg.Seed, w.cfg.Duration)
+	plan := Schedule(w.cfg.Seed, w.cfg.Duration, w.ha != nil)
 	audit := console.NewAuditLog(w.db, w.store.Config().DigestSecret)
 	var mark *console.AuditHead
 	half := time.NewTimer(w.cfg.Duration / 2)
@@ -368,6 +402,8 @@ func (w *world) inject(ctx context.Context, f PlannedFault) {
 		w.killService(ctx, f.Target)
 	case KindKillDaemonLeader:
 		w.killDaemonLeader(ctx)
+	case KindKillPGPrimary:
+		w.killPGPrimary(ctx)
 	case KindBrokerRestart:
 		w.fault(f.Kind, "rabbitmq", "stop and start on the same ports")
 		w.bg.Add(1)
@@ -460,6 +496,39 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 			w.logf("restart %s: %v", p.name, err)
 		}
 	}()
+}
+
+// killPGPrimary is kill -9 of the HA set's primary (keeper, postmaster, backends); the standby
+// is promoted by the monitor and every part reconnects through the multi-host URL.
+func (w *world) killPGPrimary(ctx context.Context) {
+	primary, err := w.ha.Primary(ctx)
+	if err != nil {
+		w.fault(KindKillPGPrimary, "postgres", "skipped: "+err.Error())
+		return
+	}
+	if err := w.ha.Kill(primary); err != nil {
+		w.fault(KindKillPGPrimary, primary.Name, "kill failed: "+err.Error())
+		return
+	}
+	w.fault(KindKillPGPrimary, primary.Name, "kill -9 of the primary's keeper, postmaster and backends")
+	t0 := time.Now()
+	w.bg.Add(1)
+	go func() {
+		defer w.bg.Done()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		n, err := w.ha.WaitPromoted(pctx, primary)
+		if err != nil {
+			w.logf("failover: %v", err)
+			return
+		}
+		w.logf("failover: %s promoted after %.1fs", n.Name, time.Since(t0).Seconds())
+	}()
+}
+
+func oneLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }
 
 // percentile of sorted durations, in ms.

@@ -49,9 +49,10 @@ type PlannedFault struct {
 const faultWindow = 4 * time.Second
 
 // Schedule draws the fault schedule for a run of duration d from seed: every kind once in each
-// minute (at least once), at a uniform time inside it, kills aimed at a replica drawn too. It
-// uses nothing but the seed and d, so the same seed gives the same schedule.
-func Schedule(seed int64, d time.Duration) []PlannedFault {
+// minute (at least once), at a uniform time inside it, kills aimed at a replica drawn too; with
+// ha, the PostgreSQL primary is killed once, in the first minute (the set has one standby). It
+// uses nothing but the seed, d and ha, so the same seed gives the same schedule.
+func Schedule(seed int64, d time.Duration, ha bool) []PlannedFault {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6661756c74732d31))
 	rounds := max(1, int(d/time.Minute))
 	w := d / time.Duration(rounds)
@@ -76,6 +77,10 @@ func Schedule(seed int64, d time.Duration) []PlannedFault {
 			}
 			out = append(out, f)
 		}
+	}
+	if ha { // drawn last, so the rest of the schedule is the same with and without HA
+		span := max(w-7*time.Second, time.Second)
+		out = append(out, PlannedFault{At: 2*time.Second + time.Duration(rng.Int64N(int64(span))), Kind: KindKillPGPrimary, Target: "postgres primary"})
 	}
 	slices.SortStableFunc(out, func(a, b PlannedFault) int { return int(a.At - b.At) })
 	return out
