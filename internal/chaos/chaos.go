@@ -202,7 +202,7 @@ func (w *world) up(ctx context.Context, logs string) error {
 	go func() {
 		defer wg.Done()
 		lf, _ := os.Create(filepath.Join(logs, "rabbitmq.log"))
-		w.broker, mqErr = mqlocal.Start(ctx, mqlocal.Options{Log: lf})
+		w.broker, mqErr = mqlocal.Start(ctx, mqlocal.Options{Log: lf, StartTimeout: 3 * time.Minute}) // 6 s idle, over 90 s beside the HA set under load
 	}()
 	wg.Wait()
 	if pgErr != nil {

@@ -205,6 +205,14 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 	if extra > 0 {
 		cons.fail("%d fulfillment or shipping rows name no payment", extra)
 	}
+	// Orders with no completed payment key behind them.
+	var strayOrders []string
+	_ = w.db.WithContext(ctx).Raw(`SELECT o.merchant_order_no FROM demo_orders o WHERE NOT EXISTS
+		(SELECT 1 FROM idempotency_keys k WHERE k.downstream_key = o.merchant_order_no AND k.state = 'completed') LIMIT ?`,
+		maxViolations).Scan(&strayOrders).Error
+	for _, o := range strayOrders {
+		orders.fail("order %s: no completed payment key opened it", o)
+	}
 	for _, o := range open {
 		find.inv.Checked++
 		if !faulted[o.Order] {
