@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	w.logf("client retried %d unfinished keys with their keys", n)
 
 	// Settle, then check.
-	invs := w.settle(ctx, auditMark)
+	invs := w.settle(ctx, auditMark())
 	r.SettledAt = time.Now().UTC()
 	r.Invariants = invs
 	r.Passed = true
@@ -351,48 +351,43 @@ func (w *world) teardown() {
 	}
 }
 
-// runSchedule injects the planned faults at their times until ctx ends; it returns the audit
-// head recorded halfway, the checkpoint the audit invariant verifies against.
-func (w *world) runSchedule(ctx context.Context) *console.AuditHead {
+// runSchedule injects the planned faults at their times until ctx ends. It returns the audit
+// head recorded halfway (retried for up to a minute: the primary may be failing over then), the
+// checkpoint the audit invariant verifies against.
+func (w *world) runSchedule(ctx context.Context) func() *console.AuditHead {
 	plan := Schedule(w.cfg.Seed, w.cfg.Duration, w.ha != nil)
 	audit := console.NewAuditLog(w.db, w.store.Config().DigestSecret)
-	var mark *console.AuditHead
-	half := time.NewTimer(w.cfg.Duration / 2)
-	defer half.Stop()
+	markc := make(chan *console.AuditHead, 1)
+	go func() {
+		select {
+		case <-time.After(w.cfg.Duration / 2):
+		case <-ctx.Done():
+		}
+		for range 30 {
+			h, err := audit.Head(context.WithoutCancel(ctx))
+			if err == nil {
+				w.logf("audit checkpoint %s", h)
+				markc <- &h
+				return
+			}
+			w.logf("audit head (retrying): %s", oneLine(err))
+			time.Sleep(2 * time.Second)
+		}
+		markc <- nil
+	}()
+	mark := func() *console.AuditHead { return <-markc }
 	for _, f := range plan {
-		wait := time.Until(w.start.Add(f.At))
-		t := time.NewTimer(wait)
+		t := time.NewTimer(time.Until(w.start.Add(f.At)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return w.mark(mark, audit)
-		case <-half.C:
-			mark = w.mark(mark, audit)
-			<-t.C
+			return mark
 		case <-t.C:
 		}
 		w.inject(ctx, f)
 	}
-	select {
-	case <-ctx.Done():
-	case <-half.C:
-		mark = w.mark(mark, audit)
-		<-ctx.Done()
-	}
-	return w.mark(mark, audit)
-}
-
-func (w *world) mark(cur *console.AuditHead, audit *console.AuditLog) *console.AuditHead {
-	if cur != nil {
-		return cur
-	}
-	h, err := audit.Head(context.Background())
-	if err != nil {
-		w.logf("audit head: %v", err)
-		return nil
-	}
-	w.logf("audit checkpoint %s", h)
-	return &h
+	<-ctx.Done()
+	return mark
 }
 
 // inject runs one fault; the slow ones (restarts, operator flows) in the background.
@@ -452,13 +447,29 @@ func (w *world) killService(ctx context.Context, target string) {
 	go func() {
 		defer w.bg.Done()
 		t0 := time.Now()
-		if err := p.start(context.WithoutCancel(ctx), 2*time.Minute); err != nil {
-			w.logf("restart %s: %v", target, err)
+		if err := w.restart(context.WithoutCancel(ctx), p); err != nil {
 			return
 		}
 		b.down.Store(false)
 		w.logf("%s back after %.1fs", target, time.Since(t0).Seconds())
 	}()
+}
+
+// restart starts a killed part again, retrying for up to 3 minutes: it exits at once while
+// the database is failing over.
+func (w *world) restart(ctx context.Context, p *proc) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := p.start(ctx, time.Until(deadline))
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				w.logf("restart %s: %v", p.name, err)
+			}
+			return err
+		}
+		w.logf("restart %s failed, again in 2s: %v", p.name, err)
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // killDaemonLeader finds the replica holding the leader lease (daemon_replicas.is_leader, by
@@ -492,9 +503,7 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
-		if err := p.start(context.WithoutCancel(ctx), 2*time.Minute); err != nil {
-			w.logf("restart %s: %v", p.name, err)
-		}
+		_ = w.restart(context.WithoutCancel(ctx), p)
 	}()
 }
 
