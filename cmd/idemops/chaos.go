@@ -94,7 +94,13 @@ func chaosPaysimCmd() *cobra.Command {
 	var seed int64
 	cmd := &cobra.Command{Use: "paysim", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-		sim, err := paysim.NewServer(paysim.Config{Seed: seed, StateFile: stateFile, NotifyURL: notifyURL,
+		// Callbacks are retried every 5 s for about 2.5 minutes (paysim's default backs off to
+		// an hour): an outage of the whole world is answered within the run's bounded settle.
+		schedule := []time.Duration{time.Second, 2 * time.Second}
+		for len(schedule) < 32 {
+			schedule = append(schedule, 5*time.Second)
+		}
+		sim, err := paysim.NewServer(paysim.Config{Seed: seed, NotifySchedule: schedule, StateFile: stateFile, NotifyURL: notifyURL,
 			NotifySecret: []byte(os.Getenv(chaos.EnvNotifySecret)), DeclinePayees: []string{"declined-shop"}, Logger: log,
 			// Callback faults decided from the seed on top of the ones the schedule forces.
 			NotifyDuplicateRate: 0.05, NotifyReorderRate: 0.03, LateCloseRate: 0.03, NotifyDelay: time.Second})
