@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -86,6 +87,8 @@ type world struct {
 	sim     *paysim.Client
 	traffic *traffic
 	win     window
+
+	brokerBusy atomic.Bool
 
 	mu         sync.Mutex
 	faults     []report.Fault
@@ -400,16 +403,28 @@ func (w *world) inject(ctx context.Context, f PlannedFault) {
 	case KindKillPGPrimary:
 		w.killPGPrimary(ctx)
 	case KindBrokerRestart:
+		if !w.brokerBusy.CompareAndSwap(false, true) { // two restarts at once would kill each other's node
+			w.fault(f.Kind, "rabbitmq", "skipped: the previous restart is still under way")
+			return
+		}
 		w.fault(f.Kind, "rabbitmq", "stop and start on the same ports")
 		w.bg.Add(1)
 		go func() {
 			defer w.bg.Done()
+			defer w.brokerBusy.Store(false)
 			t0 := time.Now()
-			if err := w.broker.Restart(context.WithoutCancel(ctx)); err != nil {
-				w.logf("broker restart failed: %v", err)
-				return
+			for attempt := 1; ; attempt++ {
+				err := w.broker.Restart(context.WithoutCancel(ctx))
+				if err == nil {
+					w.logf("broker back after %.1fs", time.Since(t0).Seconds())
+					return
+				}
+				w.logf("broker restart %d failed: %v", attempt, err)
+				if attempt == 3 {
+					return
+				}
+				time.Sleep(2 * time.Second)
 			}
-			w.logf("broker back after %.1fs", time.Since(t0).Seconds())
 		}()
 	case KindOperatorReplay, KindBulkReplay, KindRetentionPurge, KindReconcileRun:
 		w.bg.Add(1)
