@@ -101,11 +101,17 @@ func (w *world) logf(format string, args ...any) {
 }
 
 func (w *world) fault(kind, target, detail string) {
-	f := report.Fault{T: time.Since(w.start).Seconds(), Kind: kind, Target: target, Detail: detail}
+	w.faultAt(time.Now(), kind, target, detail)
+}
+
+// faultAt logs a fault that began at t0 (an operator flow is logged when its outcome is known,
+// at the time it started).
+func (w *world) faultAt(t0 time.Time, kind, target, detail string) {
+	f := report.Fault{T: t0.Sub(w.start).Seconds(), Kind: kind, Target: target, Detail: detail}
 	w.mu.Lock()
 	w.faults = append(w.faults, f)
 	w.mu.Unlock()
-	w.logf("fault %s → %s %s", kind, target, detail)
+	w.logf("fault %s (at %.1fs) → %s %s", kind, f.T, target, detail)
 }
 
 func randomHex(n int) string {
@@ -168,6 +174,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	}
 	w.mu.Lock()
 	r.Faults = append([]report.Fault(nil), w.faults...)
+	sort.SliceStable(r.Faults, func(i, j int) bool { return r.Faults[i].T < r.Faults[j].T })
 	r.Components = append([]report.Component(nil), w.components...)
 	w.mu.Unlock()
 	w.fillSeries(r)
@@ -608,13 +615,15 @@ func (w *world) fillSeries(r *report.Report) {
 	if gap := end.Sub(lastOK).Seconds(); gap > r.Totals.LongestUnavailableS && len(keys) > 0 {
 		r.Totals.LongestUnavailableS = gap
 	}
-	secs := make([]int, 0, len(buckets))
-	for s := range buckets {
-		secs = append(secs, s)
+	last := 0
+	for sec := range buckets {
+		last = max(last, sec)
 	}
-	sort.Ints(secs)
-	for _, sec := range secs {
+	for sec := 0; sec <= last; sec++ { // every second, a quiet one too: an outage shows as zeros
 		s := buckets[sec]
+		if s == nil {
+			s = &report.Sample{T: float64(sec)}
+		}
 		l := lats[sec]
 		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
 		s.P50Ms, s.P99Ms = percentile(l, 0.5), percentile(l, 0.99)

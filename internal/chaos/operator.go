@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/idemops/idemops/demo"
 )
@@ -37,11 +38,13 @@ func (w *world) failedKey(ctx context.Context, n int) (int64, *keyRecord, error)
 // operator runs one console action through /api/v1 with the chaos operators' tokens.
 func (w *world) operator(ctx context.Context, kind string) {
 	a, b := w.tokens[0], w.tokens[1]
+	t0 := time.Now()
+	fault := func(kind, target, detail string) { w.faultAt(t0, kind, target, detail) }
 	switch kind {
 	case KindOperatorReplay:
 		id, rec, err := w.failedKey(ctx, 0)
 		if err != nil {
-			w.fault(kind, "console", "no replayable key: "+err.Error())
+			fault(kind, "console", "no replayable key: "+err.Error())
 			return
 		}
 		digest := w.store.Digest(rec.Tenant, demo.OperationCharge, rec.Key)
@@ -52,11 +55,11 @@ func (w *world) operator(ctx context.Context, kind string) {
 			NeedsApproval bool   `json:"needs_approval"`
 		}
 		if _, err := w.api.call(ctx, a, http.MethodGet, fmt.Sprintf("/api/v1/keys/%d/replay", id), nil, &prev); err != nil {
-			w.fault(kind, digest, "preview failed: "+err.Error())
+			fault(kind, digest, "preview failed: "+err.Error())
 			return
 		}
 		if !prev.Allowed {
-			w.fault(kind, digest, "preview refused: "+prev.Text)
+			fault(kind, digest, "preview refused: "+prev.Text)
 			return
 		}
 		var conf struct {
@@ -69,7 +72,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 		}
 		if _, err := w.api.call(ctx, a, http.MethodPost, fmt.Sprintf("/api/v1/keys/%d/replay", id),
 			map[string]string{"token": prev.Token, "reason": "chaos run: operator replay during faults"}, &conf); err != nil {
-			w.fault(kind, digest, "confirm failed: "+err.Error())
+			fault(kind, digest, "confirm failed: "+err.Error())
 			return
 		}
 		detail := "replay request " + fmt.Sprint(conf.Request.ID) + ": " + conf.Request.State
@@ -84,7 +87,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 				detail += "; approved by a second operator: " + ap.State
 			}
 		}
-		w.fault(kind, digest, detail)
+		fault(kind, digest, detail)
 	case KindBulkReplay:
 		var ids []int64
 		var digests []string
@@ -96,7 +99,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 			}
 		}
 		if len(ids) == 0 {
-			w.fault(kind, "console", "no replayable keys could be made")
+			fault(kind, "console", "no replayable keys could be made")
 			return
 		}
 		var plan struct {
@@ -105,7 +108,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 			Total int    `json:"total"`
 		}
 		if _, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/replays/bulk", map[string]any{"ids": ids}, &plan); err != nil {
-			w.fault(kind, strings.Join(digests, ","), "bulk preview failed: "+err.Error())
+			fault(kind, strings.Join(digests, ","), "bulk preview failed: "+err.Error())
 			return
 		}
 		var run struct {
@@ -114,16 +117,16 @@ func (w *world) operator(ctx context.Context, kind string) {
 		}
 		if _, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/replays/bulk/start",
 			map[string]string{"plan": plan.Plan, "token": plan.Token, "reason": "chaos run: bulk replay during faults"}, &run); err != nil {
-			w.fault(kind, strings.Join(digests, ","), "bulk start failed: "+err.Error())
+			fault(kind, strings.Join(digests, ","), "bulk start failed: "+err.Error())
 			return
 		}
-		w.fault(kind, strings.Join(digests, ","), fmt.Sprintf("bulk run %d of %d keys: %s", run.ID, plan.Total, run.State))
+		fault(kind, strings.Join(digests, ","), fmt.Sprintf("bulk run %d of %d keys: %s", run.ID, plan.Total, run.State))
 	case KindRetentionPurge:
 		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "purge"}, nil)
-		w.fault(kind, "console", "purge job run requested: "+errText(err))
+		fault(kind, "console", "purge job run requested: "+errText(err))
 	case KindReconcileRun:
 		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:" + ReconJob}, nil)
-		w.fault(kind, "console", "reconciliation of today's paysim Stripe statement requested: "+errText(err))
+		fault(kind, "console", "reconciliation of today's paysim Stripe statement requested: "+errText(err))
 	}
 }
 
