@@ -287,9 +287,8 @@ func (w *world) up(ctx context.Context, logs string) error {
 	w.sim = paysim.NewClient(w.paysim.ready, &http.Client{Timeout: 10 * time.Second})
 	env = append(env, EnvPaysimURL+"="+w.paysim.ready)
 	tokens := filepath.Join(w.cfg.OutDir, "logs", "console-tokens")
-	for i, b := range w.backs {
+	for _, b := range w.backs {
 		w.pays = append(w.pays, mk(b.name, "payments", "--name", b.name, "--addr", b.url.Host))
-		_ = i
 	}
 	for i := range 2 {
 		w.daemons = append(w.daemons, mk(fmt.Sprintf("daemon-%d", i+1), "daemon", "--name", fmt.Sprintf("daemon-%d", i+1)))
