@@ -175,6 +175,9 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	w.mu.Lock()
 	r.Faults = append([]report.Fault(nil), w.faults...)
 	sort.SliceStable(r.Faults, func(i, j int) bool { return r.Faults[i].T < r.Faults[j].T })
+	for _, f := range Schedule(cfg.Seed, cfg.Duration, w.ha != nil) {
+		r.Schedule = append(r.Schedule, report.Fault{T: f.At.Seconds(), Kind: f.Kind, Target: f.Target})
+	}
 	r.Components = append([]report.Component(nil), w.components...)
 	w.mu.Unlock()
 	w.fillSeries(r)

@@ -16,6 +16,9 @@ type Report struct {
 	Components []Component `json:"components"`
 	Samples    []Sample    `json:"samples"`
 	Faults     []Fault     `json:"faults"`
+	// Schedule is the plan drawn from the seed (T = the planned second); Faults is what was
+	// injected, when. The same seed gives the same Schedule.
+	Schedule   []Fault     `json:"schedule,omitempty"`
 	Invariants []Invariant `json:"invariants"`
 	Totals     Totals      `json:"totals"`
 }
