@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: run test test-race test-failover bench vet fmt generate check build
+.PHONY: run test test-race test-failover bench vet fmt generate check build chaos
 
 ## run: start the whole thing (private PostgreSQL, demo traffic, console)
 run:
@@ -11,6 +11,15 @@ run:
 ## build: build the binaries into ./bin
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+## chaos: the demo world as separate processes under a seeded fault schedule, invariants checked
+## at the end, the report under CHAOS_OUT (exit 1 when an invariant broke)
+CHAOS_DURATION ?= 5m
+CHAOS_SEED ?= 1
+CHAOS_OUT ?= chaos-report
+chaos:
+	$(GO) build -o bin/ ./cmd/idemops
+	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
 ## package; the HA failover test (internal/pgha) runs last, alone: on 2 cores, killing a primary

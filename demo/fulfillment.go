@@ -60,8 +60,9 @@ func FulfillmentConsumer(db *gorm.DB, topo consume.Topology, log *slog.Logger) (
 
 // startEvents starts the fulfillment consumer (local work, one transaction) and the shipping
 // consumer (spanning work, through claim keys) on the world's broker, and makes the AMQP sender
-// that relays the payment events.
-func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events *consume.Topology, log *slog.Logger) error {
+// that relays the payment events. Without consumers only the sender is made (and the shipping
+// operation registered, for the daemon).
+func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events *consume.Topology, log *slog.Logger, consumers bool) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -90,6 +91,10 @@ func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events 
 			}
 			return shipTopo.Declare(ch)
 		}}
+	if !consumers {
+		w.stopEvents = func() { _ = w.events.Close() }
+		return nil
+	}
 	w.Fulfillment, w.Shipping = c, s
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

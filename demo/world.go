@@ -38,6 +38,15 @@ type WorldConfig struct {
 	// Events overrides PaymentEvents (tests use names of their own on a shared broker).
 	Events *consume.Topology
 	Logger *slog.Logger
+	// PaysimURL, when set, is a paysim running elsewhere (another process): none is started,
+	// and its notify URL is that process's business. Paysim.NotifySecret must be its secret.
+	PaysimURL string
+	// APIKeys, when set, are the bearer keys (key → tenant) instead of fresh ones per tenant,
+	// so that replicas of the service in other processes accept the same keys.
+	APIKeys map[string]string
+	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
+	// consumers — for a daemon or console in a process of its own (the chaos run).
+	NoServe bool
 }
 
 // World is a running paysim and payments service.
@@ -74,14 +83,21 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if len(cfg.Paysim.NotifySecret) == 0 {
 		cfg.Paysim.NotifySecret = []byte(randomHex(16))
 	}
-	sim, err := paysim.NewServer(cfg.Paysim)
-	if err != nil {
-		return nil, err
+	w := &World{APIKeys: map[string]string{}}
+	var sim *paysim.Server
+	if cfg.PaysimURL != "" {
+		w.PaysimURL = cfg.PaysimURL
+	} else {
+		var err error
+		if sim, err = paysim.NewServer(cfg.Paysim); err != nil {
+			return nil, err
+		}
+		w.Paysim = sim
+		if w.PaysimURL, err = w.serve(cfg.PaysimAddr, sim); err != nil {
+			return nil, err
+		}
 	}
-	w := &World{Paysim: sim, APIKeys: map[string]string{}}
-	if w.PaysimURL, err = w.serve(cfg.PaysimAddr, sim); err != nil {
-		return nil, err
-	}
+	var err error
 	w.Client = paysim.NewClient(w.PaysimURL, &http.Client{Timeout: 10 * time.Second})
 	w.Charge = downstream.NewPaysimCharge(w.Client)
 	w.Charge.ApplyFunc = applyPaymentAndOpenOrder
@@ -93,8 +109,11 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	for _, t := range cfg.Tenants {
 		w.APIKeys["sk_demo_"+t+"_"+randomHex(12)] = t
 	}
+	if cfg.APIKeys != nil {
+		w.APIKeys = cfg.APIKeys
+	}
 	if cfg.AMQPURL != "" {
-		if err := w.startEvents(cfg.DB, cfg.Store, cfg.AMQPURL, cfg.Events, cfg.Logger); err != nil {
+		if err := w.startEvents(cfg.DB, cfg.Store, cfg.AMQPURL, cfg.Events, cfg.Logger, !cfg.NoServe); err != nil {
 			w.Close()
 			return nil, err
 		}
@@ -105,6 +124,9 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 			}
 			return snap, OpenOrder(ctx, tx, l, snap.ResourceID)
 		}
+	}
+	if cfg.NoServe {
+		return w, nil
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
 	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
@@ -126,7 +148,9 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.Close()
 		return nil, err
 	}
-	sim.SetNotifyURL(w.APIURL + CallbackPath)
+	if sim != nil {
+		sim.SetNotifyURL(w.APIURL + CallbackPath)
+	}
 	if w.GRPCAddr, err = w.serveGRPC(cfg.GRPCAddr, svc); err != nil {
 		w.Close()
 		return nil, err
@@ -195,8 +219,12 @@ func (w *World) Close() {
 			w.grpcServer.Stop()
 		}
 	}
-	w.Answers.Stop() // after the servers: their last answers are held, and written now
-	_ = w.Paysim.Close()
+	if w.Answers != nil {
+		w.Answers.Stop() // after the servers: their last answers are held, and written now
+	}
+	if w.Paysim != nil {
+		_ = w.Paysim.Close()
+	}
 	if w.stopEvents != nil {
 		w.stopEvents()
 	}

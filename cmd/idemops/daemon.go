@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,9 @@ type daemonOptions struct {
 	Daemon  daemon.Config
 	Reclaim daemon.ReclaimConfig
 	Outbox  daemon.OutboxConfig
+	// ReclaimSpec and OutboxSpec replace the default schedules of those jobs (the chaos run's
+	// daemons reclaim every few seconds so that the world settles quickly).
+	ReclaimSpec, OutboxSpec string
 }
 
 // newDaemon builds a replica with every job registered. It is the one place jobs are wired in:
@@ -81,10 +85,10 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.Register(reclaim, reclaimSpec); err != nil {
+	if err := d.Register(reclaim, cmp.Or(opt.ReclaimSpec, reclaimSpec)); err != nil {
 		return nil, err
 	}
-	if err := d.Register(relay, outboxSpec); err != nil {
+	if err := d.Register(relay, cmp.Or(opt.OutboxSpec, outboxSpec)); err != nil {
 		return nil, err
 	}
 	purge, err := retention.NewPurgeJob(deps.DB, retention.Config{Logger: deps.Logger})

@@ -112,6 +112,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newReconcileCmd())
 	root.AddCommand(newConsoleCmd(), newUserCmd(), newAuditCmd())
 	root.AddCommand(newDemoCmd(), newServeCmd())
+	root.AddCommand(newChaosCmd(), newChaosPartCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
 	root.AddCommand(newChaosCmd())
 	return root

@@ -16,6 +16,9 @@ type Report struct {
 	Components []Component `json:"components"`
 	Samples    []Sample    `json:"samples"`
 	Faults     []Fault     `json:"faults"`
+	// Schedule is the plan drawn from the seed (T = the planned second); Faults is what was
+	// injected, when. The same seed gives the same Schedule.
+	Schedule   []Fault     `json:"schedule,omitempty"`
 	Invariants []Invariant `json:"invariants"`
 	Totals     Totals      `json:"totals"`
 }
@@ -62,4 +65,6 @@ type Totals struct {
 	FaultsByKind        map[string]int `json:"faults_by_kind"`
 	WorstP99Ms          float64        `json:"worst_p99_ms"`
 	LongestUnavailableS float64        `json:"longest_unavailable_s"` // longest stretch with no successful claim
+	LogicalKeys         int            `json:"logical_keys"`          // idempotency keys the client used (each a logical payment)
+	P99Ms               float64        `json:"p99_ms"`                // p99 of every client call of the run
 }

@@ -1,0 +1,258 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/demo"
+	"github.com/idemops/idemops/internal/chaos/report"
+)
+
+// The invariants (issue 22 item 3), by name in the report.
+const (
+	InvOneCharge       = "every 2xx key has exactly one succeeded charge at paysim"
+	InvNoOrphanCharge  = "no charge at paysim without a completed key (or an open finding naming it)"
+	InvNoLostKey       = "no completed key lost (2xx keys completed, same payment)"
+	InvMismatch        = "a key reused with another amount is never answered 2xx"
+	InvConsumerOnce    = "every consumer effect applied exactly once (fulfillment, shipping)"
+	InvOrders          = "every order in the right final state (paid, as the channel says)"
+	InvAudit           = "the audit chain verifies against its mid-run checkpoint"
+	InvFindings        = "reconciliation findings only where faults were injected on purpose"
+	InvNothingInFlight = "nothing left in flight (no processing key, no unsent outbox row)"
+)
+
+// maxViolations bounds the keys named per invariant in the report.
+const maxViolations = 50
+
+type check struct {
+	inv report.Invariant
+}
+
+func (c *check) fail(format string, args ...any) {
+	c.inv.OK = false
+	if len(c.inv.Violations) < maxViolations {
+		c.inv.Violations = append(c.inv.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// settle waits (bounded) for the world to be quiet, has it reconciled once more, and checks the
+// invariants until they hold or the bound passes; the last result is the verdict.
+func (w *world) settle(ctx context.Context, mark *console.AuditHead) []report.Invariant {
+	deadline := time.Now().Add(SettleLimit)
+	reconciled := false
+	var last []report.Invariant
+	for {
+		quiet := w.quiet(ctx)
+		if (quiet || time.Now().After(deadline.Add(-20*time.Second))) && !reconciled {
+			reconciled = true
+			w.reconcileNow(ctx)
+		}
+		last = w.invariants(ctx, mark)
+		ok := true
+		for _, inv := range last {
+			ok = ok && inv.OK
+		}
+		if (ok && reconciled) || time.Now().After(deadline) || ctx.Err() != nil {
+			w.logf("settled (%v): invariants %s", ok, map[bool]string{true: "hold", false: "broken"}[ok])
+			return last
+		}
+		time.Sleep(3 * time.Second)
+	}
+}
+
+// quiet: no processing key and no outbox row waiting.
+func (w *world) quiet(ctx context.Context) bool {
+	var n int64
+	if err := w.db.WithContext(ctx).Raw(`SELECT (SELECT count(*) FROM idempotency_keys WHERE state = 'processing')
+		+ (SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending'))`).Scan(&n).Error; err != nil {
+		return false
+	}
+	return n == 0
+}
+
+// reconcileNow has the console run today's reconciliation and waits (up to 30 s) for it.
+func (w *world) reconcileNow(ctx context.Context) {
+	var before int64
+	_ = w.db.WithContext(ctx).Raw(`SELECT coalesce(max(id), 0) FROM recon_runs`).Scan(&before).Error
+	if _, err := w.api.call(ctx, w.tokens[0], http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:" + ReconJob}, nil); err != nil {
+		w.logf("settle: reconciliation not started: %v", err)
+		return
+	}
+	for range 30 {
+		var n int64
+		_ = w.db.WithContext(ctx).Raw(`SELECT count(*) FROM recon_runs WHERE id > ? AND finished_at IS NOT NULL`, before).Scan(&n).Error
+		if n > 0 {
+			w.logf("settle: reconciliation ran")
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	w.logf("settle: reconciliation did not finish within 30s")
+}
+
+type storedKey struct {
+	Tenant, Key, State, KeyDigest, DownstreamKey string
+	ResourceID                                   *string
+}
+
+func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []report.Invariant {
+	t := w.traffic
+	t.mu.Lock()
+	recs := make([]keyRecord, len(t.keys))
+	for i, r := range t.keys {
+		recs[i] = *r
+	}
+	t.mu.Unlock()
+
+	var rows []storedKey
+	_ = w.db.WithContext(ctx).Raw(`SELECT tenant, key, state, key_digest, downstream_key, resource_id FROM idempotency_keys WHERE operation = ?`,
+		demo.OperationCharge).Scan(&rows).Error
+	stored := map[string]storedKey{}
+	for _, r := range rows {
+		stored[r.Tenant+"\x00"+r.Key] = r
+	}
+	// Open findings by merchant order number (= downstream key).
+	var open []struct{ Order, Kind, Detail string }
+	_ = w.db.WithContext(ctx).Raw(`SELECT coalesce(l.merchant_order_no, k.downstream_key, '') AS order, d.kind, left(coalesce(d.detail::text, ''), 200) AS detail
+		FROM discrepancies d LEFT JOIN statement_lines l ON l.id = d.statement_line_id LEFT JOIN idempotency_keys k ON k.id = d.key_id
+		WHERE d.state = 'open'`).Scan(&open).Error
+	openFinding := map[string]bool{}
+	for _, o := range open {
+		openFinding[o.Order] = true
+	}
+
+	one := &check{inv: report.Invariant{Name: InvOneCharge, OK: true}}
+	orphan := &check{inv: report.Invariant{Name: InvNoOrphanCharge, OK: true}}
+	lost := &check{inv: report.Invariant{Name: InvNoLostKey, OK: true}}
+	mism := &check{inv: report.Invariant{Name: InvMismatch, OK: true}}
+	cons := &check{inv: report.Invariant{Name: InvConsumerOnce, OK: true}}
+	orders := &check{inv: report.Invariant{Name: InvOrders, OK: true}}
+	find := &check{inv: report.Invariant{Name: InvFindings, OK: true}}
+	faulted := map[string]bool{}
+	for _, r := range recs {
+		dk := claim.DownstreamKey(r.Tenant, demo.OperationCharge, r.Key)
+		digest := w.store.Digest(r.Tenant, demo.OperationCharge, r.Key)
+		if r.Faulted || r.Scenario == "crash" {
+			faulted[dk] = true
+		}
+		sk, haveKey := stored[r.Tenant+"\x00"+r.Key]
+		list, err := w.sim.Charges(ctx, dk)
+		succeeded := 0
+		if err == nil {
+			for _, c := range list.Charges {
+				if c.Status == "succeeded" {
+					succeeded++
+				}
+			}
+		}
+		mism.inv.Checked++
+		if r.Mismatch2xx {
+			mism.fail("%s: the other amount was answered 2xx", digest)
+		}
+		orphan.inv.Checked++
+		if err != nil {
+			orphan.fail("%s: paysim lookup failed: %v", digest, err)
+		} else if list.Count > 1 {
+			orphan.fail("%s: %d charges at paysim for one key", digest, list.Count)
+		} else if succeeded == 1 && (!haveKey || sk.State != string(claim.StateCompleted)) && !openFinding[dk] {
+			state := "no key"
+			if haveKey {
+				state = sk.State
+			}
+			orphan.fail("%s: charged at paysim, key %s, no open finding", digest, state)
+		}
+		if r.Saw2xx {
+			one.inv.Checked++
+			if err == nil && succeeded != 1 {
+				one.fail("%s: answered 2xx, %d succeeded charges at paysim", digest, succeeded)
+			}
+			lost.inv.Checked++
+			switch {
+			case !haveKey:
+				lost.fail("%s: answered 2xx, key gone", digest)
+			case sk.State != string(claim.StateCompleted):
+				lost.fail("%s: answered 2xx, key %s", digest, sk.State)
+			case r.PaymentID != "" && (sk.ResourceID == nil || *sk.ResourceID != r.PaymentID):
+				lost.fail("%s: answered payment %s, key holds another", digest, r.PaymentID)
+			}
+		}
+		if haveKey && sk.State == string(claim.StateCompleted) && succeeded == 1 {
+			pid := demo.PaymentID(sk.DownstreamKey)
+			var f struct{ Fulfillments, Shipments, Payments int64 }
+			_ = w.db.WithContext(ctx).Raw(`SELECT (SELECT count(*) FROM fulfillments WHERE payment_id = ?) AS fulfillments,
+				(SELECT count(*) FROM shipping_notices WHERE payment_id = ?) AS shipments,
+				(SELECT count(*) FROM payments WHERE id = ?) AS payments`, pid, pid, pid).Scan(&f).Error
+			cons.inv.Checked++
+			if f.Payments != 1 || f.Fulfillments != 1 || f.Shipments != 1 {
+				cons.fail("%s: payments %d, fulfillments %d, shipping notices %d (want 1 each)", digest, f.Payments, f.Fulfillments, f.Shipments)
+			}
+			var st []string
+			_ = w.db.WithContext(ctx).Raw(`SELECT status FROM demo_orders WHERE merchant_order_no = ?`, dk).Scan(&st).Error
+			orders.inv.Checked++
+			if len(st) != 1 || st[0] != string(demo.OrderPaid) {
+				orders.fail("%s: order %v, the channel says succeeded (want paid)", digest, st)
+			}
+		}
+	}
+	// Effects with no payment behind them.
+	var extra int64
+	_ = w.db.WithContext(ctx).Raw(`SELECT (SELECT count(*) FROM fulfillments f WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = f.payment_id))
+		+ (SELECT count(*) FROM shipping_notices s WHERE NOT EXISTS (SELECT 1 FROM payments p WHERE p.id = s.payment_id))`).Scan(&extra).Error
+	if extra > 0 {
+		cons.fail("%d fulfillment or shipping rows name no payment", extra)
+	}
+	// Orders with no completed payment key behind them.
+	var strayOrders []string
+	_ = w.db.WithContext(ctx).Raw(`SELECT o.merchant_order_no FROM demo_orders o WHERE NOT EXISTS
+		(SELECT 1 FROM idempotency_keys k WHERE k.downstream_key = o.merchant_order_no AND k.state = 'completed') LIMIT ?`,
+		maxViolations).Scan(&strayOrders).Error
+	for _, o := range strayOrders {
+		orders.fail("order %s: no completed payment key opened it", o)
+	}
+	for _, o := range open {
+		find.inv.Checked++
+		if !faulted[o.Order] {
+			d := o.Order
+			for _, r := range rows {
+				if r.DownstreamKey == o.Order {
+					d = r.KeyDigest
+				}
+			}
+			find.fail("%s: open %s finding where no fault was injected (%s)", d, o.Kind, o.Detail)
+		}
+	}
+
+	audit := report.Invariant{Name: InvAudit, OK: true}
+	opt := console.VerifyOptions{ExpectHead: mark}
+	res, err := console.NewAuditLog(w.db, w.store.Config().DigestSecret).Verify(ctx, opt)
+	audit.Checked = int(res.Rows)
+	switch {
+	case err != nil:
+		audit.OK, audit.Violations = false, []string{err.Error()}
+	case !res.OK():
+		audit.OK, audit.Violations = false, []string{fmt.Sprintf("row %d: %s", res.BadSeq, res.Reason)}
+	case mark == nil:
+		audit.OK, audit.Violations = false, []string{"no checkpoint was recorded mid-run"}
+	}
+
+	flight := report.Invariant{Name: InvNothingInFlight, OK: true, Checked: len(rows)}
+	var inflight []struct {
+		KeyDigest, Operation string
+	}
+	_ = w.db.WithContext(ctx).Raw(`SELECT key_digest, operation FROM idempotency_keys WHERE state = 'processing' LIMIT ?`, maxViolations).Scan(&inflight).Error
+	for _, k := range inflight {
+		flight.OK = false
+		flight.Violations = append(flight.Violations, k.KeyDigest+": still processing ("+k.Operation+")")
+	}
+	var unsent int64
+	_ = w.db.WithContext(ctx).Raw(`SELECT count(*) FROM outbox WHERE state <> 'sent'`).Scan(&unsent).Error
+	if unsent > 0 {
+		flight.OK = false
+		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
+	}
+	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight}
+}
