@@ -72,6 +72,7 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 			return nil
 		},
 	}
+	cmd.AddCommand(newChaosReportCmd())
 	f := cmd.Flags()
 	f.DurationVar(&duration, "duration", 5*time.Minute, "how long traffic and faults run (10s–24h)")
 	f.Int64Var(&seed, "seed", 1, "seed of the fault schedule and the traffic (same seed, same schedule)")

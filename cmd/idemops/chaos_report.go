@@ -10,15 +10,6 @@ import (
 	"github.com/idemops/idemops/internal/chaos/report"
 )
 
-// newChaosCmd is the parent of the chaos commands. The runner's branch brings `idemops chaos`
-// itself (the run); when both are merged, its parent keeps AddCommand(newChaosReportCmd()) and
-// this one goes.
-func newChaosCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "chaos", Short: "Run the demo world under faults and report on it"}
-	cmd.AddCommand(newChaosReportCmd())
-	return cmd
-}
-
 // newChaosReportCmd redraws a run's page from its report.json: after the page's drawing
 // changes, or from a report copied off another machine.
 func newChaosReportCmd() *cobra.Command {

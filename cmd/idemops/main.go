@@ -114,6 +114,5 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDemoCmd(), newServeCmd())
 	root.AddCommand(newChaosCmd(), newChaosPartCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
-	root.AddCommand(newChaosCmd())
 	return root
 }
