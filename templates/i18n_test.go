@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	templparser "github.com/a-h/templ/parser/v2"
@@ -275,5 +276,28 @@ func TestLocalizeMoney(t *testing.T) {
 		if got := LocalizeMoney(c.lang, c.in); got != c.want {
 			t.Errorf("LocalizeMoney(%s, %q) = %q, want %q", c.lang, c.in, got, c.want)
 		}
+	}
+}
+
+// Format messages fill in their arguments in each language's order, numbers grouped.
+func TestTf_FillsArgumentsPerLanguage(t *testing.T) {
+	zhCtx, enCtx := WithLang(context.Background(), LangChinese), WithLang(context.Background(), LangEnglish)
+	if got, want := tf(zhCtx, "line %d of the statement run %d matched", 7, 3), "对账运行 3 所匹配对账单的第 7 行"; got != want {
+		t.Errorf("zh = %q, want %q", got, want)
+	}
+	if got, want := tf(enCtx, "line %d of the statement run %d matched", 7, 3), "line 7 of the statement run 3 matched"; got != want {
+		t.Errorf("en = %q, want %q", got, want)
+	}
+	if got, want := tf(zhCtx, "(last hour, %d in all)", 12345), "（最近一小时，共 12,345 次）"; got != want {
+		t.Errorf("zh number = %q, want %q", got, want)
+	}
+	if got, want := channelName(zhCtx, "wechat")+"/"+channelName(zhCtx, "alipay")+"/"+channelName(enCtx, "alipay"), "微信支付/支付宝/Alipay"; got != want {
+		t.Errorf("channel names = %q, want %q", got, want)
+	}
+	if got := ago(zhCtx, time.Now().Add(-90*time.Second)); got != "1 分钟前" {
+		t.Errorf("ago in zh = %q", got)
+	}
+	if got := whenIn(zhCtx, time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)); got != "2026年12月3日 15:04:05 UTC" {
+		t.Errorf("whenIn zh = %q", got)
 	}
 }
