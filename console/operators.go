@@ -71,6 +71,7 @@ type Operator struct {
 	CreatedAt   time.Time
 	LastLoginAt *time.Time
 	TimeZone    string // IANA zone the console shows this operator's times in
+	Language    string // console language chosen in the header ("en", "zh-CN"; "" = the browser's)
 }
 
 // SeesAllTenants reports whether o may see every tenant.
@@ -153,10 +154,11 @@ type operatorRow struct {
 	CreatedAt    time.Time
 	LastLoginAt  *time.Time
 	TimeZone     string
+	Language     string
 	Tenants      string // comma-joined
 }
 
-const operatorSelect = `SELECT o.id, o.name, o.password_hash, o.role, o.disabled, o.created_at, o.last_login_at, o.time_zone,
+const operatorSelect = `SELECT o.id, o.name, o.password_hash, o.role, o.disabled, o.created_at, o.last_login_at, o.time_zone, o.language,
 	COALESCE((SELECT string_agg(t.tenant, ',' ORDER BY t.tenant) FROM operator_tenants t WHERE t.operator_id = o.id), '') AS tenants
 	FROM operators o`
 
@@ -167,7 +169,7 @@ func (r operatorRow) operator() *Operator {
 		tenants = strings.Split(r.Tenants, ",")
 	}
 	return &Operator{ID: r.ID, Name: r.Name, Role: role, Tenants: tenants, Disabled: r.Disabled,
-		CreatedAt: r.CreatedAt, LastLoginAt: r.LastLoginAt, TimeZone: r.TimeZone}
+		CreatedAt: r.CreatedAt, LastLoginAt: r.LastLoginAt, TimeZone: r.TimeZone, Language: r.Language}
 }
 
 func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorRow, error) {

@@ -78,6 +78,8 @@ func TestRoleRouteMatrix(t *testing.T) {
 		"GET /login/sso/callback":          {"/login/sso/callback", nil, [4]int{404, 404, 404, 404}},                     // likewise
 		"POST /logout":                     {"/logout", nil, [4]int{R, R, R, R}},
 		"POST /settings/time-zone":         {"/settings/time-zone", url.Values{"time_zone": {"UTC"}}, [4]int{R, R, R, R}},
+		"POST /settings/language":          {"/settings/language", url.Values{"lang": {"zh-CN"}}, [4]int{R, R, R, R}},
+		"POST /login/language":             {"/login/language", url.Values{"lang": {"zh-CN"}}, [4]int{F, F, F, F}}, // no sign-in form cookie: refused
 		"GET /":                            {"/", nil, [4]int{R, 200, 200, 200}},
 		"GET /keys":                        {"/keys", nil, [4]int{R, 200, 200, 200}},
 		"POST /keys/find":                  {"/keys/find", url.Values{"tenant": {"acme"}, "operation": {"payment.charge"}, "key": {"k-1"}}, [4]int{R, R, R, R}},

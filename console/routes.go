@@ -52,6 +52,8 @@ func (s *Server) routes() []route {
 		{"GET", "/login/sso/callback", RoleNone, kindPage, s.ssoCallback},
 		{"POST", "/logout", RoleViewer, kindPage, s.logout},
 		{"POST", "/settings/time-zone", RoleViewer, kindPage, s.setTimeZone},
+		{"POST", "/settings/language", RoleViewer, kindPage, s.setLanguage},
+		{"POST", "/login/language", RoleNone, kindPage, s.loginLanguage},
 		{"GET", "/", RoleViewer, kindPage, s.dashboard},
 		{"GET", "/keys", RoleViewer, kindPage, s.keys},
 		{"POST", "/keys/find", RoleViewer, kindPage, s.findKey},
@@ -164,6 +166,7 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 			if loc, err := templates.LoadZone(r.op.TimeZone); err == nil {
 				c.Request = c.Request.WithContext(templates.WithZone(c.Request.Context(), loc))
 			}
+			operatorLanguage(c, r.op)
 		}
 		// After authentication, so nobody unauthenticated makes the server parse an upload.
 		if err := checkInput(c); err != nil {

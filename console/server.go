@@ -205,7 +205,7 @@ func New(cfg Config) (*Server, error) {
 	if err := e.SetTrustedProxies(nil); err != nil {
 		return nil, err
 	}
-	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, s.crossOrigin(http.NewCrossOriginProtection()), s.limitBody)
+	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, s.crossOrigin(http.NewCrossOriginProtection()), s.limitBody, s.language)
 	for _, rt := range s.routes() {
 		// A route that names an object must say which kind it is, so enforce can check its scope.
 		if _, _, _, err := routeObject(rt.Path); err != nil {

@@ -49,10 +49,16 @@ var errBadZone error = zoneError{}
 // timeLayout is the console's one absolute time format; the zone abbreviation (or offset, e.g. "+08") ends it.
 const timeLayout = "2006-01-02 15:04:05 MST"
 
+// timeLayoutZh is the same moment as Chinese readers write dates (CLDR zh medium date).
+const timeLayoutZh = "2006年1月2日 15:04:05 MST"
+
 // whenIn is t in the context's zone in the console's format ("—" for the zero time).
 func whenIn(ctx context.Context, t time.Time) string {
 	if t.IsZero() {
 		return "—"
+	}
+	if zhCtx(ctx) {
+		return t.In(zoneOf(ctx)).Format(timeLayoutZh)
 	}
 	return t.In(zoneOf(ctx)).Format(timeLayout)
 }

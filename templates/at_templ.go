@@ -67,9 +67,9 @@ func At(t time.Time) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var4 string
-			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(ago(t))
+			templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(ago(ctx, t))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/at.templ`, Line: 11, Col: 104}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/at.templ`, Line: 11, Col: 109}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 			if templ_7745c5c3_Err != nil {

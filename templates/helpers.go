@@ -2,6 +2,7 @@ package templates
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -37,40 +38,45 @@ func intp(n *int) string {
 	return itoa(int64(*n))
 }
 
-// span says d in the largest whole unit that fits: "45 s", "12 min", "3 h", "2 d".
-func span(d time.Duration) string {
+// span says d in the largest whole unit that fits: "45 s", "12 min", "3 h", "2 d" (秒, 分钟,
+// 小时, 天 in Chinese).
+func span(ctx context.Context, d time.Duration) string {
+	units := [4]string{" s", " min", " h", " d"}
+	if zhCtx(ctx) {
+		units = [4]string{" 秒", " 分钟", " 小时", " 天"}
+	}
 	switch d = d.Abs(); {
 	case d < time.Minute:
-		return strconv.Itoa(int(d/time.Second)) + " s"
+		return strconv.Itoa(int(d/time.Second)) + units[0]
 	case d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + " min"
+		return strconv.Itoa(int(d/time.Minute)) + units[1]
 	case d < 48*time.Hour:
-		return strconv.Itoa(int(d/time.Hour)) + " h"
+		return strconv.Itoa(int(d/time.Hour)) + units[2]
 	default:
-		return strconv.Itoa(int(d/(24*time.Hour))) + " d"
+		return strconv.Itoa(int(d/(24*time.Hour))) + units[3]
 	}
 }
 
 // ago is t relative to now for a past moment: "12 s ago" ("in 3 s" if t is ahead of this clock).
-func ago(t time.Time) string {
+func ago(ctx context.Context, t time.Time) string {
 	if t.IsZero() {
 		return "—"
 	}
 	if d := time.Since(t); d >= 0 {
-		return span(d) + " ago"
+		return tf(ctx, "%s ago", span(ctx, d))
 	}
-	return "in " + span(time.Until(t))
+	return tf(ctx, "in %s", span(ctx, time.Until(t)))
 }
 
 // until is t relative to now for a coming moment: "in 12 s" ("due 3 s ago" once passed).
-func until(t time.Time) string {
+func until(ctx context.Context, t time.Time) string {
 	if t.IsZero() {
 		return "—"
 	}
 	if d := time.Until(t); d >= 0 {
-		return "in " + span(d)
+		return tf(ctx, "in %s", span(ctx, d))
 	}
-	return "due " + span(time.Since(t)) + " ago"
+	return tf(ctx, "due %s ago", span(ctx, time.Since(t)))
 }
 
 // eventDetail is a key event's detail as indented JSON, "" when it holds nothing.

@@ -1,6 +1,9 @@
 package templates
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ReconJobRow is one recon job in the list.
 type ReconJobRow struct {
@@ -171,9 +174,10 @@ type ReconLineView struct {
 	Key *KeyName
 }
 
-func lineScope(v ReconLineView) string {
+// lineFindings names the findings a statement line's page links to: its key's, else its run's.
+func lineFindings(ctx context.Context, v ReconLineView) string {
 	if v.Key != nil {
-		return "key"
+		return t(ctx, "findings of this key")
 	}
-	return "run"
+	return t(ctx, "findings of this run")
 }
