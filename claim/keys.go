@@ -84,14 +84,15 @@ type Event struct {
 	Detail JSON
 }
 
-// History returns a key's events, oldest first (bounded by limit, at most 1000).
+// History returns a key's events, oldest first (bounded by limit, at most 1000): the stored ones
+// and the claim and completion recorded on the key row (the key_history view, migration 00059).
 func (s *Store) History(ctx context.Context, keyID int64, limit int) ([]Event, error) {
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
 	var evs []Event
 	err := s.db.WithContext(ctx).Raw(`SELECT id, key_id, at, kind, actor, detail::text AS detail
-		FROM key_events WHERE key_id = ? ORDER BY id LIMIT ?`, keyID, limit).Scan(&evs).Error
+		FROM key_history WHERE key_id = ? ORDER BY id LIMIT ?`, keyID, limit).Scan(&evs).Error
 	if err != nil {
 		return nil, fmt.Errorf("history of key %d: %w", keyID, err)
 	}

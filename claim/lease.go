@@ -206,11 +206,23 @@ func holderEndStates(kind string, args []any) []State {
 
 func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
 	n := len(args)
-	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
-    WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` RETURNING id
-), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $` + strconv.Itoa(n+3) + `, $` + strconv.Itoa(n+4) + `, $` + strconv.Itoa(n+5) + ` FROM u)
+	p := func(i int) string { return `$` + strconv.Itoa(n+i) }
+	var q string
+	var all []any
+	if kind == "completed" {
+		// The happy path's completion is recorded on the row itself (completed_*, read back
+		// through key_history; migration 00059), at the id its key_events row would have had.
+		q = `UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now(),
+    completed_event_id = nextval('key_events_id_seq'), completed_by = ` + p(3) + `, completed_detail = ` + p(4) + `
+    WHERE id = ` + p(1) + ` AND lease_token = ` + p(2) + ` RETURNING id`
+		all = append(append([]any{}, args...), l.KeyID, l.Token, l.Actor, detail)
+	} else {
+		q = `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
+    WHERE id = ` + p(1) + ` AND lease_token = ` + p(2) + ` RETURNING id
+), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p(3) + `, ` + p(4) + `, ` + p(5) + ` FROM u)
 SELECT id FROM u`
-	all := append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
+		all = append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
+	}
 	var id int64
 	err := conn(tx).QueryRowContext(ctx, q, all...).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -263,22 +263,19 @@ func detailJSON(kv ...any) string {
 }
 
 // claimSQL is the claim: one atomic insert guarded by the unique constraint on (tenant,
-// operation, key), with its history event in the same statement. Never "select, then insert".
-// The conflict target is left open on purpose: the downstream key is unique too (derived from
-// the same triple), and two racing inserts of one key may meet on either index first; naming
-// one arbiter would turn the other into an error.
+// operation, key), with its history event on the row itself (claimed_*, read back through the
+// key_history view; migration 00059): no key_events row on the happy path. Never "select, then
+// insert". The conflict target is left open on purpose: the downstream key is unique too
+// (derived from the same triple), and two racing inserts of one key may meet on either index
+// first; naming one arbiter would turn the other into an error.
 const claimSQL = `
-WITH ins AS (
-    INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
-        request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''))
-    ON CONFLICT DO NOTHING
-    RETURNING id
-), ev AS (
-    INSERT INTO key_events (key_id, kind, actor, detail)
-    SELECT id, 'claimed', $14, $15 FROM ins
-)
-SELECT id FROM ins`
+INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+    request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency,
+    claimed_event_id, claimed_by, claimed_detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''),
+    nextval('key_events_id_seq'), $14, $15)
+ON CONFLICT DO NOTHING
+RETURNING id`
 
 // Claim takes the key for req, or says why not. Acquired leases must end in Complete, Fail,
 // Release or one of the lookup records; Run does all of that.
