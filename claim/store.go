@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -100,6 +101,8 @@ func (c Config) withDefaults() (Config, error) {
 type Store struct {
 	db  *gorm.DB
 	cfg Config
+	// partitionsDay is the day (Unix days) the store last ensured the response partitions.
+	partitionsDay atomic.Int64
 }
 
 // NewStore validates cfg and returns a Store on db.
@@ -376,15 +379,16 @@ type existingRow struct {
 }
 
 const existingSQL = `
-SELECT id, fingerprint, fingerprint_version, request::text AS request, state, version,
+SELECT k.id, fingerprint, fingerprint_version, request::text AS request, state, version,
        COALESCE(lease_expires_at < now(), false) AS lease_expired,
        COALESCE((extract(epoch FROM lease_expires_at - now()) * 1000)::bigint, 0) AS lease_remaining_ms,
        lease_token IS NOT NULL AS lease_held,
-       response_status, response_headers, response_body, resource_id, error_code, error_detail,
+       r.status AS response_status, r.headers AS response_headers, r.body AS response_body, resource_id, error_code, error_detail,
        (response_expires_at IS NOT NULL AND response_expires_at < now()) OR
-       (response_status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
+       (r.status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
        not_found_at, held, retry_cleared
-FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`
+FROM idempotency_keys k LEFT JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day
+WHERE tenant = ? AND operation = ? AND key = ?`
 
 // answerExisting answers a claim whose insert met an existing row: the loser of a claim race
 // reads the row and answers from it; it never executes.
