@@ -228,9 +228,22 @@ func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, d
 	due := `(k.response_expires_at < now() AND ` + spare + `
       AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&a, rules) + ` * interval '1 second' < now(), true))`
 	inDay := part + ` r JOIN idempotency_keys k ON k.id = r.key_id AND k.response_day = r.day`
-	rows, err := conn(db).QueryContext(ctx, `SELECT k.operation, k.state, count(*) FILTER (WHERE `+due+`),
-		count(*) FILTER (WHERE NOT `+due+`), count(*) FILTER (WHERE k.state = 'processing')
-		FROM `+inDay+` GROUP BY 1, 2`, a...)
+	if fast, err := dropWithoutReading(ctx, db, rules, day, part); err != nil || fast != nil {
+		if err != nil {
+			return ResponseDrop{}, err
+		}
+		out = *fast
+		return out, lockAndDrop(ctx, db, day, part, actor)
+	}
+	// The count reads the key row of every answer of the day once; the open findings (a
+	// subquery per row inside the aggregate would cost more than the rest) are counted apart,
+	// as kept, through their own small table.
+	var c sqlArgs
+	dueOwn := `(k.response_expires_at < now() AND k.state <> 'processing' AND NOT k.legal_hold
+      AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&c, rules) + ` * interval '1 second' < now(), true))`
+	rows, err := conn(db).QueryContext(ctx, `SELECT k.operation, k.state, count(*) FILTER (WHERE `+dueOwn+`),
+		count(*) FILTER (WHERE NOT `+dueOwn+`), count(*) FILTER (WHERE k.state = 'processing')
+		FROM `+inDay+` GROUP BY 1, 2`, c...)
 	if err != nil {
 		return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
 	}
@@ -256,6 +269,14 @@ func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, d
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if strings.Contains(spare, "discrepancies") {
+		var open int64
+		if err := conn(db).QueryRowContext(ctx, `SELECT count(*) FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
+			WHERE x.state = 'open' AND k.response_day = $1::date`, day).Scan(&open); err != nil {
+			return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+		}
+		kept += open // counted as due above: the move below sorts them out, the counts stay near
 	}
 	if kept > int64(maxKeep) || inFlight > 0 {
 		return ResponseDrop{}, nil
@@ -283,36 +304,97 @@ SELECT count(*) FILTER (WHERE NOT due) FROM up`
 			return ResponseDrop{}, fmt.Errorf("move kept responses of %s: %w", day.Format(time.DateOnly), err)
 		}
 	}
-	// From here to commit, nothing reads or writes stored answers: re-check the keys that may
-	// have become kept since the count (held, taken over, an open finding), each through a small
-	// index, and wait for a later run if one did.
-	if _, err := conn(db).ExecContext(ctx, `LOCK TABLE key_responses IN ACCESS EXCLUSIVE MODE`); err != nil {
-		return ResponseDrop{}, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
-	}
-	var b sqlArgs
-	d := b.add(day)
-	recheck := `SELECT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.legal_hold AND k.response_day = ` + d + `::date)
-	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = ` + d + `::date)`
-	if strings.Contains(spare, "discrepancies") {
-		recheck += ` OR EXISTS (SELECT 1 FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
-	        WHERE x.state = 'open' AND k.response_day = ` + d + `::date)`
-	}
-	var changed bool
-	if err := conn(db).QueryRowContext(ctx, recheck, b...).Scan(&changed); err != nil {
-		return ResponseDrop{}, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
-	}
-	if changed {
-		return ResponseDrop{}, errResponseDayChanged
-	}
-	if _, err := conn(db).ExecContext(ctx, `INSERT INTO key_response_drops (day, actor) VALUES ($1, $2)`, day, actor); err != nil {
-		return ResponseDrop{}, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
-	}
-	if _, err := conn(db).ExecContext(ctx, `DROP TABLE `+part); err != nil {
-		return ResponseDrop{}, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	if err := lockAndDrop(ctx, db, day, part, actor); err != nil {
+		return ResponseDrop{}, err
 	}
 	out.Dropped = true
 	return out, nil
 }
+
+// dropWithoutReading decides a day without reading its keys one by one, when it can: no policy
+// keeps an answer of the day longer than the day plus its period (the stamp phase has brought
+// every stamp in line), and the index on (response_day, response_expires_at) finds no stamp of
+// the day still running; then the spared keys (held, in flight, an open finding) are found
+// through their own small indexes. It answers nil, nil when the day needs the full reading
+// (a policy still running for it, kept answers to move), and the drop's count (every answer of
+// the day, counted off the partition's primary key) otherwise.
+func dropWithoutReading(ctx context.Context, db *gorm.DB, rules ExpiryRules, day time.Time, part string) (*ResponseDrop, error) {
+	for _, p := range rules.Policies {
+		if day.AddDate(0, 0, 1).Add(p.KeepResponse).After(time.Now()) {
+			return nil, nil
+		}
+	}
+	var running bool
+	err := conn(db).QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idempotency_keys
+		WHERE response_day = $1::date AND response_expires_at >= now())`, day).Scan(&running)
+	if err != nil {
+		return nil, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if running {
+		return nil, nil
+	}
+	changed, err := sparedOnDay(ctx, db, day)
+	if err != nil || changed {
+		return nil, err
+	}
+	var n int64
+	if err := conn(db).QueryRowContext(ctx, `SELECT count(*) FROM `+part).Scan(&n); err != nil {
+		return nil, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return &ResponseDrop{Dropped: true, N: n, Counts: []ExpiryCount{{Operation: "*", State: "", N: n}}}, nil
+}
+
+// sparedOnDay says whether a key whose answer is on day is spared by every retention pass (on
+// legal hold, in flight, an open finding), each found through a small index.
+func sparedOnDay(ctx context.Context, db *gorm.DB, day time.Time) (bool, error) {
+	var findings bool
+	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&findings); err != nil {
+		return false, err
+	}
+	q := `SELECT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.legal_hold AND k.response_day = $1::date)
+	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = $1::date)`
+	if findings {
+		q += ` OR EXISTS (SELECT 1 FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
+	        WHERE x.state = 'open' AND k.response_day = $1::date)`
+	}
+	var spared bool
+	if err := conn(db).QueryRowContext(ctx, q, day).Scan(&spared); err != nil {
+		return false, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return spared, nil
+}
+
+// lockAndDrop drops the day's partition. From the lock to commit nothing reads or writes stored
+// answers: it re-checks the keys that may have become kept since the day was counted (held,
+// taken over, an open finding), each through a small index, and gives up the day
+// (errResponseDayChanged) if one did.
+func lockAndDrop(ctx context.Context, db *gorm.DB, day time.Time, part, actor string) error {
+	if _, err := conn(db).ExecContext(ctx, `LOCK TABLE key_responses IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	changed, err := sparedOnDay(ctx, db, day)
+	if err != nil {
+		return err
+	}
+	if changed {
+		return errResponseDayChanged
+	}
+	if _, err := conn(db).ExecContext(ctx, `INSERT INTO key_response_drops (day, actor) VALUES ($1, $2)`, day, actor); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if _, err := conn(db).ExecContext(ctx, `DROP TABLE `+part); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return nil
+}
+
+// errResponseDayChanged: a key of the day became kept between the count and the drop; the
+// caller rolls back (the moves too) and a later run tries the day again.
+var errResponseDayChanged = errors.New("a key of the day changed while it was dropped")
+
+// IsResponseDayChanged reports whether DropExpiredResponses stopped because a key changed under
+// it (roll back; try the day again later).
+func IsResponseDayChanged(err error) bool { return errors.Is(err, errResponseDayChanged) }
 
 // TombstoneDayResponses drops, row by row, the stored answers of up to limit keys of one day
 // whose response period is over (by stamp and by policy): the way a day that cannot be dropped
@@ -349,14 +431,6 @@ func TombstoneDayResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, 
 )`
 	return runExpiryBatch(ctx, db, "tombstone expired responses", q, a, limit)
 }
-
-// errResponseDayChanged: a key of the day became kept between the count and the drop; the
-// caller rolls back (the moves too) and a later run tries the day again.
-var errResponseDayChanged = errors.New("a key of the day changed while it was dropped")
-
-// IsResponseDayChanged reports whether DropExpiredResponses stopped because a key changed under
-// it (roll back; try the day again later).
-func IsResponseDayChanged(err error) bool { return errors.Is(err, errResponseDayChanged) }
 
 // expiryBatchTail reports a batch: the last position it picked, and its counts per operation
 // and state. No row at all means nothing was picked.

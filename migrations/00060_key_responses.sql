@@ -47,7 +47,11 @@ WHERE response_status IS NOT NULL;
 INSERT INTO key_responses (key_id, day, status, headers, body)
 SELECT id, response_day, response_status, response_headers, response_body FROM idempotency_keys WHERE response_status IS NOT NULL;
 
+-- Retention's first stage asks, per day, whether any answer of the day is still within its
+-- response period: this index answers without reading the day's keys. It replaces
+-- idempotency_keys_response_expires_idx (one entry per answered key, as before).
 DROP INDEX idempotency_keys_response_expires_idx;
+CREATE INDEX idempotency_keys_response_day_idx ON idempotency_keys (response_day, response_expires_at) WHERE response_day IS NOT NULL;
 ALTER TABLE idempotency_keys DROP COLUMN response_status, DROP COLUMN response_headers, DROP COLUMN response_body;
 
 -- A day's drop re-checks, under its short exclusive lock, the keys put on legal hold since it
@@ -83,6 +87,7 @@ UPDATE idempotency_keys k SET response_status = r.status, response_headers = r.h
 FROM key_responses r WHERE r.key_id = k.id AND r.day = k.response_day;
 CREATE INDEX idempotency_keys_response_expires_idx ON idempotency_keys (response_expires_at, id, expires_at) WHERE response_body IS NOT NULL;
 DROP INDEX idempotency_keys_legal_hold_idx;
+DROP INDEX idempotency_keys_response_day_idx;
 ALTER TABLE idempotency_keys DROP COLUMN response_day;
 DROP TABLE key_response_drops;
 DROP TABLE key_responses;

@@ -14,6 +14,8 @@ import (
 func TestPurge_DropsADayOfAnswersWholesaleKeepingHeldOnes(t *testing.T) {
 	b := setup(t)
 	seedExpired(t, b.db, "payment.charge", 20, 0, 10*day)
+	// Another day, nothing kept: dropped without reading its keys.
+	seedExpired(t, b.db, "payment.refund", 5, 0, 12*day)
 	var dayName string
 	var held int64
 	if err := b.db.Raw(`SELECT 'key_responses_' || to_char(response_day, 'YYYYMMDD') FROM idempotency_keys WHERE tenant = 'seed' LIMIT 1`).
@@ -38,8 +40,12 @@ func TestPurge_DropsADayOfAnswersWholesaleKeepingHeldOnes(t *testing.T) {
 	if n := b.count(`SELECT count(*) FROM pg_class WHERE relname = ?`, dayName); n != 0 {
 		t.Fatalf("partition %s still there", dayName)
 	}
-	if rep.Tombstoned != 20 || rep.Deleted != 0 || !rep.Complete {
-		t.Errorf("report: tombstoned %d (want 20: 19 seeded and late), deleted %d, complete %v", rep.Tombstoned, rep.Deleted, rep.Complete)
+	if rep.Tombstoned != 25 || rep.Deleted != 0 || !rep.Complete {
+		t.Errorf("report: tombstoned %d (want 25: 19 + 5 seeded and late), deleted %d, complete %v", rep.Tombstoned, rep.Deleted, rep.Complete)
+	}
+	if n := b.count(`SELECT count(*) FROM idempotency_keys k JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day
+		WHERE k.operation = 'payment.refund'`); n != 0 {
+		t.Errorf("%d refund answers left", n)
 	}
 	if !b.hasResponse(held) || !b.hasResponse(young) || b.hasResponse(late) {
 		t.Errorf("answers: held %v (want kept), young %v (want kept), late %v (want gone)", b.hasResponse(held), b.hasResponse(young), b.hasResponse(late))
@@ -55,8 +61,8 @@ func TestPurge_DropsADayOfAnswersWholesaleKeepingHeldOnes(t *testing.T) {
 	if last := evs[len(evs)-1]; last.Kind != "response_expired" || last.Actor != "operator:test" {
 		t.Errorf("last event of the dropped key: %+v", last)
 	}
-	if n := b.count(`SELECT count(*) FROM key_history WHERE kind = 'response_expired'`); n != 20 {
-		t.Errorf("%d response_expired events, want 20", n)
+	if n := b.count(`SELECT count(*) FROM key_history WHERE kind = 'response_expired'`); n != 25 {
+		t.Errorf("%d response_expired events, want 25", n)
 	}
 	if n := b.count(`SELECT count(*) FROM key_events WHERE kind = 'response_expired'`); n != 0 {
 		t.Errorf("%d response_expired events stored as rows, want none (one drop row for the day)", n)
