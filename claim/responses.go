@@ -98,3 +98,23 @@ func ResponseDays(ctx context.Context, db *gorm.DB) ([]time.Time, error) {
 	}
 	return days, rows.Err()
 }
+
+// ResponseDayState says, through the (response_day, response_expires_at) index, whether a day
+// holds an answer whose response period is over by its stamp (due) and one whose period still
+// runs (running). A day with neither holds no answer of a live key.
+func ResponseDayState(ctx context.Context, db *gorm.DB, day time.Time) (due, running bool, err error) {
+	// The day's earliest and latest stamps, each the first entry of an ordered walk of the index
+	// (an EXISTS with a range condition let the planner pick a scan of the table).
+	var first, last *time.Time
+	err = conn(db).QueryRowContext(ctx, `SELECT
+		(SELECT response_expires_at FROM idempotency_keys WHERE response_day = $1::date AND response_expires_at IS NOT NULL
+		 ORDER BY response_day, response_expires_at LIMIT 1),
+		(SELECT response_expires_at FROM idempotency_keys WHERE response_day = $1::date AND response_expires_at IS NOT NULL
+		 ORDER BY response_day DESC, response_expires_at DESC LIMIT 1)`, utcDay(day)).Scan(&first, &last)
+	now := time.Now()
+	due, running = first != nil && first.Before(now), last != nil && !last.Before(now)
+	if err != nil {
+		return false, false, fmt.Errorf("state of responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return due, running, nil
+}

@@ -218,8 +218,11 @@ func BenchmarkResponseDrop(b *testing.B) {
 		idle := claimLoop(ctx, b, store, "idle", func(ctx context.Context) { sleepCtx(ctx, 3*time.Second) })
 
 		var baseSecs float64
-		duringDelete := claimLoop(ctx, b, baseStore, "delete", func(context.Context) {
+		// Each window lasts at least as long as the idle one, so that every p99 has as many
+		// samples behind it (the drop itself takes a fraction of a second).
+		duringDelete := claimLoop(ctx, b, baseStore, "delete", func(ctx context.Context) {
 			start := time.Now()
+			defer func() { sleepCtx(ctx, 3*time.Second-time.Since(start)) }()
 			for i := 0; i < rows/batch+2; i++ {
 				res := base.Exec(`DELETE FROM key_responses WHERE ctid = ANY (ARRAY (
 					SELECT r.ctid FROM key_responses r JOIN idempotency_keys k ON k.id = r.key_id
@@ -242,10 +245,11 @@ func BenchmarkResponseDrop(b *testing.B) {
 
 		var rep *retention.Report
 		var purgeSecs float64
-		during := claimLoop(ctx, b, store, "during", func(context.Context) {
+		during := claimLoop(ctx, b, store, "during", func(ctx context.Context) {
 			start := time.Now()
 			rep, err = job.Purge(ctx, retention.Options{Actor: "operator:bench"}, nil)
 			purgeSecs = time.Since(start).Seconds()
+			sleepCtx(ctx, 3*time.Second-time.Since(start))
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -445,6 +445,23 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 	if err := j.db.WithContext(ctx).Raw(`SELECT (now() AT TIME ZONE 'UTC')::date::timestamp`).Scan(&today).Error; err != nil {
 		return false, fmt.Errorf("purge tombstone: %w", err)
 	}
+	// Only the days with work go to batches: a day older than yesterday with no running answer
+	// (to drop), or any day with a due answer (row by row if it cannot be dropped). Two index
+	// probes a day decide it.
+	var work []time.Time
+	for _, d := range days {
+		if d.After(today) {
+			continue // made ahead: nothing stored there yet
+		}
+		due, running, err := claim.ResponseDayState(ctx, j.db, d)
+		if err != nil {
+			return false, err
+		}
+		if due || (!running && d.Before(today.AddDate(0, 0, -1))) {
+			work = append(work, d)
+		}
+	}
+	days = work
 	if len(days) == 0 {
 		return true, nil
 	}
