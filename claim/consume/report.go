@@ -109,7 +109,9 @@ func FindDeliveries(ctx context.Context, db *gorm.DB, tenants []string, business
 }
 
 // ListCompensations returns the daemon's latest actions on spanning consumers' records (at
-// most limit, ≤ 200), newest first.
+// most limit, ≤ 200), newest first. A scheduled purge's response_expired is retention, not a
+// compensation: left out (which also keeps key_history's branch of dropped days, every key of a
+// day, out of the plan).
 func ListCompensations(ctx context.Context, db *gorm.DB, tenants []string, limit int) ([]Compensation, error) {
 	limit = min(max(limit, 1), 200)
 	where, args := tenantFilter("k.tenant", tenants)
@@ -118,7 +120,7 @@ func ListCompensations(ctx context.Context, db *gorm.DB, tenants []string, limit
 		FROM key_history e
 		JOIN idempotency_keys k ON k.id = e.key_id
 		JOIN key_history c ON c.key_id = k.id AND c.kind = 'claimed' AND c.actor LIKE ?
-		WHERE e.actor = 'daemon' AND `+where+`
+		WHERE e.actor = 'daemon' AND e.kind <> 'response_expired' AND `+where+`
 		ORDER BY e.at DESC, e.id DESC LIMIT ?`,
 		append(append([]any{len(consumerActor) + 1, consumerActor + "%"}, args...), limit)...).Scan(&cs).Error
 	if err != nil {
