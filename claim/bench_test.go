@@ -113,9 +113,11 @@ func claimCompleteBench(b *testing.B, url string, ops int) {
 		if err != nil {
 			return err
 		}
-		_, err = pool.Exec(ctx, `UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
-			lease_expires_at = NULL, response_status = $2, response_headers = $3, response_body = $4, resource_id = $5,
-			completed_at = now(), updated_at = now() WHERE id = $1`,
+		// The answer is stored where the schema keeps it (key_responses, 00060), in the same statement.
+		_, err = pool.Exec(ctx, `WITH u AS (UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
+			lease_expires_at = NULL, resource_id = $5, response_day = (now() AT TIME ZONE 'UTC')::date,
+			completed_at = now(), updated_at = now() WHERE id = $1 RETURNING id, response_day)
+			INSERT INTO key_responses (key_id, day, status, headers, body) SELECT id, response_day, $2, $3, $4 FROM u`,
 			id, snap.Status, `{"Content-Type":"application/json"}`, snap.Body, snap.ResourceID)
 		return err
 	}
@@ -273,9 +275,10 @@ func BenchmarkOneCommit(b *testing.B) {
 		if _, err := tx.Exec(ctx, `INSERT INTO credits (key_id, amount) VALUES ($1, $2)`, id, 100+i); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
-			lease_expires_at = NULL, response_status = 201, response_body = $2, resource_id = 'cr_1',
-			completed_at = now(), updated_at = now() WHERE id = $1`, id, body); err != nil {
+		if _, err := tx.Exec(ctx, `WITH u AS (UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
+			lease_expires_at = NULL, resource_id = 'cr_1', response_day = (now() AT TIME ZONE 'UTC')::date,
+			completed_at = now(), updated_at = now() WHERE id = $1 RETURNING id, response_day)
+			INSERT INTO key_responses (key_id, day, status, body) SELECT id, response_day, 201, $2 FROM u`, id, body); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)

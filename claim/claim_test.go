@@ -442,7 +442,7 @@ func TestTombstone_ExpiredResponseAnswersExpiredNotExecution(t *testing.T) {
 	b := setup(t)
 	op := newFakeOp()
 	first, _ := b.store.Run(ctx, op, req("k", payment(100)))
-	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET response_body = NULL, response_headers = NULL,
+	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET response_day = NULL,
 		response_expires_at = now() - interval '1 second' WHERE id = ?`, first.KeyID)
 	out, err := b.store.Run(ctx, op, req("k", payment(100)))
 	if err != nil || out.Kind != claim.Expired || out.ResourceID == "" || op.executes.Load() != 1 {

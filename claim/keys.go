@@ -48,11 +48,15 @@ type Key struct {
 	Held, RetryCleared bool
 }
 
-// KeyColumns is the select list that fills a Key.
+// KeyColumns is the select list that fills a Key, from idempotency_keys (under any alias; the
+// answer comes from key_responses by the key's id and response_day, left unqualified so that
+// they name the outer row: key_responses has neither column).
 const KeyColumns = `id, tenant, operation, key, key_digest, fingerprint, fingerprint_version, request::text AS request,
 	state, version, lease_owner, lease_expires_at, COALESCE(lease_expires_at < now(), false) AS lease_expired,
-	attempts, downstream_key, amount_minor, currency, response_status, response_headers::text AS response_headers,
-	response_body, resource_id, error_code, error_detail, not_found_at, lookup_failures, needs_attention, legal_hold,
+	attempts, downstream_key, amount_minor, currency,
+	(SELECT r.status FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_status,
+	(SELECT r.headers::text FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_headers,
+	(SELECT r.body FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_body, resource_id, error_code, error_detail, not_found_at, lookup_failures, needs_attention, legal_hold,
 	held, retry_cleared, created_at, updated_at, completed_at, response_expires_at, expires_at`
 
 // Replayable says whether an operator or the daemon may drive the key again: it failed
@@ -84,14 +88,15 @@ type Event struct {
 	Detail JSON
 }
 
-// History returns a key's events, oldest first (bounded by limit, at most 1000).
+// History returns a key's events, oldest first (bounded by limit, at most 1000): the stored ones
+// and the claim and completion recorded on the key row (the key_history view, migration 00059).
 func (s *Store) History(ctx context.Context, keyID int64, limit int) ([]Event, error) {
 	if limit <= 0 || limit > 1000 {
 		limit = 1000
 	}
 	var evs []Event
 	err := s.db.WithContext(ctx).Raw(`SELECT id, key_id, at, kind, actor, detail::text AS detail
-		FROM key_events WHERE key_id = ? ORDER BY id LIMIT ?`, keyID, limit).Scan(&evs).Error
+		FROM key_history WHERE key_id = ? ORDER BY id LIMIT ?`, keyID, limit).Scan(&evs).Error
 	if err != nil {
 		return nil, fmt.Errorf("history of key %d: %w", keyID, err)
 	}

@@ -163,14 +163,31 @@ func (s *Store) takeoverKey(ctx context.Context, k *Key, actor string) (*Lease, 
 // versions left there — a Complete that took tens of milliseconds on a busy table instead of
 // one primary-key probe.
 func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
+	return s.holderWriteAnswer(ctx, tx, l, what, setSQL, args, nil, kind, detail)
+}
+
+// storedAnswer is the answer a holder write stores with the key (in key_responses, in the same
+// statement); clear drops the key's reference to its earlier one instead.
+type storedAnswer struct {
+	clear   bool
+	status  int
+	headers string
+	body    []byte
+}
+
+// holderWriteAnswer is holderWrite that also stores (or clears) the key's answer.
+func (s *Store) holderWriteAnswer(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, ans *storedAnswer, kind, detail string) error {
+	if ans != nil && !ans.clear {
+		s.ensureResponseDays(ctx)
+	}
 	if tx != nil {
-		return s.holderWriteOnce(ctx, tx, l, what, setSQL, args, kind, detail)
+		return s.holderWriteOnce(ctx, tx, l, what, setSQL, args, ans, kind, detail)
 	}
 	// Our own statement: when its connection is lost, re-read the key to learn whether it
 	// committed; run the compare-and-set again only while the token is still ours (then it
 	// did not). Bounded: each round waits out at most the reconnect window.
 	for round := 0; ; round++ {
-		err := s.holderWriteOnce(ctx, s.db, l, what, setSQL, args, kind, detail)
+		err := s.holderWriteOnce(ctx, s.db, l, what, setSQL, args, ans, kind, detail)
 		if !ConnLost(err) || round == 2 {
 			return err
 		}
@@ -204,13 +221,35 @@ func holderEndStates(kind string, args []any) []State {
 	return nil // the token stays (mark executing): still ours means run it again
 }
 
-func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, kind, detail string) error {
-	n := len(args)
-	q := `WITH u AS (UPDATE idempotency_keys SET ` + setSQL + `, version = version + 1, updated_at = now()
-    WHERE id = $` + strconv.Itoa(n+1) + ` AND lease_token = $` + strconv.Itoa(n+2) + ` RETURNING id
-), ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $` + strconv.Itoa(n+3) + `, $` + strconv.Itoa(n+4) + `, $` + strconv.Itoa(n+5) + ` FROM u)
-SELECT id FROM u`
-	all := append(append([]any{}, args...), l.KeyID, l.Token, kind, l.Actor, detail)
+func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, ans *storedAnswer, kind, detail string) error {
+	all := append([]any{}, args...)
+	p := func(v any) string { all = append(all, v); return `$` + strconv.Itoa(len(all)) }
+	set := setSQL + `, version = version + 1, updated_at = now()`
+	switch {
+	case ans == nil:
+	case ans.clear:
+		set += `, response_day = NULL`
+	default:
+		set += `, response_day = (now() AT TIME ZONE 'UTC')::date`
+	}
+	if kind == "completed" {
+		// The happy path's completion is recorded on the row itself (completed_*, read back
+		// through key_history; migration 00059), at the id its key_events row would have had.
+		set += `, completed_event_id = nextval('key_events_id_seq'), completed_by = ` + p(l.Actor) + `, completed_detail = ` + p(detail)
+	}
+	q := `WITH u AS (UPDATE idempotency_keys SET ` + set + `
+    WHERE id = ` + p(l.KeyID) + ` AND lease_token = ` + p(l.Token) + ` RETURNING id, response_day)`
+	if ans != nil && !ans.clear {
+		// The answer goes to its day's partition of key_responses in the same statement; a key
+		// that stored one earlier the same day (a held failure, then a completion) overwrites it.
+		q += `, ans AS (INSERT INTO key_responses (key_id, day, status, headers, body)
+    SELECT id, response_day, ` + p(ans.status) + `::integer, ` + p(ans.headers) + `::jsonb, ` + p(ans.body) + `::bytea FROM u
+    ON CONFLICT (key_id, day) DO UPDATE SET status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body)`
+	}
+	if kind != "completed" {
+		q += `, ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p(kind) + `, ` + p(l.Actor) + `, ` + p(detail) + ` FROM u)`
+	}
+	q += ` SELECT id FROM u`
 	var id int64
 	err := conn(tx).QueryRowContext(ctx, q, all...).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -252,13 +291,13 @@ func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snaps
 	if detail == "" {
 		detail = detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", l.Attempt)
 	}
-	return s.holderWrite(ctx, tx, l, "complete",
+	return s.holderWriteAnswer(ctx, tx, l, "complete",
 		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 response_status = $1, response_headers = $2, response_body = $3, resource_id = NULLIF($4, ''),
+		 resource_id = NULLIF($1, ''),
 		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
-		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $5 * interval '1 second', expires_at = now() + $6 * interval '1 second'`,
-		[]any{snap.Status, string(snap.headersJSON()), snap.Body, snap.ResourceID,
-			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
+		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $2 * interval '1 second', expires_at = now() + $3 * interval '1 second'`,
+		[]any{snap.ResourceID, int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
+		&storedAnswer{status: snap.Status, headers: string(snap.headersJSON()), body: snap.Body},
 		kind, detail)
 }
 
@@ -277,20 +316,20 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 			return fmt.Errorf("fail %s: body of %d bytes: %w", l.Digest, len(snap.Body), ErrSnapshotTooLarge)
 		}
 	}
-	var status, headers any
+	ans := &storedAnswer{clear: true}
 	if f.Snapshot != nil {
-		status, headers = snap.Status, string(snap.headersJSON())
+		ans = &storedAnswer{status: snap.Status, headers: string(snap.headersJSON()), body: snap.Body}
 	}
 	hold := f.Hold && f.Retryable && f.Snapshot != nil
-	return s.holderWrite(ctx, tx, l, "fail",
+	return s.holderWriteAnswer(ctx, tx, l, "fail",
 		`state = $1, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-		 error_code = $2, error_detail = $3, response_status = $4, response_headers = $5, response_body = $6,
-		 resource_id = COALESCE(NULLIF($7, ''), resource_id), not_found_at = NULL,
-		 completed_at = CASE WHEN $8 = 'failed_final' THEN now() END,
-		 response_expires_at = now() + $9 * interval '1 second', expires_at = now() + $10 * interval '1 second',
-		 held = $11, needs_attention = needs_attention OR $11, retry_cleared = false`,
-		[]any{string(state), f.Code, f.Detail, status, headers, snap.Body, snap.ResourceID, string(state),
-			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), hold},
+		 error_code = $2, error_detail = $3,
+		 resource_id = COALESCE(NULLIF($4, ''), resource_id), not_found_at = NULL,
+		 completed_at = CASE WHEN $5 = 'failed_final' THEN now() END,
+		 response_expires_at = now() + $6 * interval '1 second', expires_at = now() + $7 * interval '1 second',
+		 held = $8, needs_attention = needs_attention OR $8, retry_cleared = false`,
+		[]any{string(state), f.Code, f.Detail, snap.ResourceID, string(state),
+			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), hold}, ans,
 		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt, "held", hold))
 }
 

@@ -131,11 +131,16 @@ WITH u AS (
     UPDATE idempotency_keys
     SET state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
         held = false, retry_cleared = true, needs_attention = false, not_found_at = NULL,
-        response_status = NULL, response_headers = NULL, response_body = NULL,
+        response_day = NULL,
         error_code = 'operator_released', error_detail = $3, version = version + 1, updated_at = now()
     WHERE id = $1 AND version = $2
       AND (state = 'failed_retryable' OR (state = 'processing' AND lease_expires_at < now()))
     RETURNING id
+), old AS (
+    SELECT response_day FROM idempotency_keys WHERE id = $1
+), gone AS (
+    -- The stored answer goes with the hold (old: the row as it was before this statement).
+    DELETE FROM key_responses WHERE key_id IN (SELECT id FROM u) AND day = (SELECT response_day FROM old)
 ), ev AS (
     INSERT INTO key_events (key_id, kind, actor, detail)
     SELECT id, 'released_for_retry', $4, $5 FROM u

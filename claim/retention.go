@@ -163,7 +163,10 @@ func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, afte
     -- updated since it was picked has moved to a new address and is passed over; the conditions
     -- run again on every row deleted all the same, so that no change slips between pick and delete.
     DELETE FROM idempotency_keys k WHERE k.ctid = ANY (ARRAY (SELECT tid FROM picked)) AND ` + due + `
-    RETURNING k.id, k.operation, k.state
+    RETURNING k.id, k.operation, k.state, k.response_day
+), gone_responses AS (
+    -- An answer a drop kept (a key held past its response period, now released) goes with its key.
+    DELETE FROM key_responses r USING gone g WHERE r.key_id = g.id AND r.day = g.response_day
 ), gone_events AS (
     -- A key's history goes with it, in the same statement (a nested loop over key_events'
     -- primary key: cheaper here than one index scan of an id array).
@@ -186,36 +189,243 @@ func DeleteExpiredKeys(ctx context.Context, db *gorm.DB, rules ExpiryRules, afte
 func keepKeySQL(a *sqlArgs, r ExpiryRules) string      { return keepSQL(a, r.Policies, keepKey) }
 func keepResponseSQL(a *sqlArgs, r ExpiryRules) string { return keepSQL(a, r.Policies, keepResponse) }
 
-// TombstoneExpiredResponses drops the stored response of up to limit keys whose response period
-// is over (by stamp and by policy), in (response_expires_at, id) order after cursor, served by
-// idempotency_keys_response_expires_idx. The key stays: a late retry with the same intent is
-// answered Expired ("result expired; resource X"), never executed again. Each tombstone is a
-// key event by actor. Keys whose key period is over as well are the delete pass's (a purge runs
-// it first); only those the floor still keeps are tombstoned here (a key the floor keeps ended
-// less than Floor ago, so its expires_at is later than now - Floor). The index carries
-// expires_at so that the scan skips the others without reading their rows — among them the
-// dead entries of every key the delete pass has just removed, which would otherwise cost a heap
-// visit each.
-func TombstoneExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, after ExpiryCursor, limit int, actor string) (ExpiryBatch, error) {
+// ResponseDrop is what DropExpiredResponses did to one day of stored answers.
+type ResponseDrop struct {
+	// Dropped: the day's partition is gone. False: the day is not due yet (more of its answers
+	// are kept than a drop may move, or one belongs to a key in flight); nothing changed.
+	Dropped bool
+	// Counts and N are the keys whose answer went, per operation and state; Moved, the answers
+	// kept (moved to today's partition).
+	Counts []ExpiryCount
+	N      int64
+	Moved  int64
+}
+
+// DropExpiredResponses drops one day of stored answers (a key_responses partition) once every
+// answer in it is due — its response period over by stamp and by policy — except at most maxKeep
+// that a legal hold, an open finding or a longer period keeps: those are moved to today's
+// partition first (the key row follows them), and the day goes with one DROP, where a tombstone
+// per key rewrote every key row. The key rows stay: a late retry is answered Expired, never
+// executed again. Each key whose answer went shows a response_expired event by actor, one
+// key_response_drops row for the day (key_history); a retryable key's answer goes with a stored
+// event instead, and its row forgets the day. A day holding the answer of a key in flight
+// (processing) waits for a later run. Run it inside a transaction (the purge's batch): the drop
+// takes the parent table's exclusive lock only at the end, after a short re-check of the few
+// kept keys that may have changed meanwhile (held, taken over, an open finding), for the few
+// milliseconds until commit. rules.Operation must be empty: a day holds every operation's answers.
+func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, day time.Time, actor string, maxKeep int) (ResponseDrop, error) {
+	var out ResponseDrop
+	if rules.Operation != "" {
+		return out, fmt.Errorf("drop expired responses: a day holds every operation's answers; no operation filter (%q)", rules.Operation)
+	}
+	day = utcDay(day)
+	part := responsePartition(day)
+	var a sqlArgs
+	spare, _, err := spareSQL(ctx, db, &a, "")
+	if err != nil {
+		return out, err
+	}
+	due := `(k.response_expires_at < now() AND ` + spare + `
+      AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&a, rules) + ` * interval '1 second' < now(), true))`
+	inDay := part + ` r JOIN idempotency_keys k ON k.id = r.key_id AND k.response_day = r.day`
+	if fast, err := dropWithoutReading(ctx, db, rules, day, part); err != nil || fast != nil {
+		if err != nil {
+			return ResponseDrop{}, err
+		}
+		out = *fast
+		return out, lockAndDrop(ctx, db, day, part, actor)
+	}
+	// The count reads the key row of every answer of the day once; the open findings (a
+	// subquery per row inside the aggregate would cost more than the rest) are counted apart,
+	// as kept, through their own small table.
+	var c sqlArgs
+	dueOwn := `(k.response_expires_at < now() AND k.state <> 'processing' AND NOT k.legal_hold
+      AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&c, rules) + ` * interval '1 second' < now(), true))`
+	rows, err := conn(db).QueryContext(ctx, `SELECT k.operation, k.state, count(*) FILTER (WHERE `+dueOwn+`),
+		count(*) FILTER (WHERE NOT `+dueOwn+`), count(*) FILTER (WHERE k.state = 'processing')
+		FROM `+inDay+` GROUP BY 1, 2`, c...)
+	if err != nil {
+		return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	var kept, inFlight, retryable int64
+	for rows.Next() {
+		var c ExpiryCount
+		var state string
+		var k, p int64
+		if err := rows.Scan(&c.Operation, &state, &c.N, &k, &p); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+		}
+		c.State = State(state)
+		kept, inFlight = kept+k, inFlight+p
+		if c.State == StateFailedRetryable {
+			retryable += c.N
+		}
+		if c.N > 0 {
+			out.Counts = append(out.Counts, c)
+			out.N += c.N
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if strings.Contains(spare, "discrepancies") {
+		var open int64
+		if err := conn(db).QueryRowContext(ctx, `SELECT count(*) FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
+			WHERE x.state = 'open' AND k.response_day = $1::date`, day).Scan(&open); err != nil {
+			return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+		}
+		kept += open // counted as due above: the move below sorts them out, the counts stay near
+	}
+	if kept > int64(maxKeep) || inFlight > 0 {
+		return ResponseDrop{}, nil
+	}
+	if kept+retryable > 0 {
+		// The kept answers move to today's partition, their rows with them; a retryable key whose
+		// answer goes records it in a stored event (its next answer would move its response_day).
+		actorArg := a.add(actor)
+		q := `WITH x AS (
+    SELECT k.id, ` + due + ` AS due FROM ` + inDay + ` WHERE NOT ` + due + ` OR k.state = 'failed_retryable'
+), mv AS (
+    INSERT INTO key_responses (key_id, day, status, headers, body)
+    SELECT r.key_id, (now() AT TIME ZONE 'UTC')::date, r.status, r.headers, r.body FROM ` + part + ` r
+    WHERE r.key_id IN (SELECT id FROM x WHERE NOT due)
+    ON CONFLICT (key_id, day) DO NOTHING
+), up AS (
+    UPDATE idempotency_keys k SET response_day = CASE WHEN x.due THEN NULL ELSE (now() AT TIME ZONE 'UTC')::date END
+    FROM x WHERE k.id = x.id AND k.response_day = ` + a.add(day) + `::date
+    RETURNING k.id, x.due
+), ev AS (
+    INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', ` + actorArg + `, '{}' FROM up WHERE due
+)
+SELECT count(*) FILTER (WHERE NOT due) FROM up`
+		if err := conn(db).QueryRowContext(ctx, q, a...).Scan(&out.Moved); err != nil {
+			return ResponseDrop{}, fmt.Errorf("move kept responses of %s: %w", day.Format(time.DateOnly), err)
+		}
+	}
+	if err := lockAndDrop(ctx, db, day, part, actor); err != nil {
+		return ResponseDrop{}, err
+	}
+	out.Dropped = true
+	return out, nil
+}
+
+// dropWithoutReading decides a day without reading its keys one by one, when it can: no policy
+// keeps an answer of the day longer than the day plus its period (the stamp phase has brought
+// every stamp in line), and the index on (response_day, response_expires_at) finds no stamp of
+// the day still running; then the spared keys (held, in flight, an open finding) are found
+// through their own small indexes. It answers nil, nil when the day needs the full reading
+// (a policy still running for it, kept answers to move), and the drop's count (every answer of
+// the day, counted off the partition's primary key) otherwise.
+func dropWithoutReading(ctx context.Context, db *gorm.DB, rules ExpiryRules, day time.Time, part string) (*ResponseDrop, error) {
+	for _, p := range rules.Policies {
+		if day.AddDate(0, 0, 1).Add(p.KeepResponse).After(time.Now()) {
+			return nil, nil
+		}
+	}
+	var running bool
+	err := conn(db).QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM idempotency_keys
+		WHERE response_day = $1::date AND response_expires_at >= now())`, day).Scan(&running)
+	if err != nil {
+		return nil, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if running {
+		return nil, nil
+	}
+	changed, err := sparedOnDay(ctx, db, day)
+	if err != nil || changed {
+		return nil, err
+	}
+	var n int64
+	if err := conn(db).QueryRowContext(ctx, `SELECT count(*) FROM `+part).Scan(&n); err != nil {
+		return nil, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return &ResponseDrop{Dropped: true, N: n, Counts: []ExpiryCount{{Operation: "*", State: "", N: n}}}, nil
+}
+
+// sparedOnDay says whether a key whose answer is on day is spared by every retention pass (on
+// legal hold, in flight, an open finding), each found through a small index.
+func sparedOnDay(ctx context.Context, db *gorm.DB, day time.Time) (bool, error) {
+	var findings bool
+	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&findings); err != nil {
+		return false, err
+	}
+	q := `SELECT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.legal_hold AND k.response_day = $1::date)
+	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = $1::date)`
+	if findings {
+		q += ` OR EXISTS (SELECT 1 FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
+	        WHERE x.state = 'open' AND k.response_day = $1::date)`
+	}
+	var spared bool
+	if err := conn(db).QueryRowContext(ctx, q, day).Scan(&spared); err != nil {
+		return false, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return spared, nil
+}
+
+// lockAndDrop drops the day's partition. From the lock to commit nothing reads or writes stored
+// answers: it re-checks the keys that may have become kept since the day was counted (held,
+// taken over, an open finding), each through a small index, and gives up the day
+// (errResponseDayChanged) if one did.
+func lockAndDrop(ctx context.Context, db *gorm.DB, day time.Time, part, actor string) error {
+	if _, err := conn(db).ExecContext(ctx, `LOCK TABLE key_responses IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	changed, err := sparedOnDay(ctx, db, day)
+	if err != nil {
+		return err
+	}
+	if changed {
+		return errResponseDayChanged
+	}
+	if _, err := conn(db).ExecContext(ctx, `INSERT INTO key_response_drops (day, actor) VALUES ($1, $2)`, day, actor); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	if _, err := conn(db).ExecContext(ctx, `DROP TABLE `+part); err != nil {
+		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
+	}
+	return nil
+}
+
+// errResponseDayChanged: a key of the day became kept between the count and the drop; the
+// caller rolls back (the moves too) and a later run tries the day again.
+var errResponseDayChanged = errors.New("a key of the day changed while it was dropped")
+
+// IsResponseDayChanged reports whether DropExpiredResponses stopped because a key changed under
+// it (roll back; try the day again later).
+func IsResponseDayChanged(err error) bool { return errors.Is(err, errResponseDayChanged) }
+
+// TombstoneDayResponses drops, row by row, the stored answers of up to limit keys of one day
+// whose response period is over (by stamp and by policy): the way a day that cannot be dropped
+// yet (yesterday, today, or one holding too many kept answers) loses its due answers. Each key
+// forgets its response_day and records a response_expired event by actor; the key stays, and a
+// late retry is answered Expired. As in DeleteExpiredKeys, rows are picked without locks and
+// every condition runs again on the row written. Done: fewer than limit were due.
+func TombstoneDayResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, day time.Time, limit int, actor string) (ExpiryBatch, error) {
+	if limit <= 0 {
+		return ExpiryBatch{}, fmt.Errorf("tombstone expired responses: batch size %d must be positive", limit)
+	}
+	day = utcDay(day)
 	var a sqlArgs
 	spare, own, err := spareSQL(ctx, db, &a, rules.Operation)
 	if err != nil {
 		return ExpiryBatch{}, err
 	}
-	due := `k.response_body IS NOT NULL AND k.response_expires_at < now()
-      AND k.expires_at >= now() - ` + rules.floorInterval() + ` AND ` + own + `
+	due := `k.response_expires_at < now() AND ` + own + `
       AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&a, rules) + ` * interval '1 second' < now(), true)`
-	at := a.add(after.At)
+	d := a.add(day)
 	q := `WITH picked AS (
-    SELECT k.id, k.ctid AS tid, k.response_expires_at AS at FROM idempotency_keys k
-    WHERE k.response_expires_at >= ` + at + ` AND (k.response_expires_at, k.id) > (` + at + `, ` + a.add(after.ID) + `)
-      AND ` + due + ` AND ` + spare + `
-    ORDER BY k.response_expires_at, k.id LIMIT ` + a.add(limit) + `
+    SELECT k.id, k.ctid AS tid, k.response_expires_at AS at FROM ` + responsePartition(day) + ` r
+    JOIN idempotency_keys k ON k.id = r.key_id AND k.response_day = r.day
+    WHERE ` + due + ` AND ` + spare + `
+    LIMIT ` + a.add(limit) + `
 ), gone AS (
-    -- As in DeleteExpiredKeys: no row locks to pick, every condition again on the row written.
-    UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL, response_status = NULL
-    WHERE k.ctid = ANY (ARRAY (SELECT tid FROM picked)) AND ` + due + `
+    UPDATE idempotency_keys k SET response_day = NULL
+    WHERE k.ctid = ANY (ARRAY (SELECT tid FROM picked)) AND k.response_day = ` + d + `::date AND ` + due + `
     RETURNING k.id, k.operation, k.state
+), dropped AS (
+    DELETE FROM key_responses r USING gone g WHERE r.key_id = g.id AND r.day = ` + d + `::date
 ), ev AS (
     INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'response_expired', ` + a.add(actor) + `, '{}' FROM gone
 )`
@@ -338,7 +548,7 @@ func CountDue(ctx context.Context, db *gorm.DB, rules ExpiryRules) ([]DueCount, 
     SELECT k.operation, k.state, (k.created_at AT TIME ZONE 'UTC')::date AS day,
         (CASE WHEN ` + kk + ` IS NULL THEN k.expires_at ELSE ` + keyBase + ` + ` + kk + ` * interval '1 second' END) < now()
             AND ` + rules.floorSQL() + ` AS del,
-        k.response_body IS NOT NULL
+        EXISTS (SELECT 1 FROM key_responses r WHERE r.key_id = k.id AND r.day = k.response_day)
             AND (CASE WHEN ` + kr + ` IS NULL THEN k.response_expires_at ELSE ` + keyBase + ` + ` + kr + ` * interval '1 second' END) < now() AS tomb
     FROM idempotency_keys k
     WHERE ` + spare + `

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -115,6 +116,8 @@ func (c Config) withDefaults() (Config, error) {
 type Store struct {
 	db  *gorm.DB
 	cfg Config
+	// partitionsDay is the day (Unix days) the store last ensured the response partitions.
+	partitionsDay atomic.Int64
 }
 
 // NewStore validates cfg and returns a Store on db.
@@ -278,22 +281,19 @@ func detailJSON(kv ...any) string {
 }
 
 // claimSQL is the claim: one atomic insert guarded by the unique constraint on (tenant,
-// operation, key), with its history event in the same statement. Never "select, then insert".
-// The conflict target is left open on purpose: the downstream key is unique too (derived from
-// the same triple), and two racing inserts of one key may meet on either index first; naming
-// one arbiter would turn the other into an error.
+// operation, key), with its history event on the row itself (claimed_*, read back through the
+// key_history view; migration 00059): no key_events row on the happy path. Never "select, then
+// insert". The conflict target is left open on purpose: the downstream key is unique too
+// (derived from the same triple), and two racing inserts of one key may meet on either index
+// first; naming one arbiter would turn the other into an error.
 const claimSQL = `
-WITH ins AS (
-    INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
-        request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''))
-    ON CONFLICT DO NOTHING
-    RETURNING id
-), ev AS (
-    INSERT INTO key_events (key_id, kind, actor, detail)
-    SELECT id, 'claimed', $14, $15 FROM ins
-)
-SELECT id FROM ins`
+INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+    request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency,
+    claimed_event_id, claimed_by, claimed_detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''),
+    nextval('key_events_id_seq'), $14, $15)
+ON CONFLICT DO NOTHING
+RETURNING id`
 
 // Claim takes the key for req, or says why not. Acquired leases must end in Complete, Fail,
 // Release or one of the lookup records; Run does all of that.
@@ -394,15 +394,16 @@ type existingRow struct {
 }
 
 const existingSQL = `
-SELECT id, fingerprint, fingerprint_version, request::text AS request, state, version,
+SELECT k.id, fingerprint, fingerprint_version, request::text AS request, state, version,
        COALESCE(lease_expires_at < now(), false) AS lease_expired,
        COALESCE((extract(epoch FROM lease_expires_at - now()) * 1000)::bigint, 0) AS lease_remaining_ms,
        lease_token IS NOT NULL AS lease_held,
-       response_status, response_headers, response_body, resource_id, error_code, error_detail,
+       r.status AS response_status, r.headers AS response_headers, r.body AS response_body, resource_id, error_code, error_detail,
        (response_expires_at IS NOT NULL AND response_expires_at < now()) OR
-       (response_status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
+       (r.status IS NULL AND completed_at IS NOT NULL AND state = 'completed') AS response_expired,
        not_found_at, held, retry_cleared
-FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`
+FROM idempotency_keys k LEFT JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day
+WHERE tenant = ? AND operation = ? AND key = ?`
 
 // answerExisting answers a claim whose insert met an existing row: the loser of a claim race
 // reads the row and answers from it; it never executes.

@@ -92,7 +92,7 @@ func TestRetentionDryRunChangesNothing(t *testing.T) {
 	if _, err := b.claims.Get(context.Background(), k.ID); err != nil {
 		t.Fatalf("key gone after a dry run: %v", err)
 	}
-	if n := b.count(`SELECT count(*) FROM idempotency_keys WHERE id = ? AND response_body IS NOT NULL`, k.ID); n != 1 {
+	if n := b.count(`SELECT count(*) FROM idempotency_keys k JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day WHERE k.id = ?`, k.ID); n != 1 {
 		t.Error("the dry run tombstoned the key")
 	}
 	// The dry run is in the purge history, marked as such.

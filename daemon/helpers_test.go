@@ -222,7 +222,7 @@ func eventCounts(t testing.TB, db *gorm.DB, ids []int64, kind string) map[int64]
 		KeyID int64
 		N     int
 	}
-	if err := db.Raw(`SELECT key_id, count(*) AS n FROM key_events WHERE key_id IN ? AND kind = ? GROUP BY key_id`,
+	if err := db.Raw(`SELECT key_id, count(*) AS n FROM key_history WHERE key_id IN ? AND kind = ? GROUP BY key_id`,
 		ids, kind).Scan(&rows).Error; err != nil {
 		t.Fatal(err)
 	}

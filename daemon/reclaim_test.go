@@ -90,7 +90,7 @@ func TestReclaim_TwoDaemonsNeverTakeOverTheSameKey(t *testing.T) {
 		}
 	}
 	var actors []string
-	if err := db.Raw(`SELECT DISTINCT actor FROM key_events WHERE kind <> 'claimed'`).Scan(&actors).Error; err != nil {
+	if err := db.Raw(`SELECT DISTINCT actor FROM key_history WHERE kind <> 'claimed'`).Scan(&actors).Error; err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(actors, []string{daemon.ReclaimActor}) {
@@ -100,7 +100,7 @@ func TestReclaim_TwoDaemonsNeverTakeOverTheSameKey(t *testing.T) {
 	var hist []struct {
 		Kind, Actor, Detail string
 	}
-	if err := db.Raw(`SELECT kind, actor, detail::text AS detail FROM key_events
+	if err := db.Raw(`SELECT kind, actor, detail::text AS detail FROM key_history
 		WHERE key_id = (SELECT min(id) FROM idempotency_keys) ORDER BY id`).Scan(&hist).Error; err != nil {
 		t.Fatal(err)
 	}

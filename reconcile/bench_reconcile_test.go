@@ -26,10 +26,10 @@ import (
 // every 1000th key has an amount one fen off, for a realistic trickle of AMOUNT_MISMATCH.
 const seedBenchKeysSQL = `
 INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version, request, state,
-    downstream_key, amount_minor, currency, response_status, resource_id, completed_at)
+    downstream_key, amount_minor, currency, resource_id, completed_at)
 SELECT 't1', 'payment.charge', 'k' || i, md5(i::text), 'f', 1, '{}', 'completed',
        'ORD-' || lpad(i::text, 9, '0'),
-       100 + i % 50000 + CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, 'CNY', 201, 'pay_' || i,
+       100 + i % 50000 + CASE WHEN i % 1000 = 1 THEN 1 ELSE 0 END, 'CNY', 'pay_' || i,
        CASE WHEN i % 10 = 9 THEN timestamptz '2024-02-28 12:00:00+08'
             ELSE timestamptz '2024-03-01 00:00:00+08' + (i % 86400) * interval '1 second' END
 FROM generate_series(0, $1 - 1) AS i`

@@ -176,3 +176,99 @@ func claimLoop(ctx context.Context, b *testing.B, store *claim.Store, name strin
 	slices.Sort(lat)
 	return lat[len(lat)*99/100]
 }
+
+// BenchmarkResponseDrop measures retention's first stage on stored answers: rows keys answered
+// on one day ten days ago (response period over, key period not) lose their answers through a
+// purge — the day's key_responses partition dropped — and, in an identical database, the same
+// answer rows go by batched DELETE (batches of the purge's size, each its own transaction: the
+// row-by-row way). It reports both rates and their ratio (target ≥ 10), and claim p99 idle and
+// during each (target during the purge: ≤ 1.2× idle).
+func BenchmarkResponseDrop(b *testing.B) {
+	rows := 200_000
+	if v, err := strconv.Atoi(os.Getenv("IDEMOPS_BENCH_ROWS")); err == nil && v > 0 {
+		rows = v
+	}
+	ctx := context.Background()
+	seed := func() *gorm.DB {
+		db, err := pglocal.Open(pgtest.URL(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		seedExpired(b, db, "payment.charge", rows, 0, 10*day)
+		pgtest.Exec(b, db, `VACUUM ANALYZE idempotency_keys`)
+		pgtest.Exec(b, db, `VACUUM ANALYZE key_responses`)
+		return db
+	}
+	ours, base := seed(), seed()
+	pgtest.Exec(b, ours, `UPDATE retention_settings SET stamp_cursor_at = now()`)
+	job, err := retention.NewPurgeJob(ours, retention.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := claim.NewStore(ours, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	baseStore, err := claim.NewStore(base, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 10_000 // retention.Config's default batch size
+	for range b.N {
+		idle := claimLoop(ctx, b, store, "idle", func(ctx context.Context) { sleepCtx(ctx, 3*time.Second) })
+
+		var baseSecs float64
+		// Each window lasts at least as long as the idle one, so that every p99 has as many
+		// samples behind it (the drop itself takes a fraction of a second).
+		duringDelete := claimLoop(ctx, b, baseStore, "delete", func(ctx context.Context) {
+			start := time.Now()
+			defer func() { sleepCtx(ctx, 3*time.Second-time.Since(start)) }()
+			for i := 0; i < rows/batch+2; i++ {
+				res := base.Exec(`DELETE FROM key_responses WHERE ctid = ANY (ARRAY (
+					SELECT r.ctid FROM key_responses r JOIN idempotency_keys k ON k.id = r.key_id
+					WHERE k.tenant = 'seed' AND k.response_expires_at < now() LIMIT ?))`, batch)
+				if res.Error != nil {
+					b.Error(res.Error)
+					return
+				}
+				if res.RowsAffected < int64(batch) {
+					break
+				}
+			}
+			baseSecs = time.Since(start).Seconds()
+		})
+		var left int64
+		base.Raw(`SELECT count(*) FROM key_responses r JOIN idempotency_keys k ON k.id = r.key_id WHERE k.tenant = 'seed'`).Scan(&left)
+		if left != 0 {
+			b.Fatalf("baseline left %d answers", left)
+		}
+
+		var rep *retention.Report
+		var purgeSecs float64
+		during := claimLoop(ctx, b, store, "during", func(ctx context.Context) {
+			start := time.Now()
+			rep, err = job.Purge(ctx, retention.Options{Actor: "operator:bench"}, nil)
+			purgeSecs = time.Since(start).Seconds()
+			sleepCtx(ctx, 3*time.Second-time.Since(start))
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Tombstoned != int64(rows) {
+			b.Fatalf("purge removed %d answers, want %d", rep.Tombstoned, rows)
+		}
+		oursRate, baseRate := float64(rows)/purgeSecs, float64(rows)/baseSecs
+		b.ReportMetric(float64(rows), "rows")
+		b.ReportMetric(oursRate, "drop_rows/s")
+		b.ReportMetric(baseRate, "batched_delete_rows/s")
+		b.ReportMetric(oursRate/baseRate, "rate_ratio")
+		b.ReportMetric(ms(idle), "claim_p99_idle_ms")
+		b.ReportMetric(ms(during), "claim_p99_drop_ms")
+		b.ReportMetric(ms(duringDelete), "claim_p99_delete_ms")
+		b.ReportMetric(float64(during)/float64(idle), "p99_ratio")
+		b.Logf("answers %d: purge (partition drop) %.0f rows/s (%.2fs), batched DELETE %.0f rows/s (%.2fs), ratio %.1f (target ≥ 10); "+
+			"claim p99 %.1fms idle, %.1fms during the purge (x%.2f, target ≤ 1.2), %.1fms during the batched DELETE (x%.2f)",
+			rows, oursRate, purgeSecs, baseRate, baseSecs, oursRate/baseRate,
+			ms(idle), ms(during), float64(during)/float64(idle), ms(duringDelete), float64(duringDelete)/float64(idle))
+	}
+}

@@ -9,6 +9,14 @@
 // intent; the downstream key, derived from tenant|operation|key without a secret, is the same as
 // before, so the channel's own idempotency is the second line of defence.
 //
+// Stored responses live in key_responses, partitioned by the UTC day they were stored (migration
+// 00060). The tombstone phase works a day at a time: a day older than yesterday whose responses
+// are all due (decided through the (response_day, response_expires_at) index and the small sets
+// of held, in-flight and disputed keys) is dropped with its partition, after the few kept ones
+// move to today's; a day that cannot go yet loses its due responses row by row
+// (claim.TombstoneDayResponses). The index walk on response_expires_at described below is gone
+// with the per-key tombstone.
+//
 // # Never purged
 //
 // Processing keys (including an old failed_retryable key that a retry has just taken again: it

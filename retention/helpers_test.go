@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,7 +112,7 @@ func (b *bundle) exists(id int64) bool {
 }
 
 func (b *bundle) hasResponse(id int64) bool {
-	return b.count(`SELECT count(*) FROM idempotency_keys WHERE id = ? AND response_body IS NOT NULL`, id) == 1
+	return b.count(`SELECT count(*) FROM idempotency_keys k JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day WHERE k.id = ?`, id) == 1
 }
 
 func (b *bundle) purge(opts retention.Options) *retention.Report {
@@ -143,13 +144,26 @@ func (b *bundle) finding(keyID int64, state string) {
 func seedExpired(tb testing.TB, db *gorm.DB, op string, n, eventsPerKey int, endedAgo time.Duration) {
 	tb.Helper()
 	pgtest.Exec(tb, db, `INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
-		request, state, downstream_key, response_status, response_headers, response_body, resource_id,
+		request, state, downstream_key, resource_id, response_day,
 		created_at, updated_at, completed_at, response_expires_at, expires_at)
 	SELECT 'seed', ?, 'k-' || g, md5('d' || g), md5('f' || g), 1, '{"amount_minor":100}', 'completed',
-		md5(? || g), 201, '{"Content-Type":"application/json"}', '{"id":"r"}'::bytea, 'r-' || g,
+		md5(? || g), 'r-' || g, (t AT TIME ZONE 'UTC')::date,
 		t, t, t, t + interval '72 hours', t + interval '30 days'
 	FROM generate_series(1, ?) g, LATERAL (SELECT now() - ? * interval '1 second' - g * interval '1 millisecond' AS t) ts`,
 		op, op, n, endedAgo.Seconds())
+	// Their answers, in the partitions of the days they were stored (as the claim store writes them).
+	var days []string
+	if err := db.Raw(`SELECT DISTINCT to_char(response_day, 'YYYY-MM-DD') FROM idempotency_keys WHERE tenant = 'seed' AND operation = ?`, op).
+		Scan(&days).Error; err != nil {
+		tb.Fatal(err)
+	}
+	for _, d := range days {
+		pgtest.Exec(tb, db, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS key_responses_%s PARTITION OF key_responses
+			FOR VALUES FROM ('%s') TO ('%s'::date + 1)`, strings.ReplaceAll(d, "-", ""), d, d))
+	}
+	pgtest.Exec(tb, db, `INSERT INTO key_responses (key_id, day, status, headers, body)
+	SELECT id, response_day, 201, '{"Content-Type":"application/json"}', '{"id":"r"}'::bytea
+	FROM idempotency_keys WHERE tenant = 'seed' AND operation = ?`, op)
 	if eventsPerKey > 0 {
 		pgtest.Exec(tb, db, `INSERT INTO key_events (key_id, kind, actor)
 		SELECT k.id, e.kind, 'service:seed' FROM idempotency_keys k

@@ -419,25 +419,99 @@ func (j *PurgeJob) purge(ctx context.Context, rep *Report, st *runState, p daemo
 	if err != nil {
 		return err
 	}
-	var tombCursor claim.ExpiryCursor
-	tombDone, err := j.runPhase(ctx, "tombstone", rep, st, false, p, func(tx *gorm.DB, limit int) (int64, bool, func(), error) {
-		b, err := claim.TombstoneExpiredResponses(ctx, tx, st.rules, tombCursor, limit, rep.Actor)
+	tombDone, err := j.dropResponses(ctx, rep, st, p)
+	if err != nil {
+		return err
+	}
+	rep.Complete = stampDone && delDone && tombDone
+	return nil
+}
+
+// dropResponses is stage one of a key's retention, day by day (partitions of key_responses):
+// a day older than yesterday whose answers are all due, but for a few kept ones, goes with its
+// partition (claim.DropExpiredResponses), one day per batch transaction; any other day loses its
+// due answers row by row (claim.TombstoneDayResponses). A day whose keys changed during the drop
+// is left for the next run. A purge limited to one operation never drops a day (a day holds every
+// operation's answers).
+func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState, p daemon.Progress) (bool, error) {
+	if err := claim.EnsureResponsePartitions(ctx, j.db); err != nil {
+		return false, err
+	}
+	days, err := claim.ResponseDays(ctx, j.db)
+	if err != nil {
+		return false, err
+	}
+	var today time.Time
+	if err := j.db.WithContext(ctx).Raw(`SELECT (now() AT TIME ZONE 'UTC')::date::timestamp`).Scan(&today).Error; err != nil {
+		return false, fmt.Errorf("purge tombstone: %w", err)
+	}
+	// Only the days with work go to batches: a day older than yesterday with no running answer
+	// (to drop), or any day with a due answer (row by row if it cannot be dropped). Two index
+	// probes a day decide it.
+	var work []time.Time
+	for _, d := range days {
+		if d.After(today) {
+			continue // made ahead: nothing stored there yet
+		}
+		due, running, err := claim.ResponseDayState(ctx, j.db, d)
+		if err != nil {
+			return false, err
+		}
+		if due || (!running && d.Before(today.AddDate(0, 0, -1))) {
+			work = append(work, d)
+		}
+	}
+	days = work
+	if len(days) == 0 {
+		return true, nil
+	}
+	// Per day: a drop when the day is older than yesterday (a day still written to is never
+	// dropped), then, for a day not dropped, its due answers row by row.
+	next, tried, complete := 0, false, true
+	done, err := j.runPhase(ctx, "tombstone", rep, st, false, p, func(tx *gorm.DB, limit int) (int64, bool, func(), error) {
+		day, last := days[next], next+1 >= len(days)
+		if !tried && st.operation == "" && day.Before(today.AddDate(0, 0, -1)) {
+			if err := tx.SavePoint("drop_day").Error; err != nil {
+				return 0, false, nil, err
+			}
+			d, err := claim.DropExpiredResponses(ctx, tx, st.rules, day, rep.Actor, limit)
+			if claim.IsResponseDayChanged(err) {
+				// Undo this day's moves; the next run meets the day again.
+				if err := tx.RollbackTo("drop_day").Error; err != nil {
+					return 0, false, nil, err
+				}
+				return 0, last, func() { next++; complete = false }, nil
+			}
+			if err != nil {
+				return 0, false, nil, err
+			}
+			return d.N, last && d.Dropped, func() {
+				if d.Dropped {
+					next++
+				} else {
+					tried = true
+				}
+				for _, c := range d.Counts {
+					rep.TombstonedBy.add(c.Operation, c.State, c.N)
+					rep.Tombstoned += c.N
+				}
+			}, nil
+		}
+		b, err := claim.TombstoneDayResponses(ctx, tx, st.rules, day, limit, rep.Actor)
 		if err != nil {
 			return 0, false, nil, err
 		}
-		return b.N, b.Done, func() {
-			tombCursor = b.Next
+		return b.N, last && b.Done, func() {
+			if b.Done {
+				next, tried = next+1, false
+			}
 			for _, c := range b.Counts {
 				rep.TombstonedBy.add(c.Operation, c.State, c.N)
 				rep.Tombstoned += c.N
 			}
 		}, nil
 	})
-	if err != nil {
-		return err
-	}
-	rep.Complete = stampDone && delDone && tombDone
-	return nil
+	return done && complete, err
 }
 
 func (j *PurgeJob) stampBatch(ctx context.Context, tx *gorm.DB, rep *Report, st *runState, limit int) (int64, bool, func(), error) {

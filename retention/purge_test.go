@@ -15,7 +15,7 @@ func TestPurge_DeletesExpiredKeysWithTheirEvents(t *testing.T) {
 	old := b.key("payment.charge", "old", claim.StateCompleted)
 	young := b.key("payment.charge", "young", claim.StateCompleted)
 	b.age(old, 31*day)
-	if b.count(`SELECT count(*) FROM key_events WHERE key_id = ?`, old) == 0 {
+	if b.count(`SELECT count(*) FROM key_history WHERE key_id = ?`, old) == 0 {
 		t.Fatal("set-up: the old key has no events")
 	}
 
@@ -24,7 +24,7 @@ func TestPurge_DeletesExpiredKeysWithTheirEvents(t *testing.T) {
 	if b.exists(old) || !b.exists(young) {
 		t.Fatalf("old exists %v (want gone), young exists %v (want kept)", b.exists(old), b.exists(young))
 	}
-	if n := b.count(`SELECT count(*) FROM key_events WHERE key_id = ?`, old); n != 0 {
+	if n := b.count(`SELECT count(*) FROM key_history WHERE key_id = ?`, old); n != 0 {
 		t.Errorf("%d events of the deleted key remain", n)
 	}
 	if rep.Deleted != 1 || rep.DeletedBy["payment.charge"][claim.StateCompleted] != 1 || !rep.Complete {

@@ -72,10 +72,10 @@ func ListStats(ctx context.Context, db *gorm.DB, tenants []string) ([]ConsumerSt
 	}
 	kwhere, kargs := tenantFilter("k.tenant", tenants)
 	var open []ConsumerStat
-	// idempotency_keys_reclaim_idx (partial, processing) serves the scan; claim events by key_id.
+	// idempotency_keys_reclaim_idx (partial, processing) serves the scan; claim events by key_id (key_history: stored, or on the key row).
 	err = db.WithContext(ctx).Raw(`SELECT substr(e.actor, ?) AS consumer, k.tenant,
 			count(*) AS in_processing, count(*) FILTER (WHERE k.lease_expires_at < now()) AS stuck
-		FROM idempotency_keys k JOIN key_events e ON e.key_id = k.id AND e.kind = 'claimed' AND e.actor LIKE ?
+		FROM idempotency_keys k JOIN key_history e ON e.key_id = k.id AND e.kind = 'claimed' AND e.actor LIKE ?
 		WHERE k.state = 'processing' AND `+kwhere+`
 		GROUP BY 1, 2`, append([]any{len(consumerActor) + 1, consumerActor + "%"}, kargs...)...).Scan(&open).Error
 	if err != nil {
@@ -109,16 +109,18 @@ func FindDeliveries(ctx context.Context, db *gorm.DB, tenants []string, business
 }
 
 // ListCompensations returns the daemon's latest actions on spanning consumers' records (at
-// most limit, ≤ 200), newest first.
+// most limit, ≤ 200), newest first. A scheduled purge's response_expired is retention, not a
+// compensation: left out (which also keeps key_history's branch of dropped days, every key of a
+// day, out of the plan).
 func ListCompensations(ctx context.Context, db *gorm.DB, tenants []string, limit int) ([]Compensation, error) {
 	limit = min(max(limit, 1), 200)
 	where, args := tenantFilter("k.tenant", tenants)
 	var cs []Compensation
 	err := db.WithContext(ctx).Raw(`SELECT substr(c.actor, ?) AS consumer, k.tenant, k.key AS business_key, k.id AS key_id, e.kind, e.at
-		FROM key_events e
+		FROM key_history e
 		JOIN idempotency_keys k ON k.id = e.key_id
-		JOIN key_events c ON c.key_id = k.id AND c.kind = 'claimed' AND c.actor LIKE ?
-		WHERE e.actor = 'daemon' AND `+where+`
+		JOIN key_history c ON c.key_id = k.id AND c.kind = 'claimed' AND c.actor LIKE ?
+		WHERE e.actor = 'daemon' AND e.kind <> 'response_expired' AND `+where+`
 		ORDER BY e.at DESC, e.id DESC LIMIT ?`,
 		append(append([]any{len(consumerActor) + 1, consumerActor + "%"}, args...), limit)...).Scan(&cs).Error
 	if err != nil {

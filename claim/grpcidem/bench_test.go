@@ -89,9 +89,12 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 				t, key, claim.Digest(benchSecret, t, "payment.charge", key), req, claim.DownstreamKey(t, "payment.charge", key)).Scan(&id); err != nil {
 				return nil, status.Error(codes.Internal, err.Error())
 			}
-			if _, err := sqlDB.ExecContext(ctx, `UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
-				lease_expires_at = NULL, response_status = 200, response_headers = '{"Content-Type":"application/json"}', response_body = $2,
-				completed_at = now(), updated_at = now() WHERE id = $1`, id, body); err != nil {
+			// The answer is stored where the schema keeps it (key_responses, 00060), in the same statement.
+			if _, err := sqlDB.ExecContext(ctx, `WITH u AS (UPDATE idempotency_keys SET state = 'completed', lease_token = NULL, lease_owner = NULL,
+				lease_expires_at = NULL, response_day = (now() AT TIME ZONE 'UTC')::date,
+				completed_at = now(), updated_at = now() WHERE id = $1 RETURNING id, response_day)
+				INSERT INTO key_responses (key_id, day, status, headers, body)
+				SELECT id, response_day, 200, '{"Content-Type":"application/json"}', $2 FROM u`, id, body); err != nil {
 				return nil, status.Error(codes.Internal, err.Error())
 			}
 			return out, nil

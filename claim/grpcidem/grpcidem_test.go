@@ -410,7 +410,7 @@ func TestServer_ExpiredResultIsNotExecutedAgain(t *testing.T) {
 	if r := w.call(w.conn, "tok-a", []string{"k-old"}, pay); r.err != nil {
 		t.Fatal(r.err)
 	}
-	pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_body = NULL, response_expires_at = now() - interval '1 s'`)
+	pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_day = NULL, response_expires_at = now() - interval '1 s'`)
 	r := w.call(w.conn, "tok-a", []string{"k-old"}, pay)
 	wantStatus(t, r, codes.FailedPrecondition, grpcidem.ReasonResultExpired)
 	if !strings.Contains(fmt.Sprint(status.Convert(r.err).Details()), "pay_1") || w.pay.calls.Load() != 1 {

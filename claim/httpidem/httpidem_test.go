@@ -316,7 +316,7 @@ func TestExpiredResultAnswers410WithoutExecuting(t *testing.T) {
 		if r := w.post("/charge", "tok-a", []string{"old"}, pay); r.status != 201 {
 			t.Fatal(r)
 		}
-		pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_body = NULL, response_expires_at = now() - interval '1 s'`)
+		pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_day = NULL, response_expires_at = now() - interval '1 s'`)
 		r := w.post("/charge", "tok-a", []string{"old"}, pay)
 		if r.status != 410 || problemType(t, r) != "result-expired" || !strings.Contains(r.body, "pay_1") {
 			t.Fatalf("%d %s", r.status, r.body)

@@ -134,7 +134,7 @@ func TestKeyPolicy_PublishedFromTheLiveRetentionPolicy(t *testing.T) {
 		if r := w.post("/charge", "tok-a", []string{"old"}, pay); r.status != 201 {
 			t.Fatal(r)
 		}
-		pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_body = NULL, response_expires_at = now() - interval '1 s'`)
+		pgtest.Exec(t, w.db, `UPDATE idempotency_keys SET response_day = NULL, response_expires_at = now() - interval '1 s'`)
 		keyProblem(w.post("/charge", "tok-a", []string{"old"}, pay), "result-expired")
 	})
 }

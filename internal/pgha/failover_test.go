@@ -384,7 +384,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		if ok && r.TakenOver && !p.crashed {
 			takenOver++ // an attempt cut by the failover that waited out its lease instead of re-reading
 			var evs []string
-			db.Raw(`SELECT e.kind || '/' || e.actor || '@' || to_char(e.at, 'HH24:MI:SS.MS') FROM key_events e
+			db.Raw(`SELECT e.kind || '/' || e.actor || '@' || to_char(e.at, 'HH24:MI:SS.MS') FROM key_history e
 				JOIN idempotency_keys k ON k.id = e.key_id WHERE k.tenant = ? AND k.key = ? ORDER BY e.id`, p.tenant, p.key).Scan(&evs)
 			problems = append(problems, fmt.Sprintf("%s taken over (kill at %s): %s", p.key,
 				time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"), strings.Join(evs, " ")))
