@@ -309,7 +309,7 @@ func TestBulkJob_KilledMidBulkIsFinishedByTheNextDaemonOncePerKey(t *testing.T) 
 				takeovers, executions, requests)
 		}
 	}
-	if n := f.count(`SELECT count(*) FROM key_events e JOIN replay_bulk_items i ON i.key_id = e.key_id
+	if n := f.count(`SELECT count(*) FROM key_history e JOIN replay_bulk_items i ON i.key_id = e.key_id
 		WHERE i.run_id = ? AND e.kind = 'completed'`, run.ID); n < killedAt {
 		t.Errorf("%d keys completed, want at least the %d the child finished", n, killedAt)
 	}
