@@ -26,14 +26,15 @@ const (
 	axeIntegrity = "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ=="
 )
 
-// axeCacheDir is $IDEMOPS_CACHE_DIR, else the user cache directory (~/.cache/idemops).
+// axeCacheDir is $IDEMOPS_CACHE_DIR, else the user cache directory (~/.cache/idemops), else
+// the temporary directory.
 func axeCacheDir() (string, error) {
 	if d := os.Getenv("IDEMOPS_CACHE_DIR"); d != "" {
 		return d, nil
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		d = os.TempDir() // no $HOME: still outside the repository
 	}
 	return filepath.Join(d, "idemops"), nil
 }
@@ -84,10 +85,16 @@ func fetchAxe(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	// Into a fresh directory, then renamed: a concurrent or interrupted fetch leaves no half file.
+	tmp, err := os.MkdirTemp(dir, "fetch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "pack", "axe-core@"+axeVersion, "--pack-destination", dir, "--silent")
-	cmd.Dir = dir
+	cmd := exec.CommandContext(ctx, npm, "pack", "axe-core@"+axeVersion, "--pack-destination", tmp, "--silent")
+	cmd.Dir = tmp
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
@@ -97,7 +104,8 @@ func fetchAxe(dir string) error {
 		}
 		return fmt.Errorf("npm pack axe-core@%s: %v: %s", axeVersion, err, msg)
 	}
-	return nil
+	name := "axe-core-" + axeVersion + ".tgz"
+	return os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name))
 }
 
 // axeFromTarball reads package/axe.min.js out of the npm tarball.
