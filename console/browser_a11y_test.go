@@ -71,6 +71,13 @@ func TestBrowserAccessibility(t *testing.T) {
 		br.mu.Unlock()
 	}()
 	start := time.Now()
+	var results []a11yResult
+	defer func() {
+		t.Logf("accessibility loop: %d page views (%d axe runs), %s: navigation %s, axe injection %s, axe %s, keyboard %s, screenshots and phone width %s (results in screenshots/axe-results.json)",
+			len(results)/2, len(results), time.Since(start).Round(100*time.Millisecond), a11yTimes.nav.Round(100*time.Millisecond),
+			a11yTimes.inject.Round(100*time.Millisecond), a11yTimes.axe.Round(100*time.Millisecond), a11yTimes.keys.Round(100*time.Millisecond),
+			a11yTimes.shots.Round(100*time.Millisecond))
+	}()
 	b, pages := seedEveryPage(t)
 	br.use(t, b)
 	ctx := br.ctx
@@ -82,7 +89,6 @@ func TestBrowserAccessibility(t *testing.T) {
 	const wide, phone = 1400, 390
 	// Until the zh-CN catalogs land both render English; the loop is the same either way.
 	a11yLangs := []string{"en", "zh-CN"}
-	var results []a11yResult
 	for _, lang := range a11yLangs {
 		if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
 			Headers: network.Headers{"Accept-Language": lang}}); err != nil {
@@ -119,10 +125,6 @@ func TestBrowserAccessibility(t *testing.T) {
 	for _, f := range failing {
 		t.Error("axe: " + f)
 	}
-	t.Logf("accessibility loop: %d page views (%d axe runs), %s: navigation %s, axe injection %s, axe %s, keyboard %s, screenshots and phone width %s (results in screenshots/axe-results.json)",
-		len(results)/2, len(results), time.Since(start).Round(100*time.Millisecond), a11yTimes.nav.Round(100*time.Millisecond),
-		a11yTimes.inject.Round(100*time.Millisecond), a11yTimes.axe.Round(100*time.Millisecond), a11yTimes.keys.Round(100*time.Millisecond),
-		a11yTimes.shots.Round(100*time.Millisecond))
 }
 
 // a11yVisit opens p once in lang and checks it: axe in the light and the dark theme, a shot at
