@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemops/idemops/claim"
@@ -228,7 +229,7 @@ func a11yVisit(t *testing.T, br *browser, axe string, p a11yPage, lang string, w
 	}
 	tKeys := time.Now()
 	a11yTimes.keys += tKeys.Sub(tAxe)
-	br.shot(fmt.Sprintf("%s-%s-%d", p.name, lang, wide))
+	a11yShot(t, br, fmt.Sprintf("%s-%s-%d", p.name, lang, wide))
 
 	// A phone: 390 px, touch. The page itself must never scroll sideways.
 	br.step(p.name+" phone", chromedp.EmulateViewport(phone, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulatePortrait))
@@ -242,9 +243,23 @@ func a11yVisit(t *testing.T, br *browser, axe string, p a11yPage, lang string, w
 	if d.ScrollWidth > float64(phone) || d.ViewportWidth > float64(phone) {
 		t.Errorf("%s [%s]: wider than the %d px phone: scrollWidth %v, viewport %v", p.name, lang, phone, d.ScrollWidth, d.ViewportWidth)
 	}
-	br.shot(fmt.Sprintf("%s-%s-%d", p.name, lang, phone))
+	a11yShot(t, br, fmt.Sprintf("%s-%s-%d", p.name, lang, phone))
 	a11yTimes.shots += time.Since(tKeys)
 	return out
+}
+
+// a11yShot saves a full-page PNG like br.shot, encoded for speed (larger files, less time).
+func a11yShot(t *testing.T, br *browser, name string) {
+	t.Helper()
+	yes := true
+	r, err := chromedp.Call(br.ctx, page.CaptureScreenshot, page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatPng,
+		CaptureBeyondViewport: &yes, FromSurface: &yes, OptimizeForSpeed: &yes})
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(br.shots, name+".png"), r.Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // setTheme emulates the system colour scheme, which the console follows until an operator
