@@ -197,6 +197,12 @@ type browser struct {
 // (git-ignored). use points it at a test's console.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
+	return newBrowserFor(t, 120*time.Second)
+}
+
+// newBrowserFor is newBrowser with the whole session bounded by timeout.
+func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
+	t.Helper()
 	path := chromiumPath(t)
 	br := &browser{t: t, shots: filepath.Join("..", "screenshots")}
 	if err := os.MkdirAll(br.shots, 0o755); err != nil {
@@ -218,7 +224,7 @@ func newBrowser(t *testing.T) *browser {
 	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	ctx, cancelT := context.WithTimeout(bctx, 120*time.Second)
+	ctx, cancelT := context.WithTimeout(bctx, timeout)
 	t.Cleanup(cancelT)
 	br.ctx = ctx
 
