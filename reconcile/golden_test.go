@@ -203,22 +203,11 @@ func TestFixturesThatParse(t *testing.T) {
 		{"profile/acmepay/statement.csv", 5, 1, map[string]int64{"EUR": 125000 + 1999 - 25000 + 500 - 8000}, false},
 		{"profile/gbkpay/statement.csv", 4, 0, map[string]int64{"CNY": 9900 + 120 - 900 + 500}, false},
 	}
-	all := map[string]fixture{}
-	for _, fx := range fixtures(t) {
-		all[strings.TrimPrefix(fx.path, "testdata/")] = fx
-	}
+	all := fixturesByPath(t)
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			t.Parallel()
-			fx, ok := all[tt.path]
-			if !ok {
-				t.Fatalf("no fixture %s", tt.path)
-			}
-			f, err := os.Open(fx.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			fx, f := openFixture(t, all, tt.path)
 			prev := 0
 			sum, err := fx.parser.Parse(context.Background(), f, func(l StatementLine) error {
 				if l.LineNo <= prev {
@@ -299,23 +288,12 @@ func TestMalformedStatementsFailAtTheirLine(t *testing.T) {
 		{"profile/acmepay/bad_amount.csv", ErrMalformed, `line 5: Amount: malformed amount "19,99"`},
 		{"profile/acmepay/bad_header_row.csv", ErrMalformed, "line 3: missing column Amount"},
 	}
-	all := map[string]fixture{}
-	for _, fx := range fixtures(t) {
-		all[strings.TrimPrefix(fx.path, "testdata/")] = fx
-	}
+	all := fixturesByPath(t)
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			t.Parallel()
-			fx, ok := all[tt.path]
-			if !ok {
-				t.Fatalf("no fixture %s", tt.path)
-			}
-			f, err := os.Open(fx.path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			_, err = fx.parser.Parse(context.Background(), f, func(StatementLine) error { return nil })
+			fx, f := openFixture(t, all, tt.path)
+			_, err := fx.parser.Parse(context.Background(), f, func(StatementLine) error { return nil })
 			if err == nil {
 				t.Fatalf("Parse accepted %s", tt.path)
 			}
@@ -334,4 +312,28 @@ func TestMalformedStatementsFailAtTheirLine(t *testing.T) {
 			t.Errorf("fixture %s is not in the table", p)
 		}
 	}
+}
+
+// fixturesByPath indexes the fixtures by their path below testdata/.
+func fixturesByPath(t *testing.T) map[string]fixture {
+	all := map[string]fixture{}
+	for _, fx := range fixtures(t) {
+		all[strings.TrimPrefix(fx.path, "testdata/")] = fx
+	}
+	return all
+}
+
+// openFixture opens the fixture at path (below testdata/); it is closed when the test ends.
+func openFixture(t *testing.T, all map[string]fixture, path string) (fixture, *os.File) {
+	t.Helper()
+	fx, ok := all[path]
+	if !ok {
+		t.Fatalf("no fixture %s", path)
+	}
+	f, err := os.Open(fx.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return fx, f
 }

@@ -42,18 +42,7 @@ func BenchmarkPurge(b *testing.B) {
 		b.Fatal(err)
 	}
 	pgtest.Exec(b, ours, `UPDATE retention_settings SET stamp_cursor_at = now()`)
-	job, err := retention.NewPurgeJob(ours, retention.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	store, err := claim.NewStore(ours, claim.Config{DigestSecret: secret, Owner: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	baseStore, err := claim.NewStore(base, claim.Config{DigestSecret: secret, Owner: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	job, store, baseStore := purgeBenchParts(b, ours, base, secret)
 
 	for range b.N {
 		idle := claimLoop(ctx, b, store, "idle", func(ctx context.Context) { sleepCtx(ctx, 3*time.Second) })
@@ -76,6 +65,7 @@ func BenchmarkPurge(b *testing.B) {
 		}
 
 		var rep *retention.Report
+		var err error
 		var purgeSecs float64
 		during := claimLoop(ctx, b, store, "during", func(context.Context) {
 			start := time.Now()
@@ -201,18 +191,7 @@ func BenchmarkResponseDrop(b *testing.B) {
 	}
 	ours, base := seed(), seed()
 	pgtest.Exec(b, ours, `UPDATE retention_settings SET stamp_cursor_at = now()`)
-	job, err := retention.NewPurgeJob(ours, retention.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	store, err := claim.NewStore(ours, claim.Config{DigestSecret: secret, Owner: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	baseStore, err := claim.NewStore(base, claim.Config{DigestSecret: secret, Owner: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
+	job, store, baseStore := purgeBenchParts(b, ours, base, secret)
 	const batch = 10_000 // retention.Config's default batch size
 	for range b.N {
 		idle := claimLoop(ctx, b, store, "idle", func(ctx context.Context) { sleepCtx(ctx, 3*time.Second) })
@@ -244,6 +223,7 @@ func BenchmarkResponseDrop(b *testing.B) {
 		}
 
 		var rep *retention.Report
+		var err error
 		var purgeSecs float64
 		during := claimLoop(ctx, b, store, "during", func(ctx context.Context) {
 			start := time.Now()
@@ -271,4 +251,23 @@ func BenchmarkResponseDrop(b *testing.B) {
 			rows, oursRate, purgeSecs, baseRate, baseSecs, oursRate/baseRate,
 			ms(idle), ms(during), float64(during)/float64(idle), ms(duringDelete), float64(duringDelete)/float64(idle))
 	}
+}
+
+// purgeBenchParts is what both purge benchmarks drive: the purge job on ours, and a claim store
+// on each side.
+func purgeBenchParts(b *testing.B, ours, base *gorm.DB, secret []byte) (*retention.PurgeJob, *claim.Store, *claim.Store) {
+	b.Helper()
+	job, err := retention.NewPurgeJob(ours, retention.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := claim.NewStore(ours, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	baseStore, err := claim.NewStore(base, claim.Config{DigestSecret: secret, Owner: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return job, store, baseStore
 }
