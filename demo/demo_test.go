@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -57,21 +56,7 @@ type reply struct {
 
 func (e *env) pay(key string, body string, headers ...string) reply {
 	e.t.Helper()
-	req, _ := http.NewRequest("POST", e.w.APIURL+"/v1/payments", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Idempotency-Key", key)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	r := reply{status: res.StatusCode, header: res.Header}
-	_ = json.Unmarshal(b, &r.body)
-	return r
+	return e.post("/v1/payments", body, e.key, append([]string{"Idempotency-Key", key}, headers...)...)
 }
 
 const body = `{"amount_minor": 1234, "currency": "CNY", "merchant_order_no": "ord-1", "payee": "alice", "description": "book", "client_ts": "2026-12-02T10:00:00Z"}`
