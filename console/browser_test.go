@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,25 +14,10 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/idemops/idemops/internal/browsertest"
 
 	"github.com/idemops/idemops/claim"
 )
-
-// chromiumPath finds Debian's chromium. Without it the browser test skips locally and fails
-// under CI=true (.ci/run installs it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (CI=true requires it: apt-get install chromium)")
-	}
-	t.Skip("chromium is not installed; skipping the browser test")
-	return ""
-}
 
 // TestBrowser drives the console in headless Chromium, in two flows on one browser: the keys
 // and admin pages (browseKeys), and replays and the daemon's jobs (browseReplaysAndJobs). It
@@ -203,18 +187,12 @@ func newBrowser(t *testing.T) *browser {
 // newBrowserFor is newBrowser with the whole session bounded by timeout.
 func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
 	t.Helper()
-	path := chromiumPath(t)
+	path := browsertest.Chromium(t)
 	br := &browser{t: t, shots: filepath.Join("..", "screenshots")}
 	if err := os.MkdirAll(br.shots, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
-	}
+	opts := browsertest.Options(path, t.TempDir(), 1280, 900)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
 	bctx, cancelB := chromedp.NewContext(actx)

@@ -3,7 +3,6 @@ package report
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,23 +15,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/idemops/idemops/internal/browsertest"
 )
-
-// chromiumPath finds Debian's chromium, as the console's browser test does. Without it the
-// test skips locally and fails under CI=true (.ci/run installs it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (CI=true requires it: apt-get install chromium)")
-	}
-	t.Skip("chromium is not installed; skipping the browser test")
-	return ""
-}
 
 // TestBrowser_ReportPageRendersFromAFile opens a five-minute run's report.html from disk in
 // headless Chromium: the charts render with a size, every line has one, each chart carries one
@@ -40,7 +24,7 @@ func chromiumPath(t *testing.T) string {
 // The page is saved as screenshots/chaos-report.png at the repository root (git-ignored).
 func TestBrowser_ReportPageRendersFromAFile(t *testing.T) {
 	t.Parallel()
-	path := chromiumPath(t)
+	path := browsertest.Chromium(t)
 	dir := t.TempDir()
 	r := synthetic(1, 300, 24)
 	if err := Write(dir, r); err != nil {
@@ -48,13 +32,7 @@ func TestBrowser_ReportPageRendersFromAFile(t *testing.T) {
 	}
 	page := "file://" + filepath.Join(dir, "report.html")
 
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1100, 900),
-	}
+	opts := browsertest.Options(path, t.TempDir(), 1100, 900)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)

@@ -1,0 +1,40 @@
+// Package browsertest starts headless Chromium the one way these machines allow, for the
+// browser tests of every package (the console's pages, the chaos report page).
+package browsertest
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Chromium finds Debian's chromium. Without it the test skips locally and fails under CI=true
+// (.ci/run installs it).
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed (CI=true requires it: apt-get install chromium)")
+	}
+	t.Skip("chromium is not installed; skipping the browser test")
+	return ""
+}
+
+// Options are the allocator options for a headless Chromium at path with its own profile in
+// dir and a window of width × height: as root it needs --no-sandbox, and the network is closed,
+// so everything that would phone home is off.
+func Options(path, dir string, width, height int) []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.NoFirstRun,
+		chromedp.UserDataDir(dir), chromedp.WindowSize(width, height),
+	}
+}
