@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/idemops/idemops/internal/benchload"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -29,10 +27,10 @@ import (
 // durable cluster (the server's defaults: what production's commits cost).
 func BenchmarkClaimComplete(b *testing.B) {
 	b.Run("fsync=off", func(b *testing.B) {
-		claimCompleteBench(b, pgtest.URL(b), envInt("IDEMOPS_BENCH_CLAIMS", 4000))
+		claimCompleteBench(b, pgtest.URL(b), benchload.EnvInt("IDEMOPS_BENCH_CLAIMS", 4000))
 	})
 	b.Run("fsync=on", func(b *testing.B) {
-		claimCompleteBench(b, durableURL(b), envInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000))
+		claimCompleteBench(b, durableURL(b), benchload.EnvInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000))
 	})
 }
 
@@ -71,7 +69,7 @@ func claimCompleteBench(b *testing.B, url string, ops int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	poolSize := envInt("IDEMOPS_BENCH_POOL", 16)
+	poolSize := benchload.EnvInt("IDEMOPS_BENCH_POOL", 16)
 	sqlDB, _ := db.DB()
 	sqlDB.SetMaxOpenConns(poolSize)
 	// Both sides get the same connection pool size (IDEMOPS_BENCH_POOL, default 16): pgxpool's
@@ -124,93 +122,36 @@ func claimCompleteBench(b *testing.B, url string, ops int) {
 
 	for _, conc := range []int{1, 16} {
 		// Warm both paths (connections, statement caches) before measuring.
-		runLoad(b, conc, 0, 200, fmt.Sprintf("warm-ours-%d", conc), ours)
-		runLoad(b, conc, 0, 200, fmt.Sprintf("warm-base-%d", conc), baseline)
+		benchload.Run(b, conc, 0, 200, fmt.Sprintf("warm-ours-%d", conc), ours)
+		benchload.Run(b, conc, 0, 200, fmt.Sprintf("warm-base-%d", conc), baseline)
 		// Interleave the two in short rounds (one operation each at concurrency 1) so that load
 		// from elsewhere on a shared machine falls on both alike.
 		rounds := 20
 		if conc == 1 {
 			rounds = ops
 		}
-		var o, r loadResult
+		var o, r benchload.Result
 		for round := 0; round < rounds; round++ {
 			first, second := ours, baseline
 			fo, so := &o, &r
 			if round%2 == 1 {
 				first, second, fo, so = baseline, ours, &r, &o
 			}
-			fo.add(runLoad(b, conc, round*ops/rounds, ops/rounds, fmt.Sprintf("%p-%d", fo, conc), first))
-			so.add(runLoad(b, conc, round*ops/rounds, ops/rounds, fmt.Sprintf("%p-%d", so, conc), second))
+			fo.Add(benchload.Run(b, conc, round*ops/rounds, ops/rounds, fmt.Sprintf("%p-%d", fo, conc), first))
+			so.Add(benchload.Run(b, conc, round*ops/rounds, ops/rounds, fmt.Sprintf("%p-%d", so, conc), second))
 		}
 		if conc == 1 {
-			b.ReportMetric(float64(o.mean().Microseconds()), "claim_c1_us/op")
-			b.ReportMetric(float64(r.mean().Microseconds()), "baseline_c1_us/op")
-			b.ReportMetric(float64(o.mean())/float64(r.mean()), "latency_ratio_c1")
-			fmt.Printf("%s claim+complete c=1: ours %v/op, baseline %v/op, latency ratio %.2f (target ≤ 1.3)\n", b.Name(), o.mean(), r.mean(), float64(o.mean())/float64(r.mean()))
+			b.ReportMetric(float64(o.Mean().Microseconds()), "claim_c1_us/op")
+			b.ReportMetric(float64(r.Mean().Microseconds()), "baseline_c1_us/op")
+			b.ReportMetric(float64(o.Mean())/float64(r.Mean()), "latency_ratio_c1")
+			fmt.Printf("%s claim+complete c=1: ours %v/op, baseline %v/op, latency ratio %.2f (target ≤ 1.3)\n", b.Name(), o.Mean(), r.Mean(), float64(o.Mean())/float64(r.Mean()))
 		} else {
-			b.ReportMetric(o.perSec(), "claim_c16_ops/s")
-			b.ReportMetric(r.perSec(), "baseline_c16_ops/s")
-			b.ReportMetric(o.perSec()/r.perSec(), "throughput_ratio_c16")
-			fmt.Printf("%s claim+complete c=16: ours %.0f ops/s, baseline %.0f ops/s, throughput ratio %.2f (target ≥ 0.85)\n", b.Name(), o.perSec(), r.perSec(), o.perSec()/r.perSec())
+			b.ReportMetric(o.PerSec(), "claim_c16_ops/s")
+			b.ReportMetric(r.PerSec(), "baseline_c16_ops/s")
+			b.ReportMetric(o.PerSec()/r.PerSec(), "throughput_ratio_c16")
+			fmt.Printf("%s claim+complete c=16: ours %.0f ops/s, baseline %.0f ops/s, throughput ratio %.2f (target ≥ 0.85)\n", b.Name(), o.PerSec(), r.PerSec(), o.PerSec()/r.PerSec())
 		}
 	}
-}
-
-// loadResult accumulates operations, their summed latency and the wall time they took.
-type loadResult struct {
-	n       int
-	latency time.Duration
-	wall    time.Duration
-}
-
-func (l *loadResult) add(o loadResult) {
-	l.n += o.n
-	l.latency += o.latency
-	l.wall += o.wall
-}
-
-func (l loadResult) mean() time.Duration { return l.latency / time.Duration(l.n) }
-func (l loadResult) perSec() float64     { return float64(l.n) / l.wall.Seconds() }
-
-// runLoad runs fn for keys from..from+n-1 on conc workers.
-func runLoad(b *testing.B, conc, from, n int, tenant string, fn func(context.Context, string, int) error) loadResult {
-	b.Helper()
-	ctx := context.Background()
-	var next atomic.Int64
-	var sum atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	start := time.Now()
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t0 := time.Now()
-				if err := fn(ctx, tenant, from+i); err != nil {
-					failed.Store(err)
-					return
-				}
-				sum.Add(int64(time.Since(t0)))
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return loadResult{n: n, latency: time.Duration(sum.Load()), wall: time.Since(start)}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
 
 // BenchmarkOneCommit compares the one-commit path (RunLocal: claim, a business row and completion
@@ -218,7 +159,7 @@ func envInt(name string, def int) int {
 // business row and the completion in a second transaction — on a durable cluster at one client,
 // where each commit's flush is the cost. Target: throughput ratio ≥ 1.8.
 func BenchmarkOneCommit(b *testing.B) {
-	ops := envInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000)
+	ops := benchload.EnvInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000)
 	url := durableURL(b)
 	db, err := pglocal.Open(url)
 	if err != nil {
@@ -283,20 +224,20 @@ func BenchmarkOneCommit(b *testing.B) {
 		}
 		return tx.Commit(ctx)
 	}
-	runLoad(b, 1, 0, 100, "warm-ours", ours)
-	runLoad(b, 1, 0, 100, "warm-base", baseline)
-	var o, r loadResult
+	benchload.Run(b, 1, 0, 100, "warm-ours", ours)
+	benchload.Run(b, 1, 0, 100, "warm-base", baseline)
+	var o, r benchload.Result
 	for i := 0; i < ops; i++ {
 		first, second, fo, so := ours, baseline, &o, &r
 		if i%2 == 1 {
 			first, second, fo, so = baseline, ours, &r, &o
 		}
-		fo.add(runLoad(b, 1, i, 1, fmt.Sprintf("%p", fo), first))
-		so.add(runLoad(b, 1, i, 1, fmt.Sprintf("%p", so), second))
+		fo.Add(benchload.Run(b, 1, i, 1, fmt.Sprintf("%p", fo), first))
+		so.Add(benchload.Run(b, 1, i, 1, fmt.Sprintf("%p", so), second))
 	}
-	b.ReportMetric(o.perSec(), "one_commit_ops/s")
-	b.ReportMetric(r.perSec(), "raw_two_commit_ops/s")
-	b.ReportMetric(o.perSec()/r.perSec(), "throughput_ratio")
+	b.ReportMetric(o.PerSec(), "one_commit_ops/s")
+	b.ReportMetric(r.PerSec(), "raw_two_commit_ops/s")
+	b.ReportMetric(o.PerSec()/r.PerSec(), "throughput_ratio")
 	fmt.Printf("one-commit path (durable, c=1): ours %.0f ops/s, raw two-commit %.0f ops/s, ratio %.2f (target ≥ 1.8)\n",
-		o.perSec(), r.perSec(), o.perSec()/r.perSec())
+		o.PerSec(), r.PerSec(), o.PerSec()/r.PerSec())
 }

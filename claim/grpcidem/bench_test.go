@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemops/idemops/internal/benchload"
 	"net"
-	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,13 +32,13 @@ var benchSecret = []byte("0123456789abcdef-secret")
 // (IDEMOPS_BENCH_POOL, default 16), at concurrency 1 (latency) and 16 (throughput). Targets: latency ratio ≤ 1.3 at 1, throughput ratio ≥ 0.85 at 16.
 // For scale it also reports a bare handler that inserts one row and keeps no key (no target).
 func BenchmarkGRPCChargePath(b *testing.B) {
-	calls := benchEnv("IDEMOPS_BENCH_GRPC_CALLS", 2000)
+	calls := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS", 2000)
 	url := pgtest.URL(b)
 	db, err := pglocal.Open(url)
 	if err != nil {
 		b.Fatal(err)
 	}
-	poolSize := benchEnv("IDEMOPS_BENCH_POOL", 16)
+	poolSize := benchload.EnvInt("IDEMOPS_BENCH_POOL", 16)
 	sqlDB, _ := db.DB()
 	sqlDB.SetMaxOpenConns(poolSize)
 	sqlDB.SetMaxIdleConns(poolSize)
@@ -138,7 +135,7 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 	for _, conc := range []int{1, 16} {
 		// Warm all paths (connections, statement caches) before measuring.
 		for _, fn := range []func(context.Context, string, int) error{ours, baseline, bare} {
-			benchLoad(b, conc, 0, 200, fmt.Sprintf("warm-%p-%d-", fn, conc), fn)
+			benchload.Run(b, conc, 0, 200, fmt.Sprintf("warm-%p-%d-", fn, conc), fn)
 		}
 		// Interleave in short rounds so that load from elsewhere on a shared machine falls on all
 		// alike.
@@ -147,10 +144,10 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 			rounds = calls / 10
 		}
 		per := calls / rounds
-		var o, r, z benchResult
+		var o, r, z benchload.Result
 		for round := 0; round < rounds; round++ {
 			order := []struct {
-				res *benchResult
+				res *benchload.Result
 				fn  func(context.Context, string, int) error
 				tag string
 			}{{&o, ours, "o"}, {&r, baseline, "r"}, {&z, bare, "z"}}
@@ -158,21 +155,21 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 				order[0], order[1] = order[1], order[0]
 			}
 			for _, x := range order {
-				x.res.add(benchLoad(b, conc, round*per, per, fmt.Sprintf("%s-%d-", x.tag, conc), x.fn))
+				x.res.Add(benchload.Run(b, conc, round*per, per, fmt.Sprintf("%s-%d-", x.tag, conc), x.fn))
 			}
 		}
 		if conc == 1 {
-			b.ReportMetric(float64(o.mean().Microseconds()), "grpcidem_c1_us/op")
-			b.ReportMetric(float64(r.mean().Microseconds()), "plain_c1_us/op")
-			b.ReportMetric(float64(o.mean())/float64(r.mean()), "latency_ratio_c1")
+			b.ReportMetric(float64(o.Mean().Microseconds()), "grpcidem_c1_us/op")
+			b.ReportMetric(float64(r.Mean().Microseconds()), "plain_c1_us/op")
+			b.ReportMetric(float64(o.Mean())/float64(r.Mean()), "latency_ratio_c1")
 			fmt.Printf("gRPC charge c=1: grpcidem %v/op, plain handler (same insert) %v/op, latency ratio %.2f (target ≤ 1.3); bare one-row insert %v/op (ratio %.2f, no target)\n",
-				o.mean(), r.mean(), float64(o.mean())/float64(r.mean()), z.mean(), float64(o.mean())/float64(z.mean()))
+				o.Mean(), r.Mean(), float64(o.Mean())/float64(r.Mean()), z.Mean(), float64(o.Mean())/float64(z.Mean()))
 		} else {
-			b.ReportMetric(o.perSec(), "grpcidem_c16_calls/s")
-			b.ReportMetric(r.perSec(), "plain_c16_calls/s")
-			b.ReportMetric(o.perSec()/r.perSec(), "throughput_ratio_c16")
+			b.ReportMetric(o.PerSec(), "grpcidem_c16_calls/s")
+			b.ReportMetric(r.PerSec(), "plain_c16_calls/s")
+			b.ReportMetric(o.PerSec()/r.PerSec(), "throughput_ratio_c16")
 			fmt.Printf("gRPC charge c=16: grpcidem %.0f calls/s, plain handler (same insert) %.0f calls/s, throughput ratio %.2f (target ≥ 0.85); bare one-row insert %.0f calls/s (ratio %.2f, no target)\n",
-				o.perSec(), r.perSec(), o.perSec()/r.perSec(), z.perSec(), o.perSec()/z.perSec())
+				o.PerSec(), r.PerSec(), o.PerSec()/r.PerSec(), z.PerSec(), o.PerSec()/z.PerSec())
 		}
 	}
 }
@@ -212,59 +209,4 @@ var benchDesc = grpc.ServiceDesc{
 		benchMethod("Plain", func(h benchHandlers) func(context.Context, *chargeReq) (*chargeReply, error) { return h.baseline }),
 		benchMethod("Bare", func(h benchHandlers) func(context.Context, *chargeReq) (*chargeReply, error) { return h.bare }),
 	},
-}
-
-// benchResult accumulates calls, their summed latency and the wall time they took.
-type benchResult struct {
-	n       int
-	latency time.Duration
-	wall    time.Duration
-}
-
-func (l *benchResult) add(o benchResult) {
-	l.n += o.n
-	l.latency += o.latency
-	l.wall += o.wall
-}
-
-func (l benchResult) mean() time.Duration { return l.latency / time.Duration(l.n) }
-func (l benchResult) perSec() float64     { return float64(l.n) / l.wall.Seconds() }
-
-// benchLoad runs fn for keys prefix+from … prefix+(from+n-1) on conc workers.
-func benchLoad(b *testing.B, conc, from, n int, prefix string, fn func(context.Context, string, int) error) benchResult {
-	b.Helper()
-	var next, sum atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	start := time.Now()
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t0 := time.Now()
-				if err := fn(context.Background(), prefix, from+i); err != nil {
-					failed.Store(err)
-					return
-				}
-				sum.Add(int64(time.Since(t0)))
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	return benchResult{n: n, latency: time.Duration(sum.Load()), wall: time.Since(start)}
-}
-
-func benchEnv(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
