@@ -96,6 +96,15 @@ SELECT id FROM u`
 // when nobody holds a live lease (the states Replayable accepts) and the key is still at
 // version; otherwise ErrNotReplayable or ErrKeyChanged, and nothing is written.
 func (s *Store) MarkFinal(ctx context.Context, tx *gorm.DB, keyID, version int64, actor, reason string) error {
+	return s.adminAction(ctx, tx, fmt.Sprintf("mark key %d final", keyID), keyID, version, reason, markFinalSQL,
+		keyID, version, reason, int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), actor,
+		detailJSON("reason", reason, "version", version))
+}
+
+// adminAction runs one of an administrator's guarded key actions (query returns the key's id
+// when its guard held) and, when it wrote nothing, says why: the key moved on from version
+// (ErrKeyChanged), or its state refuses the action (ErrNotReplayable).
+func (s *Store) adminAction(ctx context.Context, tx *gorm.DB, what string, keyID, version int64, reason, query string, args ...any) error {
 	if tx == nil {
 		tx = s.db
 	}
@@ -103,23 +112,21 @@ func (s *Store) MarkFinal(ctx context.Context, tx *gorm.DB, keyID, version int64
 		return fieldErr(ErrInvalidIntent, "reason", "must not be empty")
 	}
 	var id int64
-	err := conn(tx).QueryRowContext(ctx, markFinalSQL, keyID, version, reason,
-		int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), actor,
-		detailJSON("reason", reason, "version", version)).Scan(&id)
+	err := conn(tx).QueryRowContext(ctx, query, args...).Scan(&id)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("mark key %d final: %w", keyID, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	k, gerr := s.Get(ctx, keyID)
 	switch {
 	case gerr != nil:
 		return gerr
 	case k.Version != version || k.Replayable(): // the second: its lease expired just now
-		return fmt.Errorf("mark key %d final: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
+		return fmt.Errorf("%s: at version %d, not %d: %w", what, k.Version, version, ErrKeyChanged)
 	default:
-		return fmt.Errorf("mark key %d final: %s: %w", keyID, k.ReplayRefusal(), ErrNotReplayable)
+		return fmt.Errorf("%s: %s: %w", what, k.ReplayRefusal(), ErrNotReplayable)
 	}
 }
 
@@ -152,28 +159,6 @@ SELECT id FROM u`
 // reason, in tx (nil: the store's handle) so the caller's audit row commits with it. The same
 // preconditions and errors as MarkFinal.
 func (s *Store) ReleaseForRetry(ctx context.Context, tx *gorm.DB, keyID, version int64, actor, reason string) error {
-	if tx == nil {
-		tx = s.db
-	}
-	if reason == "" {
-		return fieldErr(ErrInvalidIntent, "reason", "must not be empty")
-	}
-	var id int64
-	err := conn(tx).QueryRowContext(ctx, releaseForRetrySQL, keyID, version, reason, actor,
-		detailJSON("reason", reason, "version", version)).Scan(&id)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("release key %d for retry: %w", keyID, err)
-	}
-	k, gerr := s.Get(ctx, keyID)
-	switch {
-	case gerr != nil:
-		return gerr
-	case k.Version != version || k.Replayable():
-		return fmt.Errorf("release key %d for retry: at version %d, not %d: %w", keyID, k.Version, version, ErrKeyChanged)
-	default:
-		return fmt.Errorf("release key %d for retry: %s: %w", keyID, k.ReplayRefusal(), ErrNotReplayable)
-	}
+	return s.adminAction(ctx, tx, fmt.Sprintf("release key %d for retry", keyID), keyID, version, reason,
+		releaseForRetrySQL, keyID, version, reason, actor, detailJSON("reason", reason, "version", version))
 }
