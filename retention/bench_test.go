@@ -80,14 +80,7 @@ func BenchmarkPurge(b *testing.B) {
 		}
 
 		oursRate, baseRate := float64(rep.Deleted)/purgeSecs, float64(rows)/baseSecs
-		b.ReportMetric(float64(rows), "rows")
-		b.ReportMetric(oursRate, "purge_rows/s")
-		b.ReportMetric(baseRate, "delete_rows/s")
-		b.ReportMetric(oursRate/baseRate, "rate_ratio")
-		b.ReportMetric(ms(idle), "claim_p99_idle_ms")
-		b.ReportMetric(ms(during), "claim_p99_purge_ms")
-		b.ReportMetric(ms(duringDelete), "claim_p99_delete_ms")
-		b.ReportMetric(float64(during)/float64(idle), "p99_ratio")
+		reportPurge(b, rows, "purge", "delete", oursRate, baseRate, idle, during, duringDelete)
 		b.Logf("rows %d: purge %.0f rows/s (%.1fs, batch %d, %d timeouts), single DELETE %.0f rows/s (%.1fs), ratio %.2f; "+
 			"claim p99 %.1fms idle, %.1fms during the purge (x%.2f), %.1fms during the single DELETE",
 			rows, oursRate, purgeSecs, rep.BatchSize, rep.Timeouts, baseRate, baseSecs, oursRate/baseRate,
@@ -238,14 +231,7 @@ func BenchmarkResponseDrop(b *testing.B) {
 			b.Fatalf("purge removed %d answers, want %d", rep.Tombstoned, rows)
 		}
 		oursRate, baseRate := float64(rows)/purgeSecs, float64(rows)/baseSecs
-		b.ReportMetric(float64(rows), "rows")
-		b.ReportMetric(oursRate, "drop_rows/s")
-		b.ReportMetric(baseRate, "batched_delete_rows/s")
-		b.ReportMetric(oursRate/baseRate, "rate_ratio")
-		b.ReportMetric(ms(idle), "claim_p99_idle_ms")
-		b.ReportMetric(ms(during), "claim_p99_drop_ms")
-		b.ReportMetric(ms(duringDelete), "claim_p99_delete_ms")
-		b.ReportMetric(float64(during)/float64(idle), "p99_ratio")
+		reportPurge(b, rows, "drop", "batched_delete", oursRate, baseRate, idle, during, duringDelete)
 		b.Logf("answers %d: purge (partition drop) %.0f rows/s (%.2fs), batched DELETE %.0f rows/s (%.2fs), ratio %.1f (target ≥ 10); "+
 			"claim p99 %.1fms idle, %.1fms during the purge (x%.2f, target ≤ 1.2), %.1fms during the batched DELETE (x%.2f)",
 			rows, oursRate, purgeSecs, baseRate, baseSecs, oursRate/baseRate,
@@ -270,4 +256,17 @@ func purgeBenchParts(b *testing.B, ours, base *gorm.DB, secret []byte) (*retenti
 		b.Fatal(err)
 	}
 	return job, store, baseStore
+}
+
+// reportPurge reports one purge benchmark's figures: the rates of ours and the baseline's
+// delete, and claim p99 idle, during ours and during the baseline's.
+func reportPurge(b *testing.B, rows int, ours, base string, oursRate, baseRate float64, idle, during, duringDelete time.Duration) {
+	b.ReportMetric(float64(rows), "rows")
+	b.ReportMetric(oursRate, ours+"_rows/s")
+	b.ReportMetric(baseRate, base+"_rows/s")
+	b.ReportMetric(oursRate/baseRate, "rate_ratio")
+	b.ReportMetric(ms(idle), "claim_p99_idle_ms")
+	b.ReportMetric(ms(during), "claim_p99_"+ours+"_ms")
+	b.ReportMetric(ms(duringDelete), "claim_p99_delete_ms")
+	b.ReportMetric(float64(during)/float64(idle), "p99_ratio")
 }
