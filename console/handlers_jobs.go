@@ -184,13 +184,7 @@ func (s *Server) jobRunPage(c *gin.Context, r *request) error {
 
 // jobsPage is GET /jobs.
 func (s *Server) jobsPage(c *gin.Context, r *request) error {
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	f, err := runFilter(c)
-	if err != nil {
-		return err
-	}
-	v, err := s.jobsView(ctx, r, f)
+	v, err := s.jobsQuery(c, r)
 	if err != nil {
 		return err
 	}
@@ -199,15 +193,20 @@ func (s *Server) jobsPage(c *gin.Context, r *request) error {
 	return nil
 }
 
-// jobRunsPartial is GET /jobs/runs: the runs table the jobs page polls.
-func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
+// jobsQuery is the jobs view for the request's run filter (the page and its polled table).
+func (s *Server) jobsQuery(c *gin.Context, r *request) (templates.JobsView, error) {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	f, err := runFilter(c)
 	if err != nil {
-		return err
+		return templates.JobsView{}, err
 	}
-	v, err := s.jobsView(ctx, r, f)
+	return s.jobsView(ctx, r, f)
+}
+
+// jobRunsPartial is GET /jobs/runs: the runs table the jobs page polls.
+func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
+	v, err := s.jobsQuery(c, r)
 	if err != nil {
 		return err
 	}

@@ -298,28 +298,25 @@ func (s *Server) approveReplayPage(c *gin.Context, r *request) error {
 
 // markFinalPage is POST /keys/{id}/final (administrators).
 func (s *Server) markFinalPage(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	if _, err := s.markFinal(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
-		return err
-	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))
-	return nil
+	return s.adminKeyPage(c, r, s.markFinal)
 }
 
 // releasePage is POST /keys/{id}/release (administrators).
 func (s *Server) releasePage(c *gin.Context, r *request) error {
+	return s.adminKeyPage(c, r, s.releaseForRetry)
+}
+
+// adminKeyPage runs an administrator's action on the key of the path with the form's token and
+// reason, and goes back to the key's page.
+func (s *Server) adminKeyPage(c *gin.Context, r *request,
+	action func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)) error {
 	id, err := parseID(c.Param("id"))
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if _, err := s.releaseForRetry(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
+	if _, err := action(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
 		return err
 	}
 	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))

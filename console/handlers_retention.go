@@ -207,29 +207,29 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 		err = s.savePolicy(ctx, r, p, c.PostForm("confirm_shorter") == "yes")
 	}
 	if shorter := (*shorterError)(nil); errors.As(err, &shorter) {
-		v, verr := s.retentionView(ctx, r, 0)
-		if verr != nil {
-			return verr
-		}
 		form.Shorter = shorter.text
-		v.Form = form
-		s.render(c, http.StatusOK, templates.RetentionPage(chrome(r, "retention"), v))
-		return nil
+		return s.retentionAgain(ctx, c, r, http.StatusOK, func(v *templates.RetentionView) { v.Form = form })
 	}
 	if err != nil {
 		if !isFormError(err) {
 			return err
 		}
-		v, verr := s.retentionView(ctx, r, 0)
-		if verr != nil {
-			return verr
-		}
 		form.Error = publicMessage(err)
-		v.Form = form
-		s.render(c, http.StatusBadRequest, templates.RetentionPage(chrome(r, "retention"), v))
-		return nil
+		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.Form = form })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=saved")
+	return nil
+}
+
+// retentionAgain shows the retention page again with a form as the operator filled it (an error
+// to fix, or a consequence to confirm).
+func (s *Server) retentionAgain(ctx context.Context, c *gin.Context, r *request, status int, fill func(*templates.RetentionView)) error {
+	v, err := s.retentionView(ctx, r, 0)
+	if err != nil {
+		return err
+	}
+	fill(&v)
+	s.render(c, status, templates.RetentionPage(chrome(r, "retention"), v))
 	return nil
 }
 
@@ -309,14 +309,8 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		if !isFormError(err) {
 			return err
 		}
-		v, verr := s.retentionView(ctx, r, 0)
-		if verr != nil {
-			return verr
-		}
 		ff.Error = publicMessage(err)
-		v.FloorForm = ff
-		s.render(c, http.StatusBadRequest, templates.RetentionPage(chrome(r, "retention"), v))
-		return nil
+		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.FloorForm = ff })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=floor")
 	return nil

@@ -45,32 +45,29 @@ func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[i
 
 // nameReplayRows names the key of each replay request row for op.
 func (s *Server) nameReplayRows(ctx context.Context, op *Operator, rows []templates.ReplayRow) error {
+	return nameKeys(ctx, s, op, rows, func(r *templates.ReplayRow) *int64 { return &r.KeyID },
+		func(r *templates.ReplayRow, n templates.KeyName) { r.Name = n })
+}
+
+// nameBulkItems names the key of each bulk replay item for op.
+func (s *Server) nameBulkItems(ctx context.Context, op *Operator, items []templates.BulkItemRow) error {
+	return nameKeys(ctx, s, op, items, func(it *templates.BulkItemRow) *int64 { return &it.KeyID },
+		func(it *templates.BulkItemRow, n templates.KeyName) { it.Name = n })
+}
+
+// nameKeys names the key of each row for op in one query: keyOf points at a row's key id, name
+// sets its name.
+func nameKeys[T any](ctx context.Context, s *Server, op *Operator, rows []T, keyOf func(*T) *int64, name func(*T, templates.KeyName)) error {
 	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.KeyID
+	for i := range rows {
+		ids[i] = *keyOf(&rows[i])
 	}
 	names, err := s.keyNames(ctx, op, ids)
 	if err != nil {
 		return err
 	}
 	for i := range rows {
-		rows[i].Name = names[rows[i].KeyID]
-	}
-	return nil
-}
-
-// nameBulkItems names the key of each bulk replay item for op.
-func (s *Server) nameBulkItems(ctx context.Context, op *Operator, items []templates.BulkItemRow) error {
-	ids := make([]int64, len(items))
-	for i, it := range items {
-		ids[i] = it.KeyID
-	}
-	names, err := s.keyNames(ctx, op, ids)
-	if err != nil {
-		return err
-	}
-	for i := range items {
-		items[i].Name = names[items[i].KeyID]
+		name(&rows[i], names[ids[i]])
 	}
 	return nil
 }
