@@ -12,7 +12,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/inputcheck"
 	"github.com/idemops/idemops/replay"
 )
@@ -97,19 +96,12 @@ func (s *Server) apiRelease(c *gin.Context, r *request) error {
 }
 
 // apiKeyAction answers an administrator's key action taking {token, reason} with the key after it.
-func (s *Server) apiKeyAction(c *gin.Context, r *request,
-	act func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
+func (s *Server) apiKeyAction(c *gin.Context, r *request, act keyAction) error {
 	var b confirmBody
 	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	k, err := act(ctx, r.op, r.ip, id, b.Token, b.Reason)
+	k, err := s.runKeyAction(c, r, act, b.Token, b.Reason)
 	if err != nil {
 		return err
 	}

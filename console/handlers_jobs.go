@@ -161,18 +161,24 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 	return v, nil
 }
 
-// jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
-func (s *Server) jobRunPage(c *gin.Context, r *request) error {
+// jobRunParam is the job run the path names (the page and the API).
+func (s *Server) jobRunParam(c *gin.Context) (*daemon.Run, error) {
 	id, err := parseID(c.Param("id"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	run, err := daemon.GetRun(ctx, s.db, id)
 	if errors.Is(err, daemon.ErrUnknownRun) {
-		return fmt.Errorf("job run %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("job run %d: %w", id, ErrNotFound)
 	}
+	return run, err
+}
+
+// jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
+func (s *Server) jobRunPage(c *gin.Context, r *request) error {
+	run, err := s.jobRunParam(c)
 	if err != nil {
 		return err
 	}
@@ -276,16 +282,7 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 
 // apiJobRun is GET /api/v1/jobs/runs/{id}: one run with its progress, stats and error.
 func (s *Server) apiJobRun(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, err := daemon.GetRun(ctx, s.db, id)
-	if errors.Is(err, daemon.ErrUnknownRun) {
-		return fmt.Errorf("run %d: %w", id, ErrNotFound)
-	}
+	run, err := s.jobRunParam(c)
 	if err != nil {
 		return err
 	}

@@ -308,19 +308,27 @@ func (s *Server) releasePage(c *gin.Context, r *request) error {
 
 // adminKeyPage runs an administrator's action on the key of the path with the form's token and
 // reason, and goes back to the key's page.
-func (s *Server) adminKeyPage(c *gin.Context, r *request,
-	action func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)) error {
-	id, err := parseID(c.Param("id"))
+func (s *Server) adminKeyPage(c *gin.Context, r *request, act keyAction) error {
+	k, err := s.runKeyAction(c, r, act, c.PostForm("token"), c.PostForm("reason"))
 	if err != nil {
 		return err
 	}
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", k.ID))
+	return nil
+}
+
+// keyAction is an administrator's action on one key, confirmed by the token of its preview.
+type keyAction func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)
+
+// runKeyAction runs act on the key the path names, for the page and the API alike.
+func (s *Server) runKeyAction(c *gin.Context, r *request, act keyAction, token, reason string) (*claim.Key, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if _, err := action(ctx, r.op, r.ip, id, c.PostForm("token"), c.PostForm("reason")); err != nil {
-		return err
-	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/keys/%d", id))
-	return nil
+	return act(ctx, r.op, r.ip, id, token, reason)
 }
 
 // bulkFilter reads the key search of a bulk replay from form or JSON values.

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -54,31 +54,8 @@ func newReconcileChannelCmd() *cobra.Command {
 			return nil
 		},
 	}
-	var asJSON bool
-	list := &cobra.Command{
-		Use:   "list [--json]",
-		Short: "List channel accounts with their tenants (a channel without tenants is * only)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, r, err := openReconciler(cmd)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			accounts, err := r.ListChannelAccounts(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				for _, a := range accounts {
-					if err := enc.Encode(a); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
+	list := reconListCmd("List channel accounts with their tenants (a channel without tenants is * only)", "channel account",
+		(*reconcile.Reconciler).ListChannelAccounts, func(out io.Writer, accounts []reconcile.ChannelAccount) {
 			fmt.Fprintf(out, "%-24s %-30s %s\n", "CHANNEL", "TENANTS", "SET BY")
 			for _, a := range accounts {
 				by := a.UpdatedBy
@@ -87,10 +64,7 @@ func newReconcileChannelCmd() *cobra.Command {
 				}
 				fmt.Fprintf(out, "%-24s %-30s %s\n", a.Channel, strings.Join(a.Tenants, ","), by)
 			}
-			return nil
-		},
-	}
-	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per channel account")
+		})
 	cmd.PersistentFlags().String("digest-secret", "", "deployment secret (env IDEMOPS_DIGEST_SECRET): the audit log's key is derived from it")
 	cmd.AddCommand(setTenants, list)
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -660,32 +661,8 @@ func newReconcileJobsCmd() *cobra.Command {
 	f.BoolVar(&disabled, "disabled", false, "add the job disabled")
 	fees.register(f)
 
-	var asJSON bool
-	list := &cobra.Command{
-		Use:   "list [--json]",
-		Short: "List recon jobs with their next run",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, r, err := openReconciler(cmd)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			jobs, err := r.ListJobs(cmd.Context())
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetEscapeHTML(false)
-				for _, j := range jobs {
-					if err := enc.Encode(j); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
+	list := reconListCmd("List recon jobs with their next run", "job", (*reconcile.Reconciler).ListJobs,
+		func(out io.Writer, jobs []reconcile.ReconJob) {
 			fmt.Fprintf(out, "%-20s %-10s %-8s %-8s %-16s %-16s %-22s %s\n", "NAME", "CHANNEL", "FORMAT", "ENABLED", "CRON", "ZONE", "NEXT RUN", "SOURCE")
 			for _, j := range jobs {
 				next := "-"
@@ -694,10 +671,44 @@ func newReconcileJobsCmd() *cobra.Command {
 				}
 				fmt.Fprintf(out, "%-20s %-10s %-8s %-8t %-16s %-16s %-22s %s\n", j.Name, j.Channel, j.Format, j.Enabled, j.CronSpec, j.TimeZone, next, j.Source)
 			}
+		})
+	cmd.AddCommand(add, list)
+	return cmd
+}
+
+// reconListCmd is a `list [--json]` command over the reconciler: one JSON object per item with
+// --json, else the table text writes.
+func reconListCmd[T any](short, item string, load func(*reconcile.Reconciler, context.Context) ([]T, error), text func(io.Writer, []T)) *cobra.Command {
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, r, err := openReconciler(cmd)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			items, err := load(r, cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				text(out, items)
+				return nil
+			}
+			enc := json.NewEncoder(out)
+			enc.SetEscapeHTML(false)
+			for _, it := range items {
+				if err := enc.Encode(it); err != nil {
+					return err
+				}
+			}
 			return nil
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per job")
-	cmd.AddCommand(add, list)
-	return cmd
+	list.Flags().BoolVar(&asJSON, "json", false, "one JSON object per "+item)
+	return list
 }
