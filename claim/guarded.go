@@ -139,10 +139,9 @@ func (t Transition[S]) Apply(ctx context.Context, tx *gorm.DB) error {
 		if !errors.Is(err, ErrGuardConflict) {
 			return err
 		}
-		var cur []string
-		if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, stCol, t.Table, idCol), t.ID).
-			Scan(&cur).Error; err != nil {
-			return fmt.Errorf("transition %s: read after zero rows: %w", t.Table, err)
+		cur, err := readLocked[string](ctx, tx, t.Table, idCol, stCol, t.ID)
+		if err != nil {
+			return fmt.Errorf("transition %s: %w", t.Table, err)
 		}
 		switch {
 		case len(cur) == 0:
@@ -158,6 +157,17 @@ func (t Transition[S]) Apply(ctx context.Context, tx *gorm.DB) error {
 		return &GuardConflict{Table: t.Table, State: cur[0], Extra: true}
 	}
 	return fmt.Errorf("transition %s: the row kept changing: %w", t.Table, ErrGuardConflict)
+}
+
+// readLocked reads col of the row whose idCol is id, taking the row's lock: the read after a
+// guarded update matched zero rows (see Transition for why it must lock).
+func readLocked[T any](ctx context.Context, tx *gorm.DB, table, idCol, col string, id any) ([]T, error) {
+	var cur []T
+	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, col, table, idCol), id).
+		Scan(&cur).Error; err != nil {
+		return nil, fmt.Errorf("read after zero rows: %w", err)
+	}
+	return cur, nil
 }
 
 // guardRounds bounds the update-read rounds of a typed guarded update.
@@ -198,10 +208,9 @@ func (u VersionedUpdate) Apply(ctx context.Context, tx *gorm.DB) error {
 	}
 	// As in Transition: the read locks the row, so "still at Version" is final — the extra
 	// guard failed — once a second UPDATE under the lock matches nothing either.
-	var cur []int64
-	if err := tx.WithContext(ctx).Raw(fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ? FOR UPDATE`, vCol, u.Table, idCol), u.ID).
-		Scan(&cur).Error; err != nil {
-		return fmt.Errorf("versioned update %s: read after zero rows: %w", u.Table, err)
+	cur, err := readLocked[int64](ctx, tx, u.Table, idCol, vCol, u.ID)
+	if err != nil {
+		return fmt.Errorf("versioned update %s: %w", u.Table, err)
 	}
 	switch {
 	case len(cur) == 0:
