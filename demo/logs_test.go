@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,27 +18,10 @@ import (
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/syncbuf"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
-
-// lockedBuffer collects log output from every goroutine of the world.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func secret(prefix string) string {
 	var b [8]byte
@@ -56,7 +38,7 @@ func secret(prefix string) string {
 //
 // Not parallel: it captures the process-wide default logger, which the world's parts log to.
 func TestLogs_CarryDigestsNeverKeysOrBodies(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(old) })

@@ -6,25 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestPaysim_BadFlagsAreOneLineAndExit2(t *testing.T) {
 	t.Parallel()
@@ -42,7 +29,7 @@ func TestPaysim_BadFlagsAreOneLineAndExit2(t *testing.T) {
 		{[]string{"--notify-delay", "0s"}, "paysim: --notify-delay: must be between 0 and 1h, got 0s"},
 		{[]string{"extra"}, `paysim: unexpected argument "extra" (paysim takes flags only)`},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr syncbuf.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr, nil)
 		out := stderr.String()
 		if code != 2 {
@@ -56,7 +43,7 @@ func TestPaysim_BadFlagsAreOneLineAndExit2(t *testing.T) {
 
 func TestPaysim_HelpListsTheFlags(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	if code := run(context.Background(), []string{"--help"}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -74,7 +61,7 @@ func TestPaysim_ServesAndSavesStateOnShutdown(t *testing.T) {
 	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan int, 1)
-	var stdout, stderr syncBuffer
+	var stdout, stderr syncbuf.Buffer
 	go func() {
 		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--seed", "5", "--state-file", state}, &stdout, &stderr, ready)
 	}()
