@@ -107,7 +107,7 @@ func TestLogs_CarryDigestsNeverKeysOrBodies(t *testing.T) {
 	expect("retry recovers", pay(dropped, 1400), 201, false)
 	expect("crash", pay(crashed, 1500, "X-Demo-Crash", "after-charge"), 500, false)
 
-	reclaim, err := daemon.NewReclaimJob(store, opsOf{w}, daemon.ReclaimConfig{})
+	reclaim, err := daemon.NewReclaimJob(store, demo.Ops{W: w}, daemon.ReclaimConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestLogs_CarryDigestsNeverKeysOrBodies(t *testing.T) {
 		t.Fatalf("purged key's late retry: %d charges at paysim, want 1", n)
 	}
 
-	rec, err := reconcile.New(db, reconcile.Config{Store: store, Operations: opsOf{w}})
+	rec, err := reconcile.New(db, reconcile.Config{Store: store, Operations: demo.Ops{W: w}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,14 +13,6 @@ import (
 	"github.com/idemops/idemops/internal/pgtest"
 )
 
-// opsOf adapts the world's registry to the daemon's lookup.
-type opsOf struct{ w *demo.World }
-
-func (o opsOf) Get(name string) (claim.Operation, bool) {
-	op, err := o.w.Operations.Get(name)
-	return op, err == nil
-}
-
 // TestDaemon_CrashAfterTheChannelCallEndsCompletedWithOneCharge: a request that crashed between
 // the channel call and the local commit is taken over by the daemon's reclaimer, found at the
 // channel and completed from the channel's document — with exactly one charge — and its receipt
@@ -41,7 +33,7 @@ func TestDaemon_CrashAfterTheChannelCallEndsCompletedWithOneCharge(t *testing.T)
 	if r := e.pay("crash-2", body, "X-Demo-Crash", "after-charge"); r.status != 500 {
 		t.Fatalf("%+v", r)
 	}
-	reclaim, err := daemon.NewReclaimJob(store, opsOf{w}, daemon.ReclaimConfig{})
+	reclaim, err := daemon.NewReclaimJob(store, demo.Ops{W: w}, daemon.ReclaimConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,3 +235,13 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Ops is the world's operations registry as the daemon's reclaimer and the reconciler look an
+// operation up: by name, found or not.
+type Ops struct{ W *World }
+
+// Get is the operation called name, if the world registered it.
+func (o Ops) Get(name string) (claim.Operation, bool) {
+	op, err := o.W.Operations.Get(name)
+	return op, err == nil
+}

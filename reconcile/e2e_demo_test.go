@@ -28,14 +28,6 @@ import (
 	"github.com/idemops/idemops/reconcile"
 )
 
-// worldOps adapts the demo world's operations registry to the reconciler's lookup.
-type worldOps struct{ w *demo.World }
-
-func (o worldOps) Get(name string) (claim.Operation, bool) {
-	op, err := o.w.Operations.Get(name)
-	return op, err == nil
-}
-
 // e2e is the demo world of TestE2E_DemoWorldFaultsProduceEachKindOfFindingExactlyOnce: paysim,
 // the payments service, and a reconciler on the same database.
 type e2e struct {
@@ -136,7 +128,7 @@ func TestE2E_DemoWorldFaultsProduceEachKindOfFindingExactlyOnce(t *testing.T) {
 	}
 	t.Cleanup(w.Close)
 	audit := &recordingAuditor{}
-	rec, err := reconcile.New(db, reconcile.Config{Store: store, Operations: worldOps{w}, Auditor: audit,
+	rec, err := reconcile.New(db, reconcile.Config{Store: store, Operations: demo.Ops{W: w}, Auditor: audit,
 		ProgressInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -70,13 +70,6 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-type opsOf struct{ w *demo.World }
-
-func (o opsOf) Get(name string) (claim.Operation, bool) {
-	op, err := o.w.Operations.Get(name)
-	return op, err == nil
-}
-
 // payment is one logical payment of the traffic: its key, tenant and what the client saw.
 type payment struct {
 	key, tenant string
@@ -152,7 +145,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		reclaim, err := daemon.NewReclaimJob(dstore, opsOf{w}, daemon.ReclaimConfig{Logger: quiet})
+		reclaim, err := daemon.NewReclaimJob(dstore, demo.Ops{W: w}, daemon.ReclaimConfig{Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
