@@ -166,6 +166,12 @@ func (s *Store) holderWrite(ctx context.Context, tx *gorm.DB, l *Lease, what, se
 	return s.holderWriteAnswer(ctx, tx, l, what, setSQL, args, nil, kind, detail)
 }
 
+// firstAttempt says whether the lease is the first attempt of a key its own claim inserted: no
+// answer can be stored for the key yet (an answer is stored only by the write that ends a lease,
+// and every later lease is a takeover with attempt 2 or more), so its answer needs a plain
+// insert, not the upsert that overwrites an earlier one.
+func (l *Lease) firstAttempt() bool { return l.Attempt == 1 && !l.MustCheckDownstream() }
+
 // storedAnswer is the answer a holder write stores with the key (in key_responses, in the same
 // statement); clear drops the key's reference to its earlier one instead.
 type storedAnswer struct {
@@ -243,8 +249,12 @@ func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what
 		// The answer goes to its day's partition of key_responses in the same statement; a key
 		// that stored one earlier the same day (a held failure, then a completion) overwrites it.
 		q += `, ans AS (INSERT INTO key_responses (key_id, day, status, headers, body)
-    SELECT id, response_day, ` + p(ans.status) + `::integer, ` + p(ans.headers) + `::jsonb, ` + p(ans.body) + `::bytea FROM u
-    ON CONFLICT (key_id, day) DO UPDATE SET status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body)`
+    SELECT id, response_day, ` + p(ans.status) + `::integer, ` + p(ans.headers) + `::jsonb, ` + p(ans.body) + `::bytea FROM u`
+		if !l.firstAttempt() {
+			q += `
+    ON CONFLICT (key_id, day) DO UPDATE SET status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body`
+		}
+		q += `)`
 	}
 	if kind != "completed" {
 		q += `, ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p(kind) + `, ` + p(l.Actor) + `, ` + p(detail) + ` FROM u)`
