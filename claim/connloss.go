@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // ConnLost reports whether err means the connection to PostgreSQL went away (the server
@@ -50,6 +52,10 @@ func ConnLost(err error) bool {
 	}
 	return pgconn.SafeToRetry(err)
 }
+
+// An error that reaches an edge because the database could not be reached is errs.Unavailable
+// (503, exit 1, a fixed message), not Internal.
+func init() { errs.Unreachable(ConnLost) }
 
 // DefaultReconnectWindow is how long the store keeps trying to learn the outcome of a statement
 // whose connection was lost (Config.ReconnectWindow): long enough for a standby to be promoted.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -15,8 +16,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/internal/pgtest"
 )
@@ -312,5 +317,44 @@ func TestConnLost_SortsErrors(t *testing.T) {
 		if got := claim.ConnLost(c.err); got != c.want {
 			t.Errorf("ConnLost(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// An unreachable database is Unavailable at every edge — 503 with a fixed message that names no
+// host — while an error the database answered (a constraint, a syntax error) stays Internal.
+func TestUnreachableDatabase_IsUnavailableAtTheEdges(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
+		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The claim's outcome is unknown, so it re-reads the key until the window closes.
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), ReconnectWindow: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.Claim(context.Background(), claim.Request{Tenant: "t1", Operation: "payment.charge", Key: "k-1",
+		Intent: []byte(`{"amount_minor":100,"currency":"CNY"}`), Actor: "service:test"})
+	if err == nil {
+		t.Fatal("a claim against a closed port succeeded")
+	}
+	if got := errs.Status(err); got != http.StatusServiceUnavailable {
+		t.Errorf("status of %v = %d, want 503", err, got)
+	}
+	if got := errs.Exit(err); got != 1 {
+		t.Errorf("exit code = %d, want 1 (a failure, not bad input)", got)
+	}
+	if msg := errs.Message(err); strings.Contains(msg, addr) || !strings.Contains(msg, "cannot be reached") {
+		t.Errorf("message %q: want the fixed sentence, without the address", msg)
+	}
+	answered := &pgconn.PgError{Code: "23505", Message: "duplicate key value"}
+	if got := errs.Status(fmt.Errorf("insert: %w", answered)); got != http.StatusInternalServerError {
+		t.Errorf("an error the database answered: status %d, want 500", got)
 	}
 }

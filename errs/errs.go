@@ -11,6 +11,7 @@ package errs
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 )
 
 // Kind is the class of an error: what the caller did wrong, or that nothing the caller did was.
@@ -110,15 +111,37 @@ func (e *Error) Error() string { return e.text }
 // ErrorKind is the sentinel's kind.
 func (e *Error) ErrorKind() Kind { return e.kind }
 
-// KindOf is the kind of the outermost error in err's chain that carries one; Internal when none
-// does (and for nil, which callers test first).
+// KindOf is the kind of the outermost error in err's chain that carries one; Unavailable for an
+// error meaning the database could not be reached (see Unreachable); Internal otherwise (and for
+// nil, which callers test first).
 func KindOf(err error) Kind {
 	var k Kinded
 	if errors.As(err, &k) {
 		return k.ErrorKind()
 	}
+	if isUnreachable(err) {
+		return Unavailable
+	}
 	return Internal
 }
+
+// unreachable recognises the driver's errors that mean the database could not be reached at all
+// (the connection refused or lost mid-statement, a standby being promoted): nothing the caller did
+// and nothing wrong with the request, so a 503 that a retry later may cure, not a 500. claim, which
+// knows its driver's errors (claim.ConnLost), sets it when it is loaded.
+var unreachable atomic.Pointer[func(error) bool]
+
+// Unreachable sets how an error meaning "the database could not be reached" is recognised.
+func Unreachable(f func(error) bool) { unreachable.Store(&f) }
+
+func isUnreachable(err error) bool {
+	f := unreachable.Load()
+	return f != nil && (*f)(err)
+}
+
+// unreachableMessage is what a user is shown for an unreachable database: the driver's text names
+// hosts and ports, which go to the log only.
+const unreachableMessage = "The database cannot be reached right now (a failover may be in progress). Try again shortly."
 
 // Status is the HTTP status for err (200 for nil).
 func Status(err error) int {
@@ -147,6 +170,9 @@ func Message(err error) string {
 	}
 	var k Kinded
 	if !errors.As(err, &k) {
+		if isUnreachable(err) {
+			return unreachableMessage
+		}
 		return table[Internal].message
 	}
 	if m := k.ErrorKind().meaning().message; m != "" {
