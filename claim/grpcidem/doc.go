@@ -36,6 +36,8 @@
 //	  (a declined charge)                   404 → NotFound       REQUEST_FAILED
 //	a handler's stored business error       its own code and message (details are not stored)
 //	downstream failed retryably             Unavailable          DOWNSTREAM_UNAVAILABLE (+ RetryInfo)
+//	the idempotency store cannot be
+//	  reached (a failover in progress)      Unavailable          STORE_UNAVAILABLE (+ RetryInfo)
 //	lease taken over by another worker      Aborted              LEASE_LOST
 //	completed / finally failed              the stored answer, with trailer idempotent-replayed: true
 //

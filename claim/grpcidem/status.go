@@ -38,6 +38,7 @@ const (
 	ReasonNeedsRecovery         = "NEEDS_RECOVERY"
 	ReasonRequestFailed         = "REQUEST_FAILED"
 	ReasonDownstreamUnavailable = "DOWNSTREAM_UNAVAILABLE"
+	ReasonStoreUnavailable      = "STORE_UNAVAILABLE"
 	ReasonLeaseLost             = "LEASE_LOST"
 	ReasonInternal              = "INTERNAL"
 )
@@ -176,6 +177,12 @@ func (s *server) errorStatus(method string, err error) error {
 		return statusError(codes.InvalidArgument, ReasonInvalidRequest, err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		return statusError(codes.Aborted, ReasonLeaseLost, "another worker took this request over; retry with the same key", nil)
+	case claim.ConnLost(err):
+		// The store could not be reached (a failover in progress): the key settles whatever the
+		// claim did, so the same key may come back.
+		s.cfg.Logger.Warn("idempotency store unreachable", "method", method, "err", err)
+		return statusError(codes.Unavailable, ReasonStoreUnavailable, "the idempotency store cannot be reached; retry with the same key", nil,
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	}
 	s.cfg.Logger.Error("idempotent call failed", "method", method, "err", err)
 	return statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)

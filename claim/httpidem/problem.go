@@ -105,6 +105,13 @@ func writeError(w http.ResponseWriter, r *http.Request, cfg Config, err error) {
 		writeProblem(w, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		writeProblem(w, cfg, http.StatusConflict, "lease-lost", "Request taken over", "retry with the same key", nil)
+	case claim.ConnLost(err):
+		// The store could not be reached (a failover in progress): whatever the claim did is
+		// settled by the key itself, so the same key may come back.
+		cfg.Logger.Warn("idempotency store unreachable", "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, cfg, http.StatusServiceUnavailable, "store-unavailable", "Temporarily unavailable",
+			"the idempotency store cannot be reached; retry with the same Idempotency-Key", nil)
 	default:
 		cfg.Logger.Error("idempotent request failed", "path", r.URL.Path, "err", err)
 		writeProblem(w, cfg, http.StatusInternalServerError, "internal", "Internal error", "", nil)

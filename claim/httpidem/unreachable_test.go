@@ -1,0 +1,67 @@
+package httpidem_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/httpidem"
+)
+
+// A store that cannot be reached (a failover in progress) answers 503 store-unavailable with
+// Retry-After, so the client comes back with the same key — not a 500, and the handler never runs.
+func TestStoreUnreachable_Answers503WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // connections are refused from here on
+	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
+		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), ReconnectWindow: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	cfg := httpidem.Config{Store: store, Service: "test", MaxBodyBytes: 4096,
+		TenantFromRequest: func(*http.Request) (string, error) { return "tenant-a", nil }}
+	srv := httptest.NewServer(httpidem.Wrap(cfg, httpidem.Route{Operation: "order.create"})(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		ran = true
+		rw.WriteHeader(201)
+	})))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("POST", srv.URL, strings.NewReader(pay))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(httpidem.HeaderKey, "k-unreachable")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var body strings.Builder
+	_, _ = io.Copy(&body, res.Body)
+	r := resp{res.StatusCode, res.Header, body.String()}
+	if r.status != http.StatusServiceUnavailable || problemType(t, r) != "store-unavailable" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %s (Retry-After %q), want 503 store-unavailable with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	if strings.Contains(r.body, addr) {
+		t.Errorf("the answer names the database's address: %s", r.body)
+	}
+	if ran {
+		t.Error("the handler ran without a claim")
+	}
+}
