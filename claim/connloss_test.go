@@ -16,9 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
@@ -323,17 +320,7 @@ func TestConnLost_SortsErrors(t *testing.T) {
 // An unreachable database is Unavailable at every edge — 503 with a fixed message that names no
 // host — while an error the database answered (a constraint, a syntax error) stays Internal.
 func TestUnreachableDatabase_IsUnavailableAtTheEdges(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now: connections are refused
-	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
-		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, addr := pgtest.Unreachable(t)
 	// The claim's outcome is unknown, so it re-reads the key until the window closes.
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), ReconnectWindow: 300 * time.Millisecond})
 	if err != nil {

@@ -12,28 +12,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
+	"github.com/idemops/idemops/internal/pgtest"
 )
 
 // A store that cannot be reached answers Unavailable STORE_UNAVAILABLE with a retry delay (the
 // client interceptor retries it with the same key), not Internal; the handler never runs.
 func TestStoreUnreachable_IsUnavailableWithRetryInfo(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // connections are refused from here on
-	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
-		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, addr := pgtest.Unreachable(t)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: benchSecret, ReconnectWindow: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -2,36 +2,22 @@ package httpidem_test
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/internal/pgtest"
 )
 
 // A store that cannot be reached (a failover in progress) answers 503 store-unavailable with
 // Retry-After, so the client comes back with the same key — not a 500, and the handler never runs.
 func TestStoreUnreachable_Answers503WithRetryAfter(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // connections are refused from here on
-	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
-		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, addr := pgtest.Unreachable(t)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), ReconnectWindow: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

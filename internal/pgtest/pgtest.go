@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -18,7 +19,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/peterldowns/pgtestdb"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/migrations"
@@ -112,4 +115,23 @@ func Exec(t testing.TB, db *gorm.DB, sql string, args ...any) {
 	if err := db.Exec(sql, args...).Error; err != nil {
 		t.Fatalf("pgtest: %s: %v", strings.TrimSpace(sql), err)
 	}
+}
+
+// Unreachable returns a handle on a loopback port nothing listens on (every connection is
+// refused, as while a primary is down), for tests of what an edge answers when the database
+// cannot be reached, and that address, which no answer may name.
+func Unreachable(t testing.TB) (*gorm.DB, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	db, err := gorm.Open(postgres.Open("postgres://postgres@"+addr+"/postgres?sslmode=disable&connect_timeout=2"),
+		&gorm.Config{DisableAutomaticPing: true, Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, addr
 }
