@@ -62,7 +62,7 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 	if verr != nil {
 		return verr
 	}
-	v.Error = publicMessage(err)
+	v.Error = pageMessage(c.Request.Context(), err)
 	s.render(c, statusOf(err), templates.OperatorsPage(chrome(r, "operators"), v))
 	return nil
 }
@@ -210,7 +210,7 @@ func (s *Server) createToken(c *gin.Context, r *request) error {
 		return err
 	}
 	v.NewToken = secret
-	v.Notice = fmt.Sprintf("Token created for %s.", o.Name)
+	v.Notice = say(c.Request.Context(), "Token created for %s.", o.Name)
 	s.render(c, http.StatusOK, templates.OperatorsPage(chrome(r, "operators"), v))
 	return nil
 }
@@ -242,7 +242,7 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 		}
 	}
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, http.StatusBadRequest, templates.AuditPage(chrome(r, "audit"), v))
 		return nil
 	}

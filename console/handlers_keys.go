@@ -40,7 +40,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	f, err := ParseKeyFilter(q)
 	v.FirstURL = "/keys?" + f.Query().Encode()
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, statusOf(err), templates.KeysPage(chrome(r, "keys"), v))
 		return nil
 	}
@@ -298,12 +298,12 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 func (s *Server) lookup(parent context.Context, op *Operator, k *claim.Key) templates.CheckView {
 	v := templates.CheckView{Done: true}
 	if s.cfg.Operations == nil {
-		v.Error = "this console has no downstream operations configured"
+		v.Error = say(parent, "this console has no downstream operations configured")
 		return v
 	}
 	o, ok := s.cfg.Operations(k.Operation)
 	if !ok {
-		v.Error = fmt.Sprintf("no operation %q is registered", k.Operation)
+		v.Error = say(parent, "no operation %q is registered", k.Operation)
 		return v
 	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.LookupTimeout)

@@ -214,7 +214,7 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 		if !isFormError(err) {
 			return err
 		}
-		form.Error = publicMessage(err)
+		form.Error = pageMessage(c.Request.Context(), err)
 		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.Form = form })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=saved")
@@ -309,7 +309,7 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		if !isFormError(err) {
 			return err
 		}
-		ff.Error = publicMessage(err)
+		ff.Error = pageMessage(c.Request.Context(), err)
 		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.FloorForm = ff })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=floor")

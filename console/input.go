@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -63,7 +64,7 @@ func checkInput(c *gin.Context) error {
 func inputErrFrom(err error) error {
 	var ie *inputcheck.Error
 	if errors.As(err, &ie) {
-		return &InputError{Field: ie.Field, Reason: ie.Reason}
+		return &InputError{Field: ie.Field, Reason: ie.Reason, Why: errs.Verbatim(ie.Reason)}
 	}
 	return err
 }

@@ -125,7 +125,7 @@ func (s *Server) uploadPage(c *gin.Context, r *request) error {
 	}
 	v := runView(*run)
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, statusOf(err), templates.ReconRunPage(chrome(r, "reconcile"), v))
 		return nil
 	}

@@ -10,7 +10,10 @@ package errs
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
+	"time"
 )
 
 // Kind is the class of an error: what the caller did wrong, or that nothing the caller did was.
@@ -156,4 +159,44 @@ func Message(err error) string {
 		return err.Error()
 	}
 	return k.Error()
+}
+
+// Phrase is a text for a user as a format and its arguments, so that an edge speaking another
+// language can look Format up in its catalog and fill in the same arguments (in its own word
+// order: a translation may use explicit indexes, %[2]s). String is the English text, the one
+// Message, the JSON API and the CLI show. An argument may itself be a Phrase (a reason inside a
+// field's frame), an error, or a time.Time (written as UTC, 2006-01-02 15:04:05Z, in English).
+type Phrase struct {
+	Format string
+	Args   []any
+}
+
+// Phrasef is the phrase of format and args (fmt.Sprintf's verbs).
+func Phrasef(format string, args ...any) Phrase { return Phrase{Format: format, Args: args} }
+
+// Verbatim is a phrase of fixed text (no verbs: a % in s is kept as is).
+func Verbatim(s string) Phrase { return Phrase{Format: strings.ReplaceAll(s, "%", "%%")} }
+
+// String is the phrase in English.
+func (p Phrase) String() string {
+	args := make([]any, len(p.Args))
+	for i, a := range p.Args {
+		switch v := a.(type) {
+		case Phrase:
+			args[i] = v.String()
+		case time.Time:
+			args[i] = v.UTC().Format("2006-01-02 15:04:05Z")
+		default:
+			args[i] = a
+		}
+	}
+	return fmt.Sprintf(p.Format, args...)
+}
+
+// Phrased is an error whose text a user is shown is a Phrase (Error returns its String): a
+// package's typed error — a field error, a statement line error, a refusal — so the console can
+// show it in the operator's language.
+type Phrased interface {
+	error
+	Phrasing() Phrase
 }

@@ -29,7 +29,7 @@ type ReconJobForm struct {
 
 // NextRunsView is the next run times of a cron spec, or why it is invalid.
 type NextRunsView struct {
-	Times []string
+	Times []time.Time // in the spec's zone
 	Error string
 }
 
