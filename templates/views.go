@@ -57,7 +57,8 @@ type StateCount struct {
 // Bar is one bar of a server-rendered chart, in SVG user units.
 type Bar struct {
 	X, Y, W, H string
-	Title      string
+	Minute     time.Time // the minute it counts
+	N          int64     // its claims
 }
 
 // Chart is a bar chart with its axis labels.
@@ -65,8 +66,7 @@ type Chart struct {
 	Bars       []Bar
 	Max        int64
 	Total      int64
-	StartLabel string
-	EndLabel   string
+	Start, End time.Time // the first minute and now (the axis' ends)
 }
 
 // Field is one name=value pair.
