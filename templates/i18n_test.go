@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -34,7 +35,7 @@ func TestCatalog_EveryEntryHasBothLanguages(t *testing.T) {
 			t.Errorf("entry %d: %q is in the catalog twice", i, m.En)
 		}
 		seen[m.En] = true
-		if m.ZhCN == m.En && hasLetter(m.En) {
+		if m.ZhCN == m.En && hasLetter(verbs.ReplaceAllString(m.En, "")) { // "%s" alone is no word
 			t.Errorf("entry %d: %q is not translated (zh-CN equals en)", i, m.En)
 		}
 		en, zh := verbKinds(verbs.FindAllString(m.En, -1)), verbKinds(verbs.FindAllString(m.ZhCN, -1))
@@ -299,5 +300,35 @@ func TestTf_FillsArgumentsPerLanguage(t *testing.T) {
 	}
 	if got := whenIn(zhCtx, time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)); got != "2026年12月3日 15:04:05 UTC" {
 		t.Errorf("whenIn zh = %q", got)
+	}
+}
+
+// Every translation filled in with arguments for its English verbs, in their order, uses each
+// argument once with a verb of its kind: no %!d(string=…), no %!(EXTRA …), no %!s(MISSING) —
+// a translation that reorders its arguments says so with explicit indexes (%[2]s).
+func TestCatalog_TranslationsTakeTheEnglishArguments(t *testing.T) {
+	verbs := regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z%]`)
+	for i, m := range Catalog {
+		if strings.Contains(m.En, "%[") {
+			continue // the English itself indexes its arguments
+		}
+		var args []any
+		for _, v := range verbs.FindAllString(m.En, -1) {
+			switch v[len(v)-1] {
+			case '%':
+			case 'd':
+				args = append(args, 7)
+			default:
+				args = append(args, "x")
+			}
+		}
+		if len(args) == 0 {
+			continue
+		}
+		for _, s := range []string{m.En, m.ZhCN} {
+			if got := fmt.Sprintf(s, args...); strings.Contains(got, "%!") {
+				t.Errorf("entry %d: %q with the English arguments gives %q", i, s, got)
+			}
+		}
 	}
 }
