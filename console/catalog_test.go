@@ -24,6 +24,7 @@ var phraseMakers = map[string]map[string]int{
 	"../retention": {"inputErr": 2},
 	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0},
 	"../claim":     {"errs.Phrasef": 0},
+	"../money":     {"parseErr": 0},
 }
 
 // Every phrase the console can show at run time — a field's or a statement line's error, a
