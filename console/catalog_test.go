@@ -12,6 +12,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
+	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
@@ -19,11 +20,11 @@ import (
 // phraseMakers are the functions whose format argument becomes a phrase a console page can
 // show (pageMessage, say, templates.Say), per package, with the index of that argument.
 var phraseMakers = map[string]map[string]int{
-	".":            {"inputErr": 1, "refused": 0, "refuse": 0, "say": 1, "errs.Phrasef": 0},
-	"../replay":    {"inputErr": 1, "refused": 0, "errs.Phrasef": 0},
-	"../retention": {"inputErr": 2},
-	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0},
-	"../claim":     {"errs.Phrasef": 0},
+	".":            {"inputErr": 1, "refused": 0, "refuse": 0, "say": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../replay":    {"inputErr": 1, "refused": 0, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../retention": {"inputErr": 2, "errs.Errorf": 0},
+	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../claim":     {"errs.Phrasef": 0, "errs.Errorf": 0},
 	"../money":     {"parseErr": 0},
 }
 
@@ -62,6 +63,7 @@ func TestCatalog_CoversRuntimePhrases(t *testing.T) {
 					return true
 				}
 				found++
+				s = strings.ReplaceAll(s, "%w", "%s") // errs.Errorf's phrase
 				if !templates.HasMessage(s) {
 					t.Errorf("%s: %q has no zh-CN catalog entry", fset.Position(c.Pos()), s)
 				}
@@ -117,7 +119,8 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 		}
 	}
 	for _, err := range []error{ErrUnauthenticated, ErrForbidden, ErrCSRF, ErrNotFound, ErrThrottled, ErrBadCredentials,
-		ErrConflict, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound} {
+		ErrConflict, ErrTooLarge, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound,
+		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge} {
 		if msg := publicMessage(err); !templates.HasMessage(msg) {
 			t.Errorf("the public message %q of %v has no zh-CN catalog entry", msg, err)
 		}

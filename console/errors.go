@@ -82,18 +82,14 @@ func say(ctx context.Context, format string, args ...any) string {
 	return templates.Say(ctx, errs.Phrasef(format, args...))
 }
 
-// pageMessage is publicMessage in the page's language (ctx's): a typed error shown alone whose
-// text is a phrase (a field's error, a statement line's, a refusal) is said through the catalog
-// with its values filled in; any other message is looked up whole. The JSON API, the probes and
-// the CLI keep publicMessage, English.
+// pageMessage is publicMessage in the page's language (ctx's): when the message is the text of a
+// phrase in err's chain (a field's error, a statement line's, a refusal, an errs.Errorf) it is
+// said through the catalog with its values filled in; any other message is looked up whole.
+// The JSON API, the probes and the CLI keep publicMessage, English.
 func pageMessage(ctx context.Context, err error) string {
 	msg := publicMessage(err)
-	var p errs.Phrased
-	if errors.As(err, &p) {
-		var k errs.Kinded
-		if errors.As(err, &k) && msg == k.Error() && k.Error() == p.Error() {
-			return templates.Say(ctx, p.Phrasing())
-		}
+	if p := (errs.Phrased)(nil); errors.As(err, &p) && p.Error() == msg {
+		return templates.Say(ctx, p.Phrasing())
 	}
 	return templates.SayText(ctx, msg)
 }

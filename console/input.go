@@ -44,7 +44,7 @@ func checkInput(c *gin.Context) error {
 		return nil
 	}
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
+		return errs.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
 	}
 	if err != nil {
 		return inputErr("body", "is not a well-formed form (%s)", truncate(err.Error(), 120))

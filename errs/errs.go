@@ -200,3 +200,31 @@ type Phrased interface {
 	error
 	Phrasing() Phrase
 }
+
+// Errorf is fmt.Errorf — same text, same chain for errors.Is and KindOf — whose text is also a
+// phrase: the format with each %w read as %s, each wrapped error a phrase of its own (a
+// sentinel's text, looked up whole). For errors that wrap a sentinel with context a user is
+// shown: errs.Errorf("finding %d is %s: %w", id, state, ErrClosed).
+func Errorf(format string, args ...any) error {
+	p := Phrase{Format: strings.ReplaceAll(format, "%w", "%s"), Args: make([]any, len(args))}
+	for i, a := range args {
+		switch v := a.(type) {
+		case Phrased:
+			p.Args[i] = v.Phrasing()
+		case error:
+			p.Args[i] = Verbatim(v.Error())
+		default:
+			p.Args[i] = a
+		}
+	}
+	return &phrasedError{err: fmt.Errorf(format, args...), why: p}
+}
+
+type phrasedError struct {
+	err error
+	why Phrase
+}
+
+func (e *phrasedError) Error() string    { return e.err.Error() }
+func (e *phrasedError) Unwrap() error    { return e.err }
+func (e *phrasedError) Phrasing() Phrase { return e.why }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/idemops/idemops/errs"
 )
@@ -79,5 +80,32 @@ func TestKinds_EveryKindHasANameStatusAndExit(t *testing.T) {
 	}
 	if k := errs.Kind(200); k.Status() != 500 || k.String() != "internal" {
 		t.Errorf("an unknown kind is internal, got %v %d", k, k.Status())
+	}
+}
+
+// errs.Errorf is fmt.Errorf to everything but a translator: the same text, kind and chain, and
+// a phrase whose format reads %w as %s, the sentinel an argument of its own.
+func TestErrorf_IsFmtErrorfWithAPhrase(t *testing.T) {
+	err := errs.Errorf("finding %d is %s: %w", 4, "resolved", errClosed)
+	if want := fmt.Errorf("finding %d is %s: %w", 4, "resolved", errClosed).Error(); err.Error() != want || errs.Message(err) != want {
+		t.Errorf("text %q, message %q; want %q", err.Error(), errs.Message(err), want)
+	}
+	if !errors.Is(err, errClosed) || errs.KindOf(err) != errs.Conflict {
+		t.Errorf("the chain lost its sentinel: kind %v", errs.KindOf(err))
+	}
+	var p errs.Phrased
+	if !errors.As(err, &p) {
+		t.Fatal("errs.Errorf is not Phrased")
+	}
+	ph := p.Phrasing()
+	if ph.Format != "finding %d is %s: %s" || len(ph.Args) != 3 || fmt.Sprint(ph.Args[2]) != "finding already closed" {
+		t.Errorf("phrase = %#v", ph)
+	}
+	if ph.String() != err.Error() {
+		t.Errorf("the phrase says %q, the error %q", ph.String(), err.Error())
+	}
+	when := time.Date(2026, 12, 3, 23, 4, 5, 0, time.FixedZone("CST", 8*3600))
+	if got := errs.Phrasef("parked until %s (%s)", when, errs.Phrasef("%d%%", 5)).String(); got != "parked until 2026-12-03 15:04:05Z (5%)" {
+		t.Errorf("phrase with a time and a phrase = %q", got)
 	}
 }

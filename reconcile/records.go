@@ -251,7 +251,7 @@ func (l *limitReader) Read(p []byte) (int, error) {
 }
 
 func (l *limitReader) err() error {
-	return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, l.max)
+	return errs.Errorf("%w: more than %d bytes", ErrTooLarge, l.max)
 }
 
 // header maps column names to positions. Lookups ignore case, surrounding space, a backtick
