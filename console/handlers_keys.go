@@ -131,7 +131,7 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		Request:   templates.Body{Name: "Request", Present: len(k.Request) > 0, Size: len(k.Request)},
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
 		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
-		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal(), CanHold: r.op.Role >= RoleAdmin}
+		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
 	v.Summary = s.intentSummary(k)
 	answers, err := s.claims.Answers(ctx, k.ID)

@@ -127,7 +127,7 @@ func (s *Server) adminKeyAction(ctx context.Context, op *Operator, ip string, ke
 	case errors.Is(err, claim.ErrKeyChanged):
 		return nil, refused("the key changed since the page was loaded (version %d, now %d): nothing was done; look again", version, k.Version)
 	case errors.Is(err, claim.ErrNotReplayable):
-		return nil, refused("%s", k.ReplayRefusal())
+		return nil, &RefusedError{Reason: k.ReplayRefusal(), Kind: ErrRefused, Why: k.ReplayRefusalPhrase()}
 	case err != nil:
 		return nil, err
 	}

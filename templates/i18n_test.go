@@ -61,7 +61,7 @@ func verbKinds(vs []string) string {
 }
 
 // Every message the templates and their helpers ask for by literal — t(ctx, "…"), tf(ctx, "…"),
-// Translate(lang, "…") and the msg("…") marker — is in the catalog.
+// ts(ctx, "…"), sentence(ctx, "…") and the msg("…") marker — is in the catalog.
 func TestCatalog_CoversEveryLiteralMessage(t *testing.T) {
 	for _, key := range literalMessages(t) {
 		if _, ok := zh[key.text]; !ok {
@@ -77,7 +77,7 @@ type literal struct{ at, text string }
 func literalMessages(t *testing.T) []literal {
 	t.Helper()
 	var out []literal
-	call := regexp.MustCompile(`\b(?:t|tf|msg)\(ctx, ("(?:[^"\\]|\\.)*"|` + "`[^`]*`" + `)`)
+	call := regexp.MustCompile(`\b(?:t|tf|ts|msg|sentence)\(ctx, ("(?:[^"\\]|\\.)*"|` + "`[^`]*`" + `)`)
 	files, _ := filepath.Glob("*.templ")
 	for _, f := range files {
 		src, err := os.ReadFile(f)
@@ -107,7 +107,7 @@ func literalMessages(t *testing.T) []literal {
 				return true
 			}
 			id, ok := c.Fun.(*ast.Ident)
-			if !ok || (id.Name != "t" && id.Name != "tf" && id.Name != "msg") || len(c.Args) < 2 {
+			if !ok || (id.Name != "t" && id.Name != "tf" && id.Name != "ts" && id.Name != "msg" && id.Name != "sentence") || len(c.Args) < 2 {
 				return true
 			}
 			if lit, ok := c.Args[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
@@ -330,5 +330,35 @@ func TestCatalog_TranslationsTakeTheEnglishArguments(t *testing.T) {
 				t.Errorf("entry %d: %q with the English arguments gives %q", i, s, got)
 			}
 		}
+	}
+}
+
+// A sentence with markup inside is one catalog entry: its parts go where the language puts
+// them (the Chinese here reorders them with %[n]s), and the words around them are escaped.
+func TestSentence_PutsItsPartsWhereTheLanguageSaysInOneEntry(t *testing.T) {
+	render := func(lang string) string {
+		var b strings.Builder
+		ctx := WithLang(context.Background(), lang)
+		err := sentence(ctx, "%s keys picked on the %s. Nothing is stored or sent until you start it.",
+			text("12"), link("/keys?state=failed_final", "mono", Translate(lang, "search"))).Render(ctx, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got, want := render(LangEnglish), `12 keys picked on the <a href="/keys?state=failed_final" class="mono">search</a>. Nothing is stored or sent until you start it.`; got != want {
+		t.Errorf("en = %q\nwant %q", got, want)
+	}
+	if got, want := render(LangChinese), `从<a href="/keys?state=failed_final" class="mono">搜索</a>中选出的 12 个幂等键。在您启动之前，不会保存或发送任何内容。`; got != want {
+		t.Errorf("zh-CN = %q\nwant %q", got, want)
+	}
+	var b strings.Builder
+	if err := sentence(context.Background(), "a <b> %s and %s", text("x")).Render(context.Background(), &b); err == nil {
+		t.Errorf("a sentence with a placeholder but no part rendered %q", b.String())
+	}
+	b.Reset()
+	_ = sentence(context.Background(), "100%% <b>%s</b>", code("x")).Render(context.Background(), &b)
+	if got, want := b.String(), `100% &lt;b&gt;<code>x</code>&lt;/b&gt;`; got != want {
+		t.Errorf("escaping = %q, want %q", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Chrome is what every signed-in page shows around its content.
@@ -161,7 +162,7 @@ type KeyView struct {
 	Headers   string
 	// CanReplay shows the replay section (operators); Refusal is why the key may not be replayed.
 	CanReplay bool
-	Refusal   string
+	Refusal   errs.Phrase
 	// CanHold shows the legal-hold form (administrators).
 	CanHold bool
 	// Panels are the deployment's extra sections (Config.KeyPanels).
