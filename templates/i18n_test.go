@@ -362,3 +362,19 @@ func TestSentence_PutsItsPartsWhereTheLanguageSaysInOneEntry(t *testing.T) {
 		t.Errorf("escaping = %q, want %q", got, want)
 	}
 }
+
+// No table header cell is empty (axe-core's empty-table-header): a column of buttons or badges
+// is named for screen readers with a visually-hidden label, in the page's language.
+func TestTemplates_NoEmptyTableHeader(t *testing.T) {
+	empty := regexp.MustCompile(`<th(?:\s[^>]*)?>\s*</th>`)
+	files, _ := filepath.Glob("*.templ")
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, loc := range empty.FindAllIndex(src, -1) {
+			t.Errorf("%s:%d: empty table header %s", f, 1+strings.Count(string(src[:loc[0]]), "\n"), src[loc[0]:loc[1]])
+		}
+	}
+}
