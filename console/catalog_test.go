@@ -125,6 +125,11 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 			t.Errorf("the public message %q of %v has no zh-CN catalog entry", msg, err)
 		}
 	}
+	for kind := range configKinds {
+		if configNouns[kind].Format == "" {
+			t.Errorf("config kind %s has no noun for its refusals", kind)
+		}
+	}
 	for _, bad := range []string{"a\x00b", "\xff"} {
 		if p := inputcheck.Problem(bad); !templates.HasMessage(p) {
 			t.Errorf("inputcheck's %q has no zh-CN catalog entry", p)

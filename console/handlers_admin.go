@@ -2,7 +2,6 @@ package console
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -71,7 +71,8 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 func grantable(admin *Operator, tenants []string) error {
 	for _, t := range tenants {
 		if !admin.MaySee(t) {
-			return &RefusedError{Reason: fmt.Sprintf("you may not grant tenant %q: it is not one of yours", t), Kind: ErrForbidden}
+			why := errs.Phrasef("you may not grant tenant %q: it is not one of yours", t)
+			return &RefusedError{Reason: why.String(), Kind: ErrForbidden, Why: why}
 		}
 	}
 	return nil

@@ -93,36 +93,53 @@ func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Predicti
 			nounOf(k), doc.ResourceID)
 	case w.claims.QuarantineOver(k.NotFoundAt):
 		return PredictSend, errs.Phrasef("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
-			actionOf(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
+			actionPhrase(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
 	default:
 		return PredictNotFoundOnce, errs.Phrasef("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
-			actionOf(k), w.claims.Config().Quarantine)
+			actionPhrase(k), w.claims.Config().Quarantine)
 	}
 }
 
 // actionOf says in words what executing k sends: "a charge of 12.34 CNY to alice".
-func actionOf(k *claim.Key) string {
+func actionOf(k *claim.Key) string { return actionPhrase(k).String() }
+
+// actionPhrase is actionOf as a phrase, for a console that says it in the operator's language
+// (one format per shape, so a translation can order noun, amount and payee its own way).
+func actionPhrase(k *claim.Key) errs.Phrase {
 	noun := k.Operation
 	if i := strings.LastIndexByte(noun, '.'); i >= 0 && i < len(noun)-1 {
 		noun = noun[i+1:]
 	}
-	article := "a"
-	if strings.ContainsRune("aeiou", rune(noun[0])) {
-		article = "an"
-	}
-	text := article + " " + noun
+	an := strings.ContainsRune("aeiou", rune(noun[0]))
+	amount, payee := "", ""
 	if k.AmountMinor != nil && k.Currency != nil {
-		text += " of " + money.Display(*k.AmountMinor, *k.Currency)
+		amount = money.Display(*k.AmountMinor, *k.Currency)
 	}
 	var intent struct {
 		Payee any `json:"payee"`
 	}
 	if json.Unmarshal(k.Request, &intent) == nil {
 		if p, ok := intent.Payee.(string); ok && p != "" {
-			text += " to " + truncate(p, 64)
+			payee = truncate(p, 64)
 		}
 	}
-	return text
+	switch {
+	case amount != "" && payee != "" && an:
+		return errs.Phrasef("an %s of %s to %s", noun, amount, payee)
+	case amount != "" && payee != "":
+		return errs.Phrasef("a %s of %s to %s", noun, amount, payee)
+	case amount != "" && an:
+		return errs.Phrasef("an %s of %s", noun, amount)
+	case amount != "":
+		return errs.Phrasef("a %s of %s", noun, amount)
+	case payee != "" && an:
+		return errs.Phrasef("an %s to %s", noun, payee)
+	case payee != "":
+		return errs.Phrasef("a %s to %s", noun, payee)
+	case an:
+		return errs.Phrasef("an %s", noun)
+	}
+	return errs.Phrasef("a %s", noun)
 }
 
 func nounOf(k *claim.Key) string {

@@ -146,8 +146,8 @@ type Body struct {
 type CheckView struct {
 	Done    bool
 	Found   bool
-	Summary string
-	Error   string
+	Summary errs.Phrase // what downstream has; recorded in English, shown in the page's language
+	Error   errs.Phrase // why downstream could not answer
 }
 
 // KeyView is the key detail page.
