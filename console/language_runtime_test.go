@@ -54,6 +54,15 @@ func TestLanguage_RuntimeErrorsInChineseOnPagesEnglishInTheAPI(t *testing.T) {
 		t.Errorf("bad state through the API: %d %s, want 400 in English", api.Status, api.Body)
 	}
 
+	// A recon job's next runs are written the Chinese way, in the job's zone; a bad zone is
+	// named in Chinese.
+	page = c.get("/reconcile/next-runs?cron_spec=0+6+*+*+*&time_zone=Asia/Shanghai")
+	if !regexp.MustCompile(`<li>\d{4}年\d{1,2}月\d{1,2}日 周[一二三四五六日] 06:00 CST</li>`).MatchString(page.Body) {
+		t.Errorf("zh-CN next runs: %s", page.Body)
+	}
+	page = c.get("/reconcile/next-runs?cron_spec=0+6+*+*+*&time_zone=Mars/Base")
+	mustContain(t, "zh-CN bad zone", page.Body, "无效：time_zone：&#34;Mars/Base&#34;：未知")
+
 	parked := b.seedKey("acme", "payment.charge", "parked-zh", `{"amount":100,"currency":"USD"}`, false)
 	b.exec(`UPDATE idempotency_keys SET lease_owner = NULL, lease_token = NULL, not_found_at = now(),
 		lease_expires_at = now() + interval '30 seconds' WHERE id = ?`, parked.ID)
