@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 	"github.com/idemops/idemops/reconcile"
@@ -123,6 +124,15 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge} {
 		if msg := publicMessage(err); !templates.HasMessage(msg) {
 			t.Errorf("the public message %q of %v has no zh-CN catalog entry", msg, err)
+		}
+	}
+	// The states and statuses pages show as words (their CHECK constraints in migrations/):
+	// replay requests, bulk replays, daemon job runs and their triggers, retention purges.
+	for _, word := range []string{"pending", "approved", "executing", "executed", "refused", "failed",
+		"previewed", "running", "done", "cancelled", "succeeded", "abandoned", "timed_out",
+		daemon.TriggerSchedule, daemon.TriggerRunNow, daemon.TriggerCLI, "ok", "stopped"} {
+		if !templates.HasMessage(word) {
+			t.Errorf("the state %q has no zh-CN catalog entry", word)
 		}
 	}
 	for kind := range configKinds {
