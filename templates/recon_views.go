@@ -3,6 +3,8 @@ package templates
 import (
 	"context"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // ReconJobRow is one recon job in the list.
@@ -85,8 +87,8 @@ type ReconRunRow struct {
 	StartedAt                           time.Time
 	FinishedAt                          *time.Time
 	Live                                bool
-	// Statement is "#ID version V" of the statement the run matched ("" before the import).
-	Statement string
+	// Statement is "#ID version V" of the statement the run matched (zero before the import).
+	Statement errs.Phrase
 }
 
 // ReconRunsView is the runs list.
