@@ -378,3 +378,17 @@ func TestTemplates_NoEmptyTableHeader(t *testing.T) {
 		}
 	}
 }
+
+// Ids and line numbers are written as they are (ts), counts grouped for reading (tf).
+func TestTs_WritesIdsWithoutGrouping(t *testing.T) {
+	ctx := WithLang(context.Background(), LangChinese)
+	if got, want := ts(ctx, "key #%d", 12345), "幂等键 #12345"; got != want {
+		t.Errorf("ts = %q, want %q", got, want)
+	}
+	if got, want := ts(ctx, "Line %d of statement #%d", 1234, 56), "对账单 #56 第 1234 行"; got != want {
+		t.Errorf("ts reordered = %q, want %q", got, want)
+	}
+	if got, want := tf(ctx, "(last hour, %d in all)", 12345), "（最近一小时，共 12,345 次）"; got != want {
+		t.Errorf("tf = %q, want %q", got, want)
+	}
+}

@@ -1700,7 +1700,7 @@ func JobRunPage(ch Chrome, r RunRow) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var99 string
-			templ_7745c5c3_Var99, templ_7745c5c3_Err = templ.JoinStringErrs(tf(ctx, "Run %d", r.ID))
+			templ_7745c5c3_Var99, templ_7745c5c3_Err = templ.JoinStringErrs(ts(ctx, "Run %d", r.ID))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/jobs.templ`, Line: 203, Col: 31}
 			}
@@ -2306,7 +2306,7 @@ func JobRunPage(ch Chrome, r RunRow) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Layout(ch, tf(ctx, "Run %d", r.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var97), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Layout(ch, ts(ctx, "Run %d", r.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var97), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

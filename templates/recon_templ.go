@@ -2618,7 +2618,7 @@ func ReconRunPage(ch Chrome, v ReconRunView) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Layout(ch, tf(ctx, "Recon run %d", v.Run.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var152), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Layout(ch, ts(ctx, "Recon run %d", v.Run.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var152), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -3973,7 +3973,7 @@ func FindingsPage(ch Chrome, v FindingsView) templ.Component {
 							return templ_7745c5c3_Err
 						}
 						var templ_7745c5c3_Var241 string
-						templ_7745c5c3_Var241, templ_7745c5c3_Err = templruntime.NewAttributeExpression(tf(ctx, "line %d of the statement run %d matched", f.Line, f.RunID)).Resolve(ctx)
+						templ_7745c5c3_Var241, templ_7745c5c3_Err = templruntime.NewAttributeExpression(ts(ctx, "line %d of the statement run %d matched", f.Line, f.RunID)).Resolve(ctx)
 						if templ_7745c5c3_Err != nil {
 							return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/recon.templ`, Line: 401, Col: 139}
 						}
@@ -4197,7 +4197,7 @@ func FindingsPage(ch Chrome, v FindingsView) templ.Component {
 // findingKeyText names the finding's key in a confirmation ("the key" when not visible).
 func findingKeyText(ctx context.Context, f FindingRow) string {
 	if f.Key.Key == "" {
-		return tf(ctx, "key #%d", f.KeyID)
+		return ts(ctx, "key #%d", f.KeyID)
 	}
 	return f.Key.Tenant + " · " + f.Key.Operation + " · " + f.Key.Short()
 }
@@ -4332,7 +4332,7 @@ func findingActions(ch Chrome, f FindingRow, back string) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Confirm("resolve-"+itoa(f.ID), "Resolve", tf(ctx, "Closes finding #%d as resolved with your reason code: it leaves the open list and the resolution is audited. Nothing at the channel or on the key is changed.", f.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var254), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Confirm("resolve-"+itoa(f.ID), "Resolve", ts(ctx, "Closes finding #%d as resolved with your reason code: it leaves the open list and the resolution is audited. Nothing at the channel or on the key is changed.", f.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var254), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -4436,7 +4436,7 @@ func findingActions(ch Chrome, f FindingRow, back string) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Confirm("ignore-"+itoa(f.ID), "Ignore", tf(ctx, "Closes finding #%d as ignored with your reason, without correcting anything: it leaves the open list and the decision is audited.", f.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var262), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Confirm("ignore-"+itoa(f.ID), "Ignore", ts(ctx, "Closes finding #%d as ignored with your reason, without correcting anything: it leaves the open list and the decision is audited.", f.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var262), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -4924,7 +4924,7 @@ func ReconLinePage(ch Chrome, v ReconLineView) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Layout(ch, tf(ctx, "Statement line %d", v.Line)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var278), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Layout(ch, ts(ctx, "Statement line %d", v.Line)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var278), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

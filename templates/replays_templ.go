@@ -805,7 +805,7 @@ func ReplayPreviewPage(ch Chrome, v ReplayPreviewView) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Layout(ch, tf(ctx, "Replay key %d", v.Key.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var2), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Layout(ch, ts(ctx, "Replay key %d", v.Key.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var2), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1242,7 +1242,7 @@ func ReplayPage(ch Chrome, v ReplayView) templ.Component {
 			}
 			return nil
 		})
-		templ_7745c5c3_Err = Layout(ch, tf(ctx, "Replay %d", v.Req.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var66), templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = Layout(ch, ts(ctx, "Replay %d", v.Req.ID)).Render(templ.WithChildren(ctx, templ_7745c5c3_Var66), templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -2209,7 +2209,7 @@ func bulkTitle(ctx context.Context, v BulkView) string {
 	if v.Preview {
 		return t(ctx, "Bulk replay preview")
 	}
-	return tf(ctx, "Bulk replay %d", v.ID)
+	return ts(ctx, "Bulk replay %d", v.ID)
 }
 
 // BulkProgress is the run's progress and per-key results; while the run is running it polls
