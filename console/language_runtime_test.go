@@ -22,6 +22,7 @@ func TestLanguage_RuntimeErrorsInChineseOnPagesEnglishInTheAPI(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
 	b.addOperator("o", RoleOperator, "*")
+	b.addOperator("e", RoleOperator, "*")
 	tok := b.token("o")
 	c := b.signIn("o")
 	if r := c.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
@@ -37,10 +38,17 @@ func TestLanguage_RuntimeErrorsInChineseOnPagesEnglishInTheAPI(t *testing.T) {
 	if page.Status != 422 {
 		t.Fatalf("malformed upload page: %d", page.Status)
 	}
-	// The alert says it in Chinese (the run's stored error, below it, is the English text the
-	// run recorded).
-	mustContain(t, "zh-CN upload error", page.Body, `<html lang="zh-CN">`,
-		`<p class="error" role="alert" id="run-error">第 3 行：gross：金额 &#34;5000.5&#34; 的小数超过 0 位</p>`)
+	// The alert says it in Chinese, and so does the run's page later: the run kept the error's
+	// phrase beside its English text.
+	const zhLine = `第 3 行：gross：金额 &#34;5000.5&#34; 的小数超过 0 位`
+	mustContain(t, "zh-CN upload error", page.Body, `<html lang="zh-CN">`, `<p class="error" role="alert" id="run-error">`+zhLine+`</p>`)
+	mustNotContain(t, "zh-CN upload error", page.Body, "line 3: gross")
+	var runID int64
+	if err := b.db.Raw(`SELECT max(id) FROM recon_runs`).Scan(&runID).Error; err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "zh-CN failed run page", c.get(fmt.Sprintf("/reconcile/runs/%d", runID)).Body, `<dd class="error">`+zhLine+`</dd>`)
+	mustContain(t, "en failed run page", b.signIn("e").getLang(fmt.Sprintf("/reconcile/runs/%d", runID), "").Body, "line 3: gross: amount &#34;5000.5&#34; has more than 0 decimals")
 	api := c.uploadAPI("/api/v1/reconcile/statements", tok, map[string]string{"channel": "stripe", "format": "stripe"}, bad)
 	if api.Status != 422 || !strings.Contains(api.Body, `"line 3: gross: `) || hasHan(api.Body) {
 		t.Errorf("malformed upload through the API: %d %s, want 422 in English naming line 3", api.Status, api.Body)

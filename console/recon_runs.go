@@ -32,6 +32,9 @@ func runRow(run reconcile.Run) templates.ReconRunRow {
 		RowsParsed: run.RowsParsed, RowsLoaded: run.RowsLoaded, RowsMatched: run.RowsMatched, Counts: kindCounts(run.Counts, run.ID),
 		AlreadyImported: run.AlreadyImported, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, Live: run.Status == reconcile.RunRunning || run.Status == reconcile.RunWaiting}
+	if run.ErrorPhrase != nil {
+		row.ErrorWhy = *run.ErrorPhrase
+	}
 	if run.StatementID != nil {
 		row.Statement = errs.Phrasef("#%d", *run.StatementID)
 		if run.StatementVer != nil {

@@ -2,6 +2,7 @@ package errs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -107,5 +108,36 @@ func TestErrorf_IsFmtErrorfWithAPhrase(t *testing.T) {
 	when := time.Date(2026, 12, 3, 23, 4, 5, 0, time.FixedZone("CST", 8*3600))
 	if got := errs.Phrasef("parked until %s (%s)", when, errs.Phrasef("%d%%", 5)).String(); got != "parked until 2026-12-03 15:04:05Z (5%)" {
 		t.Errorf("phrase with a time and a phrase = %q", got)
+	}
+}
+
+// A phrase stored as JSON and read back says the same words: its arguments keep their kinds,
+// so %d, %q and a time still fill in as before.
+func TestPhrase_JSONRoundTripSaysTheSame(t *testing.T) {
+	type state string
+	when := time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)
+	line := errs.Phrasef("line %d: %s", 3, errs.Phrasef("%s: %v", "gross", &fieldError{"amount"}))
+	for _, p := range []errs.Phrase{
+		line,
+		errs.Phrasef("%q is not a key state; %d of %d (%.1f%%) until %s, %v", state("bogus"), int32(2), uint8(9), 22.5, when, time.Minute),
+		errs.Verbatim("100% fixed"),
+	} {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back errs.Phrase
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.String() != p.String() || back.Format != p.Format {
+			t.Errorf("%s read back says %q, want %q", b, back.String(), p.String())
+		}
+	}
+	b, _ := json.Marshal(line)
+	var back errs.Phrase
+	_ = json.Unmarshal(b, &back)
+	if inner, ok := back.Args[1].(errs.Phrase); !ok || inner.Format != "%s: %v" {
+		t.Errorf("the inner phrase came back as %#v", back.Args[1])
 	}
 }

@@ -84,6 +84,7 @@ type ReconRunRow struct {
 	Counts                              []KindCount
 	AlreadyImported                     bool
 	Error                               string
+	ErrorWhy                            errs.Phrase // Error as a phrase, when the run kept one
 	StartedAt                           time.Time
 	FinishedAt                          *time.Time
 	Live                                bool
