@@ -38,13 +38,7 @@ type FieldError struct {
 }
 
 // Phrasing is "field: reason".
-func (e *FieldError) Phrasing() errs.Phrase {
-	why := e.Why
-	if why.Format == "" {
-		why = errs.Verbatim(e.Reason)
-	}
-	return errs.Phrasef("%s: %s", e.Field, why)
-}
+func (e *FieldError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *FieldError) Unwrap() error { return e.Kind }

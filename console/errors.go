@@ -49,16 +49,7 @@ func (e *InputError) Unwrap() error { return ErrInvalidInput }
 func (e *InputError) ErrorKind() errs.Kind { return errs.Invalid }
 
 // Phrasing is "field: reason".
-func (e *InputError) Phrasing() errs.Phrase { return fieldPhrase(e.Field, e.Why, e.Reason) }
-
-// fieldPhrase is the frame of a field's error around its reason (why, or the English reason as
-// fixed text when the error was built without a phrase).
-func fieldPhrase(field string, why errs.Phrase, reason string) errs.Phrase {
-	if why.Format == "" {
-		why = errs.Verbatim(reason)
-	}
-	return errs.Phrasef("%s: %s", field, why)
-}
+func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func inputErr(field, format string, args ...any) error {
 	why := errs.Phrasef(format, args...)

@@ -228,3 +228,13 @@ type phrasedError struct {
 func (e *phrasedError) Error() string    { return e.err.Error() }
 func (e *phrasedError) Unwrap() error    { return e.err }
 func (e *phrasedError) Phrasing() Phrase { return e.why }
+
+// FieldPhrase is a field error's text as a phrase, "field: reason": why, or the English reason
+// as fixed text when the error was built without a phrase. The typed field errors of claim,
+// replay, retention and the console share it.
+func FieldPhrase(field string, why Phrase, reason string) Phrase {
+	if why.Format == "" {
+		why = Verbatim(reason)
+	}
+	return Phrasef("%s: %s", field, why)
+}

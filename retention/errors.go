@@ -33,13 +33,7 @@ type InputError struct {
 }
 
 // Phrasing is "field: reason".
-func (e *InputError) Phrasing() errs.Phrase {
-	why := e.Why
-	if why.Format == "" {
-		why = errs.Verbatim(e.Reason)
-	}
-	return errs.Phrasef("%s: %s", e.Field, why)
-}
+func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *InputError) Unwrap() error { return e.Kind }
