@@ -34,7 +34,11 @@ type FieldError struct {
 	Field  string
 	Reason string
 	Kind   error
+	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
 }
+
+// Phrasing is "field: reason".
+func (e *FieldError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *FieldError) Unwrap() error { return e.Kind }
@@ -43,7 +47,8 @@ func (e *FieldError) Unwrap() error { return e.Kind }
 func (e *FieldError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 func fieldErr(kind error, field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}
+	why := errs.Phrasef(format, args...)
+	return &FieldError{Field: field, Reason: why.String(), Kind: kind, Why: why}
 }
 
 // Failure is an Operation's verdict that an attempt failed. Retryable failures leave the key

@@ -19,31 +19,42 @@ var ErrKeyChanged = errs.New(errs.Conflict, "the key changed since it was read")
 // ReplayRefusal says, in words an operator can act on, why k may not be replayed; "" when it
 // may (Replayable). The rule is the claim's, so the console and the API show the same reasons.
 func (k *Key) ReplayRefusal() string {
+	if p := k.ReplayRefusalPhrase(); p.Format != "" {
+		return p.String()
+	}
+	return ""
+}
+
+// ReplayRefusalPhrase is ReplayRefusal as a phrase (its times as time.Time), for a console that
+// shows it in the operator's language; the zero Phrase when k may be replayed.
+func (k *Key) ReplayRefusalPhrase() errs.Phrase {
 	switch {
 	case k.Replayable():
-		return ""
+		return errs.Phrase{}
 	case k.State == StateCompleted:
-		return "the key is completed: its stored response is the answer, nothing is replayed"
+		return errs.Phrasef("the key is completed: its stored response is the answer, nothing is replayed")
 	case k.State == StateFailedFinal:
-		return fmt.Sprintf("the key failed finally (%s): a final failure is the answer to every retry and is never executed again",
+		return errs.Phrasef("the key failed finally (%s): a final failure is the answer to every retry and is never executed again",
 			deref(k.ErrorCode))
 	case k.LeaseOwner != nil:
-		return fmt.Sprintf("a live lease is held by %s until %s: that attempt may still be running",
-			*k.LeaseOwner, fmtTime(k.LeaseExpiresAt))
+		return errs.Phrasef("a live lease is held by %s until %s: that attempt may still be running",
+			*k.LeaseOwner, timeArg(k.LeaseExpiresAt))
 	case k.NotFoundAt != nil:
-		return fmt.Sprintf("the key is parked until %s: downstream said not found at %s and the quarantine has not passed yet",
-			fmtTime(k.LeaseExpiresAt), fmtTime(k.NotFoundAt))
+		return errs.Phrasef("the key is parked until %s: downstream said not found at %s and the quarantine has not passed yet",
+			timeArg(k.LeaseExpiresAt), timeArg(k.NotFoundAt))
 	default:
-		return fmt.Sprintf("the key is parked until %s after downstream could not answer (%d failed lookups)",
-			fmtTime(k.LeaseExpiresAt), k.LookupFailures)
+		return errs.Phrasef("the key is parked until %s after downstream could not answer (%d failed lookups)",
+			timeArg(k.LeaseExpiresAt), k.LookupFailures)
 	}
 }
 
-func fmtTime(t *time.Time) string {
+// timeArg is an optional moment as a phrase's argument: the time (written 2006-01-02 15:04:05Z
+// in English), or "—".
+func timeArg(t *time.Time) any {
 	if t == nil {
 		return "—"
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return *t
 }
 
 // LookupLease is a lease carrying k's fields and no token, for a read-only Lookup (an operator's

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 	"github.com/idemops/idemops/replay"
 )
@@ -26,7 +27,7 @@ import (
 func bindJSON(c *gin.Context, v any) error {
 	raw, err := io.ReadAll(c.Request.Body)
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
+		return errs.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
 	}
 	if err != nil {
 		return fmt.Errorf("read body: %w", err)

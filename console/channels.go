@@ -130,7 +130,7 @@ func (s *Server) setChannelPage(c *gin.Context, r *request) error {
 		if verr != nil {
 			return verr
 		}
-		v.Channels.Error = publicMessage(err)
+		v.Channels.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, http.StatusBadRequest, templates.ReconPage(chrome(r, "reconcile"), v))
 		return nil
 	}

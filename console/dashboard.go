@@ -79,7 +79,7 @@ func claimsChart(now time.Time, rows []claim.MinuteCount) templates.Chart {
 	const minutes, width, height = 60, 600.0, 140.0
 	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
 	counts := make([]int64, minutes)
-	ch := templates.Chart{StartLabel: start.UTC().Format("15:04 UTC"), EndLabel: now.UTC().Format("15:04 UTC")}
+	ch := templates.Chart{Start: start, End: now}
 	for _, r := range rows {
 		i := int(r.Minute.UTC().Sub(start) / time.Minute)
 		if i >= 0 && i < minutes {
@@ -98,7 +98,7 @@ func claimsChart(now time.Time, rows []claim.MinuteCount) templates.Chart {
 		h := height * float64(n) / float64(ch.Max)
 		ch.Bars = append(ch.Bars, templates.Bar{
 			X: ftoa(float64(i)*w + 1), Y: ftoa(150 - h), W: ftoa(w - 2), H: ftoa(h),
-			Title: fmt.Sprintf("%s: %d claims", start.Add(time.Duration(i)*time.Minute).UTC().Format("15:04 UTC"), n)})
+			Minute: start.Add(time.Duration(i) * time.Minute), N: n})
 	}
 	return ch
 }

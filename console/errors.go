@@ -1,9 +1,11 @@
 package console
 
 import (
-	"fmt"
+	"context"
+	"errors"
 
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/templates"
 )
 
 // Errors the console's methods return, each with its kind (package errs). The kind decides the
@@ -32,10 +34,12 @@ var (
 	ErrTooLarge = errs.New(errs.TooLarge, "upload too large")
 )
 
-// InputError names the field that was wrong.
+// InputError names the field that was wrong. Why is the reason as a phrase the console shows in
+// the operator's language; Reason is its English text.
 type InputError struct {
 	Field  string
 	Reason string
+	Why    errs.Phrase
 }
 
 func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
@@ -44,8 +48,12 @@ func (e *InputError) Unwrap() error { return ErrInvalidInput }
 // ErrorKind is invalid; the error's text is what a user is shown.
 func (e *InputError) ErrorKind() errs.Kind { return errs.Invalid }
 
+// Phrasing is "field: reason".
+func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
+
 func inputErr(field, format string, args ...any) error {
-	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	why := errs.Phrasef(format, args...)
+	return &InputError{Field: field, Reason: why.String(), Why: why}
 }
 
 // ErrorKind is the kind of the refusal (conflict, or forbidden); its reason is what a user is shown.
@@ -57,3 +65,22 @@ func statusOf(err error) int { return errs.Status(err) }
 // publicMessage is what a user sees for err (errs.Message): the error's own words for the kinds a
 // user can act on, a plain sentence for anything unexpected (details go to the log only).
 func publicMessage(err error) string { return errs.Message(err) }
+
+// say is a message made at run time (a notice naming a value, a reason) in the page's language
+// (ctx's), through the catalog: say(ctx, "Token created for %s.", name). Its format must be a
+// literal, so TestCatalog_CoversRuntimePhrases finds it.
+func say(ctx context.Context, format string, args ...any) string {
+	return templates.Say(ctx, errs.Phrasef(format, args...))
+}
+
+// pageMessage is publicMessage in the page's language (ctx's): when the message is the text of a
+// phrase in err's chain (a field's error, a statement line's, a refusal, an errs.Errorf) it is
+// said through the catalog with its values filled in; any other message is looked up whole.
+// The JSON API, the probes and the CLI keep publicMessage, English.
+func pageMessage(ctx context.Context, err error) string {
+	msg := publicMessage(err)
+	if p := (errs.Phrased)(nil); errors.As(err, &p) && p.Error() == msg {
+		return templates.Say(ctx, p.Phrasing())
+	}
+	return templates.SayText(ctx, msg)
+}

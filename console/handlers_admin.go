@@ -2,7 +2,6 @@ package console
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -62,7 +62,7 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 	if verr != nil {
 		return verr
 	}
-	v.Error = publicMessage(err)
+	v.Error = pageMessage(c.Request.Context(), err)
 	s.render(c, statusOf(err), templates.OperatorsPage(chrome(r, "operators"), v))
 	return nil
 }
@@ -71,7 +71,8 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 func grantable(admin *Operator, tenants []string) error {
 	for _, t := range tenants {
 		if !admin.MaySee(t) {
-			return &RefusedError{Reason: fmt.Sprintf("you may not grant tenant %q: it is not one of yours", t), Kind: ErrForbidden}
+			why := errs.Phrasef("you may not grant tenant %q: it is not one of yours", t)
+			return &RefusedError{Reason: why.String(), Kind: ErrForbidden, Why: why}
 		}
 	}
 	return nil
@@ -210,7 +211,7 @@ func (s *Server) createToken(c *gin.Context, r *request) error {
 		return err
 	}
 	v.NewToken = secret
-	v.Notice = fmt.Sprintf("Token created for %s.", o.Name)
+	v.Notice = say(c.Request.Context(), "Token created for %s.", o.Name)
 	s.render(c, http.StatusOK, templates.OperatorsPage(chrome(r, "operators"), v))
 	return nil
 }
@@ -242,7 +243,7 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 		}
 	}
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, http.StatusBadRequest, templates.AuditPage(chrome(r, "audit"), v))
 		return nil
 	}

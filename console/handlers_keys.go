@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/templates"
 )
@@ -40,7 +41,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	f, err := ParseKeyFilter(q)
 	v.FirstURL = "/keys?" + f.Query().Encode()
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, statusOf(err), templates.KeysPage(chrome(r, "keys"), v))
 		return nil
 	}
@@ -131,7 +132,7 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		Request:   templates.Body{Name: "Request", Present: len(k.Request) > 0, Size: len(k.Request)},
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
 		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
-		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusal(), CanHold: r.op.Role >= RoleAdmin}
+		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
 	v.Summary = s.intentSummary(k)
 	answers, err := s.claims.Answers(ctx, k.ID)
@@ -267,10 +268,10 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 	detail := map[string]any{"found": check.Found}
 	answer := "not_found"
 	switch {
-	case check.Error != "":
-		detail["error"], answer = check.Error, "error"
+	case check.Error.Format != "":
+		detail["error"], answer = check.Error.String(), "error"
 	case check.Found:
-		detail["summary"], answer = check.Summary, "found"
+		detail["summary"], answer = check.Summary.String(), "found"
 	}
 	s.metrics.checks.WithLabelValues(answer).Inc()
 	if err := s.claims.RecordEvent(ctx, k.ID, "downstream_checked", r.op.Actor(), detail); err != nil {
@@ -298,12 +299,12 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 func (s *Server) lookup(parent context.Context, op *Operator, k *claim.Key) templates.CheckView {
 	v := templates.CheckView{Done: true}
 	if s.cfg.Operations == nil {
-		v.Error = "this console has no downstream operations configured"
+		v.Error = errs.Phrasef("this console has no downstream operations configured")
 		return v
 	}
 	o, ok := s.cfg.Operations(k.Operation)
 	if !ok {
-		v.Error = fmt.Sprintf("no operation %q is registered", k.Operation)
+		v.Error = errs.Phrasef("no operation %q is registered", k.Operation)
 		return v
 	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.LookupTimeout)
@@ -311,12 +312,12 @@ func (s *Server) lookup(parent context.Context, op *Operator, k *claim.Key) temp
 	doc, err := o.Lookup(ctx, k.LookupLease(op.Actor()))
 	switch {
 	case err != nil:
-		v.Error = truncate(err.Error(), 300)
+		v.Error = errs.Verbatim(truncate(err.Error(), 300))
 	case doc == nil:
 	case doc.Failure != nil:
-		v.Found, v.Summary = true, fmt.Sprintf("failed (%s: %s)", doc.Failure.Code, truncate(doc.Failure.Detail, 200))
+		v.Found, v.Summary = true, errs.Phrasef("failed (%s: %s)", doc.Failure.Code, truncate(doc.Failure.Detail, 200))
 	default:
-		v.Found, v.Summary = true, "resource "+doc.ResourceID
+		v.Found, v.Summary = true, errs.Phrasef("resource %s", doc.ResourceID)
 	}
 	return v
 }

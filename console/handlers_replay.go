@@ -175,7 +175,7 @@ func (s *Server) bulkParam(ctx context.Context, c *gin.Context, r *request) (*re
 // replayPreviewView builds the preview page of k for r.
 func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key, p replay.Preview) (templates.ReplayPreviewView, error) {
 	v := templates.ReplayPreviewView{Key: k, Preview: templates.ReplayPreviewData{Allowed: p.Allowed, Outcome: string(p.Outcome),
-		Text: p.Text, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
+		Text: templates.Say(ctx, p.Why), Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
 	if r.op.Role >= RoleAdmin && k.Replayable() {
 		v.CanMarkFinal, v.FinalToken = true, s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
 		v.ReleaseToken = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
@@ -227,7 +227,7 @@ func (s *Server) confirmReplay(c *gin.Context, r *request) error {
 		if verr != nil {
 			return verr
 		}
-		v.Error, v.Reason = publicMessage(err), c.PostForm("reason")
+		v.Error, v.Reason = pageMessage(c.Request.Context(), err), c.PostForm("reason")
 		s.render(c, statusOf(err), templates.ReplayPreviewPage(chrome(r, "keys"), v))
 		return nil
 	}
@@ -248,7 +248,7 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	}
 	row := s.replayRow(req, r.op)
 	if req.State == "executing" {
-		row.Waiting = s.replays.Waiting(ctx, req.KeyID)
+		row.Waiting = templates.Say(ctx, s.replays.Waiting(ctx, req.KeyID))
 	}
 	one := []templates.ReplayRow{row}
 	if err := s.nameReplayRows(ctx, r.op, one); err != nil {
@@ -389,7 +389,7 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	v := s.bulkPlanView(p, r.op)
+	v := s.bulkPlanView(c.Request.Context(), p, r.op)
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if err := s.nameBulkItems(ctx, r.op, v.Items); err != nil {
@@ -400,13 +400,13 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 }
 
 // bulkPlanView is the preview page of a plan: counts, keys, and the start form.
-func (s *Server) bulkPlanView(p *replay.BulkPlan, op *Operator) templates.BulkView {
+func (s *Server) bulkPlanView(ctx context.Context, p *replay.BulkPlan, op *Operator) templates.BulkView {
 	v := templates.BulkView{Preview: true, StartHref: "/replays/bulk/start", FilterHref: "/keys?" + p.Filter,
 		Filter: p.Filter, State: "preview", Operator: op.Name, Total: p.Total, Capped: p.Capped, Cap: s.cfg.BulkCap,
 		Selected: p.Selected, Plan: p.Plan, Token: p.Token, Expires: p.Expires}
 	v.ByState, v.ByOutcome = counts(p.Counts.ByState, nil), counts(p.Counts.ByOutcome, predictionLabels)
 	if p.AllRefused() {
-		v.NoneReplayable = fmt.Sprintf("Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
+		v.NoneReplayable = say(ctx, "Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
 	}
 	for _, it := range p.Items {
 		v.Items = append(v.Items, templates.BulkItemRow{Seq: it.Seq, KeyID: it.KeyID, KeyHref: fmt.Sprintf("/keys/%d", it.KeyID),
@@ -415,7 +415,7 @@ func (s *Server) bulkPlanView(p *replay.BulkPlan, op *Operator) templates.BulkVi
 	return v
 }
 
-func (s *Server) bulkView(run *replay.BulkRun, items []replay.BulkItem) templates.BulkView {
+func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []replay.BulkItem) templates.BulkView {
 	v := templates.BulkView{ID: run.ID, Href: fmt.Sprintf("/replays/bulk/%d", run.ID),
 		ProgressHref: fmt.Sprintf("/replays/bulk/%d/progress", run.ID),
 		FilterHref:   "/keys?" + run.Filter, Filter: run.Filter, State: run.State, Operator: run.Operator,
@@ -424,7 +424,7 @@ func (s *Server) bulkView(run *replay.BulkRun, items []replay.BulkItem) template
 		v.Reason = *run.Reason
 	}
 	if run.Error != nil {
-		v.Error = "The run stopped: " + *run.Error
+		v.Error = say(ctx, "The run stopped: %s", *run.Error)
 	}
 	var bc replay.BulkCounts
 	_ = json.Unmarshal(run.Counts, &bc)
@@ -476,7 +476,7 @@ func (s *Server) loadBulkView(c *gin.Context, r *request) (templates.BulkView, e
 	if err != nil {
 		return templates.BulkView{}, err
 	}
-	v := s.bulkView(run, items)
+	v := s.bulkView(ctx, run, items)
 	return v, s.nameBulkItems(ctx, r.op, v.Items)
 }
 

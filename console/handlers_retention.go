@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/retention"
 	"github.com/idemops/idemops/templates"
 )
@@ -168,9 +169,9 @@ func policyInput(operation, state, keepResponse, keepKey string) (retention.Poli
 
 // shorterError stops the save of a policy below the default periods until the page's
 // confirmation box is ticked; text names the consequence.
-type shorterError struct{ text string }
+type shorterError struct{ why errs.Phrase }
 
-func (e *shorterError) Error() string { return e.text }
+func (e *shorterError) Error() string { return e.why.String() }
 
 // savePolicy saves p (checked against the floor) with its audit row. From the page, a policy below
 // the default periods needs confirmed (the API takes the periods as given).
@@ -183,8 +184,8 @@ func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy,
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
 		}
-		if text := s.shorterThanDefault(p); text != "" && !confirmed {
-			return &shorterError{text}
+		if why := s.shorterThanDefault(p); why.Format != "" && !confirmed {
+			return &shorterError{why}
 		}
 		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
@@ -207,14 +208,14 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 		err = s.savePolicy(ctx, r, p, c.PostForm("confirm_shorter") == "yes")
 	}
 	if shorter := (*shorterError)(nil); errors.As(err, &shorter) {
-		form.Shorter = shorter.text
+		form.Shorter = templates.Say(c.Request.Context(), shorter.why)
 		return s.retentionAgain(ctx, c, r, http.StatusOK, func(v *templates.RetentionView) { v.Form = form })
 	}
 	if err != nil {
 		if !isFormError(err) {
 			return err
 		}
-		form.Error = publicMessage(err)
+		form.Error = pageMessage(c.Request.Context(), err)
 		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.Form = form })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=saved")
@@ -233,14 +234,14 @@ func (s *Server) retentionAgain(ctx context.Context, c *gin.Context, r *request,
 	return nil
 }
 
-// shorterThanDefault says what a policy below the deployment's default periods does, or "" when
-// it keeps responses and keys at least as long as the default.
-func (s *Server) shorterThanDefault(p retention.Policy) string {
+// shorterThanDefault says what a policy below the deployment's default periods does, or the zero
+// Phrase when it keeps responses and keys at least as long as the default.
+func (s *Server) shorterThanDefault(p retention.Policy) errs.Phrase {
 	def := s.claims.Config()
 	if p.KeepResponse >= def.KeepResponse && p.KeepKey >= def.KeepKey {
-		return ""
+		return errs.Phrase{}
 	}
-	return fmt.Sprintf("This is shorter than the default (responses %s, keys %s): keys of %s that end %s lose their stored response after %s "+
+	return errs.Phrasef("This is shorter than the default (responses %s, keys %s): keys of %s that end %s lose their stored response after %s "+
 		"(a retry then gets 410 instead of the replay) and are deleted after %s (a retry then executes again). Tick the box to save it.",
 		retention.FormatPeriod(def.KeepResponse), retention.FormatPeriod(def.KeepKey), p.Operation, p.State,
 		retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
@@ -309,7 +310,7 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		if !isFormError(err) {
 			return err
 		}
-		ff.Error = publicMessage(err)
+		ff.Error = pageMessage(c.Request.Context(), err)
 		return s.retentionAgain(ctx, c, r, http.StatusBadRequest, func(v *templates.RetentionView) { v.FloorForm = ff })
 	}
 	c.Redirect(http.StatusSeeOther, "/retention?notice=floor")

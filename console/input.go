@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -43,7 +44,7 @@ func checkInput(c *gin.Context) error {
 		return nil
 	}
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		return fmt.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
+		return errs.Errorf("body: over the %d-byte limit: %w", mbe.Limit, ErrTooLarge)
 	}
 	if err != nil {
 		return inputErr("body", "is not a well-formed form (%s)", truncate(err.Error(), 120))
@@ -63,7 +64,7 @@ func checkInput(c *gin.Context) error {
 func inputErrFrom(err error) error {
 	var ie *inputcheck.Error
 	if errors.As(err, &ie) {
-		return &InputError{Field: ie.Field, Reason: ie.Reason}
+		return &InputError{Field: ie.Field, Reason: ie.Reason, Why: errs.Verbatim(ie.Reason)}
 	}
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -52,14 +53,14 @@ func eventLinks(evs []claim.Event, keyID int64, canReplay bool) map[int64][]temp
 			continue
 		}
 		if id := detailID(d["request"]); id > 0 {
-			l := templates.EventLink{Label: fmt.Sprintf("replay request #%d", id), Class: "event-request"}
+			l := templates.EventLink{Label: errs.Phrasef("replay request #%d", id), Class: "event-request"}
 			if canReplay {
 				l.Href = fmt.Sprintf("/replays/%d", id)
 			}
 			out[e.ID] = append(out[e.ID], l)
 		}
 		if id := detailID(d["finding"]); id > 0 {
-			out[e.ID] = append(out[e.ID], templates.EventLink{Label: fmt.Sprintf("finding #%d", id), Class: "event-finding",
+			out[e.ID] = append(out[e.ID], templates.EventLink{Label: errs.Phrasef("finding #%d", id), Class: "event-finding",
 				Href: fmt.Sprintf("/reconcile/findings?key=%d#finding-%d", keyID, id)})
 		}
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // Role orders what an operator may do: viewer < operator < admin.
@@ -268,7 +270,7 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 			n.Name, hash, n.Role.String()).Scan(&id).Error; err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "23505" {
-				return fmt.Errorf("operator %s: %w", n.Name, ErrConflict)
+				return errs.Errorf("operator %s: %w", n.Name, ErrConflict)
 			}
 			return fmt.Errorf("add operator: %w", err)
 		}

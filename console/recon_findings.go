@@ -166,7 +166,7 @@ func (s *Server) findingsPage(c *gin.Context, r *request) error {
 		if !isFormError(err) {
 			return err
 		}
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, http.StatusBadRequest, templates.FindingsPage(chrome(r, "reconcile"), v))
 		return nil
 	}

@@ -144,13 +144,13 @@ func (s *Server) saveJobPage(c *gin.Context, r *request, original string) error 
 		if !isFormError(err) {
 			return err
 		}
-		form.Error = publicMessage(err)
+		form.Error = pageMessage(c.Request.Context(), err)
 		if original == "" {
 			v, verr := s.reconView(ctx, r)
 			if verr != nil {
 				return verr
 			}
-			v.Form, v.NextRuns = form, nextRuns(form.CronSpec, form.TimeZone)
+			v.Form, v.NextRuns = form, nextRuns(c.Request.Context(), form.CronSpec, form.TimeZone)
 			s.render(c, http.StatusBadRequest, templates.ReconPage(chrome(r, "reconcile"), v))
 			return nil
 		}
@@ -158,7 +158,7 @@ func (s *Server) saveJobPage(c *gin.Context, r *request, original string) error 
 		if verr != nil {
 			return verr
 		}
-		v.Form, v.NextRuns = form, nextRuns(form.CronSpec, form.TimeZone)
+		v.Form, v.NextRuns = form, nextRuns(c.Request.Context(), form.CronSpec, form.TimeZone)
 		s.render(c, http.StatusBadRequest, templates.ReconJobPage(chrome(r, "reconcile"), v))
 		return nil
 	}

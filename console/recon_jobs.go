@@ -42,23 +42,20 @@ func jobForm(j reconcile.ReconJob) templates.ReconJobForm {
 	return f
 }
 
-// nextRuns is the next five run times of a spec, or its one-line error.
-func nextRuns(spec, zone string) templates.NextRunsView {
+// nextRuns is the next five run times of a spec (in its zone), or its one-line error in the
+// page's language (ctx's).
+func nextRuns(ctx context.Context, spec, zone string) templates.NextRunsView {
 	if strings.TrimSpace(spec) == "" {
 		return templates.NextRunsView{}
 	}
 	times, err := reconcile.NextRuns(spec, zone, time.Now(), nextRunsShown)
+	if err == nil && len(times) == 0 {
+		err = inputErr("cron_spec", "the spec never fires")
+	}
 	if err != nil {
-		return templates.NextRunsView{Error: publicMessage(err)}
+		return templates.NextRunsView{Error: pageMessage(ctx, err)}
 	}
-	v := templates.NextRunsView{}
-	for _, t := range times {
-		v.Times = append(v.Times, t.Format("Mon 2006-01-02 15:04 MST"))
-	}
-	if len(v.Times) == 0 {
-		v.Error = "cron_spec: the spec never fires"
-	}
-	return v
+	return templates.NextRunsView{Times: times}
 }
 
 func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView, error) {
@@ -73,7 +70,7 @@ func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView
 	for _, j := range jobs {
 		v.Jobs = append(v.Jobs, jobRow(j, now))
 	}
-	v.NextRuns = nextRuns(v.Form.CronSpec, v.Form.TimeZone)
+	v.NextRuns = nextRuns(ctx, v.Form.CronSpec, v.Form.TimeZone)
 	if v.Channels, err = s.channelRows(ctx, r); err != nil {
 		return v, err
 	}
@@ -87,7 +84,7 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 	}
 	v := templates.ReconJobView{Job: jobRow(*j, time.Now()), Form: jobForm(*j), Formats: reconcile.Formats(),
 		CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator}
-	v.NextRuns = nextRuns(j.CronSpec, j.TimeZone)
+	v.NextRuns = nextRuns(ctx, j.CronSpec, j.TimeZone)
 	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: j.Name, Limit: 10})
 	if err != nil {
 		return v, err
@@ -122,7 +119,7 @@ func (s *Server) reconPage(c *gin.Context, r *request) error {
 // reconNextRuns is GET /reconcile/next-runs?cron_spec=&time_zone=: the partial the job forms
 // refresh as the spec is typed.
 func (s *Server) reconNextRuns(c *gin.Context, r *request) error {
-	s.render(c, http.StatusOK, templates.NextRuns(nextRuns(c.Query("cron_spec"), c.Query("time_zone"))))
+	s.render(c, http.StatusOK, templates.NextRuns(nextRuns(c.Request.Context(), c.Query("cron_spec"), c.Query("time_zone"))))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -31,10 +32,13 @@ func runRow(run reconcile.Run) templates.ReconRunRow {
 		RowsParsed: run.RowsParsed, RowsLoaded: run.RowsLoaded, RowsMatched: run.RowsMatched, Counts: kindCounts(run.Counts, run.ID),
 		AlreadyImported: run.AlreadyImported, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, Live: run.Status == reconcile.RunRunning || run.Status == reconcile.RunWaiting}
+	if run.ErrorPhrase != nil {
+		row.ErrorWhy = *run.ErrorPhrase
+	}
 	if run.StatementID != nil {
-		row.Statement = fmt.Sprintf("#%d", *run.StatementID)
+		row.Statement = errs.Phrasef("#%d", *run.StatementID)
 		if run.StatementVer != nil {
-			row.Statement += fmt.Sprintf(" version %d", *run.StatementVer)
+			row.Statement = errs.Phrasef("#%d version %d", *run.StatementID, *run.StatementVer)
 		}
 	}
 	return row

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -31,12 +32,12 @@ func (s *Server) openUpload(c *gin.Context) (uploadRequest, multipart.File, erro
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return u, nil, fmt.Errorf("statement: over the %d MiB limit: %w", s.cfg.UploadLimit>>20, ErrTooLarge)
+			return u, nil, errs.Errorf("statement: over the %d MiB limit: %w", s.cfg.UploadLimit>>20, ErrTooLarge)
 		}
 		return u, nil, inputErr(reconStatementFile, "attach the statement file")
 	}
 	if fh.Size > s.cfg.UploadLimit {
-		return u, nil, fmt.Errorf("statement: %d bytes, over the %d MiB limit: %w", fh.Size, s.cfg.UploadLimit>>20, ErrTooLarge)
+		return u, nil, errs.Errorf("statement: %d bytes, over the %d MiB limit: %w", fh.Size, s.cfg.UploadLimit>>20, ErrTooLarge)
 	}
 	f, err := fh.Open()
 	if err != nil {
@@ -125,7 +126,7 @@ func (s *Server) uploadPage(c *gin.Context, r *request) error {
 	}
 	v := runView(*run)
 	if err != nil {
-		v.Error = publicMessage(err)
+		v.Error = pageMessage(c.Request.Context(), err)
 		s.render(c, statusOf(err), templates.ReconRunPage(chrome(r, "reconcile"), v))
 		return nil
 	}

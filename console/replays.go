@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -45,9 +46,9 @@ func replayErr(err error) error {
 		if errors.Is(re.Kind, replay.ErrForbidden) {
 			kind = ErrForbidden
 		}
-		return &RefusedError{Reason: re.Reason, Kind: kind}
+		return &RefusedError{Reason: re.Reason, Kind: kind, Why: re.Phrasing()}
 	case errors.As(err, &ie):
-		return &InputError{Field: ie.Field, Reason: ie.Reason}
+		return &InputError{Field: ie.Field, Reason: ie.Reason, Why: ie.Why}
 	case errors.Is(err, replay.ErrNotFound):
 		return fmt.Errorf("%s: %w", err.Error(), ErrNotFound)
 	}
@@ -59,13 +60,23 @@ func replayErr(err error) error {
 type RefusedError struct {
 	Reason string
 	Kind   error
+	Why    errs.Phrase // Reason as a phrase (see InputError)
+}
+
+// Phrasing is the reason.
+func (e *RefusedError) Phrasing() errs.Phrase {
+	if e.Why.Format == "" {
+		return errs.Verbatim(e.Reason)
+	}
+	return e.Why
 }
 
 func (e *RefusedError) Error() string { return e.Reason }
 func (e *RefusedError) Unwrap() error { return e.Kind }
 
 func refused(format string, args ...any) error {
-	return &RefusedError{Reason: fmt.Sprintf(format, args...), Kind: ErrRefused}
+	why := errs.Phrasef(format, args...)
+	return &RefusedError{Reason: why.String(), Kind: ErrRefused, Why: why}
 }
 
 // markFinal moves a stuck key to failed_final on an administrator's word, with a reason.
@@ -116,7 +127,7 @@ func (s *Server) adminKeyAction(ctx context.Context, op *Operator, ip string, ke
 	case errors.Is(err, claim.ErrKeyChanged):
 		return nil, refused("the key changed since the page was loaded (version %d, now %d): nothing was done; look again", version, k.Version)
 	case errors.Is(err, claim.ErrNotReplayable):
-		return nil, refused("%s", k.ReplayRefusal())
+		return nil, &RefusedError{Reason: k.ReplayRefusal(), Kind: ErrRefused, Why: k.ReplayRefusalPhrase()}
 	case err != nil:
 		return nil, err
 	}

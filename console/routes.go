@@ -256,7 +256,7 @@ func (s *Server) fail(c *gin.Context, r *request, kind routeKind, err error) {
 		return
 	}
 	s.render(c, status, templates.ErrorPage(chrome(r, ""), templates.ErrorView{
-		Status: status, Title: http.StatusText(status), Message: publicMessage(err)}))
+		Status: status, Title: http.StatusText(status), Message: pageMessage(c.Request.Context(), err)}))
 }
 
 // render writes a component with the request's context.

@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -173,6 +174,10 @@ const everyTenant = AllTenants
 
 // configKinds are the kinds listed to everyone who shares a tenant with them (see above).
 var configKinds = map[objectKind]bool{objReconJob: true, objChannel: true, objSchedule: true, objPolicy: true}
+
+// configNouns name the configKinds in a refusal, as phrases the page translates.
+var configNouns = map[objectKind]errs.Phrase{objReconJob: errs.Phrasef("recon job"), objChannel: errs.Phrasef("channel"),
+	objSchedule: errs.Phrasef("schedule"), objPolicy: errs.Phrasef("retention policy")}
 
 // routeObjects says which object a route's path parameter names, by the path's prefix (longest
 // first). enforce resolves it before the handler; New refuses a route with a parameter that
@@ -363,9 +368,9 @@ func decide(op *Operator, kind objectKind, ref string, tenants []string, act boo
 		if !act {
 			return nil
 		}
-		return &scopeError{object, &RefusedError{Kind: ErrForbidden,
-			Reason: fmt.Sprintf("%s %s belongs to tenants you are not allowed: only an operator of all of them may do this",
-				strings.ReplaceAll(string(kind), "_", " "), truncate(ref, 60))}}
+		why := errs.Phrasef("%s %s belongs to tenants you are not allowed: only an operator of all of them may do this",
+			configNouns[kind], truncate(ref, 60))
+		return &scopeError{object, &RefusedError{Kind: ErrForbidden, Reason: why.String(), Why: why}}
 	}
 	return &scopeError{object, fmt.Errorf("%s: %w", object, ErrNotFound)}
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"golang.org/x/oauth2"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // SSOConfig turns on OpenID Connect sign-in (authorization code flow with PKCE) beside, or
@@ -183,11 +185,11 @@ type ssoClaims struct {
 }
 
 // ssoRefusal is a refused sign-in: the reason is shown and audited.
-type ssoRefusal struct{ reason string }
+type ssoRefusal struct{ why errs.Phrase }
 
-func (e *ssoRefusal) Error() string { return e.reason }
+func (e *ssoRefusal) Error() string { return e.why.String() }
 
-func refuse(format string, args ...any) error { return &ssoRefusal{fmt.Sprintf(format, args...)} }
+func refuse(format string, args ...any) error { return &ssoRefusal{errs.Phrasef(format, args...)} }
 
 // ssoCallback finishes the flow: state, code exchange with the PKCE verifier, ID token
 // (signature, issuer, audience, expiry), nonce, verified email, allowed domain, then the
@@ -209,14 +211,14 @@ func (s *Server) ssoCallback(c *gin.Context, r *request) error {
 	op, detail, err := s.ssoIdentify(ctx, c, pending)
 	var ref *ssoRefusal
 	if errors.As(err, &ref) {
-		detail["reason"] = ref.reason
-		s.cfg.Logger.Warn("sso sign-in refused", "reason", ref.reason, "ip", r.ip)
+		detail["reason"] = ref.Error()
+		s.cfg.Logger.Warn("sso sign-in refused", "reason", ref.Error(), "ip", r.ip)
 		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.sso.refused",
 			Target: ssoTarget(detail), Detail: detail}); err != nil {
 			return err
 		}
 		s.metrics.logins.WithLabelValues("failure").Inc()
-		s.showLogin(c, http.StatusUnauthorized, pending.Next, "", "Single sign-on refused: "+ref.reason)
+		s.showLogin(c, http.StatusUnauthorized, pending.Next, "", say(c.Request.Context(), "Single sign-on refused: %s", ref.why))
 		return nil
 	}
 	if err != nil {

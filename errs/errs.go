@@ -10,8 +10,11 @@ package errs
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Kind is the class of an error: what the caller did wrong, or that nothing the caller did was.
@@ -182,4 +185,82 @@ func Message(err error) string {
 		return err.Error()
 	}
 	return k.Error()
+}
+
+// Phrase is a text for a user as a format and its arguments, so that an edge speaking another
+// language can look Format up in its catalog and fill in the same arguments (in its own word
+// order: a translation may use explicit indexes, %[2]s). String is the English text, the one
+// Message, the JSON API and the CLI show. An argument may itself be a Phrase (a reason inside a
+// field's frame), an error, or a time.Time (written as UTC, 2006-01-02 15:04:05Z, in English).
+type Phrase struct {
+	Format string
+	Args   []any
+}
+
+// Phrasef is the phrase of format and args (fmt.Sprintf's verbs).
+func Phrasef(format string, args ...any) Phrase { return Phrase{Format: format, Args: args} }
+
+// Verbatim is a phrase of fixed text (no verbs: a % in s is kept as is).
+func Verbatim(s string) Phrase { return Phrase{Format: strings.ReplaceAll(s, "%", "%%")} }
+
+// String is the phrase in English.
+func (p Phrase) String() string {
+	args := make([]any, len(p.Args))
+	for i, a := range p.Args {
+		switch v := a.(type) {
+		case Phrase:
+			args[i] = v.String()
+		case time.Time:
+			args[i] = v.UTC().Format("2006-01-02 15:04:05Z")
+		default:
+			args[i] = a
+		}
+	}
+	return fmt.Sprintf(p.Format, args...)
+}
+
+// Phrased is an error whose text a user is shown is a Phrase (Error returns its String): a
+// package's typed error — a field error, a statement line error, a refusal — so the console can
+// show it in the operator's language.
+type Phrased interface {
+	error
+	Phrasing() Phrase
+}
+
+// Errorf is fmt.Errorf — same text, same chain for errors.Is and KindOf — whose text is also a
+// phrase: the format with each %w read as %s, each wrapped error a phrase of its own (a
+// sentinel's text, looked up whole). For errors that wrap a sentinel with context a user is
+// shown: errs.Errorf("finding %d is %s: %w", id, state, ErrClosed).
+func Errorf(format string, args ...any) error {
+	p := Phrase{Format: strings.ReplaceAll(format, "%w", "%s"), Args: make([]any, len(args))}
+	for i, a := range args {
+		switch v := a.(type) {
+		case Phrased:
+			p.Args[i] = v.Phrasing()
+		case error:
+			p.Args[i] = Verbatim(v.Error())
+		default:
+			p.Args[i] = a
+		}
+	}
+	return &phrasedError{err: fmt.Errorf(format, args...), why: p}
+}
+
+type phrasedError struct {
+	err error
+	why Phrase
+}
+
+func (e *phrasedError) Error() string    { return e.err.Error() }
+func (e *phrasedError) Unwrap() error    { return e.err }
+func (e *phrasedError) Phrasing() Phrase { return e.why }
+
+// FieldPhrase is a field error's text as a phrase, "field: reason": why, or the English reason
+// as fixed text when the error was built without a phrase. The typed field errors of claim,
+// replay, retention and the console share it.
+func FieldPhrase(field string, why Phrase, reason string) Phrase {
+	if why.Format == "" {
+		why = Verbatim(reason)
+	}
+	return Phrasef("%s: %s", field, why)
 }

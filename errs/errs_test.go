@@ -2,10 +2,12 @@ package errs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/idemops/idemops/errs"
 )
@@ -79,5 +81,63 @@ func TestKinds_EveryKindHasANameStatusAndExit(t *testing.T) {
 	}
 	if k := errs.Kind(200); k.Status() != 500 || k.String() != "internal" {
 		t.Errorf("an unknown kind is internal, got %v %d", k, k.Status())
+	}
+}
+
+// errs.Errorf is fmt.Errorf to everything but a translator: the same text, kind and chain, and
+// a phrase whose format reads %w as %s, the sentinel an argument of its own.
+func TestErrorf_IsFmtErrorfWithAPhrase(t *testing.T) {
+	err := errs.Errorf("finding %d is %s: %w", 4, "resolved", errClosed)
+	if want := fmt.Errorf("finding %d is %s: %w", 4, "resolved", errClosed).Error(); err.Error() != want || errs.Message(err) != want {
+		t.Errorf("text %q, message %q; want %q", err.Error(), errs.Message(err), want)
+	}
+	if !errors.Is(err, errClosed) || errs.KindOf(err) != errs.Conflict {
+		t.Errorf("the chain lost its sentinel: kind %v", errs.KindOf(err))
+	}
+	var p errs.Phrased
+	if !errors.As(err, &p) {
+		t.Fatal("errs.Errorf is not Phrased")
+	}
+	ph := p.Phrasing()
+	if ph.Format != "finding %d is %s: %s" || len(ph.Args) != 3 || fmt.Sprint(ph.Args[2]) != "finding already closed" {
+		t.Errorf("phrase = %#v", ph)
+	}
+	if ph.String() != err.Error() {
+		t.Errorf("the phrase says %q, the error %q", ph.String(), err.Error())
+	}
+	when := time.Date(2026, 12, 3, 23, 4, 5, 0, time.FixedZone("CST", 8*3600))
+	if got := errs.Phrasef("parked until %s (%s)", when, errs.Phrasef("%d%%", 5)).String(); got != "parked until 2026-12-03 15:04:05Z (5%)" {
+		t.Errorf("phrase with a time and a phrase = %q", got)
+	}
+}
+
+// A phrase stored as JSON and read back says the same words: its arguments keep their kinds,
+// so %d, %q and a time still fill in as before.
+func TestPhrase_JSONRoundTripSaysTheSame(t *testing.T) {
+	type state string
+	when := time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)
+	line := errs.Phrasef("line %d: %s", 3, errs.Phrasef("%s: %v", "gross", &fieldError{"amount"}))
+	for _, p := range []errs.Phrase{
+		line,
+		errs.Phrasef("%q is not a key state; %d of %d (%.1f%%) until %s, %v", state("bogus"), int32(2), uint8(9), 22.5, when, time.Minute),
+		errs.Verbatim("100% fixed"),
+	} {
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back errs.Phrase
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.String() != p.String() || back.Format != p.Format {
+			t.Errorf("%s read back says %q, want %q", b, back.String(), p.String())
+		}
+	}
+	b, _ := json.Marshal(line)
+	var back errs.Phrase
+	_ = json.Unmarshal(b, &back)
+	if inner, ok := back.Args[1].(errs.Phrase); !ok || inner.Format != "%s: %v" {
+		t.Errorf("the inner phrase came back as %#v", back.Args[1])
 	}
 }

@@ -5,10 +5,10 @@
 package money
 
 import (
-	"errors"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // exponents lists every active ISO 4217 currency whose minor unit is not two digits (ISO 4217
@@ -64,10 +64,10 @@ func Known(code string) bool { return known[code] }
 func Normalize(s string) (string, error) {
 	c := strings.ToUpper(strings.TrimSpace(s))
 	if c == "" {
-		return "", errors.New("empty currency")
+		return "", parseErr("empty currency")
 	}
 	if !known[c] {
-		return "", fmt.Errorf("unknown currency %q", s)
+		return "", parseErr("unknown currency %q", s)
 	}
 	return c, nil
 }
@@ -78,7 +78,7 @@ func Normalize(s string) (string, error) {
 func Parse(s, currency string) (int64, error) {
 	exp, ok := Exponent(currency)
 	if !ok {
-		return 0, fmt.Errorf("unknown currency %q", currency)
+		return 0, parseErr("unknown currency %q", currency)
 	}
 	return ParseScaled(s, exp, 0)
 }
@@ -90,7 +90,7 @@ func Parse(s, currency string) (int64, error) {
 func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 	orig := s
 	if s == "" {
-		return 0, errors.New("empty amount")
+		return 0, parseErr("empty amount")
 	}
 	neg := false
 	switch s[0] {
@@ -101,12 +101,12 @@ func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 	}
 	intPart, frac, hasPoint := strings.Cut(s, ".")
 	if intPart == "" || (hasPoint && frac == "") {
-		return 0, fmt.Errorf("malformed amount %q", orig)
+		return 0, parseErr("malformed amount %q", orig)
 	}
 	if thousands != 0 && strings.IndexByte(intPart, thousands) >= 0 {
 		var err error
 		if intPart, err = ungroup(intPart, thousands); err != nil {
-			return 0, fmt.Errorf("malformed amount %q: %v", orig, err)
+			return 0, parseErr("malformed amount %q: %v", orig, err)
 		}
 	}
 	const limit = (1<<63 - 1) / 10
@@ -114,23 +114,23 @@ func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 	for i := 0; i < len(intPart); i++ {
 		c := intPart[i]
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("malformed amount %q", orig)
+			return 0, parseErr("malformed amount %q", orig)
 		}
 		if v > limit {
-			return 0, fmt.Errorf("amount %q out of range", orig)
+			return 0, parseErr("amount %q out of range", orig)
 		}
 		v = v*10 + int64(c-'0')
 		if v < 0 {
-			return 0, fmt.Errorf("amount %q out of range", orig)
+			return 0, parseErr("amount %q out of range", orig)
 		}
 	}
 	for i := 0; i < len(frac); i++ {
 		c := frac[i]
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("malformed amount %q", orig)
+			return 0, parseErr("malformed amount %q", orig)
 		}
 		if i >= scale && c != '0' {
-			return 0, fmt.Errorf("amount %q has more than %d decimals", orig, scale)
+			return 0, parseErr("amount %q has more than %d decimals", orig, scale)
 		}
 	}
 	for i := 0; i < scale; i++ {
@@ -139,11 +139,11 @@ func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 			d = int64(frac[i] - '0')
 		}
 		if v > limit {
-			return 0, fmt.Errorf("amount %q out of range", orig)
+			return 0, parseErr("amount %q out of range", orig)
 		}
 		v = v*10 + d
 		if v < 0 {
-			return 0, fmt.Errorf("amount %q out of range", orig)
+			return 0, parseErr("amount %q out of range", orig)
 		}
 	}
 	if neg {
@@ -156,11 +156,11 @@ func ParseScaled(s string, scale int, thousands byte) (int64, error) {
 func ungroup(s string, sep byte) (string, error) {
 	groups := strings.Split(s, string(sep))
 	if len(groups[0]) == 0 || len(groups[0]) > 3 {
-		return "", errors.New("bad digit grouping")
+		return "", parseErr("bad digit grouping")
 	}
 	for _, g := range groups[1:] {
 		if len(g) != 3 {
-			return "", errors.New("bad digit grouping")
+			return "", parseErr("bad digit grouping")
 		}
 	}
 	return strings.Join(groups, ""), nil
@@ -208,4 +208,17 @@ func FormatScaled(v int64, scale int) string {
 		b.WriteString(digits[len(digits)-scale:])
 	}
 	return b.String()
+}
+
+// ParseError is a currency or an amount that does not read. Its text is a phrase, so a console
+// can show it inside a statement line's error in the operator's language.
+type ParseError struct{ Why errs.Phrase }
+
+func (e *ParseError) Error() string { return e.Why.String() }
+
+// Phrasing is the error's text as a phrase.
+func (e *ParseError) Phrasing() errs.Phrase { return e.Why }
+
+func parseErr(format string, args ...any) error {
+	return &ParseError{Why: errs.Phrasef(format, args...)}
 }

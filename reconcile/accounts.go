@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // A channel account is the channel name recon jobs, statements, runs and findings carry (one
@@ -41,7 +43,7 @@ func NormalizeTenants(tenants []string) ([]string, error) {
 			continue
 		}
 		if !tenantName.MatchString(t) {
-			return nil, fmt.Errorf("tenants: %q is not a tenant name: %w", truncateName(t), ErrInvalid)
+			return nil, errs.Errorf("tenants: %q is not a tenant name: %w", truncateName(t), ErrInvalid)
 		}
 		if !slices.Contains(out, t) {
 			out = append(out, t)
@@ -49,9 +51,9 @@ func NormalizeTenants(tenants []string) ([]string, error) {
 	}
 	switch {
 	case len(out) == 0:
-		return nil, fmt.Errorf("tenants: name at least one tenant, or * for every tenant: %w", ErrInvalid)
+		return nil, errs.Errorf("tenants: name at least one tenant, or * for every tenant: %w", ErrInvalid)
 	case len(out) > 100:
-		return nil, fmt.Errorf("tenants: at most 100 tenants per channel account: %w", ErrInvalid)
+		return nil, errs.Errorf("tenants: at most 100 tenants per channel account: %w", ErrInvalid)
 	case slices.Contains(out, AllTenants):
 		return []string{AllTenants}, nil
 	}
@@ -68,7 +70,7 @@ func truncateName(s string) string {
 
 func checkChannel(channel string) error {
 	if channel == "" || len(channel) > 64 || strings.ContainsAny(channel, "\x00\r\n") {
-		return fmt.Errorf("channel: name the channel account (1–64 characters): %w", ErrInvalid)
+		return errs.Errorf("channel: name the channel account (1–64 characters): %w", ErrInvalid)
 	}
 	return nil
 }

@@ -316,7 +316,7 @@ func (p alipayParser) parseSummary(r io.Reader, book *settlementBook) error {
 func summaryError(err error) error {
 	var le *LineError
 	if errors.As(err, &le) {
-		return &LineError{Line: le.Line, Reason: le.Reason, Err: le.Err, File: "汇总"}
+		return &LineError{Line: le.Line, Reason: le.Reason, Err: le.Err, File: "汇总", Why: le.Why}
 	}
 	return err
 }

@@ -30,6 +30,20 @@ type LineError struct {
 	// File names the file of a statement that comes as several (Alipay's 汇总), "" for the
 	// detail: the text becomes `汇总 line N: reason`.
 	File string
+	// Why is Reason as a phrase, for a console that speaks another language.
+	Why errs.Phrase
+}
+
+// Phrasing is the error's text as a phrase: "line N: reason" (or "汇总 line N: reason").
+func (e *LineError) Phrasing() errs.Phrase {
+	why := e.Why
+	if why.Format == "" {
+		why = errs.Verbatim(e.Reason)
+	}
+	if e.File != "" {
+		return errs.Phrasef("%s line %d: %s", e.File, e.Line, why)
+	}
+	return errs.Phrasef("line %d: %s", e.Line, why)
 }
 
 func (e *LineError) Error() string {
@@ -52,7 +66,8 @@ func (e *LineError) Unwrap() error {
 func (e *LineError) ErrorKind() errs.Kind { return errs.KindOf(e.Unwrap()) }
 
 func lineErrorf(line int, format string, args ...any) error {
-	return &LineError{Line: line, Reason: fmt.Sprintf(format, args...)}
+	why := errs.Phrasef(format, args...)
+	return &LineError{Line: line, Reason: why.String(), Why: why}
 }
 
 // ControlTotalError rejects a statement whose details do not add up to its control totals.
@@ -87,7 +102,24 @@ var (
 	ErrCannotRecover = errs.New(errs.Conflict, "cannot recover")
 )
 
+// FieldError is an ErrInvalid naming the field that is wrong: "invalid: field: reason".
+type FieldError struct {
+	Field string
+	Why   errs.Phrase // the reason, as a phrase for a console that speaks another language
+}
+
+func (e *FieldError) Error() string { return "invalid: " + e.Field + ": " + e.Why.String() }
+
+// Unwrap is ErrInvalid, so errors.Is(err, ErrInvalid) finds it.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// ErrorKind is invalid; the error's text is what a user is shown.
+func (e *FieldError) ErrorKind() errs.Kind { return errs.Invalid }
+
+// Phrasing is the error's text as a phrase.
+func (e *FieldError) Phrasing() errs.Phrase { return errs.Phrasef("invalid: %s: %s", e.Field, e.Why) }
+
 // invalidf is an ErrInvalid naming the field that is wrong.
 func invalidf(field, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+	return &FieldError{Field: field, Why: errs.Phrasef(format, args...)}
 }

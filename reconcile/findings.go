@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // FindingState is where a finding stands.
@@ -274,7 +275,7 @@ func (r *Reconciler) closeFinding(ctx context.Context, findingID int64, operator
 			return err
 		}
 		if f.State != FindingOpen {
-			return fmt.Errorf("finding %d is %s: %w", findingID, f.State, ErrClosed)
+			return errs.Errorf("finding %d is %s: %w", findingID, f.State, ErrClosed)
 		}
 		if err := tx.Exec(`UPDATE discrepancies SET state = ?, resolver = ?, reason_code = ?, note = ?, resolved_at = now(),
 			updated_at = now() WHERE id = ?`, string(state), actor, reasonCode, note, findingID).Error; err != nil {
@@ -309,7 +310,7 @@ func (r *Reconciler) closeFinding(ctx context.Context, findingID int64, operator
 // asks it to decide whether to offer the Recover button, so the two cannot disagree.
 func (f *Finding) Recoverable() error {
 	if f.State != FindingOpen {
-		return fmt.Errorf("finding %d is %s: %w", f.ID, f.State, ErrClosed)
+		return errs.Errorf("finding %d is %s: %w", f.ID, f.State, ErrClosed)
 	}
 	var d struct {
 		ChannelStatus string `json:"channel_status"`
@@ -317,11 +318,11 @@ func (f *Finding) Recoverable() error {
 	_ = json.Unmarshal(f.Detail, &d)
 	switch {
 	case f.Kind != ChannelOnly && f.Kind != StatusMismatch:
-		return fmt.Errorf("%w: finding %d is %s; recover applies to CHANNEL_ONLY and STATUS_MISMATCH", ErrCannotRecover, f.ID, f.Kind)
+		return errs.Errorf("%w: finding %d is %s; recover applies to CHANNEL_ONLY and STATUS_MISMATCH", ErrCannotRecover, f.ID, f.Kind)
 	case d.ChannelStatus != string(StatusSuccess):
-		return fmt.Errorf("%w: finding %d: the channel did not succeed (%s); there is nothing to recover", ErrCannotRecover, f.ID, d.ChannelStatus)
+		return errs.Errorf("%w: finding %d: the channel did not succeed (%s); there is nothing to recover", ErrCannotRecover, f.ID, d.ChannelStatus)
 	case f.KeyID == nil:
-		return fmt.Errorf("%w: finding %d has no local key; resolve it with a reason instead", ErrCannotRecover, f.ID)
+		return errs.Errorf("%w: finding %d has no local key; resolve it with a reason instead", ErrCannotRecover, f.ID)
 	}
 	return nil
 }
@@ -358,7 +359,7 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 	}
 	key, err := r.cfg.Store.Get(ctx, *f.KeyID)
 	if errors.Is(err, claim.ErrNotFound) {
-		return nil, fmt.Errorf("%w: key %d no longer exists", ErrCannotRecover, *f.KeyID)
+		return nil, errs.Errorf("%w: key %d no longer exists", ErrCannotRecover, *f.KeyID)
 	}
 	if err != nil {
 		return nil, err
@@ -373,12 +374,12 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 	}
 	op, ok := r.cfg.Operations.Get(key.Operation)
 	if !ok {
-		return nil, fmt.Errorf("%w: no operation %q is registered to look the document up", ErrCannotRecover, key.Operation)
+		return nil, errs.Errorf("%w: no operation %q is registered to look the document up", ErrCannotRecover, key.Operation)
 	}
 	actor := "operator:" + operator
 	lease, err := r.cfg.Store.Takeover(ctx, key.ID, actor)
 	if errors.Is(err, claim.ErrNotReplayable) || errors.Is(err, claim.ErrLeaseLost) {
-		return nil, fmt.Errorf("%w: %v", ErrCannotRecover, err)
+		return nil, errs.Errorf("%w: %v", ErrCannotRecover, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("recover finding %d: %w", findingID, err)
@@ -400,7 +401,7 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 		if out.Failure != nil {
 			why += ": " + out.Failure.Code
 		}
-		return rec, fmt.Errorf("%w: the channel's document was not applied (%s); key %d is %s", ErrCannotRecover, why, key.ID, out.State)
+		return rec, errs.Errorf("%w: the channel's document was not applied (%s); key %d is %s", ErrCannotRecover, why, key.ID, out.State)
 	}
 	rec.Finding, err = r.closeFinding(ctx, findingID, operator, FindingResolved, "recovered", note, "reconcile.finding.recover", audit)
 	if err != nil {

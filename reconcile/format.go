@@ -10,6 +10,7 @@ import (
 	"time"
 	_ "time/tzdata" // statements name IANA zones; do not depend on the host's zoneinfo
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/money"
 )
 
@@ -139,7 +140,7 @@ func (s *lineSink) emit(l StatementLine) error {
 	}
 	if want := l.Status.sign(); l.AmountMinor != 0 && want != 0 && (l.AmountMinor > 0) != (want > 0) {
 		return lineErrorf(l.LineNo, "%s with amount %s: a %s must be %s", l.Status,
-			money.Format(l.AmountMinor, l.Currency), l.Status, map[bool]string{true: "positive", false: "negative"}[want > 0])
+			money.Format(l.AmountMinor, l.Currency), l.Status, map[bool]errs.Phrase{true: errs.Phrasef("positive"), false: errs.Phrasef("negative")}[want > 0])
 	}
 	var ok bool
 	if s.sum.TotalMinor, ok = addChecked(s.sum.TotalMinor, l.AmountMinor); !ok {

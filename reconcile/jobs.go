@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/cronspec"
 )
 
@@ -97,7 +98,12 @@ func cronError(err error) error {
 	if ce.Field == cronspec.FieldTimeZone {
 		field = "time_zone"
 	}
-	return invalidf(field, "%s", ce.Detail())
+	// The reason is a fixed sentence (looked up whole by a console that translates) or the
+	// cron parser's own words.
+	if ce.Value == "" {
+		return invalidf(field, "%s", errs.Verbatim(ce.Reason))
+	}
+	return invalidf(field, "%q: %s", ce.Value, errs.Verbatim(ce.Reason))
 }
 
 // NextRuns returns the next n run times of a cron spec in zone after from (n at most 100).

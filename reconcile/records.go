@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/text/encoding"
 	"golang.org/x/text/encoding/simplifiedchinese"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // textEncoding is the character encoding of a statement file.
@@ -125,7 +127,8 @@ func (r *recordReader) next() (record, error) {
 				return record{}, err
 			}
 			if len(text)+1+len(more) > r.maxLine {
-				return record{}, &LineError{Line: start, Reason: fmt.Sprintf("record longer than %d bytes", r.maxLine), Err: ErrTooLarge}
+				return record{}, &LineError{Line: start, Reason: fmt.Sprintf("record longer than %d bytes", r.maxLine), Err: ErrTooLarge,
+					Why: errs.Phrasef("record longer than %d bytes", r.maxLine)}
 			}
 			text = text + "\n" + more
 		}
@@ -146,7 +149,8 @@ func (r *recordReader) readLine() (string, error) {
 	b, err := r.br.ReadSlice('\n')
 	switch {
 	case errors.Is(err, bufio.ErrBufferFull):
-		return "", &LineError{Line: r.line + 1, Reason: fmt.Sprintf("line longer than %d bytes", r.maxLine), Err: ErrTooLarge}
+		return "", &LineError{Line: r.line + 1, Reason: fmt.Sprintf("line longer than %d bytes", r.maxLine), Err: ErrTooLarge,
+			Why: errs.Phrasef("line longer than %d bytes", r.maxLine)}
 	case errors.Is(err, io.EOF):
 		if len(b) == 0 {
 			return "", io.EOF
@@ -247,7 +251,7 @@ func (l *limitReader) Read(p []byte) (int, error) {
 }
 
 func (l *limitReader) err() error {
-	return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, l.max)
+	return errs.Errorf("%w: more than %d bytes", ErrTooLarge, l.max)
 }
 
 // header maps column names to positions. Lookups ignore case, surrounding space, a backtick

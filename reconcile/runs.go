@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // RunStatus is where a recon run stands.
@@ -41,9 +42,12 @@ type Run struct {
 	Counts          map[string]int64 `json:"counts"`
 	Diff            *VersionDiff     `json:"diff,omitempty"`
 	Error           *string          `json:"error,omitempty"`
-	StartedAt       time.Time        `json:"started_at"`
-	UpdatedAt       time.Time        `json:"updated_at"`
-	FinishedAt      *time.Time       `json:"finished_at,omitempty"`
+	// ErrorPhrase is Error as a phrase, for a console that shows it in another language (nil
+	// when the error carried none).
+	ErrorPhrase *errs.Phrase `json:"-"`
+	StartedAt   time.Time    `json:"started_at"`
+	UpdatedAt   time.Time    `json:"updated_at"`
+	FinishedAt  *time.Time   `json:"finished_at,omitempty"`
 }
 
 // RunRequest is one reconciliation to perform.
@@ -164,13 +168,20 @@ func (r *Reconciler) finishRun(ctx context.Context, runID int64, st RunStatus, c
 		c[string(k)] = v
 	}
 	cj, _ := json.Marshal(c)
-	var msg *string
+	var msg, phrase *string
 	if runErr != nil {
 		s := oneLineError(runErr)
 		msg = &s
+		// The phrase is kept when it says the whole error (a line error, a field error).
+		if p := (errs.Phrased)(nil); errors.As(runErr, &p) && p.Error() == s {
+			if b, err := json.Marshal(p.Phrasing()); err == nil {
+				pj := string(b)
+				phrase = &pj
+			}
+		}
 	}
-	if err := r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, counts = ?::jsonb, error = ?, finished_at = now(), updated_at = now()
-		WHERE id = ?`, st, string(cj), msg, runID).Error; err != nil {
+	if err := r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, counts = ?::jsonb, error = ?, error_phrase = ?::jsonb,
+		finished_at = now(), updated_at = now() WHERE id = ?`, st, string(cj), msg, phrase, runID).Error; err != nil {
 		return nil, errors.Join(runErr, fmt.Errorf("finish recon run %d: %w", runID, err))
 	}
 	run, err := r.GetRun(ctx, runID)
@@ -215,7 +226,7 @@ func (r *Reconciler) recordControlTotal(ctx context.Context, runID int64, res *I
 // runColumns fills a Run (with the job's name and the statement's version).
 const runColumns = `r.id, r.job_id, j.name AS job_name, r.channel, to_char(r.bill_date, 'YYYY-MM-DD') AS bill_date, r.statement_id,
 	s.version AS statement_ver, r.status, r.actor, r.already_imported, r.rows_parsed, r.rows_loaded, r.rows_matched,
-	r.counts::text AS counts, r.diff::text AS diff, r.error, r.started_at, r.updated_at, r.finished_at
+	r.counts::text AS counts, r.diff::text AS diff, r.error, r.error_phrase::text AS error_phrase, r.started_at, r.updated_at, r.finished_at
 	FROM recon_runs r LEFT JOIN recon_jobs j ON j.id = r.job_id LEFT JOIN statements s ON s.id = r.statement_id`
 
 type runRow struct {
@@ -235,6 +246,7 @@ type runRow struct {
 	Counts          *string
 	Diff            *string
 	Error           *string
+	ErrorPhrase     *string
 	StartedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      *time.Time
@@ -251,6 +263,11 @@ func (row runRow) run() Run {
 	if row.Diff != nil {
 		run.Diff = &VersionDiff{}
 		_ = json.Unmarshal([]byte(*row.Diff), run.Diff)
+	}
+	if row.ErrorPhrase != nil {
+		if p := new(errs.Phrase); json.Unmarshal([]byte(*row.ErrorPhrase), p) == nil {
+			run.ErrorPhrase = p
+		}
 	}
 	return run
 }

@@ -1,10 +1,6 @@
 package replay
 
-import (
-	"fmt"
-
-	"github.com/idemops/idemops/errs"
-)
+import "github.com/idemops/idemops/errs"
 
 // Errors the workflow returns, each with its kind (package errs decides status and exit code).
 var (
@@ -24,6 +20,15 @@ var (
 type RefusedError struct {
 	Reason string
 	Kind   error
+	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
+}
+
+// Phrasing is the reason.
+func (e *RefusedError) Phrasing() errs.Phrase {
+	if e.Why.Format == "" {
+		return errs.Verbatim(e.Reason)
+	}
+	return e.Why
 }
 
 func (e *RefusedError) Error() string { return e.Reason }
@@ -33,14 +38,19 @@ func (e *RefusedError) Unwrap() error { return e.Kind }
 func (e *RefusedError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 func refused(format string, args ...any) error {
-	return &RefusedError{Reason: fmt.Sprintf(format, args...), Kind: ErrRefused}
+	why := errs.Phrasef(format, args...)
+	return &RefusedError{Reason: why.String(), Kind: ErrRefused, Why: why}
 }
 
 // InputError names the field that was wrong.
 type InputError struct {
 	Field  string
 	Reason string
+	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
 }
+
+// Phrasing is "field: reason".
+func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
 func (e *InputError) Unwrap() error { return ErrInvalidInput }
@@ -49,5 +59,6 @@ func (e *InputError) Unwrap() error { return ErrInvalidInput }
 func (e *InputError) ErrorKind() errs.Kind { return errs.Invalid }
 
 func inputErr(field, format string, args ...any) error {
-	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	why := errs.Phrasef(format, args...)
+	return &InputError{Field: field, Reason: why.String(), Why: why}
 }

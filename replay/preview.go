@@ -3,11 +3,11 @@ package replay
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/money"
 )
 
@@ -42,6 +42,8 @@ type Preview struct {
 	Allowed bool        `json:"allowed"`
 	Outcome Prediction  `json:"outcome"`
 	Text    string      `json:"text"`
+	// Why is Text as a phrase, for a console that shows it in the operator's language.
+	Why errs.Phrase `json:"-"`
 	// Action says what executing would send ("a charge of 12.34 CNY to alice").
 	Action        string `json:"action"`
 	Amount        string `json:"amount,omitempty"`
@@ -57,7 +59,8 @@ func (w *Workflow) Preview(ctx context.Context, a Actor, k *claim.Key) Preview {
 	if k.AmountMinor != nil && k.Currency != nil {
 		p.Amount = money.Display(*k.AmountMinor, *k.Currency)
 	}
-	p.Outcome, p.Text = w.predict(ctx, a, k)
+	p.Outcome, p.Why = w.predict(ctx, a, k)
+	p.Text = p.Why.String()
 	if p.Outcome == PredictRefused {
 		return p
 	}
@@ -67,59 +70,76 @@ func (w *Workflow) Preview(ctx context.Context, a Actor, k *claim.Key) Preview {
 }
 
 // predict runs the Operation's Lookup read-only and says what a replay of k will do.
-func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Prediction, string) {
-	if r := k.ReplayRefusal(); r != "" {
+func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Prediction, errs.Phrase) {
+	if r := k.ReplayRefusalPhrase(); r.Format != "" {
 		return PredictRefused, r
 	}
 	o, err := w.operation(k.Operation)
 	if err != nil {
-		return PredictRefused, err.Error()
+		return PredictRefused, errs.Verbatim(err.Error())
 	}
 	lctx, cancel := context.WithTimeout(ctx, w.cfg.LookupTimeout)
 	defer cancel()
 	doc, err := o.Lookup(lctx, k.LookupLease(a.Ref()))
 	switch {
 	case err != nil:
-		return PredictLookupError, fmt.Sprintf("downstream could not answer (%s) — a replay now only records that and parks the key for a backoff; nothing is sent",
+		return PredictLookupError, errs.Phrasef("downstream could not answer (%s) — a replay now only records that and parks the key for a backoff; nothing is sent",
 			truncate(err.Error(), 200))
 	case doc != nil && doc.Failure != nil:
-		return PredictRecordedFailed, fmt.Sprintf("the channel already has this %s and it failed (%s) — it will be recorded as failed, nothing is sent",
+		return PredictRecordedFailed, errs.Phrasef("the channel already has this %s and it failed (%s) — it will be recorded as failed, nothing is sent",
 			nounOf(k), doc.Failure.Code)
 	case doc != nil:
-		return PredictRecorded, fmt.Sprintf("the channel already has this %s (%s) — it will be recorded, nothing is sent",
+		return PredictRecorded, errs.Phrasef("the channel already has this %s (%s) — it will be recorded, nothing is sent",
 			nounOf(k), doc.ResourceID)
 	case w.claims.QuarantineOver(k.NotFoundAt):
-		return PredictSend, fmt.Sprintf("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
-			actionOf(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
+		return PredictSend, errs.Phrasef("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
+			actionPhrase(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
 	default:
-		return PredictNotFoundOnce, fmt.Sprintf("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
-			actionOf(k), w.claims.Config().Quarantine)
+		return PredictNotFoundOnce, errs.Phrasef("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
+			actionPhrase(k), w.claims.Config().Quarantine)
 	}
 }
 
 // actionOf says in words what executing k sends: "a charge of 12.34 CNY to alice".
-func actionOf(k *claim.Key) string {
+func actionOf(k *claim.Key) string { return actionPhrase(k).String() }
+
+// actionPhrase is actionOf as a phrase, for a console that says it in the operator's language
+// (one format per shape, so a translation can order noun, amount and payee its own way).
+func actionPhrase(k *claim.Key) errs.Phrase {
 	noun := k.Operation
 	if i := strings.LastIndexByte(noun, '.'); i >= 0 && i < len(noun)-1 {
 		noun = noun[i+1:]
 	}
-	article := "a"
-	if strings.ContainsRune("aeiou", rune(noun[0])) {
-		article = "an"
-	}
-	text := article + " " + noun
+	an := strings.ContainsRune("aeiou", rune(noun[0]))
+	amount, payee := "", ""
 	if k.AmountMinor != nil && k.Currency != nil {
-		text += " of " + money.Display(*k.AmountMinor, *k.Currency)
+		amount = money.Display(*k.AmountMinor, *k.Currency)
 	}
 	var intent struct {
 		Payee any `json:"payee"`
 	}
 	if json.Unmarshal(k.Request, &intent) == nil {
 		if p, ok := intent.Payee.(string); ok && p != "" {
-			text += " to " + truncate(p, 64)
+			payee = truncate(p, 64)
 		}
 	}
-	return text
+	switch {
+	case amount != "" && payee != "" && an:
+		return errs.Phrasef("an %s of %s to %s", noun, amount, payee)
+	case amount != "" && payee != "":
+		return errs.Phrasef("a %s of %s to %s", noun, amount, payee)
+	case amount != "" && an:
+		return errs.Phrasef("an %s of %s", noun, amount)
+	case amount != "":
+		return errs.Phrasef("a %s of %s", noun, amount)
+	case payee != "" && an:
+		return errs.Phrasef("an %s to %s", noun, payee)
+	case payee != "":
+		return errs.Phrasef("a %s to %s", noun, payee)
+	case an:
+		return errs.Phrasef("an %s", noun)
+	}
+	return errs.Phrasef("a %s", noun)
 }
 
 func nounOf(k *claim.Key) string {
@@ -136,14 +156,13 @@ func (w *Workflow) needsApproval(k *claim.Key) bool {
 
 // Waiting says what an executing replay of keyID is doing: waiting out the quarantine (with the
 // time it looks again and a countdown) or running.
-func (w *Workflow) Waiting(ctx context.Context, keyID int64) string {
+func (w *Workflow) Waiting(ctx context.Context, keyID int64) errs.Phrase {
 	k, err := w.claims.Get(ctx, keyID)
 	if err != nil || k.NotFoundAt == nil {
-		return "The replay is running."
+		return errs.Phrasef("The replay is running.")
 	}
 	at := w.claims.QuarantineEnds(*k.NotFoundAt)
 	left := max(time.Until(at).Round(time.Second), 0)
-	return fmt.Sprintf("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
-		"then sends or records what it finds; no second confirmation is needed.",
-		k.NotFoundAt.UTC().Format("15:04:05 UTC"), at.UTC().Format("15:04:05 UTC"), left)
+	return errs.Phrasef("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
+		"then sends or records what it finds; no second confirmation is needed.", *k.NotFoundAt, at, left)
 }

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Request is one confirmed replay (replay_requests).
@@ -197,7 +198,8 @@ func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, 
 			Detail: map[string]any{"digest": r.KeyDigest, "reason": "self-approval"}}); err != nil {
 			return nil, err
 		}
-		return nil, &RefusedError{Kind: ErrForbidden, Reason: "you requested this replay: a second operator must approve it"}
+		why := errs.Phrasef("you requested this replay: a second operator must approve it")
+		return nil, &RefusedError{Kind: ErrForbidden, Reason: why.String(), Why: why}
 	}
 	if r.State != "pending" {
 		return nil, refused("request %d is %s, not waiting for approval", r.ID, r.State)

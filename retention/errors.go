@@ -29,7 +29,11 @@ type InputError struct {
 	Field  string
 	Reason string
 	Kind   error
+	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
 }
+
+// Phrasing is "field: reason".
+func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
 
 func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
 func (e *InputError) Unwrap() error { return e.Kind }
@@ -38,7 +42,8 @@ func (e *InputError) Unwrap() error { return e.Kind }
 func (e *InputError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 func inputErr(kind error, field, format string, args ...any) error {
-	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...), Kind: kind}
+	why := errs.Phrasef(format, args...)
+	return &InputError{Field: field, Reason: why.String(), Kind: kind, Why: why}
 }
 
 // IsInputError reports whether err is bad input from the caller (HTTP 400, exit 2).

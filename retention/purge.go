@@ -173,7 +173,7 @@ func ParseParams(params []byte) (Options, error) {
 func (j *PurgeJob) options(o Options) (Options, error) {
 	if o.Operation != "" {
 		if err := ValidOperation("operation", o.Operation); err != nil {
-			return o, &InputError{Field: "operation", Reason: err.(*InputError).Reason, Kind: ErrInvalidOptions}
+			return o, &InputError{Field: "operation", Reason: err.(*InputError).Reason, Kind: ErrInvalidOptions, Why: err.(*InputError).Why}
 		}
 	}
 	switch {

@@ -62,3 +62,21 @@ func whenIn(ctx context.Context, t time.Time) string {
 	}
 	return t.In(zoneOf(ctx)).Format(timeLayout)
 }
+
+// weekdaysZh are the weekdays as Chinese calendars write them, Sunday first (time.Weekday).
+var weekdaysZh = [...]string{"周日", "周一", "周二", "周三", "周四", "周五", "周六"}
+
+// runTime is a scheduled moment in its own zone (a recon job's), with its weekday: "Mon
+// 2026-12-07 06:00 CST", or "2026年12月7日 周一 06:00 CST".
+func runTime(ctx context.Context, t time.Time) string {
+	if zhCtx(ctx) {
+		return t.Format("2006年1月2日 ") + weekdaysZh[t.Weekday()] + t.Format(" 15:04 MST")
+	}
+	return t.Format("Mon 2006-01-02 15:04 MST")
+}
+
+// clock is the time of day of t in the context's zone, the zone named: "15:04 CST" (a chart's
+// axis and bars).
+func clock(ctx context.Context, t time.Time) string {
+	return t.In(zoneOf(ctx)).Format("15:04 MST")
+}

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -34,7 +35,7 @@ func TestCatalog_EveryEntryHasBothLanguages(t *testing.T) {
 			t.Errorf("entry %d: %q is in the catalog twice", i, m.En)
 		}
 		seen[m.En] = true
-		if m.ZhCN == m.En && hasLetter(m.En) {
+		if m.ZhCN == m.En && hasLetter(verbs.ReplaceAllString(m.En, "")) { // "%s" alone is no word
 			t.Errorf("entry %d: %q is not translated (zh-CN equals en)", i, m.En)
 		}
 		en, zh := verbKinds(verbs.FindAllString(m.En, -1)), verbKinds(verbs.FindAllString(m.ZhCN, -1))
@@ -60,7 +61,7 @@ func verbKinds(vs []string) string {
 }
 
 // Every message the templates and their helpers ask for by literal — t(ctx, "…"), tf(ctx, "…"),
-// Translate(lang, "…") and the msg("…") marker — is in the catalog.
+// ts(ctx, "…"), sentence(ctx, "…") and the msg("…") marker — is in the catalog.
 func TestCatalog_CoversEveryLiteralMessage(t *testing.T) {
 	for _, key := range literalMessages(t) {
 		if _, ok := zh[key.text]; !ok {
@@ -76,7 +77,7 @@ type literal struct{ at, text string }
 func literalMessages(t *testing.T) []literal {
 	t.Helper()
 	var out []literal
-	call := regexp.MustCompile(`\b(?:t|tf|msg)\(ctx, ("(?:[^"\\]|\\.)*"|` + "`[^`]*`" + `)`)
+	call := regexp.MustCompile(`\b(?:t|tf|ts|msg|sentence)\(ctx, ("(?:[^"\\]|\\.)*"|` + "`[^`]*`" + `)`)
 	files, _ := filepath.Glob("*.templ")
 	for _, f := range files {
 		src, err := os.ReadFile(f)
@@ -106,7 +107,7 @@ func literalMessages(t *testing.T) []literal {
 				return true
 			}
 			id, ok := c.Fun.(*ast.Ident)
-			if !ok || (id.Name != "t" && id.Name != "tf" && id.Name != "msg") || len(c.Args) < 2 {
+			if !ok || (id.Name != "t" && id.Name != "tf" && id.Name != "ts" && id.Name != "msg" && id.Name != "sentence") || len(c.Args) < 2 {
 				return true
 			}
 			if lit, ok := c.Args[1].(*ast.BasicLit); ok && lit.Kind == token.STRING {
@@ -299,5 +300,95 @@ func TestTf_FillsArgumentsPerLanguage(t *testing.T) {
 	}
 	if got := whenIn(zhCtx, time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)); got != "2026年12月3日 15:04:05 UTC" {
 		t.Errorf("whenIn zh = %q", got)
+	}
+}
+
+// Every translation filled in with arguments for its English verbs, in their order, uses each
+// argument once with a verb of its kind: no %!d(string=…), no %!(EXTRA …), no %!s(MISSING) —
+// a translation that reorders its arguments says so with explicit indexes (%[2]s).
+func TestCatalog_TranslationsTakeTheEnglishArguments(t *testing.T) {
+	verbs := regexp.MustCompile(`%[-+# 0-9.]*[a-zA-Z%]`)
+	for i, m := range Catalog {
+		if strings.Contains(m.En, "%[") {
+			continue // the English itself indexes its arguments
+		}
+		var args []any
+		for _, v := range verbs.FindAllString(m.En, -1) {
+			switch v[len(v)-1] {
+			case '%':
+			case 'd':
+				args = append(args, 7)
+			default:
+				args = append(args, "x")
+			}
+		}
+		if len(args) == 0 {
+			continue
+		}
+		for _, s := range []string{m.En, m.ZhCN} {
+			if got := fmt.Sprintf(s, args...); strings.Contains(got, "%!") {
+				t.Errorf("entry %d: %q with the English arguments gives %q", i, s, got)
+			}
+		}
+	}
+}
+
+// A sentence with markup inside is one catalog entry: its parts go where the language puts
+// them (the Chinese here reorders them with %[n]s), and the words around them are escaped.
+func TestSentence_PutsItsPartsWhereTheLanguageSaysInOneEntry(t *testing.T) {
+	render := func(lang string) string {
+		var b strings.Builder
+		ctx := WithLang(context.Background(), lang)
+		err := sentence(ctx, "%s keys picked on the %s. Nothing is stored or sent until you start it.",
+			text("12"), link("/keys?state=failed_final", "mono", Translate(lang, "search"))).Render(ctx, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got, want := render(LangEnglish), `12 keys picked on the <a href="/keys?state=failed_final" class="mono">search</a>. Nothing is stored or sent until you start it.`; got != want {
+		t.Errorf("en = %q\nwant %q", got, want)
+	}
+	if got, want := render(LangChinese), `从<a href="/keys?state=failed_final" class="mono">搜索</a>中选出的 12 个幂等键。在您启动之前，不会保存或发送任何内容。`; got != want {
+		t.Errorf("zh-CN = %q\nwant %q", got, want)
+	}
+	var b strings.Builder
+	if err := sentence(context.Background(), "a <b> %s and %s", text("x")).Render(context.Background(), &b); err == nil {
+		t.Errorf("a sentence with a placeholder but no part rendered %q", b.String())
+	}
+	b.Reset()
+	_ = sentence(context.Background(), "100%% <b>%s</b>", code("x")).Render(context.Background(), &b)
+	if got, want := b.String(), `100% &lt;b&gt;<code>x</code>&lt;/b&gt;`; got != want {
+		t.Errorf("escaping = %q, want %q", got, want)
+	}
+}
+
+// No table header cell is empty (axe-core's empty-table-header): a column of buttons or badges
+// is named for screen readers with a visually-hidden label, in the page's language.
+func TestTemplates_NoEmptyTableHeader(t *testing.T) {
+	empty := regexp.MustCompile(`<th(?:\s[^>]*)?>\s*</th>`)
+	files, _ := filepath.Glob("*.templ")
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, loc := range empty.FindAllIndex(src, -1) {
+			t.Errorf("%s:%d: empty table header %s", f, 1+strings.Count(string(src[:loc[0]]), "\n"), src[loc[0]:loc[1]])
+		}
+	}
+}
+
+// Ids and line numbers are written as they are (ts), counts grouped for reading (tf).
+func TestTs_WritesIdsWithoutGrouping(t *testing.T) {
+	ctx := WithLang(context.Background(), LangChinese)
+	if got, want := ts(ctx, "key #%d", 12345), "幂等键 #12345"; got != want {
+		t.Errorf("ts = %q, want %q", got, want)
+	}
+	if got, want := ts(ctx, "Line %d of statement #%d", 1234, 56), "对账单 #56 第 1234 行"; got != want {
+		t.Errorf("ts reordered = %q, want %q", got, want)
+	}
+	if got, want := tf(ctx, "(last hour, %d in all)", 12345), "（最近一小时，共 12,345 次）"; got != want {
+		t.Errorf("tf = %q, want %q", got, want)
 	}
 }

@@ -1,5 +1,7 @@
 package templates
 
+import "github.com/idemops/idemops/errs"
+
 // KeyRelated is what refers to a key from elsewhere: its replay requests and its
 // reconciliation findings, both limited to Max rows (the findings list filtered by the key,
 // FindingsHref, shows them all).
@@ -26,5 +28,6 @@ type RelatedFinding struct {
 // EventLink is a link from a history event to what its detail names (a replay request, a
 // finding); Href "" shows the label without a link (a page the operator may not open).
 type EventLink struct {
-	Label, Href, Class string
+	Label       errs.Phrase // "replay request #%d", said in the page's language
+	Href, Class string
 }

@@ -3,6 +3,8 @@ package templates
 import (
 	"context"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // ReconJobRow is one recon job in the list.
@@ -29,7 +31,7 @@ type ReconJobForm struct {
 
 // NextRunsView is the next run times of a cron spec, or why it is invalid.
 type NextRunsView struct {
-	Times []string
+	Times []time.Time // in the spec's zone
 	Error string
 }
 
@@ -82,11 +84,12 @@ type ReconRunRow struct {
 	Counts                              []KindCount
 	AlreadyImported                     bool
 	Error                               string
+	ErrorWhy                            errs.Phrase // Error as a phrase, when the run kept one
 	StartedAt                           time.Time
 	FinishedAt                          *time.Time
 	Live                                bool
-	// Statement is "#ID version V" of the statement the run matched ("" before the import).
-	Statement string
+	// Statement is "#ID version V" of the statement the run matched (zero before the import).
+	Statement errs.Phrase
 }
 
 // ReconRunsView is the runs list.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Chrome is what every signed-in page shows around its content.
@@ -57,7 +58,8 @@ type StateCount struct {
 // Bar is one bar of a server-rendered chart, in SVG user units.
 type Bar struct {
 	X, Y, W, H string
-	Title      string
+	Minute     time.Time // the minute it counts
+	N          int64     // its claims
 }
 
 // Chart is a bar chart with its axis labels.
@@ -65,8 +67,7 @@ type Chart struct {
 	Bars       []Bar
 	Max        int64
 	Total      int64
-	StartLabel string
-	EndLabel   string
+	Start, End time.Time // the first minute and now (the axis' ends)
 }
 
 // Field is one name=value pair.
@@ -145,8 +146,8 @@ type Body struct {
 type CheckView struct {
 	Done    bool
 	Found   bool
-	Summary string
-	Error   string
+	Summary errs.Phrase // what downstream has; recorded in English, shown in the page's language
+	Error   errs.Phrase // why downstream could not answer
 }
 
 // KeyView is the key detail page.
@@ -161,7 +162,7 @@ type KeyView struct {
 	Headers   string
 	// CanReplay shows the replay section (operators); Refusal is why the key may not be replayed.
 	CanReplay bool
-	Refusal   string
+	Refusal   errs.Phrase
 	// CanHold shows the legal-hold form (administrators).
 	CanHold bool
 	// Panels are the deployment's extra sections (Config.KeyPanels).

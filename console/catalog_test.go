@@ -1,0 +1,148 @@
+package console
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/inputcheck"
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/replay"
+	"github.com/idemops/idemops/templates"
+)
+
+// phraseMakers are the functions whose format argument becomes a phrase a console page can
+// show (pageMessage, say, templates.Say), per package, with the index of that argument.
+var phraseMakers = map[string]map[string]int{
+	".":            {"inputErr": 1, "refused": 0, "refuse": 0, "say": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../replay":    {"inputErr": 1, "refused": 0, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../retention": {"inputErr": 2, "errs.Errorf": 0},
+	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
+	"../claim":     {"errs.Phrasef": 0, "errs.Errorf": 0},
+	"../money":     {"parseErr": 0},
+}
+
+// Every phrase the console can show at run time — a field's or a statement line's error, a
+// refusal, a notice naming a value — has a zh-CN entry: the formats handed to the phrase makers
+// in the console and the packages whose errors it shows, read from their sources. A format
+// that is not a literal fails too, since it could not be checked.
+func TestCatalog_CoversRuntimePhrases(t *testing.T) {
+	found := 0
+	for dir, makers := range phraseMakers {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			file, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				c, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				i, ok := makers[callName(c)]
+				if !ok || len(c.Args) <= i {
+					return true
+				}
+				if id, ok := c.Args[i].(*ast.Ident); ok && id.Name == "format" {
+					return true // the maker's own definition passing its parameter on
+				}
+				s, ok := stringLit(c.Args[i])
+				if !ok {
+					t.Errorf("%s: the format of %s is not a literal, so its translation cannot be checked", fset.Position(c.Pos()), callName(c))
+					return true
+				}
+				found++
+				s = strings.ReplaceAll(s, "%w", "%s") // errs.Errorf's phrase
+				if !templates.HasMessage(s) {
+					t.Errorf("%s: %q has no zh-CN catalog entry", fset.Position(c.Pos()), s)
+				}
+				return true
+			})
+		}
+	}
+	if found < 150 {
+		t.Fatalf("found only %d run-time phrases; the scan is broken", found)
+	}
+}
+
+func callName(c *ast.CallExpr) string {
+	switch fn := c.Fun.(type) {
+	case *ast.Ident:
+		return fn.Name
+	case *ast.SelectorExpr:
+		if x, ok := fn.X.(*ast.Ident); ok {
+			return x.Name + "." + fn.Sel.Name
+		}
+	}
+	return ""
+}
+
+// stringLit is a string literal, or a sum of them ("…" + "…").
+func stringLit(e ast.Expr) (string, bool) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if e.Kind == token.STRING {
+			s, err := strconv.Unquote(e.Value)
+			return s, err == nil
+		}
+	case *ast.BinaryExpr:
+		a, ok1 := stringLit(e.X)
+		b, ok2 := stringLit(e.Y)
+		return a + b, ok1 && ok2 && e.Op == token.ADD
+	}
+	return "", false
+}
+
+// Every fixed text the console shows at run time — the notices of its redirects, the labels of
+// replay predictions and results, the sentences of its errors and of the errors it shows from
+// other packages — has a zh-CN entry.
+func TestCatalog_CoversRuntimeTexts(t *testing.T) {
+	tables := map[string]map[string]string{"notices": notices, "jobsNotices": jobsNotices, "reconNotices": reconNotices,
+		"findingNotices": findingNotices, "retentionNotices": retentionNotices, "predictionLabels": predictionLabels,
+		"resultLabels": resultLabels}
+	for name, table := range tables {
+		for k, text := range table {
+			if !templates.HasMessage(text) {
+				t.Errorf("%s[%q] = %q has no zh-CN catalog entry", name, k, text)
+			}
+		}
+	}
+	for _, err := range []error{ErrUnauthenticated, ErrForbidden, ErrCSRF, ErrNotFound, ErrThrottled, ErrBadCredentials,
+		ErrConflict, ErrTooLarge, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound,
+		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge} {
+		if msg := publicMessage(err); !templates.HasMessage(msg) {
+			t.Errorf("the public message %q of %v has no zh-CN catalog entry", msg, err)
+		}
+	}
+	// The states and statuses pages show as words (their CHECK constraints in migrations/):
+	// replay requests, bulk replays, daemon job runs and their triggers, retention purges.
+	for _, word := range []string{"pending", "approved", "executing", "executed", "refused", "failed",
+		"previewed", "running", "done", "cancelled", "succeeded", "abandoned", "timed_out",
+		daemon.TriggerSchedule, daemon.TriggerRunNow, daemon.TriggerCLI, "ok", "stopped"} {
+		if !templates.HasMessage(word) {
+			t.Errorf("the state %q has no zh-CN catalog entry", word)
+		}
+	}
+	for kind := range configKinds {
+		if configNouns[kind].Format == "" {
+			t.Errorf("config kind %s has no noun for its refusals", kind)
+		}
+	}
+	for _, bad := range []string{"a\x00b", "\xff"} {
+		if p := inputcheck.Problem(bad); !templates.HasMessage(p) {
+			t.Errorf("inputcheck's %q has no zh-CN catalog entry", p)
+		}
+	}
+}
