@@ -55,7 +55,19 @@ func ConnLost(err error) bool {
 
 // An error that reaches an edge because the database could not be reached is errs.Unavailable
 // (503, exit 1, a fixed message), not Internal.
-func init() { errs.Unreachable(ConnLost) }
+func init() { errs.Unreachable(Unreachable) }
+
+// Unreachable says whether err means the database could not be reached, for an edge choosing
+// its answer (503, Unavailable): ConnLost narrowed, since a context's own deadline is the
+// caller's time running out (Internal), not the database going away — unless it cut a
+// connection attempt short.
+func Unreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		var ce *pgconn.ConnectError
+		return errors.As(err, &ce)
+	}
+	return ConnLost(err)
+}
 
 // DefaultReconnectWindow is how long the store keeps trying to learn the outcome of a statement
 // whose connection was lost (Config.ReconnectWindow): long enough for a standby to be promoted.

@@ -344,4 +344,7 @@ func TestUnreachableDatabase_IsUnavailableAtTheEdges(t *testing.T) {
 	if got := errs.Status(fmt.Errorf("insert: %w", answered)); got != http.StatusInternalServerError {
 		t.Errorf("an error the database answered: status %d, want 500", got)
 	}
+	if got := errs.Status(fmt.Errorf("load: %w", context.DeadlineExceeded)); got != http.StatusInternalServerError {
+		t.Errorf("the caller's own deadline: status %d, want 500", got)
+	}
 }

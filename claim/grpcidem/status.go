@@ -177,7 +177,7 @@ func (s *server) errorStatus(method string, err error) error {
 		return statusError(codes.InvalidArgument, ReasonInvalidRequest, err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		return statusError(codes.Aborted, ReasonLeaseLost, "another worker took this request over; retry with the same key", nil)
-	case claim.ConnLost(err):
+	case claim.Unreachable(err):
 		// The store could not be reached (a failover in progress): the key settles whatever the
 		// claim did, so the same key may come back.
 		s.cfg.Logger.Warn("idempotency store unreachable", "method", method, "err", err)

@@ -105,7 +105,7 @@ func writeError(w http.ResponseWriter, r *http.Request, cfg Config, err error) {
 		writeProblem(w, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		writeProblem(w, cfg, http.StatusConflict, "lease-lost", "Request taken over", "retry with the same key", nil)
-	case claim.ConnLost(err):
+	case claim.Unreachable(err):
 		// The store could not be reached (a failover in progress): whatever the claim did is
 		// settled by the key itself, so the same key may come back.
 		cfg.Logger.Warn("idempotency store unreachable", "path", r.URL.Path, "err", err)
