@@ -138,6 +138,14 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 			t.Errorf("the state %q has no zh-CN catalog entry", word)
 		}
 	}
+	// A replay's stored outcome names the key's state and, failing a better word, what the run
+	// did (errs.Verbatim arguments, looked up whole when said).
+	for _, word := range []string{string(claim.StateProcessing), string(claim.StateCompleted),
+		string(claim.StateFailedRetryable), string(claim.StateFailedFinal), string(claim.Recovered)} {
+		if !templates.HasMessage(word) {
+			t.Errorf("the key state or run outcome %q has no zh-CN catalog entry", word)
+		}
+	}
 	for kind := range configKinds {
 		if configNouns[kind].Format == "" {
 			t.Errorf("config kind %s has no noun for its refusals", kind)
