@@ -28,6 +28,7 @@ var phraseMakers = map[string]map[string]int{
 	"../retention": {"inputErr": 2, "errs.Errorf": 0},
 	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
 	"../claim":     {"errs.Phrasef": 0, "errs.Errorf": 0},
+	"../daemon":    {"errs.Phrasef": 0, "errs.Errorf": 0},
 	"../money":     {"parseErr": 0},
 }
 
@@ -144,6 +145,12 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 		string(claim.StateFailedRetryable), string(claim.StateFailedFinal), string(claim.Recovered)} {
 		if !templates.HasMessage(word) {
 			t.Errorf("the key state or run outcome %q has no zh-CN catalog entry", word)
+		}
+	}
+	// A job run's error the daemon writes itself is looked up whole on the jobs pages.
+	for _, text := range []string{daemon.ErrTextEarlierLeader, daemon.ErrTextPastDeadline, daemon.ErrStopped.Error()} {
+		if !templates.HasMessage(text) {
+			t.Errorf("the job run error %q has no zh-CN catalog entry", text)
 		}
 	}
 	for kind := range configKinds {

@@ -1,11 +1,14 @@
 package console
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -109,4 +112,42 @@ func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
 	page = zh.get(runPath + "/progress").Body
 	mustContain(t, "en bulk run", page, enDetails...)
 	mustNotContain(t, "en bulk run", page, zhDetails...)
+}
+
+// A daemon job run's error is said in the reader's language: from the phrase the job's error
+// carried, or, for the daemon's own fixed texts, looked up whole; the API stays English.
+func TestLanguage_JobRunErrorsSaidInTheReadersLanguage(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("olga", RoleOperator, "*")
+	b.addOperator("eve", RoleOperator, "*")
+	tok := b.token("olga")
+	zh := b.signIn("olga")
+	if r := zh.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
+		t.Fatalf("switch to zh-CN: %d", r.Status)
+	}
+	en := b.signIn("eve")
+	why := errs.Phrasef("%s: %s does not exist yet", errs.Verbatim("statement not ready"), "/data/x.csv")
+	phrase, _ := json.Marshal(why)
+	var ids []int64
+	if err := b.db.Raw(`INSERT INTO job_runs (job, trigger, replica, status, deadline_at, finished_at, error, error_phrase)
+		VALUES ('reconcile', 'cli', 'r1', 'failed', now(), now(), ?, ?::jsonb), ('sweep', 'cli', 'r1', 'abandoned', now(), now(), ?, NULL)
+		RETURNING id`, why.String(), string(phrase), daemon.ErrTextEarlierLeader).Scan(&ids).Error; err != nil || len(ids) != 2 {
+		t.Fatalf("seed job runs: %v %v", ids, err)
+	}
+	for i, want := range []struct{ zh, en string }{
+		{"对账单尚未就绪：/data/x.csv 尚不存在", "statement not ready: /data/x.csv does not exist yet"},
+		{"被之前的主节点留在运行状态", daemon.ErrTextEarlierLeader},
+	} {
+		path := fmt.Sprintf("/jobs/runs/%d", ids[i])
+		page := zh.get(path).Body
+		mustContain(t, "zh-CN "+path, page, want.zh)
+		mustNotContain(t, "zh-CN "+path, page, want.en)
+		mustContain(t, "en "+path, en.getLang(path, "").Body, want.en)
+		api := zh.api("/api/v1"+path, tok)
+		if !strings.Contains(api.Body, want.en) || hasHan(api.Body) || strings.Contains(api.Body, "Phrase") {
+			t.Errorf("%s through the API: %s, want its English text only", path, api.Body)
+		}
+	}
+	mustContain(t, "zh-CN jobs page", zh.get("/jobs").Body, "对账单尚未就绪：/data/x.csv 尚不存在", "被之前的主节点留在运行状态")
 }
