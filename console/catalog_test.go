@@ -28,6 +28,7 @@ var phraseMakers = map[string]map[string]int{
 	"../retention": {"inputErr": 2, "errs.Errorf": 0},
 	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
 	"../claim":     {"errs.Phrasef": 0, "errs.Errorf": 0},
+	"../daemon":    {"errs.Phrasef": 0, "errs.Errorf": 0},
 	"../money":     {"parseErr": 0},
 }
 
@@ -136,6 +137,20 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 		daemon.TriggerSchedule, daemon.TriggerRunNow, daemon.TriggerCLI, "ok", "stopped"} {
 		if !templates.HasMessage(word) {
 			t.Errorf("the state %q has no zh-CN catalog entry", word)
+		}
+	}
+	// A replay's stored outcome names the key's state and, failing a better word, what the run
+	// did (errs.Verbatim arguments, looked up whole when said).
+	for _, word := range []string{string(claim.StateProcessing), string(claim.StateCompleted),
+		string(claim.StateFailedRetryable), string(claim.StateFailedFinal), string(claim.Recovered)} {
+		if !templates.HasMessage(word) {
+			t.Errorf("the key state or run outcome %q has no zh-CN catalog entry", word)
+		}
+	}
+	// A job run's error the daemon writes itself is looked up whole on the jobs pages.
+	for _, text := range []string{daemon.ErrTextEarlierLeader, daemon.ErrTextPastDeadline, daemon.ErrStopped.Error()} {
+		if !templates.HasMessage(text) {
+			t.Errorf("the job run error %q has no zh-CN catalog entry", text)
 		}
 	}
 	for kind := range configKinds {

@@ -73,6 +73,18 @@ func say(ctx context.Context, format string, args ...any) string {
 	return templates.Say(ctx, errs.Phrasef(format, args...))
 }
 
+// storedText is a text stored with its phrase, in ctx's language: the phrase said when there is
+// one, else the stored (English) text; "" for neither.
+func storedText(ctx context.Context, p errs.NullPhrase, text *string) string {
+	switch {
+	case p.Valid:
+		return templates.Say(ctx, p.Phrase)
+	case text != nil:
+		return *text
+	}
+	return ""
+}
+
 // pageMessage is publicMessage in the page's language (ctx's): when the message is the text of a
 // phrase in err's chain (a field's error, a statement line's, a refusal, an errs.Errorf) it is
 // said through the catalog with its values filled in; any other message is looked up whole.

@@ -63,11 +63,12 @@ func runFilter(c *gin.Context) (daemon.RunFilter, error) {
 	return f, nil
 }
 
-func jobRunRow(r daemon.Run) templates.RunRow {
+// jobRunRow is r as shown in ctx's language (its error said from its phrase; see runError).
+func jobRunRow(ctx context.Context, r daemon.Run) templates.RunRow {
 	row := templates.RunRow{ID: r.ID, Href: fmt.Sprintf("/jobs/runs/%d", r.ID), Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger,
 		Replica: r.Replica, Status: string(r.Status), StartedAt: r.StartedAt, DeadlineAt: r.DeadlineAt,
 		Duration: r.Duration().Round(time.Millisecond).String(), Phase: r.Phase, Done: r.Done, Total: r.Total,
-		Stats: statsText(r.Stats), Error: truncate(r.Error, 300)}
+		Stats: statsText(r.Stats), Error: truncate(runError(ctx, r), 300)}
 	if r.FinishedAt != nil {
 		row.FinishedAt = *r.FinishedAt
 	}
@@ -94,7 +95,7 @@ func (s *Server) runsView(ctx context.Context, op *Operator, requested bool, f d
 		if r.Status == daemon.RunRunning {
 			v.Poll = true
 		}
-		v.Rows = append(v.Rows, jobRunRow(r))
+		v.Rows = append(v.Rows, jobRunRow(ctx, r))
 	}
 	return v, nil
 }
@@ -142,7 +143,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 		}
 		if sc.LastRun != nil {
 			row.LastStatus, row.LastStarted = string(sc.LastRun.Status), sc.LastRun.StartedAt
-			row.LastError = truncate(sc.LastRun.Error, 200)
+			row.LastError = truncate(runError(ctx, *sc.LastRun), 200)
 		}
 		requested = requested || row.Requested
 		v.Schedules = append(v.Schedules, row)
@@ -176,14 +177,24 @@ func (s *Server) jobRunParam(c *gin.Context) (*daemon.Run, error) {
 	return run, err
 }
 
+// runError is a job run's error in ctx's language: said from its phrase when the job's error
+// carried one; else the stored text looked up whole (the daemon's own fixed texts: a run left
+// by an earlier leader, one stopped before its pass was complete), or as it is.
+func runError(ctx context.Context, r daemon.Run) string {
+	if r.ErrorPhrase.Valid {
+		return templates.Say(ctx, r.ErrorPhrase.Phrase)
+	}
+	return templates.SayText(ctx, r.Error)
+}
+
 // jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
 func (s *Server) jobRunPage(c *gin.Context, r *request) error {
 	run, err := s.jobRunParam(c)
 	if err != nil {
 		return err
 	}
-	row := jobRunRow(*run)
-	row.Error = run.Error
+	row := jobRunRow(c.Request.Context(), *run)
+	row.Error = runError(c.Request.Context(), *run)
 	s.render(c, http.StatusOK, templates.JobRunPage(chrome(r, "jobs"), row))
 	return nil
 }

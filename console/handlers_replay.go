@@ -52,22 +52,22 @@ func counts(m map[string]int, labels map[string]string) []templates.Count {
 	return out
 }
 
-func (s *Server) replayRow(r *replay.Request, op *Operator) templates.ReplayRow {
+// replayRow is r as shown in ctx's language: what it replays and how it ended are said from
+// their stored phrases; a request stored before them shows its English text.
+func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *Operator) templates.ReplayRow {
 	row := templates.ReplayRow{ID: r.ID, Href: fmt.Sprintf("/replays/%d", r.ID), KeyID: r.KeyID,
 		KeyHref: fmt.Sprintf("/keys/%d", r.KeyID), Tenant: r.Tenant, DigestShort: r.KeyDigest[:12], Requester: r.Requester,
-		Reason: r.Reason, Action: r.Preview, State: r.State, NeedsApproval: r.NeedsApproval, CreatedAt: r.CreatedAt,
-		CanApprove: r.State == "pending" && op.Role >= RoleOperator && op.ID != r.RequestedBy}
+		Reason: r.Reason, Action: storedText(ctx, r.PreviewPhrase, &r.Preview), State: r.State, NeedsApproval: r.NeedsApproval,
+		CreatedAt: r.CreatedAt, CanApprove: r.State == "pending" && op.Role >= RoleOperator && op.ID != r.RequestedBy}
 	if r.Approver != nil {
 		row.Approver = *r.Approver
 	}
 	if r.OutcomeKind != nil {
 		row.OutcomeKind = *r.OutcomeKind
 	}
-	if r.Outcome != nil {
-		row.Outcome = *r.Outcome
-	}
+	row.Outcome = storedText(ctx, r.OutcomePhrase, r.Outcome)
 	if r.State == "pending" {
-		row.Outcome = "waiting for a second operator's approval"
+		row.Outcome = say(ctx, "waiting for a second operator's approval")
 	}
 	if r.BulkRunID != nil {
 		row.BulkHref = fmt.Sprintf("/replays/bulk/%d", *r.BulkRunID)
@@ -185,7 +185,7 @@ func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key
 		return v, err
 	}
 	for i := range prior {
-		v.Requests = append(v.Requests, s.replayRow(&prior[i], r.op))
+		v.Requests = append(v.Requests, s.replayRow(ctx, &prior[i], r.op))
 	}
 	return v, s.nameReplayRows(ctx, r.op, v.Requests)
 }
@@ -246,7 +246,7 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	row := s.replayRow(req, r.op)
+	row := s.replayRow(ctx, req, r.op)
 	if req.State == "executing" {
 		row.Waiting = templates.Say(ctx, s.replays.Waiting(ctx, req.KeyID))
 	}
@@ -269,7 +269,7 @@ func (s *Server) replaysPage(c *gin.Context, r *request) error {
 	}
 	var v templates.ReplaysView
 	for i := range rows {
-		row := s.replayRow(&rows[i], r.op)
+		row := s.replayRow(ctx, &rows[i], r.op)
 		if rows[i].State == "pending" {
 			v.Pending = append(v.Pending, row)
 		} else {
@@ -437,10 +437,11 @@ func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []repl
 			KeyState: it.KeyState, KeyVersion: it.KeyVersion, Predicted: predictionLabels[it.Predicted]}
 		if it.Result != nil {
 			row.Result = *it.Result
+			if label := resultLabels[*it.Result]; label != "" {
+				row.Result = label
+			}
 		}
-		if it.Detail != nil {
-			row.Detail = *it.Detail
-		}
+		row.Detail = storedText(ctx, it.DetailPhrase, it.Detail)
 		if it.RequestID != nil {
 			row.RequestHref = fmt.Sprintf("/replays/%d", *it.RequestID)
 		}

@@ -24,7 +24,7 @@ func (s *Server) keyRelated(ctx context.Context, op *Operator, k *claim.Key) (te
 		return rel, err
 	}
 	for i := range reqs {
-		row := s.replayRow(&reqs[i], op)
+		row := s.replayRow(ctx, &reqs[i], op)
 		if op.Role < RoleOperator {
 			row.Href = "" // the replay pages are an operator's
 		}

@@ -149,7 +149,7 @@ func (x *executor) execute(base, ctx context.Context, a *activeRun, c claimedRun
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(base), 5*time.Second)
 	defer fcancel()
 	if base.Err() == nil {
-		if ferr := finishRun(fctx, x.db, c.runID, status, stats, errText, p.latest()); ferr != nil {
+		if ferr := finishRun(fctx, x.db, c.runID, status, stats, err, p.latest()); ferr != nil {
 			log.Warn("run end not recorded", "err", ferr)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/errs"
 )
 
 // RunStatus is where a job run stands.
@@ -44,10 +46,13 @@ type Run struct {
 	FinishedAt *time.Time
 	Stats      Stats
 	Error      string
-	Phase      string
-	Done       int64
-	Total      int64
-	ProgressAt *time.Time
+	// ErrorPhrase is Error as a phrase, when the job's error carried one that says the whole
+	// line, for a console that shows it in its operator's language (not in the API's JSON).
+	ErrorPhrase errs.NullPhrase `json:"-"`
+	Phase       string
+	Done        int64
+	Total       int64
+	ProgressAt  *time.Time
 }
 
 // Duration is how long the run took, or has been running.
@@ -59,31 +64,32 @@ func (r *Run) Duration() time.Duration {
 }
 
 type runRow struct {
-	ID         int64
-	Schedule   *string
-	Job        string
-	Trigger    string
-	Replica    string
-	Term       *int64
-	Status     string
-	StartedAt  time.Time
-	DeadlineAt time.Time
-	FinishedAt *time.Time
-	Stats      string
-	Error      *string
-	Phase      *string
-	Done       int64
-	Total      int64
-	ProgressAt *time.Time
+	ID          int64
+	Schedule    *string
+	Job         string
+	Trigger     string
+	Replica     string
+	Term        *int64
+	Status      string
+	StartedAt   time.Time
+	DeadlineAt  time.Time
+	FinishedAt  *time.Time
+	Stats       string
+	Error       *string
+	ErrorPhrase errs.NullPhrase
+	Phase       *string
+	Done        int64
+	Total       int64
+	ProgressAt  *time.Time
 }
 
 const runColumns = `id, schedule, job, trigger, replica, term, status, started_at, deadline_at, finished_at,
-	stats::text AS stats, error, phase, done, total, progress_at`
+	stats::text AS stats, error, error_phrase::text AS error_phrase, phase, done, total, progress_at`
 
 func (r runRow) run() Run {
 	out := Run{ID: r.ID, Schedule: deref(r.Schedule), Job: r.Job, Trigger: r.Trigger, Replica: r.Replica, Term: r.Term,
 		Status: RunStatus(r.Status), StartedAt: r.StartedAt, DeadlineAt: r.DeadlineAt, FinishedAt: r.FinishedAt,
-		Error: deref(r.Error), Phase: deref(r.Phase), Done: r.Done, Total: r.Total, ProgressAt: r.ProgressAt}
+		Error: deref(r.Error), ErrorPhrase: r.ErrorPhrase, Phase: deref(r.Phase), Done: r.Done, Total: r.Total, ProgressAt: r.ProgressAt}
 	_ = json.Unmarshal([]byte(r.Stats), &out.Stats)
 	return out
 }
@@ -159,32 +165,42 @@ func startRun(ctx context.Context, db *gorm.DB, schedule, job, trigger, replica 
 	return ids[0], nil
 }
 
-// finishRun records how a run ended, with its last progress.
-func finishRun(ctx context.Context, db *gorm.DB, id int64, status RunStatus, stats Stats, runErr string, p progressState) error {
+// finishRun records how a run ended, with its last progress, and its error's first line: as
+// text, and as the phrase the error carries when that says the whole line.
+func finishRun(ctx context.Context, db *gorm.DB, id int64, status RunStatus, stats Stats, runErr error, p progressState) error {
 	if stats == nil {
 		stats = Stats{}
 	}
 	b, _ := json.Marshal(stats)
 	var errText any
-	if runErr != "" {
-		errText = oneLine(runErr)
+	var why errs.NullPhrase
+	if runErr != nil {
+		line := oneLine(runErr.Error())
+		errText, why = line, errs.PhraseOf(runErr, line)
 	}
-	err := db.WithContext(ctx).Exec(`UPDATE job_runs SET status = ?, finished_at = now(), stats = ?, error = ?,
+	err := db.WithContext(ctx).Exec(`UPDATE job_runs SET status = ?, finished_at = now(), stats = ?, error = ?, error_phrase = ?::jsonb,
 		phase = COALESCE(NULLIF(?, ''), phase), done = ?, total = ?, progress_at = now() WHERE id = ?`,
-		string(status), string(b), errText, p.phase, p.done, p.total, id).Error
+		string(status), string(b), errText, why, p.phase, p.done, p.total, id).Error
 	if err != nil {
 		return fmt.Errorf("record end of run %d: %w", id, err)
 	}
 	return nil
 }
 
+// The errors sweepAbandoned records: fixed texts, which a console looks up whole in its
+// catalog to say them in its operator's language.
+const (
+	ErrTextEarlierLeader = "left running by an earlier leader"
+	ErrTextPastDeadline  = "past its deadline with no end recorded"
+)
+
 // sweepAbandoned marks runs that earlier leaders left running, or that are well past their
 // deadline, as abandoned (job_runs_running_idx serves it). It returns how many it marked.
 func sweepAbandoned(ctx context.Context, db *gorm.DB, term int64) (int64, error) {
 	res := db.WithContext(ctx).Exec(`UPDATE job_runs SET status = 'abandoned', finished_at = now(),
-		error = CASE WHEN term < ? THEN 'left running by an earlier leader' ELSE 'past its deadline with no end recorded' END
+		error = CASE WHEN term < ? THEN ?::text ELSE ?::text END
 		WHERE status = 'running' AND ((term IS NOT NULL AND term < ?) OR deadline_at < now() - interval '1 minute')`,
-		term, term)
+		term, ErrTextEarlierLeader, ErrTextPastDeadline, term)
 	if res.Error != nil {
 		return 0, fmt.Errorf("sweep abandoned runs: %w", res.Error)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/cronspec"
 )
 
@@ -216,6 +217,7 @@ type scheduleRow struct {
 	LastStartedAt  *time.Time
 	LastFinishedAt *time.Time
 	LastError      *string
+	LastPhrase     errs.NullPhrase
 }
 
 // maxSchedules bounds a listing; there are a handful of jobs and one schedule per
@@ -230,10 +232,10 @@ func ListSchedules(ctx context.Context, db *gorm.DB) ([]Schedule, error) {
 SELECT s.name, s.job, s.params::text AS params, s.spec, s.time_zone, s.timeout_ms, s.next_run_at, s.paused,
        s.run_requested_at, r.id AS last_id, r.status AS last_status, r.trigger AS last_trigger,
        r.replica AS last_replica, r.started_at AS last_started_at, r.finished_at AS last_finished_at,
-       r.error AS last_error
+       r.error AS last_error, r.error_phrase::text AS last_phrase
 FROM schedules s
 LEFT JOIN LATERAL (
-    SELECT id, status, trigger, replica, started_at, finished_at, error FROM job_runs
+    SELECT id, status, trigger, replica, started_at, finished_at, error, error_phrase FROM job_runs
     WHERE schedule = s.name ORDER BY id DESC LIMIT 1
 ) r ON true
 ORDER BY s.name
@@ -249,7 +251,7 @@ LIMIT ?`, maxSchedules).Scan(&rows).Error
 		if r.LastID != nil {
 			out[i].LastRun = &Run{ID: *r.LastID, Schedule: r.Name, Job: r.Job, Status: RunStatus(deref(r.LastStatus)),
 				Trigger: deref(r.LastTrigger), Replica: deref(r.LastReplica), StartedAt: deref(r.LastStartedAt),
-				FinishedAt: r.LastFinishedAt, Error: deref(r.LastError)}
+				FinishedAt: r.LastFinishedAt, Error: deref(r.LastError), ErrorPhrase: r.LastPhrase}
 		}
 	}
 	return out, nil

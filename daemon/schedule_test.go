@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/pgtest"
 )
 
@@ -212,8 +214,12 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	slow := &countingJob{name: "slow", batch: time.Hour}
 	broken := &countingJob{name: "broken", fail: errors.New("channel said no\nsecond line")}
+	// A job's error that carries a phrase keeps it beside the text, for a console in another
+	// language; wrapped in more text than the phrase says, it keeps the text only.
+	phrased := &countingJob{name: "phrased", fail: errs.Errorf("channel %s said no: %w", "stripe", errs.New(errs.Unavailable, "closed"))}
+	wrapped := &countingJob{name: "wrapped", fail: fmt.Errorf("pass: %w", errs.Errorf("channel %s said no", "stripe"))}
 	d := newDaemon(t, open(t, url), "d", func(c *daemon.Config) { c.Registerer = reg })
-	for _, j := range []*countingJob{slow, broken} {
+	for _, j := range []*countingJob{slow, broken, phrased, wrapped} {
 		if err := d.Register(j, "0 3 * * *"); err != nil {
 			t.Fatal(err)
 		}
@@ -221,12 +227,12 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 	start(t, d)
 	onlyLeader(t, d)
 	pgtest.Exec(t, db, `UPDATE schedules SET timeout_ms = 100 WHERE name = 'slow'`)
-	for _, n := range []string{"slow", "broken"} {
+	for _, n := range []string{"slow", "broken", "phrased", "wrapped"} {
 		if err := daemon.RunNow(ctx, db, n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 2 {
+	for range 4 {
 		d.TestSignals().RunFinished.Wait(t, 3*time.Second)
 	}
 	if r := runsOf(t, db, "slow")[0]; r.Status != daemon.RunTimedOut {
@@ -234,6 +240,15 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 	}
 	if r := runsOf(t, db, "broken")[0]; r.Status != daemon.RunFailed || r.Error != "channel said no" {
 		t.Fatalf("broken run %+v, want failed with a one-line error", r)
+	} else if r.ErrorPhrase.Valid {
+		t.Errorf("broken run has a phrase %+v; its error carried none", r.ErrorPhrase)
+	}
+	if r := runsOf(t, db, "phrased")[0]; r.Error != "channel stripe said no: closed" ||
+		!r.ErrorPhrase.Valid || r.ErrorPhrase.Phrase.Format != "channel %s said no: %s" || r.ErrorPhrase.Phrase.String() != r.Error {
+		t.Errorf("phrased run: error %q, phrase %+v; want the error's phrase kept", r.Error, r.ErrorPhrase)
+	}
+	if r := runsOf(t, db, "wrapped")[0]; r.Error != "pass: channel stripe said no" || r.ErrorPhrase.Valid {
+		t.Errorf("wrapped run: error %q, phrase %+v; want the text only", r.Error, r.ErrorPhrase)
 	}
 	want := map[string]bool{`job_runs_total{job="slow",status="timed_out"}`: false, `job_runs_total{job="broken",status="failed"}`: false}
 	mfs, err := reg.Gather()

@@ -141,3 +141,52 @@ func TestPhrase_JSONRoundTripSaysTheSame(t *testing.T) {
 		t.Errorf("the inner phrase came back as %#v", back.Args[1])
 	}
 }
+
+// A phrase stored in a nullable column comes back saying the same; NULL and the zero phrase
+// are not valid, so a reader falls back to the English text beside it.
+func TestNullPhrase_StoresAndReadsBack(t *testing.T) {
+	when := time.Date(2026, 12, 3, 15, 4, 5, 0, time.UTC)
+	p := errs.Phrasef("sent: downstream created %s at %s after %v", "ch_1", when, time.Minute)
+	v, err := errs.Stored(p).Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.Fatalf("value %T, want the JSON as text", v)
+	}
+	for _, src := range []any{s, []byte(s)} {
+		var back errs.NullPhrase
+		if err := back.Scan(src); err != nil {
+			t.Fatal(err)
+		}
+		if !back.Valid || back.Phrase.Format != p.Format || back.Phrase.String() != p.String() {
+			t.Errorf("read back %+v, want %q", back, p.String())
+		}
+	}
+	var null errs.NullPhrase
+	if err := null.Scan(nil); err != nil || null.Valid {
+		t.Errorf("NULL: %+v %v", null, err)
+	}
+	if v, err := errs.Stored(errs.Phrase{}).Value(); v != nil || err != nil {
+		t.Errorf("the zero phrase is stored as %v %v, want NULL", v, err)
+	}
+	if err := null.Scan(42); err == nil {
+		t.Error("an int scanned as a phrase")
+	}
+}
+
+// PhraseOf keeps an error's phrase only when it says the whole text stored beside it.
+func TestPhraseOf_OnlyWhenThePhraseSaysTheWholeText(t *testing.T) {
+	err := errs.Errorf("finding %d is %s: %w", 7, "closed", errClosed)
+	if p := errs.PhraseOf(err, err.Error()); !p.Valid || p.Phrase.Format != "finding %d is %s: %s" {
+		t.Errorf("the error's own text: %+v", p)
+	}
+	wrapped := fmt.Errorf("resolve: %w", err)
+	if p := errs.PhraseOf(wrapped, wrapped.Error()); p.Valid {
+		t.Errorf("context around the phrase was kept as %+v", p)
+	}
+	if p := errs.PhraseOf(errors.New("plain"), "plain"); p.Valid {
+		t.Errorf("an error without a phrase gave %+v", p)
+	}
+}

@@ -1,7 +1,9 @@
 package errs
 
 import (
+	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -92,3 +94,62 @@ func (p *Phrase) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// NullPhrase is a phrase kept in a nullable jsonb column beside the English text it says (a
+// replay's outcome, a bulk item's detail), as sql.NullString is a nullable text: Valid is false
+// for NULL (rows written before the column, or by a writer that had no phrase). Read it from
+// the column cast to text (col::text AS col); write it as ?::jsonb.
+type NullPhrase struct {
+	Phrase Phrase
+	Valid  bool
+}
+
+// PhraseOf is the phrase err carries when it says text whole — the outermost Phrased error in
+// err's chain, when its Error is text (err's first line, say) — to be stored beside text; not
+// Valid when err carries none, or only inside more context than the phrase says.
+func PhraseOf(err error, text string) NullPhrase {
+	if p := (Phrased)(nil); errors.As(err, &p) && p.Error() == text {
+		return Stored(p.Phrasing())
+	}
+	return NullPhrase{}
+}
+
+// Stored is p to be stored.
+func Stored(p Phrase) NullPhrase { return NullPhrase{Phrase: p, Valid: p.Format != ""} }
+
+// Scan reads the JSON MarshalJSON stored (text or bytes), or NULL.
+func (n *NullPhrase) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case nil:
+		*n = NullPhrase{}
+		return nil
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	default:
+		return fmt.Errorf("errs.NullPhrase: cannot scan %T", src)
+	}
+	var p Phrase
+	if err := json.Unmarshal(b, &p); err != nil {
+		return fmt.Errorf("errs.NullPhrase: %w", err)
+	}
+	*n = NullPhrase{Phrase: p, Valid: true}
+	return nil
+}
+
+// Value is the phrase's JSON as text, or NULL.
+func (n NullPhrase) Value() (driver.Value, error) {
+	if !n.Valid {
+		return nil, nil
+	}
+	b, err := json.Marshal(n.Phrase)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+// GormDataType tells gorm the column is jsonb (it then reads the field as one value).
+func (NullPhrase) GormDataType() string { return "jsonb" }

@@ -150,14 +150,27 @@ func (r *Reconciler) StartRun(ctx context.Context, job *ReconJob, channel, billD
 	return id, nil
 }
 
-// setRunStatus records a status change of a run still under way (waiting for the statement).
-func (r *Reconciler) setRunStatus(ctx context.Context, runID int64, st RunStatus, note string) error {
+// setRunStatus records a status change of a run still under way (waiting for the statement),
+// with its note (why it waits) as English text and as a phrase, as a failed run keeps its error;
+// the zero phrase clears both.
+func (r *Reconciler) setRunStatus(ctx context.Context, runID int64, st RunStatus, note errs.Phrase) error {
 	var msg *string
-	if note != "" {
-		msg = &note
+	if note.Format != "" {
+		s := note.String()
+		msg = &s
 	}
-	return r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, error = ?, updated_at = now() WHERE id = ?`,
-		st, msg, runID).Error
+	return r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, error = ?, error_phrase = ?::jsonb, updated_at = now() WHERE id = ?`,
+		st, msg, errs.Stored(note), runID).Error
+}
+
+// errorPhrase is err's one-line text as a phrase: the phrase it carries when that says the whole
+// line, else the text as it is.
+func errorPhrase(err error) errs.Phrase {
+	s := oneLineError(err)
+	if p := errs.PhraseOf(err, s); p.Valid {
+		return p.Phrase
+	}
+	return errs.Verbatim(s)
 }
 
 // finishRun records the end of a run and returns it with runErr (the run's own error).
@@ -168,17 +181,13 @@ func (r *Reconciler) finishRun(ctx context.Context, runID int64, st RunStatus, c
 		c[string(k)] = v
 	}
 	cj, _ := json.Marshal(c)
-	var msg, phrase *string
+	var msg *string
+	var phrase errs.NullPhrase
 	if runErr != nil {
 		s := oneLineError(runErr)
 		msg = &s
 		// The phrase is kept when it says the whole error (a line error, a field error).
-		if p := (errs.Phrased)(nil); errors.As(runErr, &p) && p.Error() == s {
-			if b, err := json.Marshal(p.Phrasing()); err == nil {
-				pj := string(b)
-				phrase = &pj
-			}
-		}
+		phrase = errs.PhraseOf(runErr, s)
 	}
 	if err := r.db.WithContext(ctx).Exec(`UPDATE recon_runs SET status = ?, counts = ?::jsonb, error = ?, error_phrase = ?::jsonb,
 		finished_at = now(), updated_at = now() WHERE id = ?`, st, string(cj), msg, phrase, runID).Error; err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // JobName is the daemon job name of reconciliation; its schedule params are JobParams.
@@ -95,11 +96,11 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 			break
 		}
 		if !r.cfg.Now().Add(backoff).Before(deadline) {
-			err = fmt.Errorf("%w after %d attempts until the deadline (%s): %v", ErrNotReady, attempt,
-				time.Duration(job.ReadyDeadlineSeconds)*time.Second, oneLineError(err))
+			err = errs.Errorf("%w after %d attempts until the deadline (%s): %s", ErrNotReady, attempt,
+				time.Duration(job.ReadyDeadlineSeconds)*time.Second, errorPhrase(err))
 			break
 		}
-		_ = r.setRunStatus(ctx, runID, RunWaiting, fmt.Sprintf("attempt %d: %s; retrying in %s", attempt, oneLineError(err), backoff))
+		_ = r.setRunStatus(ctx, runID, RunWaiting, errs.Phrasef("attempt %d: %s; retrying in %s", attempt, errorPhrase(err), backoff))
 		p.Report("waiting", int64(attempt), 0)
 		select {
 		case <-ctx.Done():
@@ -112,7 +113,7 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 		return r.finishRun(ctx, runID, RunFailed, nil, err)
 	}
 	defer src.close()
-	if err := r.setRunStatus(ctx, runID, RunRunning, ""); err != nil {
+	if err := r.setRunStatus(ctx, runID, RunRunning, errs.Phrase{}); err != nil {
 		return r.finishRun(ctx, runID, RunFailed, nil, err)
 	}
 	req := RunRequest{Job: job, RunID: runID, Import: ImportRequest{Channel: job.Channel, Format: job.Format,
@@ -151,7 +152,7 @@ func (r *Reconciler) fetch(ctx context.Context, source, billDate string) (*fetch
 	}
 	st, err := os.Stat(loc)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s does not exist yet", ErrNotReady, loc)
+		return nil, errs.Errorf("%w: %s does not exist yet", ErrNotReady, loc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
@@ -202,9 +203,9 @@ func (r *Reconciler) fetchHTTPOnce(ctx context.Context, u string, followed bool)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: GET %s: 404 Not Found", ErrNotReady, redactURL(u))
+		return nil, errs.Errorf("%w: GET %s: 404 Not Found", ErrNotReady, redactURL(u))
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return nil, fmt.Errorf("%w: GET %s: %s", ErrNotReady, redactURL(u), resp.Status)
+		return nil, errs.Errorf("%w: GET %s: %s", ErrNotReady, redactURL(u), resp.Status)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, redactURL(u), resp.Status)
 	case resp.ContentLength > r.cfg.MaxBytes:

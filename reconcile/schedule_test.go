@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -133,6 +137,32 @@ func TestJob_RetriesAStatementThatIsNotReadyYet(t *testing.T) {
 	}
 }
 
+// waitingNotes checks, each time a run reports it is waiting, that the waiting run's note is
+// stored with its phrase, which says the same.
+type waitingNotes struct {
+	db   *gorm.DB
+	seen int
+	bad  string
+}
+
+func (w *waitingNotes) Report(phase string, done, total int64) {
+	if phase != "waiting" {
+		return
+	}
+	var rows []struct {
+		Error  string
+		Phrase *string
+	}
+	w.db.Raw(`SELECT error, error_phrase::text AS phrase FROM recon_runs WHERE status = 'waiting'`).Scan(&rows)
+	for _, r := range rows {
+		w.seen++
+		var p errs.NullPhrase
+		if r.Phrase == nil || p.Scan(*r.Phrase) != nil || p.Phrase.Format != "attempt %d: %s; retrying in %s" || p.Phrase.String() != r.Error {
+			w.bad = fmt.Sprintf("note %q with phrase %v", r.Error, r.Phrase)
+		}
+	}
+}
+
 func TestJob_FailsVisiblyWhenTheStatementIsStillMissingAtTheDeadline(t *testing.T) {
 	b := setup(t)
 	var hits atomic.Int64
@@ -142,12 +172,22 @@ func TestJob_FailsVisiblyWhenTheStatementIsStillMissingAtTheDeadline(t *testing.
 	}))
 	defer srv.Close()
 	job := b.createJob("wechat-http", srv.URL+"/statements/{date}?format=wechat", 0, func(s *reconcile.JobSpec) { s.ReadyDeadlineSeconds = 1 })
-	run, err := b.rec.RunJob(b.ctx, job, "", "operator:alice", nil)
+	// While it waits, the run's note says why as a phrase too (the console says it in its
+	// operator's language), and so does its error when it fails.
+	notes := &waitingNotes{db: b.db}
+	run, err := b.rec.RunJob(b.ctx, job, "", "operator:alice", notes)
 	if !errors.Is(err, reconcile.ErrNotReady) {
 		t.Fatalf("err %v; want ErrNotReady", err)
 	}
 	if run.Status != reconcile.RunFailed || run.Error == nil || !strings.Contains(*run.Error, "404") || run.FinishedAt == nil {
 		t.Errorf("run %+v", run)
+	}
+	if run.ErrorPhrase == nil || run.ErrorPhrase.Format != "%s after %d attempts until the deadline (%s): %s" ||
+		run.ErrorPhrase.String() != *run.Error {
+		t.Errorf("the failed run's phrase %+v does not say its error %q", run.ErrorPhrase, *run.Error)
+	}
+	if notes.seen == 0 || notes.bad != "" {
+		t.Errorf("waiting notes: %d seen, %s", notes.seen, notes.bad)
 	}
 	if hits.Load() < 3 {
 		t.Errorf("%d attempts; want retries with backoff until the deadline", hits.Load())

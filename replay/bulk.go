@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // A bulk replay takes the keys picked on the search page or everything a key search matches, up
@@ -50,16 +51,19 @@ type BulkRun struct {
 
 // BulkItem is one key of a bulk run.
 type BulkItem struct {
-	RunID      int64      `json:"-"`
-	Seq        int        `json:"seq"`
-	KeyID      int64      `json:"key_id"`
-	KeyVersion int64      `json:"key_version"`
-	KeyState   string     `json:"key_state"`
-	Predicted  string     `json:"predicted"`
-	Result     *string    `json:"result"`
-	Detail     *string    `json:"detail"`
-	RequestID  *int64     `json:"request_id"`
-	DoneAt     *time.Time `json:"done_at"`
+	RunID      int64   `json:"-"`
+	Seq        int     `json:"seq"`
+	KeyID      int64   `json:"key_id"`
+	KeyVersion int64   `json:"key_version"`
+	KeyState   string  `json:"key_state"`
+	Predicted  string  `json:"predicted"`
+	Result     *string `json:"result"`
+	Detail     *string `json:"detail"`
+	// DetailPhrase is Detail as a phrase, for a console that says it in the operator's language;
+	// not Valid for items recorded before it was stored, or whose detail has no phrase.
+	DetailPhrase errs.NullPhrase `json:"-"`
+	RequestID    *int64          `json:"request_id"`
+	DoneAt       *time.Time      `json:"done_at"`
 }
 
 // BulkCounts is a preview's summary.
@@ -89,7 +93,7 @@ func (w *Workflow) BulkRun(ctx context.Context, id int64) (*BulkRun, error) {
 func (w *Workflow) BulkItems(ctx context.Context, runID int64) ([]BulkItem, error) {
 	var items []BulkItem
 	if err := w.db.WithContext(ctx).Raw(`SELECT run_id, seq, key_id, key_version, key_state, predicted, result, detail,
-		request_id, done_at FROM replay_bulk_items WHERE run_id = ? ORDER BY seq LIMIT 5000`, runID).Scan(&items).Error; err != nil {
+		detail_phrase::text AS detail_phrase, request_id, done_at FROM replay_bulk_items WHERE run_id = ? ORDER BY seq LIMIT 5000`, runID).Scan(&items).Error; err != nil {
 		return nil, fmt.Errorf("read bulk items of %d: %w", runID, err)
 	}
 	return items, nil

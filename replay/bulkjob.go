@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // BulkJobName is the daemon job that works through started bulk replays.
@@ -146,13 +147,13 @@ func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progres
 		if daemon.ShouldStop(ctx) {
 			return daemon.ErrStopped
 		}
-		result, detail, reqID := w.bulkReplayOne(ctx, a, run, it)
+		result, why, reqID := w.bulkReplayOne(ctx, a, run, it)
 		if ctx.Err() != nil {
 			// Cancelled inside the key (timeout, abrupt stop): what it says may be the
 			// cancellation's, not the key's. The next pass answers for it from its request.
 			return ctx.Err()
 		}
-		recorded, err := w.recordItem(ctx, run.ID, it.Seq, result, detail, reqID, results)
+		recorded, err := w.recordItem(ctx, run.ID, it.Seq, result, why, reqID, results)
 		if err != nil {
 			return err
 		}
@@ -166,13 +167,14 @@ func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progres
 }
 
 // recordItem records one key's result and the run's progress, once: an item another pass
-// recorded already keeps its result (recorded false).
-func (w *Workflow) recordItem(ctx context.Context, runID int64, seq int, result, detail string, reqID *int64, results map[string]int) (bool, error) {
+// recorded already keeps its result (recorded false). The detail is stored as English text
+// (why's String) and, when why is Valid, as the phrase a console says in its operator's language.
+func (w *Workflow) recordItem(ctx context.Context, runID int64, seq int, result string, why errs.NullPhrase, reqID *int64, results map[string]int) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
 	var recorded bool
 	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Exec(`UPDATE replay_bulk_items SET result = ?, detail = ?, request_id = ?, done_at = now()
-			WHERE run_id = ? AND seq = ? AND done_at IS NULL`, result, detail, reqID, runID, seq)
+		res := tx.Exec(`UPDATE replay_bulk_items SET result = ?, detail = ?, detail_phrase = ?::jsonb, request_id = ?, done_at = now()
+			WHERE run_id = ? AND seq = ? AND done_at IS NULL`, result, why.Phrase.String(), why, reqID, runID, seq)
 		if res.Error != nil || res.RowsAffected == 0 {
 			return res.Error
 		}
@@ -219,17 +221,19 @@ func (w *Workflow) finishBulk(ctx context.Context, run *takenRun, state string, 
 }
 
 // bulkReplayOne replays one key of a run and says what happened: the request's outcome kind,
-// "pending_approval", "refused" with the guard's reason, or "interrupted".
-func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it BulkItem) (string, string, *int64) {
+// "pending_approval", "refused" with the guard's reason, or "interrupted", and the detail (the
+// request's outcome, when it has one). A request made before the outcome's phrase was stored
+// lends its English text as it is.
+func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it BulkItem) (string, errs.NullPhrase, *int64) {
 	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
 	k, err := w.claims.Get(qctx, it.KeyID)
 	cancel()
 	switch {
 	case errors.Is(err, claim.ErrNotFound) || err == nil && !a.MaySee(k.Tenant):
-		return "refused", "the key is gone (purged) or no longer visible to you", nil
+		return "refused", errs.Stored(errs.Phrasef("the key is gone (purged) or no longer visible to you")), nil
 	case err != nil:
 		w.log.Error("bulk replay: read key", "bulk_run", run.ID, "key", it.KeyID, "err", err)
-		return "error", "the key could not be read; the error was logged", nil
+		return "error", errs.Stored(errs.Phrasef("the key could not be read; the error was logged")), nil
 	}
 	// One token per (run, item, key): a pass that resumes a run finds the request an earlier
 	// pass made for this key instead of replaying it again.
@@ -237,7 +241,7 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 	prior, err := w.requestWhere(ctx, "token_hash = ?", token)
 	if err != nil {
 		w.log.Error("bulk replay: key", "bulk_run", run.ID, "digest", k.KeyDigest, "err", err)
-		return "error", "the replay failed; the error was logged", nil
+		return "error", errs.Stored(errs.Phrasef("the replay failed; the error was logged")), nil
 	}
 	var req *Request
 	switch {
@@ -253,21 +257,21 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 	var re *RefusedError
 	switch {
 	case errors.As(err, &re):
-		return "refused", re.Reason, nil
+		return "refused", errs.Stored(re.Phrasing()), nil
 	case err != nil:
 		w.log.Error("bulk replay: key", "bulk_run", run.ID, "digest", k.KeyDigest, "err", err)
-		return "error", "the replay failed; the error was logged", nil
+		return "error", errs.Stored(errs.Phrasef("the replay failed; the error was logged")), nil
 	case req.State == "pending":
-		return "pending_approval", fmt.Sprintf("above the approval amount: waiting for a second operator (request %d)", req.ID), &req.ID
+		return "pending_approval", errs.Stored(errs.Phrasef("above the approval amount: waiting for a second operator (request %d)", req.ID)), &req.ID
 	}
-	kind, text := "error", ""
+	kind, why := "error", req.OutcomePhrase
 	if req.OutcomeKind != nil {
 		kind = *req.OutcomeKind
 	}
-	if req.Outcome != nil {
-		text = *req.Outcome
+	if !why.Valid && req.Outcome != nil { // its text only: stored as the detail, no phrase
+		why = errs.NullPhrase{Phrase: errs.Verbatim(*req.Outcome)}
 	}
-	return kind, text, &req.ID
+	return kind, why, &req.ID
 }
 
 // resume answers for a key whose request an earlier pass made: one approved but not started is
@@ -279,8 +283,8 @@ func (w *Workflow) resume(ctx context.Context, a Actor, k *claim.Key, r *Request
 	case "approved":
 		return w.execute(ctx, r.ID, a.IP, false)
 	case "executing":
-		return w.finish(ctx, r, a.IP, "failed", "interrupted", fmt.Sprintf(
-			"interrupted: the daemon stopped while this replay ran; it was not repeated (the key is now %s)", k.State))
+		return w.finish(ctx, r, a.IP, "failed", "interrupted", errs.Phrasef(
+			"interrupted: the daemon stopped while this replay ran; it was not repeated (the key is now %s)", errs.Verbatim(string(k.State))))
 	}
 	return r, nil
 }

@@ -14,33 +14,38 @@ import (
 
 // Request is one confirmed replay (replay_requests).
 type Request struct {
-	ID            int64      `json:"id"`
-	KeyID         int64      `json:"key_id"`
-	Tenant        string     `json:"tenant"`
-	KeyDigest     string     `json:"digest"`
-	KeyVersion    int64      `json:"key_version"`
-	RequestedBy   int64      `json:"-"`
-	Requester     string     `json:"requester"`
-	Reason        string     `json:"reason"`
-	AmountMinor   *int64     `json:"amount_minor"`
-	Currency      *string    `json:"currency"`
-	Preview       string     `json:"preview"`
-	NeedsApproval bool       `json:"needs_approval"`
-	State         string     `json:"state"`
-	ApprovedBy    *int64     `json:"-"`
-	Approver      *string    `json:"approver"`
-	OutcomeKind   *string    `json:"outcome_kind"`
-	Outcome       *string    `json:"outcome"`
-	BulkRunID     *int64     `json:"bulk_run_id"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	ApprovedAt    *time.Time `json:"approved_at"`
-	FinishedAt    *time.Time `json:"finished_at"`
+	ID          int64   `json:"id"`
+	KeyID       int64   `json:"key_id"`
+	Tenant      string  `json:"tenant"`
+	KeyDigest   string  `json:"digest"`
+	KeyVersion  int64   `json:"key_version"`
+	RequestedBy int64   `json:"-"`
+	Requester   string  `json:"requester"`
+	Reason      string  `json:"reason"`
+	AmountMinor *int64  `json:"amount_minor"`
+	Currency    *string `json:"currency"`
+	Preview     string  `json:"preview"`
+	// PreviewPhrase is Preview as a phrase, for a console that says it in the operator's
+	// language when it shows the request (not when it was made); not Valid for older rows.
+	PreviewPhrase errs.NullPhrase `json:"-"`
+	NeedsApproval bool            `json:"needs_approval"`
+	State         string          `json:"state"`
+	ApprovedBy    *int64          `json:"-"`
+	Approver      *string         `json:"approver"`
+	OutcomeKind   *string         `json:"outcome_kind"`
+	Outcome       *string         `json:"outcome"`
+	// OutcomePhrase is Outcome as a phrase (see PreviewPhrase).
+	OutcomePhrase errs.NullPhrase `json:"-"`
+	BulkRunID     *int64          `json:"bulk_run_id"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	ApprovedAt    *time.Time      `json:"approved_at"`
+	FinishedAt    *time.Time      `json:"finished_at"`
 }
 
 const requestColumns = `id, key_id, tenant, key_digest, key_version, requested_by, requester, reason, amount_minor, currency,
-	preview, needs_approval, state, approved_by, approver, outcome_kind, outcome, bulk_run_id, created_at, updated_at,
-	approved_at, finished_at`
+	preview, preview_phrase::text AS preview_phrase, needs_approval, state, approved_by, approver, outcome_kind, outcome,
+	outcome_phrase::text AS outcome_phrase, bulk_run_id, created_at, updated_at, approved_at, finished_at`
 
 func (w *Workflow) requestWhere(ctx context.Context, where string, args ...any) (*Request, error) {
 	var rows []Request
@@ -125,27 +130,31 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 		return prior, prior != nil, err
 	}
 	k := a.key
-	refusal := ""
+	var refusal errs.Phrase
 	switch {
 	case k.Version != a.version:
-		refusal = fmt.Sprintf("the key changed since the preview (version %d, now %d): nothing was done; preview it again", a.version, k.Version)
+		refusal = errs.Phrasef("the key changed since the preview (version %d, now %d): nothing was done; preview it again", a.version, k.Version)
 	case k.ReplayRefusal() != "":
-		refusal = k.ReplayRefusal()
+		refusal = k.ReplayRefusalPhrase()
 	}
-	if refusal == "" {
+	if refusal.Format == "" {
 		if _, err := w.operation(k.Operation); err != nil {
-			refusal = err.Error()
+			refusal = errs.Verbatim(err.Error())
+			if re := (*RefusedError)(nil); errors.As(err, &re) {
+				refusal = re.Phrasing()
+			}
 		}
 	}
-	if refusal != "" {
+	if refusal.Format != "" {
 		if err := w.audit.Append(ctx, nil, AuditEntry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.refused",
 			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
-			Detail: map[string]any{"digest": k.KeyDigest, "version": a.version, "reason": refusal, "bulk_run": a.bulkRun}}); err != nil {
+			Detail: map[string]any{"digest": k.KeyDigest, "version": a.version, "reason": refusal.String(), "bulk_run": a.bulkRun}}); err != nil {
 			return nil, false, err
 		}
-		return nil, false, refused("%s", refusal)
+		return nil, false, &RefusedError{Reason: refusal.String(), Kind: ErrRefused, Why: refusal}
 	}
 	needs := w.needsApproval(k)
+	action := actionPhrase(k)
 	state := "approved"
 	if needs {
 		state = "pending"
@@ -154,10 +163,10 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 	err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var ids []int64
 		if err := tx.Raw(`INSERT INTO replay_requests (key_id, tenant, key_digest, key_version, token_hash, requested_by, requester,
-				reason, amount_minor, currency, preview, needs_approval, state, bulk_run_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (token_hash) DO NOTHING RETURNING id`,
+				reason, amount_minor, currency, preview, preview_phrase, needs_approval, state, bulk_run_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?) ON CONFLICT (token_hash) DO NOTHING RETURNING id`,
 			k.ID, k.Tenant, k.KeyDigest, a.version, a.token, a.actor.ID, a.actor.Name, a.reason, k.AmountMinor, k.Currency,
-			actionOf(k), needs, state, a.bulkRun).Scan(&ids).Error; err != nil {
+			action.String(), errs.Stored(action), needs, state, a.bulkRun).Scan(&ids).Error; err != nil {
 			return fmt.Errorf("insert replay request: %w", err)
 		}
 		if len(ids) == 0 {
@@ -299,7 +308,8 @@ func (w *Workflow) run(ctx context.Context, r *Request, ip string, hold bool) (*
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	actor := "operator:" + r.Requester
-	state, kind, text := "executed", "", ""
+	state, kind := "executed", ""
+	var why errs.Phrase
 	var o claim.Operation
 	var lease *claim.Lease
 	k, err := w.claims.Get(ctx, r.KeyID)
@@ -312,37 +322,38 @@ func (w *Workflow) run(ctx context.Context, r *Request, ip string, hold bool) (*
 	var re *RefusedError
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):
-		state, kind, text = "refused", "refused", "the key changed since the preview: nothing was done; preview it again"
+		state, kind, why = "refused", "refused", errs.Phrasef("the key changed since the preview: nothing was done; preview it again")
 	case errors.Is(err, claim.ErrNotReplayable):
-		state, kind, text = "refused", "refused", "the key may no longer be replayed"
+		state, kind, why = "refused", "refused", errs.Phrasef("the key may no longer be replayed")
 		if now, gerr := w.claims.Get(ctx, r.KeyID); gerr == nil && now.ReplayRefusal() != "" {
-			text = now.ReplayRefusal()
+			why = now.ReplayRefusalPhrase()
 		}
 	case errors.Is(err, claim.ErrNotFound):
-		state, kind, text = "refused", "refused", "not found"
+		state, kind, why = "refused", "refused", errs.Phrasef("not found")
 	case errors.As(err, &re):
-		state, kind, text = "refused", "refused", re.Reason
+		state, kind, why = "refused", "refused", re.Phrasing()
 	case err != nil:
-		state, kind, text = "failed", "error", "the takeover failed; the error was logged"
+		state, kind, why = "failed", "error", errs.Phrasef("the takeover failed; the error was logged")
 		w.log.Error("replay takeover failed", "request", id, "digest", r.KeyDigest, "err", err)
 	default:
 		out, derr := w.claims.Drive(driveCtx, o, lease, claim.DriveOptions{Execute: true, HoldThroughQuarantine: hold})
-		kind, text = w.describeOutcome(ctx, r.KeyID, out, derr, hold)
+		kind, why = w.describeOutcome(ctx, r.KeyID, out, derr, hold)
 		if derr != nil {
 			state = "failed"
 			w.log.Error("replay failed", "request", id, "digest", r.KeyDigest, "err", derr)
 		}
 	}
 	w.outcomes.WithLabelValues(kind).Inc()
-	return w.finish(ctx, r, ip, state, kind, text)
+	return w.finish(ctx, r, ip, state, kind, why)
 }
 
 // finish records how an executing request ended, with its audit row, once: a request another
-// pass finished already keeps its outcome.
-func (w *Workflow) finish(ctx context.Context, r *Request, ip, state, kind, text string) (*Request, error) {
+// pass finished already keeps its outcome. The outcome is stored as English text and as the
+// phrase a console says in its operator's language.
+func (w *Workflow) finish(ctx context.Context, r *Request, ip, state, kind string, why errs.Phrase) (*Request, error) {
 	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Exec(`UPDATE replay_requests SET state = ?, outcome_kind = ?, outcome = ?, finished_at = now(), updated_at = now()
-			WHERE id = ? AND state = 'executing'`, state, kind, text, r.ID)
+		res := tx.Exec(`UPDATE replay_requests SET state = ?, outcome_kind = ?, outcome = ?, outcome_phrase = ?::jsonb,
+			finished_at = now(), updated_at = now() WHERE id = ? AND state = 'executing'`, state, kind, why.String(), errs.Stored(why), r.ID)
 		if res.Error != nil {
 			return fmt.Errorf("finish replay %d: %w", r.ID, res.Error)
 		}
@@ -359,33 +370,39 @@ func (w *Workflow) finish(ctx context.Context, r *Request, ip, state, kind, text
 	return w.requestWhere(ctx, "id = ?", r.ID)
 }
 
-// describeOutcome says what Drive did, in the words of the preview.
-func (w *Workflow) describeOutcome(ctx context.Context, keyID int64, out *claim.Outcome, err error, held bool) (kind, text string) {
+// describeOutcome says what Drive did, in the words of the preview. A key state inside it is a
+// phrase of its own (the state's word), which a console looks up like the states it lists.
+func (w *Workflow) describeOutcome(ctx context.Context, keyID int64, out *claim.Outcome, err error, held bool) (kind string, why errs.Phrase) {
 	if err != nil {
 		if errors.Is(err, claim.ErrLeaseLost) {
-			return "error", "another party took the key over while the replay ran; it stopped without writing"
+			return "error", errs.Phrasef("another party took the key over while the replay ran; it stopped without writing")
 		}
-		return "error", "the replay stopped with an error; it was logged"
+		return "error", errs.Phrasef("the replay stopped with an error; it was logged")
 	}
+	state := errs.Verbatim(string(out.State))
 	switch out.Kind {
 	case claim.Recovered:
 		if out.State == claim.StateCompleted {
-			return "recorded", fmt.Sprintf("recorded: the channel already had it (%s); nothing was sent", out.ResourceID)
+			return "recorded", errs.Phrasef("recorded: the channel already had it (%s); nothing was sent", out.ResourceID)
 		}
 	case claim.Completed:
-		return "sent", fmt.Sprintf("sent: downstream created %s and the key is completed", out.ResourceID)
+		return "sent", errs.Phrasef("sent: downstream created %s and the key is completed", out.ResourceID)
 	case claim.Failed:
 		if out.Failure != nil {
-			return "failed", fmt.Sprintf("failed (%s: %s); the key is now %s", out.Failure.Code, truncate(out.Failure.Detail, 200), out.State)
+			return "failed", errs.Phrasef("failed (%s: %s); the key is now %s", out.Failure.Code, truncate(out.Failure.Detail, 200), state)
 		}
-		return "failed", "failed; the key is now " + string(out.State)
+		return "failed", errs.Phrasef("failed; the key is now %s", state)
 	case claim.InProgress:
 		k, gerr := w.claims.Get(ctx, keyID)
 		if gerr == nil && k.NotFoundAt != nil && !held { // a held replay waited the quarantine out already
-			return "not_found_once", fmt.Sprintf("not found once — will re-check after the quarantine (at %s); the key is parked until then. Replay it again after that time to send it.",
-				k.LeaseExpiresAt.UTC().Format("15:04:05 UTC"))
+			var at any = "—"
+			if k.LeaseExpiresAt != nil {
+				at = *k.LeaseExpiresAt
+			}
+			return "not_found_once", errs.Phrasef("not found once — will re-check after the quarantine (at %s); the key is parked until then. Replay it again after that time to send it.",
+				at)
 		}
-		return "lookup_error", fmt.Sprintf("downstream could not answer — the key is parked and retried after %s", out.RetryAfter.Round(time.Second))
+		return "lookup_error", errs.Phrasef("downstream could not answer — the key is parked and retried after %s", out.RetryAfter.Round(time.Second))
 	}
-	return string(out.Kind), fmt.Sprintf("%s; the key is now %s", out.Kind, out.State)
+	return string(out.Kind), errs.Phrasef("%s; the key is now %s", errs.Verbatim(string(out.Kind)), state)
 }

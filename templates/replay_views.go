@@ -77,7 +77,7 @@ type BulkItemRow struct {
 	KeyState    string
 	KeyVersion  int64
 	Predicted   string
-	Result      string
+	Result      string // the result's label (resultLabels), said in the page's language
 	Detail      string
 	RequestHref string
 	// Name is the key as people know it (tenant · operation · key).
