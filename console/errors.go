@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
@@ -91,8 +90,8 @@ func storedText(ctx context.Context, p errs.NullPhrase, text *string) string {
 // The JSON API, the probes and the CLI keep publicMessage, English.
 func pageMessage(ctx context.Context, err error) string {
 	msg := publicMessage(err)
-	if p := (errs.Phrased)(nil); errors.As(err, &p) && p.Error() == msg {
-		return templates.Say(ctx, p.Phrasing())
+	if p := errs.PhraseOf(err, msg); p.Valid {
+		return templates.Say(ctx, p.Phrase)
 	}
 	return templates.SayText(ctx, msg)
 }
