@@ -192,7 +192,8 @@ func keepResponseSQL(a *sqlArgs, r ExpiryRules) string { return keepSQL(a, r.Pol
 
 // ResponseDrop is what DropExpiredResponses did to one day of stored answers.
 type ResponseDrop struct {
-	// Dropped: the day's partition is gone. False: the day is not due yet (more of its answers
+	// Dropped: the day's partition is detached from key_responses (its table goes after commit,
+	// DropDetachedResponses). False: the day is not due yet (more of its answers
 	// are kept than a drop may move, or one belongs to a key in flight); nothing changed.
 	Dropped bool
 	// Counts and N are the keys whose answer went, per operation and state; Moved, the answers
@@ -383,10 +384,47 @@ func lockAndDrop(ctx context.Context, db *gorm.DB, day time.Time, part, actor st
 	if _, err := conn(db).ExecContext(ctx, `INSERT INTO key_response_drops (day, actor) VALUES ($1, $2)`, day, actor); err != nil {
 		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
 	}
-	if _, err := conn(db).ExecContext(ctx, `DROP TABLE `+part); err != nil {
+	// Detached, not dropped: dropping unlinks the partition's files at commit, tens of
+	// milliseconds for a day of answers, all of it under the parent's exclusive lock that every
+	// completion waits on. A detach is a catalog change; the table goes afterwards, outside the
+	// lock (DropDetachedResponses).
+	if _, err := conn(db).ExecContext(ctx, `ALTER TABLE key_responses DETACH PARTITION `+part); err != nil {
 		return fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
 	}
 	return nil
+}
+
+// DropDetachedResponses drops the day tables of key_responses that a committed drop detached
+// (DropExpiredResponses) — or that a drop left behind when its process died between the commit
+// and this call — up to 64 a call, and says how many went. Nothing reads a detached day: its
+// keys forgot it in the transaction that detached it. Call it outside that transaction, after
+// its commit.
+func DropDetachedResponses(ctx context.Context, db *gorm.DB) (int, error) {
+	rows, err := conn(db).QueryContext(ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+		  AND c.relname ~ '^key_responses_[0-9]{8}$' ORDER BY c.relname LIMIT 64`)
+	if err != nil {
+		return 0, fmt.Errorf("find detached response days: %w", err)
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find detached response days: %w", err)
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("find detached response days: %w", err)
+	}
+	for i, n := range names {
+		if _, err := conn(db).ExecContext(ctx, `DROP TABLE IF EXISTS `+n); err != nil {
+			return i, fmt.Errorf("drop detached response day %s: %w", n, err)
+		}
+	}
+	return len(names), nil
 }
 
 // errResponseDayChanged: a key of the day became kept between the count and the drop; the

@@ -13,7 +13,11 @@
 // 00060). The tombstone phase works a day at a time: a day older than yesterday whose responses
 // are all due (decided through the (response_day, response_expires_at) index and the small sets
 // of held, in-flight and disputed keys) is dropped with its partition, after the few kept ones
-// move to today's; a day that cannot go yet loses its due responses row by row
+// move to today's. The partition is detached under the parent's exclusive lock (a catalog change,
+// milliseconds) and its table dropped after commit (claim.DropDetachedResponses): unlinking a
+// day's files takes tens of milliseconds that completions would otherwise wait out on the lock. A
+// table left detached by a purge that died before dropping it goes with the next purge. A day
+// that cannot go yet loses its due responses row by row
 // (claim.TombstoneDayResponses). The index walk on response_expires_at described below is gone
 // with the per-key tombstone.
 //

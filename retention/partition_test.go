@@ -91,3 +91,23 @@ func TestPurge_DueAnswersOfTodayGoRowByRow(t *testing.T) {
 		t.Errorf("%d response_expired events, want 1", n)
 	}
 }
+
+// A drop detaches the day under the parent's lock and drops its table after commit; a table a
+// purge detached and then never dropped (its process died in between) goes with the next purge,
+// and nothing else does: not an attached day (one made ahead), not a table of another name.
+func TestPurge_DropsDayTablesLeftDetached(t *testing.T) {
+	b := setup(t)
+	pgtest.Exec(t, b.db, `CREATE TABLE key_responses_20200101 PARTITION OF key_responses FOR VALUES FROM ('2020-01-01') TO ('2020-01-02')`)
+	pgtest.Exec(t, b.db, `ALTER TABLE key_responses DETACH PARTITION key_responses_20200101`)
+	// A day made far ahead, attached: not the purge's to touch.
+	pgtest.Exec(t, b.db, `CREATE TABLE key_responses_20990101 PARTITION OF key_responses FOR VALUES FROM ('2099-01-01') TO ('2099-01-02')`)
+	pgtest.Exec(t, b.db, `CREATE TABLE key_responses_archive (LIKE key_responses)`)
+
+	b.purge(retention.Options{})
+
+	for name, want := range map[string]int64{"key_responses_20200101": 0, "key_responses_20990101": 1, "key_responses_archive": 1} {
+		if n := b.count(`SELECT count(*) FROM pg_class WHERE relname = ?`, name); n != want {
+			t.Errorf("%s: %d tables, want %d", name, n, want)
+		}
+	}
+}

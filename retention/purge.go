@@ -440,6 +440,11 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 	if err := claim.EnsureResponsePartitions(ctx, j.db); err != nil {
 		return false, err
 	}
+	// Day tables detached by a drop that committed, then went no further (the process died):
+	// their answers are already gone from every key.
+	if _, err := claim.DropDetachedResponses(ctx, j.db); err != nil {
+		return false, err
+	}
 	days, err := claim.ResponseDays(ctx, j.db)
 	if err != nil {
 		return false, err
@@ -514,6 +519,11 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 			}
 		}, nil
 	})
+	// The days dropped above were detached under the parent's lock; their tables go now, with
+	// nobody waiting on them.
+	if _, derr := claim.DropDetachedResponses(context.WithoutCancel(ctx), j.db); derr != nil && err == nil {
+		err = derr
+	}
 	return done && complete, err
 }
 
