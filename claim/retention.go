@@ -396,35 +396,21 @@ func lockAndDrop(ctx context.Context, db *gorm.DB, day time.Time, part, actor st
 
 // DropDetachedResponses drops the day tables of key_responses that a committed drop detached
 // (DropExpiredResponses) — or that a drop left behind when its process died between the commit
-// and this call — up to 64 a call, and says how many went. Nothing reads a detached day: its
-// keys forgot it in the transaction that detached it. Call it outside that transaction, after
-// its commit.
-func DropDetachedResponses(ctx context.Context, db *gorm.DB) (int, error) {
-	rows, err := conn(db).QueryContext(ctx, `SELECT c.relname FROM pg_class c
-		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
-		  AND c.relname ~ '^key_responses_[0-9]{8}$' ORDER BY c.relname LIMIT 64`)
-	if err != nil {
-		return 0, fmt.Errorf("find detached response days: %w", err)
-	}
+// and this call — up to 64 a call. Nothing reads a detached day: its keys forgot it in the
+// transaction that detached it. Call it outside that transaction, after its commit.
+func DropDetachedResponses(ctx context.Context, db *gorm.DB) error {
 	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("find detached response days: %w", err)
-		}
-		names = append(names, n)
+	if err := db.WithContext(ctx).Raw(`SELECT c.relname FROM pg_class c
+		WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+		  AND c.relname ~ '^key_responses_[0-9]{8}$' ORDER BY c.relname LIMIT 64`).Scan(&names).Error; err != nil {
+		return fmt.Errorf("find detached response days: %w", err)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("find detached response days: %w", err)
-	}
-	for i, n := range names {
+	for _, n := range names {
 		if _, err := conn(db).ExecContext(ctx, `DROP TABLE IF EXISTS `+n); err != nil {
-			return i, fmt.Errorf("drop detached response day %s: %w", n, err)
+			return fmt.Errorf("drop detached response day %s: %w", n, err)
 		}
 	}
-	return len(names), nil
+	return nil
 }
 
 // errResponseDayChanged: a key of the day became kept between the count and the drop; the

@@ -436,13 +436,16 @@ func (j *PurgeJob) purge(ctx context.Context, rep *Report, st *runState, p daemo
 // due answers row by row (claim.TombstoneDayResponses). A day whose keys changed during the drop
 // is left for the next run. A purge limited to one operation never drops a day (a day holds every
 // operation's answers).
-func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState, p daemon.Progress) (bool, error) {
+func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState, p daemon.Progress) (ok bool, err error) {
+	// The days dropped below are detached under the parent's lock; their tables go at the end,
+	// with nobody waiting on them — and with them any a purge detached and then died before
+	// dropping (their answers are already gone from every key).
+	defer func() {
+		if derr := claim.DropDetachedResponses(context.WithoutCancel(ctx), j.db); derr != nil && err == nil {
+			ok, err = false, derr
+		}
+	}()
 	if err := claim.EnsureResponsePartitions(ctx, j.db); err != nil {
-		return false, err
-	}
-	// Day tables detached by a drop that committed, then went no further (the process died):
-	// their answers are already gone from every key.
-	if _, err := claim.DropDetachedResponses(ctx, j.db); err != nil {
 		return false, err
 	}
 	days, err := claim.ResponseDays(ctx, j.db)
@@ -519,11 +522,6 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 			}
 		}, nil
 	})
-	// The days dropped above were detached under the parent's lock; their tables go now, with
-	// nobody waiting on them.
-	if _, derr := claim.DropDetachedResponses(context.WithoutCancel(ctx), j.db); derr != nil && err == nil {
-		err = derr
-	}
 	return done && complete, err
 }
 
