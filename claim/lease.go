@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -228,47 +229,105 @@ func holderEndStates(kind string, args []any) []State {
 }
 
 func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, ans *storedAnswer, kind, detail string) error {
-	all := append([]any{}, args...)
-	p := func(v any) string { all = append(all, v); return `$` + strconv.Itoa(len(all)) }
-	set := setSQL + `, version = version + 1, updated_at = now()`
+	shape := holderShape{set: setSQL, nargs: len(args), completed: kind == "completed"}
+	all := make([]any, 0, len(args)+8)
+	all = append(all, args...)
+	if shape.completed {
+		all = append(all, l.Actor, detail)
+	}
+	all = append(all, l.KeyID, l.Token)
 	switch {
 	case ans == nil:
 	case ans.clear:
-		set += `, response_day = NULL`
+		shape.answer = answerClear
 	default:
+		shape.answer = answerInsert
+		if !l.firstAttempt() {
+			shape.answer = answerUpsert
+		}
+		all = append(all, ans.status, ans.headers, ans.body)
+	}
+	if !shape.completed {
+		all = append(all, kind, l.Actor, detail)
+	}
+	// Exec, not QueryRow: the final SELECT's row count ("SELECT 1") says whether the
+	// compare-and-set matched, and database/sql starts a goroutine per Rows under a cancellable
+	// context, which every completion would pay for nothing.
+	res, err := conn(tx).ExecContext(ctx, shape.sql(), all...)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+	}
+	return nil
+}
+
+// answerMode is what a holder write does with the key's stored answer.
+type answerMode int8
+
+const (
+	answerNone   answerMode = iota
+	answerClear             // drop the key's reference to its earlier answer
+	answerInsert            // store the first answer of a key its own claim inserted
+	answerUpsert            // store an answer, overwriting one stored earlier the same day
+)
+
+// holderShape is everything a holder write's statement text depends on; its parameters follow
+// in the order holderWriteOnce appends them.
+type holderShape struct {
+	set       string
+	nargs     int
+	answer    answerMode
+	completed bool
+}
+
+// holderSQLs caches each shape's statement text: the set is finite (the call sites' constant
+// SET clauses times the answer modes), and rebuilding it cost every completion a few kilobytes
+// of string copies.
+var holderSQLs sync.Map // holderShape → string
+
+func (h holderShape) sql() string {
+	if q, ok := holderSQLs.Load(h); ok {
+		return q.(string)
+	}
+	n := h.nargs
+	p := func() string { n++; return `$` + strconv.Itoa(n) }
+	set := h.set + `, version = version + 1, updated_at = now()`
+	switch h.answer {
+	case answerClear:
+		set += `, response_day = NULL`
+	case answerInsert, answerUpsert:
 		set += `, response_day = (now() AT TIME ZONE 'UTC')::date`
 	}
-	if kind == "completed" {
+	if h.completed {
 		// The happy path's completion is recorded on the row itself (completed_*, read back
 		// through key_history; migration 00059), at the id its key_events row would have had.
-		set += `, completed_event_id = nextval('key_events_id_seq'), completed_by = ` + p(l.Actor) + `, completed_detail = ` + p(detail)
+		set += `, completed_event_id = nextval('key_events_id_seq'), completed_by = ` + p() + `, completed_detail = ` + p()
 	}
 	q := `WITH u AS (UPDATE idempotency_keys SET ` + set + `
-    WHERE id = ` + p(l.KeyID) + ` AND lease_token = ` + p(l.Token) + ` RETURNING id, response_day)`
-	if ans != nil && !ans.clear {
+    WHERE id = ` + p() + ` AND lease_token = ` + p() + ` RETURNING id, response_day)`
+	if h.answer == answerInsert || h.answer == answerUpsert {
 		// The answer goes to its day's partition of key_responses in the same statement; a key
 		// that stored one earlier the same day (a held failure, then a completion) overwrites it.
 		q += `, ans AS (INSERT INTO key_responses (key_id, day, status, headers, body)
-    SELECT id, response_day, ` + p(ans.status) + `::integer, ` + p(ans.headers) + `::jsonb, ` + p(ans.body) + `::bytea FROM u`
-		if !l.firstAttempt() {
+    SELECT id, response_day, ` + p() + `::integer, ` + p() + `::jsonb, ` + p() + `::bytea FROM u`
+		if h.answer == answerUpsert {
 			q += `
     ON CONFLICT (key_id, day) DO UPDATE SET status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body`
 		}
 		q += `)`
 	}
-	if kind != "completed" {
-		q += `, ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p(kind) + `, ` + p(l.Actor) + `, ` + p(detail) + ` FROM u)`
+	if !h.completed {
+		q += `, ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p() + `, ` + p() + `, ` + p() + ` FROM u)`
 	}
 	q += ` SELECT id FROM u`
-	var id int64
-	err := conn(tx).QueryRowContext(ctx, q, all...).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
-	}
-	return nil
+	holderSQLs.Store(h, q)
+	return q
 }
 
 // Renew extends the lease by the TTL. ErrLeaseLost means someone else holds the key now: stop.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -118,6 +119,8 @@ type Store struct {
 	cfg Config
 	// partitionsDay is the day (Unix days) the store last ensured the response partitions.
 	partitionsDay atomic.Int64
+	// claimDetail is the detail of every claim's claimed event (first attempt, this owner).
+	claimDetail string
 }
 
 // NewStore validates cfg and returns a Store on db.
@@ -126,7 +129,7 @@ func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: cfg}, nil
+	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner)}, nil
 }
 
 // conn is the connection (pool or transaction) a gorm handle holds: the hot paths run their SQL
@@ -271,13 +274,51 @@ func newToken() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
+// detailJSON is an event's detail: a JSON object of the key/value pairs in kv. It runs on every
+// claim and completion, so the common values (integers, booleans, plain ASCII strings) are
+// appended by hand; anything else goes through encoding/json. Key order is kept (jsonb
+// normalizes it when stored).
 func detailJSON(kv ...any) string {
-	m := make(map[string]any, len(kv)/2)
+	b := make([]byte, 0, 64)
+	b = append(b, '{')
 	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i].(string)] = kv[i+1]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, kv[i].(string))
+		b = append(b, ':')
+		switch v := kv[i+1].(type) {
+		case int:
+			b = strconv.AppendInt(b, int64(v), 10)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		case bool:
+			b = strconv.AppendBool(b, v)
+		case string:
+			b = appendJSONString(b, v)
+		default:
+			j, err := json.Marshal(v)
+			if err != nil {
+				j = []byte("null")
+			}
+			b = append(b, j...)
+		}
 	}
-	b, _ := json.Marshal(m)
-	return string(b)
+	return string(append(b, '}'))
+}
+
+// appendJSONString appends s as a JSON string: as is when it is printable ASCII with nothing to
+// escape, else through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			j, _ := json.Marshal(s)
+			return append(b, j...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // claimSQL is the claim: one atomic insert guarded by the unique constraint on (tenant,
@@ -315,7 +356,7 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			p.Tenant, p.Operation, p.Key, p.digest, p.intent.Fingerprint, p.intent.Version,
 			string(p.intent.Canonical), s.cfg.Owner, token, s.cfg.LeaseTTL.Milliseconds(), p.dkey,
 			p.intent.Amount, p.intent.Currency,
-			p.Actor, detailJSON("attempt", 1, "owner", s.cfg.Owner),
+			p.Actor, s.claimDetail,
 		).Scan(&id)
 		if ConnLost(err) {
 			// The insert may have committed before the connection went: re-read the key and

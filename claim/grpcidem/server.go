@@ -297,8 +297,7 @@ func Refuse(ctx context.Context, r *Refusal) error {
 
 // keyFromMetadata reads the one idempotency-key value ("" when none was sent).
 func keyFromMetadata(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(MetadataKey)
+	vals := metadata.ValueFromIncomingContext(ctx, MetadataKey) // the one key, not a copy of all metadata
 	switch len(vals) {
 	case 0:
 		return "", nil
