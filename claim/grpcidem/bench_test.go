@@ -33,6 +33,9 @@ var benchSecret = []byte("0123456789abcdef-secret")
 // For scale it also reports a bare handler that inserts one row and keeps no key (no target).
 func BenchmarkGRPCChargePath(b *testing.B) {
 	calls := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS", 2000)
+	// At 16 clients: 20 rounds per side, each long enough (~150 ms) that a scheduler hiccup is a
+	// small part of it (with 2,000 calls a round took 40 ms).
+	callsC16 := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS_C16", 8000)
 	url := pgtest.URL(b)
 	db, err := pglocal.Open(url)
 	if err != nil {
@@ -139,11 +142,10 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 		}
 		// Interleave in short rounds so that load from elsewhere on a shared machine falls on all
 		// alike.
-		rounds := 20
+		rounds, per := 20, callsC16/20
 		if conc == 1 {
-			rounds = calls / 10
+			rounds, per = calls/10, 10
 		}
-		per := calls / rounds
 		var o, r, z benchload.Result
 		for round := 0; round < rounds; round++ {
 			order := []struct {
