@@ -65,7 +65,7 @@ func durableURL(b *testing.B) string {
 // claimCompleteBench measures ops claims at one client and opsC16 at 16. At 16 clients each side
 // runs in 20 interleaved rounds, and a round must last long enough (a few hundred milliseconds)
 // that a scheduler hiccup is a small part of it: with 4,000 claims a round took 50 ms and the ratio
-// swung 0.80-0.87 within the hour; with 20,000, 0.80-0.82.
+// swung 0.80-0.87 within the hour; with 20,000 it read 0.79-0.84 over four runs the same day.
 func claimCompleteBench(b *testing.B, url string, ops, opsC16 int) {
 	db, err := pglocal.Open(url)
 	if err != nil {
