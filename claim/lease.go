@@ -182,7 +182,10 @@ type storedAnswer struct {
 	body    []byte
 }
 
-// holderWriteAnswer is holderWrite that also stores (or clears) the key's answer.
+// holderWriteAnswer is holderWrite that also stores (or clears) the key's answer. It and
+// holderWriteOnce keep their frames small, cold paths in functions of their own: they sit under
+// the deepest point of a completion (its statement's encoding in pgx), and a request's goroutine
+// whose stack overflows there copies every frame below it.
 func (s *Store) holderWriteAnswer(ctx context.Context, tx *gorm.DB, l *Lease, what, setSQL string, args []any, ans *storedAnswer, kind, detail string) error {
 	if ans != nil && !ans.clear {
 		s.ensureResponseDays(ctx)
@@ -198,16 +201,28 @@ func (s *Store) holderWriteAnswer(ctx context.Context, tx *gorm.DB, l *Lease, wh
 		if !ConnLost(err) || round == 2 {
 			return err
 		}
-		applied, held, rerr := s.holderOutcome(ctx, l, holderEndStates(kind, args)...)
-		switch {
-		case rerr != nil:
-			return fmt.Errorf("%s %s: outcome unknown after a lost connection (%v): %w", what, l.Digest, err, rerr)
-		case applied:
-			return nil
-		case !held:
-			return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+		if again, err := s.holderAfterLost(ctx, l, what, kind, args, err); !again {
+			return err
 		}
 	}
+}
+
+// holderAfterLost re-reads a key whose holder write lost its connection: done (nil) when the
+// write took effect, an error when the outcome is unknown or the lease was lost, again when the
+// token is still ours (the write did not commit).
+//
+//go:noinline
+func (s *Store) holderAfterLost(ctx context.Context, l *Lease, what, kind string, args []any, lost error) (again bool, err error) {
+	applied, held, rerr := s.holderOutcome(ctx, l, holderEndStates(kind, args)...)
+	switch {
+	case rerr != nil:
+		return false, fmt.Errorf("%s %s: outcome unknown after a lost connection (%v): %w", what, l.Digest, lost, rerr)
+	case applied:
+		return false, nil
+	case !held:
+		return false, fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+	}
+	return true, nil
 }
 
 // holderEndStates is the state a holder write leaves the key in when it clears the token, by its
@@ -255,16 +270,21 @@ func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what
 	// context, which every completion would pay for nothing.
 	res, err := conn(tx).ExecContext(ctx, shape.sql(), all...)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
+		return holderError(what, l, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, err)
+		return holderError(what, l, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%s %s: %w", what, l.Digest, ErrLeaseLost)
+		return holderError(what, l, ErrLeaseLost)
 	}
 	return nil
+}
+
+//go:noinline
+func holderError(what string, l *Lease, err error) error {
+	return fmt.Errorf("%s %s: %w", what, l.Digest, err)
 }
 
 // answerMode is what a holder write does with the key's stored answer.
@@ -350,24 +370,39 @@ func (s *Store) Complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snaps
 }
 
 func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snapshot, kind, detail string) error {
-	if snap == nil {
-		return fmt.Errorf("complete %s: nil snapshot", l.Digest)
-	}
-	if len(snap.Body) > s.cfg.MaxSnapshotBytes {
-		return fmt.Errorf("complete %s: body of %d bytes: %w", l.Digest, len(snap.Body), ErrSnapshotTooLarge)
+	if err := s.checkSnapshot("complete", l, snap); err != nil {
+		return err
 	}
 	snap = snap.filtered()
 	if detail == "" {
-		detail = detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", l.Attempt)
+		detail = completedDetail(snap, l.Attempt)
 	}
 	return s.holderWriteAnswer(ctx, tx, l, "complete",
 		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
 		 resource_id = NULLIF($1, ''),
 		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
 		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $2 * interval '1 second', expires_at = now() + $3 * interval '1 second'`,
-		[]any{snap.ResourceID, int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds())},
+		[]any{snap.ResourceID, s.keepResponseSecs, s.keepKeySecs},
 		&storedAnswer{status: snap.Status, headers: string(snap.headersJSON()), body: snap.Body},
 		kind, detail)
+}
+
+// checkSnapshot refuses a missing or oversized answer.
+//
+//go:noinline
+func (s *Store) checkSnapshot(what string, l *Lease, snap *Snapshot) error {
+	if snap == nil {
+		return fmt.Errorf("%s %s: nil snapshot", what, l.Digest)
+	}
+	if len(snap.Body) > s.cfg.MaxSnapshotBytes {
+		return fmt.Errorf("%s %s: body of %d bytes: %w", what, l.Digest, len(snap.Body), ErrSnapshotTooLarge)
+	}
+	return nil
+}
+
+//go:noinline
+func completedDetail(snap *Snapshot, attempt int) string {
+	return detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", attempt)
 }
 
 // Fail records a failed attempt in tx (nil: the store's handle). Final failures (with their
@@ -398,7 +433,7 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 		 response_expires_at = now() + $6 * interval '1 second', expires_at = now() + $7 * interval '1 second',
 		 held = $8, needs_attention = needs_attention OR $8, retry_cleared = false`,
 		[]any{string(state), f.Code, f.Detail, snap.ResourceID, string(state),
-			int64(s.cfg.KeepResponse.Seconds()), int64(s.cfg.KeepKey.Seconds()), hold}, ans,
+			s.keepResponseSecs, s.keepKeySecs, hold}, ans,
 		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt, "held", hold))
 }
 

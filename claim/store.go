@@ -121,6 +121,9 @@ type Store struct {
 	partitionsDay atomic.Int64
 	// claimDetail is the detail of every claim's claimed event (first attempt, this owner).
 	claimDetail string
+	// keepResponseSecs and keepKeySecs are the keep periods in seconds, as statement arguments
+	// (boxed once: every completion and failure passes them).
+	keepResponseSecs, keepKeySecs any
 }
 
 // NewStore validates cfg and returns a Store on db.
@@ -129,7 +132,8 @@ func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner)}, nil
+	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner),
+		keepResponseSecs: int64(cfg.KeepResponse.Seconds()), keepKeySecs: int64(cfg.KeepKey.Seconds())}, nil
 }
 
 // conn is the connection (pool or transaction) a gorm handle holds: the hot paths run their SQL

@@ -111,12 +111,30 @@ type world struct {
 }
 
 // newWorld serves the test service on loopback behind a recorder (which can fail the first
-// calls with Unavailable, before anything is claimed) and the idempotency interceptor.
-func newWorld(t *testing.T) *world {
+// calls with Unavailable, before anything is claimed) and the idempotency interceptor; tweaks
+// change the store's configuration or the method's contract.
+func newWorld(t *testing.T, tweaks ...func(*claim.Config, *grpcidem.Method)) *world {
 	t.Parallel()
 	db := pgtest.New(t)
 	pgtest.Exec(t, db, `CREATE TABLE grpc_test_payments (id text PRIMARY KEY)`)
-	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
+	cfg := claim.Config{DigestSecret: []byte("0123456789abcdef-secret")}
+	method := grpcidem.Method{
+		Operation:     "payment.charge",
+		Intent:        claim.IntentSpec{Ignore: []string{"description"}, AmountField: "amount_minor", CurrencyField: "currency"},
+		Transactional: true,
+		Response:      func() any { return new(chargeReply) },
+		ResourceID:    func(r any) string { return r.(*chargeReply).PaymentID },
+		Validate: []grpcidem.Validator{func(b []byte) error {
+			if strings.Contains(string(b), `"amount_minor":0`) || strings.Contains(string(b), `"amount_minor":-`) {
+				return grpcidem.NewRefusal("amount_minor", "must be a positive integer")
+			}
+			return nil
+		}},
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg, &method)
+	}
+	store, err := claim.NewStore(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,19 +151,7 @@ func newWorld(t *testing.T) *world {
 			}
 			return "", errors.New("unknown token")
 		},
-		Methods: map[string]grpcidem.Method{chargeMethod: {
-			Operation:     "payment.charge",
-			Intent:        claim.IntentSpec{Ignore: []string{"description"}, AmountField: "amount_minor", CurrencyField: "currency"},
-			Transactional: true,
-			Response:      func() any { return new(chargeReply) },
-			ResourceID:    func(r any) string { return r.(*chargeReply).PaymentID },
-			Validate: []grpcidem.Validator{func(b []byte) error {
-				if strings.Contains(string(b), `"amount_minor":0`) || strings.Contains(string(b), `"amount_minor":-`) {
-					return grpcidem.NewRefusal("amount_minor", "must be a positive integer")
-				}
-				return nil
-			}},
-		}}})
+		Methods: map[string]grpcidem.Method{chargeMethod: method}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,5 +502,39 @@ func waitCalls(t *testing.T, n *atomic.Int64, want int64) {
 	}
 	if n.Load() < want {
 		t.Fatalf("handler reached %d times, want %d", n.Load(), want)
+	}
+}
+
+func TestServer_KeyOptionalMethodRunsWithoutKey(t *testing.T) {
+	w := newWorld(t, func(_ *claim.Config, m *grpcidem.Method) { m.KeyOptional = true })
+	for i := 1; i <= 2; i++ {
+		r := w.call(w.conn, "tok-a", nil, pay)
+		if r.err != nil || r.reply.PaymentID != fmt.Sprintf("pay_%d", i) || r.replayed() {
+			t.Fatalf("call %d without a key: %+v %v", i, r.reply, r.err)
+		}
+	}
+	var n int
+	w.db.Raw(`SELECT count(*) FROM idempotency_keys`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("calls without a key stored %d keys", n)
+	}
+	// A key still makes the call idempotent.
+	if r := w.call(w.conn, "tok-a", []string{"k-opt"}, pay); r.err != nil || r.reply.PaymentID != "pay_3" {
+		t.Fatalf("with a key: %+v %v", r.reply, r.err)
+	}
+	if r := w.call(w.conn, "tok-a", []string{"k-opt"}, pay); r.err != nil || r.reply.PaymentID != "pay_3" || !r.replayed() {
+		t.Fatalf("retry with the key: %+v %v", r.reply, r.err)
+	}
+}
+
+func TestServer_UnstorableAnswerLeavesKeyRetryable(t *testing.T) {
+	w := newWorld(t, func(c *claim.Config, _ *grpcidem.Method) { c.MaxSnapshotBytes = 8 })
+	if r := w.call(w.conn, "tok-a", []string{"k-big"}, pay); r.err != nil || r.reply.PaymentID != "pay_1" {
+		t.Fatalf("first: %+v %v", r.reply, r.err)
+	}
+	var row struct{ State, ErrorCode string }
+	w.db.Raw(`SELECT state, error_code FROM idempotency_keys WHERE key = 'k-big'`).Scan(&row)
+	if row.State != "failed_retryable" || row.ErrorCode != "snapshot_too_large" {
+		t.Fatalf("key after an answer over the snapshot limit: %+v", row)
 	}
 }

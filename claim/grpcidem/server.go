@@ -81,7 +81,7 @@ type Config struct {
 
 type server struct {
 	cfg     Config
-	methods map[string]Method
+	methods map[string]*Method
 }
 
 // NewServerInterceptor validates cfg and returns the unary server interceptor.
@@ -95,7 +95,7 @@ func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{cfg: cfg, methods: map[string]Method{}}
+	s := &server{cfg: cfg, methods: map[string]*Method{}}
 	for name, m := range cfg.Methods {
 		if m.Run != nil {
 			m.Operation, m.Intent = m.Run.Name(), m.Run.Intent()
@@ -108,7 +108,7 @@ func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
 		case m.Response == nil:
 			return nil, fmt.Errorf("grpcidem: method %s: Response is required to replay answers", name)
 		}
-		s.methods[name] = m
+		s.methods[name] = &m
 	}
 	return s.intercept, nil
 }
@@ -118,49 +118,68 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !ok {
 		return handler(ctx, req)
 	}
+	// Claiming (and answering by the key) runs in its own frame, popped before the handler and
+	// the completion run. A unary call gets a fresh goroutine whose stack starts small; the
+	// completion's statement is the deepest point of the call (gRPC, this interceptor, the claim
+	// logic, database/sql, pgx), and when that point overflows the stack every frame below it is
+	// copied to a bigger one — with the claim's frames still held, it did so on every call.
+	out, resp, err := s.begin(ctx, m, req, info.FullMethod)
+	if out == nil {
+		return resp, err
+	}
+	return s.runHandler(ctx, m, out, req, handler)
+}
+
+// begin authenticates, validates and claims the call's key. It returns the outcome when a
+// generic handler is to run under the acquired lease, else (nil, the call's answer).
+//
+//go:noinline
+func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod string) (*claim.Outcome, any, error) {
 	tenant, err := s.cfg.Tenant(ctx)
 	if err != nil || tenant == "" {
-		return nil, statusError(codes.Unauthenticated, ReasonUnauthenticated, "a valid credential is required", nil)
+		return nil, nil, statusError(codes.Unauthenticated, ReasonUnauthenticated, "a valid credential is required", nil)
 	}
 	key, err := keyFromMetadata(ctx)
 	if err != nil {
-		return nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
+		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
 	}
 	if key == "" && len(m.Intent.NaturalKey) == 0 {
 		if m.KeyOptional {
-			return handler(ctx, req)
+			return &claim.Outcome{}, nil, nil // no key: the handler runs without idempotency
 		}
-		return nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
+		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
 			"this method requires idempotency-key metadata: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
 	}
 	if h, ok := req.(DecodeErrorHolder); ok && h.DecodeError() != nil {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
+		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
 	}
 	intent, err := marshalMessage(req)
 	if err != nil {
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
+		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
 	}
 	if hasNUL(intent) { // PostgreSQL's jsonb cannot hold U+0000: refuse it here, not as Internal later
-		return nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
+		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
 	}
 	if err := validate(intent, m.Validate); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	creq := claim.Request{Tenant: tenant, Operation: m.Operation, Key: key, Intent: intent, Spec: m.Intent,
 		Actor: "service:" + s.cfg.Service}
 	out, err := s.cfg.Store.Claim(ctx, creq)
 	if err != nil {
-		return nil, s.errorStatus(info.FullMethod, err)
+		return nil, nil, s.errorStatus(fullMethod, err)
 	}
 	if out.Kind != claim.Acquired {
-		return s.answer(ctx, m, out)
+		resp, err := s.answer(ctx, m, out)
+		return nil, resp, err
 	}
 	if m.Run != nil {
 		out, err = s.cfg.Store.Drive(ctx, m.Run, out.Lease, claim.DriveOptions{Execute: true})
 		if err != nil {
-			return nil, s.errorStatus(info.FullMethod, err)
+			return nil, nil, s.errorStatus(fullMethod, err)
 		}
-		return s.answer(ctx, m, out)
+		resp, err := s.answer(ctx, m, out)
+		return nil, resp, err
 	}
 	if out.Lease.MustCheckDownstream() && !m.Transactional {
 		// A generic handler has no downstream lookup: an earlier attempt may have acted, so only
@@ -168,59 +187,91 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		if err := s.cfg.Store.Release(ctx, out.Lease, "generic handler cannot check downstream"); err != nil {
 			s.cfg.Logger.Error("releasing an unresolved key failed", "digest", out.Digest, "err", err)
 		}
-		return nil, statusError(codes.FailedPrecondition, ReasonNeedsRecovery,
+		return nil, nil, statusError(codes.FailedPrecondition, ReasonNeedsRecovery,
 			"an earlier attempt with this key did not finish; it needs recovery before a retry can run", nil)
 	}
-	return s.runHandler(ctx, m, out, req, handler)
+	return out, nil, nil
 }
 
 // runHandler calls a generic handler holding the lease and records what it answered, unless the
-// handler completed or released the key itself.
-func (s *server) runHandler(ctx context.Context, m Method, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
+// handler completed or released the key itself. Its frame, and record's, are small: they sit
+// under the completion's statement (see intercept).
+func (s *server) runHandler(ctx context.Context, m *Method, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
+	if out.Lease == nil { // KeyOptional without a key
+		return handler(ctx, req)
+	}
 	st := &callState{lease: out.Lease, store: s.cfg.Store, method: m, logger: s.cfg.Logger}
-	resp, herr := func() (resp any, err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				// The panic value may hold request data: logs carry its type only.
-				s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", out.Digest, "panic_type", fmt.Sprintf("%T", r))
-				err = statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)
-			}
-		}()
-		return handler(context.WithValue(ctx, stateKey{}, st), req)
-	}()
-	if st.done {
+	resp, herr := s.callHandler(context.WithValue(ctx, stateKey{}, st), st, req, handler)
+	switch {
+	case st.done:
 		return resp, herr
+	case herr != nil:
+		s.recordError(context.WithoutCancel(ctx), st, herr)
+		return nil, herr
 	}
-	wctx := context.WithoutCancel(ctx) // the key's record must outlive a cancelled call
-	if herr == nil {
-		snap, err := st.snapshot(resp)
-		switch {
-		case err != nil:
-			s.cfg.Logger.Warn("response cannot be stored as JSON; key failed retryable", "digest", out.Digest)
-			err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_unencodable", "the response could not be stored"))
-		default:
-			err = s.cfg.Store.Complete(wctx, nil, out.Lease, snap)
-			if errors.Is(err, claim.ErrSnapshotTooLarge) {
-				s.cfg.Logger.Warn("response too large to snapshot; key failed retryable", "digest", out.Digest)
-				err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.RetryableFailure("snapshot_too_large", "response exceeded the snapshot limit"))
-			}
+	s.record(context.WithoutCancel(ctx), st, resp) // the key's record must outlive a cancelled call
+	return resp, nil
+}
+
+// callHandler runs the handler, turning a panic into Internal (the key is then released).
+//
+//go:noinline
+func (s *server) callHandler(ctx context.Context, st *callState, req any, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The panic value may hold request data: logs carry its type only.
+			s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", st.lease.Digest, "panic_type", fmt.Sprintf("%T", r))
+			resp, err = nil, statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)
 		}
-		if err != nil {
-			s.cfg.Logger.Error("recording the response failed", "digest", out.Digest, "err", err)
-		}
-		return resp, nil
+	}()
+	return handler(ctx, req)
+}
+
+// record completes the key with the handler's answer.
+func (s *server) record(ctx context.Context, st *callState, resp any) {
+	snap, err := st.snapshot(resp)
+	if err != nil {
+		s.unstorable(ctx, st, "snapshot_unencodable", "the response could not be stored", "response cannot be stored as JSON; key failed retryable")
+		return
 	}
+	if err := s.cfg.Store.Complete(ctx, nil, st.lease, snap); err != nil {
+		s.completeFailed(ctx, st, err)
+	}
+}
+
+//go:noinline
+func (s *server) completeFailed(ctx context.Context, st *callState, err error) {
+	if errors.Is(err, claim.ErrSnapshotTooLarge) {
+		s.unstorable(ctx, st, "snapshot_too_large", "response exceeded the snapshot limit", "response too large to snapshot; key failed retryable")
+		return
+	}
+	s.cfg.Logger.Error("recording the response failed", "digest", st.lease.Digest, "err", err)
+}
+
+// unstorable fails the key retryably when the handler's answer cannot be stored.
+//
+//go:noinline
+func (s *server) unstorable(ctx context.Context, st *callState, code, detail, logMsg string) {
+	s.cfg.Logger.Warn(logMsg, "digest", st.lease.Digest)
+	if err := s.cfg.Store.Fail(ctx, nil, st.lease, claim.RetryableFailure(code, detail)); err != nil {
+		s.cfg.Logger.Error("recording the response failed", "digest", st.lease.Digest, "err", err)
+	}
+}
+
+// recordError stores a business outcome (failed final, replayed) or releases the key.
+//
+//go:noinline
+func (s *server) recordError(ctx context.Context, st *callState, herr error) {
 	sts := status.Convert(herr)
 	var err error
 	if storedCode(sts.Code()) {
-		err = s.cfg.Store.Fail(wctx, nil, out.Lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
+		err = s.cfg.Store.Fail(ctx, nil, st.lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
 	} else {
-		err = s.cfg.Store.Release(wctx, out.Lease, "handler answered "+sts.Code().String())
+		err = s.cfg.Store.Release(ctx, st.lease, "handler answered "+sts.Code().String())
 	}
 	if err != nil {
-		s.cfg.Logger.Error("recording the handler's error failed", "digest", out.Digest, "err", err)
+		s.cfg.Logger.Error("recording the handler's error failed", "digest", st.lease.Digest, "err", err)
 	}
-	return nil, herr
 }
 
 // storedCode says which handler codes are business outcomes, failed finally and replayed (a
@@ -239,7 +290,7 @@ type stateKey struct{}
 type callState struct {
 	lease  *claim.Lease
 	store  *claim.Store
-	method Method
+	method *Method
 	logger *slog.Logger
 	done   bool
 }

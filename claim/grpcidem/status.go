@@ -126,7 +126,7 @@ func validate(intent []byte, vs []Validator) error {
 
 // answer turns a claim or run outcome into the call's answer: the one place where outcomes
 // become gRPC.
-func (s *server) answer(ctx context.Context, m Method, out *claim.Outcome) (any, error) {
+func (s *server) answer(ctx context.Context, m *Method, out *claim.Outcome) (any, error) {
 	switch out.Kind {
 	case claim.Completed, claim.Recovered:
 		return fromSnapshot(m, out.Snapshot)
@@ -204,7 +204,7 @@ func errorSnapshot(st *status.Status) *claim.Snapshot {
 // fromSnapshot answers a stored snapshot: below 400 the response message decoded from its body;
 // otherwise an error — the stored gRPC status, or, for a snapshot written for HTTP (an
 // Operation's declined charge), the code that HTTP status maps to.
-func fromSnapshot(m Method, snap *claim.Snapshot) (any, error) {
+func fromSnapshot(m *Method, snap *claim.Snapshot) (any, error) {
 	if snap.Status >= 400 {
 		var se storedError
 		if json.Unmarshal(snap.Body, &se) == nil && se.GRPCCode != nil {
