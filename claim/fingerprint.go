@@ -63,6 +63,39 @@ func Canonicalize(raw []byte, spec IntentSpec) (*Intent, error) {
 	if !utf8.Valid(raw) {
 		return nil, fieldErr(ErrInvalidIntent, "request", "is not valid UTF-8 (at byte %d)", invalidUTF8At(raw))
 	}
+	obj, ok := quickParse(raw)
+	if !ok {
+		var err error
+		if obj, err = decodeIntent(raw); err != nil {
+			return nil, err
+		}
+	}
+	if len(spec.Only) > 0 {
+		kept := map[string]any{}
+		for _, p := range spec.Only {
+			if val, ok := lookupPath(obj, p); ok {
+				setPath(kept, p, val)
+			}
+		}
+		obj = kept
+	}
+	for _, p := range spec.Ignore {
+		deletePath(obj, p)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	writeCanonical(&buf, obj)
+	sum := sha256.Sum256(buf.Bytes())
+	in := &Intent{Canonical: buf.Bytes(), Fingerprint: hex.EncodeToString(sum[:]), Version: FingerprintVersion, fields: obj}
+	if err := in.extract(spec); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// decodeIntent reads raw with encoding/json and normalizes it: the path for whatever quickParse
+// declines, and the one that names what is wrong with an invalid request.
+func decodeIntent(raw []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -80,27 +113,7 @@ func Canonicalize(raw []byte, spec IntentSpec) (*Intent, error) {
 	if err != nil {
 		return nil, err
 	}
-	obj = norm.(map[string]any)
-	if len(spec.Only) > 0 {
-		kept := map[string]any{}
-		for _, p := range spec.Only {
-			if val, ok := lookupPath(obj, p); ok {
-				setPath(kept, p, val)
-			}
-		}
-		obj = kept
-	}
-	for _, p := range spec.Ignore {
-		deletePath(obj, p)
-	}
-	var buf bytes.Buffer
-	writeCanonical(&buf, obj)
-	sum := sha256.Sum256(buf.Bytes())
-	in := &Intent{Canonical: buf.Bytes(), Fingerprint: hex.EncodeToString(sum[:]), Version: FingerprintVersion, fields: obj}
-	if err := in.extract(spec); err != nil {
-		return nil, err
-	}
-	return in, nil
+	return norm.(map[string]any), nil
 }
 
 func (in *Intent) extract(spec IntentSpec) error {
@@ -307,9 +320,10 @@ func writeString(buf *bytes.Buffer, s string) {
 }
 
 func lookupPath(obj map[string]any, path string) (any, bool) {
-	parts := strings.Split(path, ".")
 	var cur any = obj
-	for _, p := range parts {
+	for rest, more := path, true; more; {
+		var p string
+		p, rest, more = strings.Cut(rest, ".")
 		m, ok := cur.(map[string]any)
 		if !ok {
 			return nil, false
@@ -335,15 +349,18 @@ func setPath(obj map[string]any, path string, v any) {
 }
 
 func deletePath(obj map[string]any, path string) {
-	parts := strings.Split(path, ".")
-	for _, p := range parts[:len(parts)-1] {
+	for {
+		p, rest, more := strings.Cut(path, ".")
+		if !more {
+			delete(obj, p)
+			return
+		}
 		next, ok := obj[p].(map[string]any)
 		if !ok {
 			return
 		}
-		obj = next
+		obj, path = next, rest
 	}
-	delete(obj, parts[len(parts)-1])
 }
 
 // invalidUTF8At is the offset of the first byte of b that is not valid UTF-8.
