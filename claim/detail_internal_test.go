@@ -2,6 +2,7 @@ package claim
 
 import (
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"testing"
 )
@@ -41,6 +42,37 @@ func TestDetailJSON_MatchesEncodingJSON(t *testing.T) {
 		}
 		if !reflect.DeepEqual(g, w) {
 			t.Errorf("detailJSON(%q) = %s, want the same as %s", kv, got, wantJSON)
+		}
+	}
+}
+
+// A snapshot's headers are filtered and written by hand when they are already allow-listed;
+// either way the result must be what the allow-list and encoding/json make of them.
+func TestSnapshotHeaders_FilteredAndWrittenAsEncodingJSON(t *testing.T) {
+	cases := []map[string]string{
+		nil,
+		{"Content-Type": "application/json"},
+		{"Content-Type": "application/json; charset=utf-8", "Location": "/v1/payments/p_1?a=1&b=<2>"},
+		{"content-type": "text/plain", "Set-Cookie": "session=secret"},
+		{"Location": ""},
+		{"Location": "/ünïcode \"quoted\"", "X-Trace": "t"},
+	}
+	for _, h := range cases {
+		hh := http.Header{}
+		for k, v := range h {
+			hh.Set(k, v)
+		}
+		want := SnapshotHeaders(hh)
+		got := (&Snapshot{Status: 200, Headers: h}).filtered()
+		if len(got.Headers) != len(want) || (len(want) > 0 && !reflect.DeepEqual(got.Headers, want)) { // nil or empty alike
+			t.Errorf("filtered(%v) = %v, want %v", h, got.Headers, want)
+		}
+		wantJSON, _ := json.Marshal(got.Headers)
+		if string(wantJSON) == "null" {
+			wantJSON = []byte("{}")
+		}
+		if g := got.headersJSON(); string(g) != string(wantJSON) {
+			t.Errorf("headersJSON(%v) = %s, want %s", got.Headers, g, wantJSON)
 		}
 	}
 }

@@ -1,9 +1,10 @@
 package claim
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 )
 
 // replayedHeaders is the allow-list of response headers a snapshot keeps. Never Set-Cookie: a
@@ -33,17 +34,46 @@ func SnapshotHeaders(h http.Header) map[string]string {
 // filtered returns s with only allow-listed headers (whatever the caller put in).
 func (s *Snapshot) filtered() *Snapshot {
 	c := *s
-	h := http.Header{}
-	for k, v := range s.Headers {
-		h.Set(k, v)
+	if !allowedAsIs(s.Headers) {
+		h := http.Header{}
+		for k, v := range s.Headers {
+			h.Set(k, v)
+		}
+		c.Headers = SnapshotHeaders(h)
 	}
-	c.Headers = SnapshotHeaders(h)
 	return &c
 }
 
+// allowedAsIs says whether every header is allow-listed under its canonical name, with a value:
+// what SnapshotHeaders would keep of it is all of it (the usual snapshot, built from
+// SnapshotHeaders or a literal Content-Type), so filtering need not copy it.
+func allowedAsIs(h map[string]string) bool {
+	for k, v := range h {
+		if v == "" || !slices.Contains(replayedHeaders, k) {
+			return false
+		}
+	}
+	return true
+}
+
+// headersJSON is the headers as a JSON object, keys sorted (as encoding/json writes a map).
 func (s *Snapshot) headersJSON() []byte {
-	b, _ := json.Marshal(s.Headers)
-	return b
+	keys := make([]string, 0, len(replayedHeaders))
+	for k := range s.Headers {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b := make([]byte, 0, 64)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, s.Headers[k])
+	}
+	return append(b, '}')
 }
 
 // JSON is a JSON document read from a json/jsonb column.

@@ -300,7 +300,7 @@ func (st *callState) snapshot(resp any) (*claim.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", st.lease.Digest, err)
 	}
-	snap := &claim.Snapshot{Status: http.StatusOK, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+	snap := &claim.Snapshot{Status: http.StatusOK, Headers: jsonHeaders, Body: body}
 	if st.method.ResourceID != nil {
 		snap.ResourceID = st.method.ResourceID(resp)
 	}
@@ -396,3 +396,6 @@ func unmarshalMessage(b []byte, v any) error {
 	}
 	return json.Unmarshal(b, v)
 }
+
+// jsonHeaders are the headers of every stored answer: read only, shared by all snapshots.
+var jsonHeaders = map[string]string{"Content-Type": "application/json"}

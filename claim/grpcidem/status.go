@@ -198,7 +198,7 @@ type storedError struct {
 func errorSnapshot(st *status.Status) *claim.Snapshot {
 	c := int(st.Code())
 	body, _ := json.Marshal(storedError{GRPCCode: &c, Message: st.Message()})
-	return &claim.Snapshot{Status: httpStatus(st.Code()), Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+	return &claim.Snapshot{Status: httpStatus(st.Code()), Headers: jsonHeaders, Body: body}
 }
 
 // fromSnapshot answers a stored snapshot: below 400 the response message decoded from its body;
