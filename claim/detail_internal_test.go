@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"regexp"
 	"testing"
 )
 
@@ -74,5 +75,18 @@ func TestSnapshotHeaders_FilteredAndWrittenAsEncodingJSON(t *testing.T) {
 		if g := got.headersJSON(); string(g) != string(wantJSON) {
 			t.Errorf("headersJSON(%v) = %s, want %s", got.Headers, g, wantJSON)
 		}
+	}
+}
+
+// Lease tokens are written in place as UUID text (PostgreSQL's uuid input); never repeated.
+func TestNewToken_IsUUIDText(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		tok := newToken()
+		if !re.MatchString(tok) || seen[tok] {
+			t.Fatalf("token %d: %q (seen before: %v)", i, tok, seen[tok])
+		}
+		seen[tok] = true
 	}
 }

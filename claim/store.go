@@ -274,8 +274,14 @@ func newToken() string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	var t [36]byte // 8-4-4-4-12 hex digits, written in place (one allocation: the string)
+	hex.Encode(t[0:8], b[0:4])
+	hex.Encode(t[9:13], b[4:6])
+	hex.Encode(t[14:18], b[6:8])
+	hex.Encode(t[19:23], b[8:10])
+	hex.Encode(t[24:36], b[10:16])
+	t[8], t[13], t[18], t[23] = '-', '-', '-', '-'
+	return string(t[:])
 }
 
 // detailJSON is an event's detail: a JSON object of the key/value pairs in kv. It runs on every

@@ -82,6 +82,7 @@ type Config struct {
 type server struct {
 	cfg     Config
 	methods map[string]*Method
+	actor   string // "service:NAME", the actor of every key event
 }
 
 // NewServerInterceptor validates cfg and returns the unary server interceptor.
@@ -95,7 +96,7 @@ func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &server{cfg: cfg, methods: map[string]*Method{}}
+	s := &server{cfg: cfg, methods: map[string]*Method{}, actor: "service:" + cfg.Service}
 	for name, m := range cfg.Methods {
 		if m.Run != nil {
 			m.Operation, m.Intent = m.Run.Name(), m.Run.Intent()
@@ -164,7 +165,7 @@ func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod strin
 		return nil, nil, err
 	}
 	creq := claim.Request{Tenant: tenant, Operation: m.Operation, Key: key, Intent: intent, Spec: m.Intent,
-		Actor: "service:" + s.cfg.Service}
+		Actor: s.actor}
 	out, err := s.cfg.Store.Claim(ctx, creq)
 	if err != nil {
 		return nil, nil, s.errorStatus(fullMethod, err)
