@@ -33,9 +33,9 @@ var benchSecret = []byte("0123456789abcdef-secret")
 // For scale it also reports a bare handler that inserts one row and keeps no key (no target).
 func BenchmarkGRPCChargePath(b *testing.B) {
 	calls := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS", 2000)
-	// At 16 clients: 20 rounds per side of ~250 ms each. Single rounds swing from 0.73 to 1.01
-	// (a GIN pending-list flush or an autovacuum pass lands on one side); 8,000 calls left runs
-	// at 0.82–0.95 around a median of 0.88, 16,000 halve the odds of an outlier.
+	// At 16 clients: 20 rounds per side of ~250 ms each. Single rounds' ratios swing from 0.73
+	// to 1.01 (whatever else the two cores do lands on one side); with 8,000 calls whole runs
+	// read 0.82–0.95 around a median of 0.88.
 	callsC16 := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS_C16", 16000)
 	url := pgtest.URL(b)
 	db, err := pglocal.Open(url)
