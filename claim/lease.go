@@ -265,9 +265,9 @@ func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what
 	if !shape.completed {
 		all = append(all, kind, l.Actor, detail)
 	}
-	// Exec, not QueryRow: the final SELECT's row count ("SELECT 1") says whether the
-	// compare-and-set matched, and database/sql starts a goroutine per Rows under a cancellable
-	// context, which every completion would pay for nothing.
+	// Exec, not QueryRow: the statement's row count (its answer insert's, else its final
+	// SELECT's) says whether the compare-and-set matched, and database/sql starts a goroutine
+	// per Rows under a cancellable context, which every completion would pay for nothing.
 	res, err := conn(tx).ExecContext(ctx, shape.sql(), all...)
 	if err != nil {
 		return holderError(what, l, err)
@@ -331,21 +331,29 @@ func (h holderShape) sql() string {
 	}
 	q := `WITH u AS (UPDATE idempotency_keys SET ` + set + `
     WHERE id = ` + p() + ` AND lease_token = ` + p() + ` RETURNING id, response_day)`
+	var answer string
 	if h.answer == answerInsert || h.answer == answerUpsert {
 		// The answer goes to its day's partition of key_responses in the same statement; a key
 		// that stored one earlier the same day (a held failure, then a completion) overwrites it.
-		q += `, ans AS (INSERT INTO key_responses (key_id, day, status, headers, body)
+		answer = `INSERT INTO key_responses (key_id, day, status, headers, body)
     SELECT id, response_day, ` + p() + `::integer, ` + p() + `::jsonb, ` + p() + `::bytea FROM u`
 		if h.answer == answerUpsert {
-			q += `
+			answer += `
     ON CONFLICT (key_id, day) DO UPDATE SET status = EXCLUDED.status, headers = EXCLUDED.headers, body = EXCLUDED.body`
 		}
-		q += `)`
 	}
 	if !h.completed {
 		q += `, ev AS (INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, ` + p() + `, ` + p() + `, ` + p() + ` FROM u)`
 	}
-	q += ` SELECT id FROM u`
+	if answer != "" {
+		// The answer's insert is the statement itself: it writes one row for each row u updated
+		// (inserted or, upserting, updated), so its row count is the compare-and-set's, and no
+		// row goes back to the client.
+		q += `
+` + answer
+	} else {
+		q += ` SELECT id FROM u`
+	}
 	holderSQLs.Store(h, q)
 	return q
 }
