@@ -87,90 +87,73 @@ func (p *intentParser) word(w string) bool {
 }
 
 func (p *intentParser) object() (map[string]any, bool) {
-	if p.depth++; p.depth > quickMaxDepth {
-		return nil, false
-	}
-	p.i++ // '{'
 	obj := map[string]any{}
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
-		p.depth--
-		return obj, true
-	}
-	for {
-		p.space()
+	ok := p.elements('}', func() bool {
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return nil, false
+			return false
 		}
 		k, ok := p.str()
 		if !ok {
-			return nil, false
+			return false
 		}
 		k = nfcTrim(k)
 		if _, dup := obj[k]; dup || strings.IndexByte(k, 0) >= 0 {
-			return nil, false
+			return false
 		}
 		p.space()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return nil, false
+			return false
 		}
 		p.i++
 		p.space()
 		v, ok := p.value()
-		if !ok {
-			return nil, false
-		}
 		obj[k] = v
-		p.space()
-		if p.i >= len(p.b) {
-			return nil, false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			p.depth--
-			return obj, true
-		default:
-			return nil, false
-		}
-	}
+		return ok
+	})
+	return obj, ok
 }
 
 func (p *intentParser) array() (any, bool) {
-	if p.depth++; p.depth > quickMaxDepth {
-		return nil, false
-	}
-	p.i++          // '['
 	arr := []any{} // encoding/json's empty array is empty, not nil
+	ok := p.elements(']', func() bool {
+		v, ok := p.value()
+		arr = append(arr, v)
+		return ok
+	})
+	return arr, ok
+}
+
+// elements reads the comma-separated elements of an object or array whose opening byte is at
+// p.i, up to its closing byte; each reads one element, starting at its first non-space byte.
+func (p *intentParser) elements(closing byte, each func() bool) bool {
+	if p.depth++; p.depth > quickMaxDepth {
+		return false
+	}
+	p.i++
 	p.space()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
+	if p.i < len(p.b) && p.b[p.i] == closing {
 		p.i++
 		p.depth--
-		return arr, true
+		return true
 	}
 	for {
 		p.space()
-		v, ok := p.value()
-		if !ok {
-			return nil, false
+		if !each() {
+			return false
 		}
-		arr = append(arr, v)
 		p.space()
 		if p.i >= len(p.b) {
-			return nil, false
+			return false
 		}
 		switch p.b[p.i] {
 		case ',':
 			p.i++
-		case ']':
+		case closing:
 			p.i++
 			p.depth--
-			return arr, true
+			return true
 		default:
-			return nil, false
+			return false
 		}
 	}
 }

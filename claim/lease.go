@@ -423,10 +423,10 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 	}
 	snap := &Snapshot{}
 	if f.Snapshot != nil {
-		snap = f.Snapshot.filtered()
-		if len(snap.Body) > s.cfg.MaxSnapshotBytes {
-			return fmt.Errorf("fail %s: body of %d bytes: %w", l.Digest, len(snap.Body), ErrSnapshotTooLarge)
+		if err := s.checkSnapshot("fail", l, f.Snapshot); err != nil {
+			return err
 		}
+		snap = f.Snapshot.filtered()
 	}
 	ans := &storedAnswer{clear: true}
 	if f.Snapshot != nil {

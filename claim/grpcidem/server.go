@@ -124,15 +124,23 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// completion's statement is the deepest point of the call (gRPC, this interceptor, the claim
 	// logic, database/sql, pgx), and when that point overflows the stack every frame below it is
 	// copied to a bigger one — with the claim's frames still held, it did so on every call.
-	out, resp, err := s.begin(ctx, m, req, info.FullMethod)
-	if out == nil {
+	switch out, resp, err := s.begin(ctx, m, req, info.FullMethod); out {
+	case nil:
 		return resp, err
+	case unkeyed:
+		return handler(ctx, req)
+	default:
+		return s.runHandler(ctx, m, out, req, handler)
 	}
-	return s.runHandler(ctx, m, out, req, handler)
 }
 
+// unkeyed is begin's answer for a KeyOptional method called without a key: the handler runs
+// without idempotency.
+var unkeyed = new(claim.Outcome)
+
 // begin authenticates, validates and claims the call's key. It returns the outcome when a
-// generic handler is to run under the acquired lease, else (nil, the call's answer).
+// generic handler is to run under the acquired lease (unkeyed: without one), else (nil, the
+// call's answer).
 //
 //go:noinline
 func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod string) (*claim.Outcome, any, error) {
@@ -146,7 +154,7 @@ func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod strin
 	}
 	if key == "" && len(m.Intent.NaturalKey) == 0 {
 		if m.KeyOptional {
-			return &claim.Outcome{}, nil, nil // no key: the handler runs without idempotency
+			return unkeyed, nil, nil
 		}
 		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
 			"this method requires idempotency-key metadata: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
@@ -198,9 +206,6 @@ func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod strin
 // handler completed or released the key itself. Its frame, and record's, are small: they sit
 // under the completion's statement (see intercept).
 func (s *server) runHandler(ctx context.Context, m *Method, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
-	if out.Lease == nil { // KeyOptional without a key
-		return handler(ctx, req)
-	}
 	st := &callState{lease: out.Lease, store: s.cfg.Store, method: m, logger: s.cfg.Logger}
 	resp, herr := s.callHandler(context.WithValue(ctx, stateKey{}, st), st, req, handler)
 	switch {
