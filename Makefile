@@ -2,10 +2,15 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: run test test-race test-failover bench vet fmt generate check build chaos
+.PHONY: prereqs run test test-race test-failover bench vet fmt generate check build chaos
+
+## prereqs: check the system packages idemops uses (PostgreSQL, RabbitMQ, pg_auto_failover,
+## pgbouncer, Chromium, npm, promtool); as root with apt-get, install the missing ones
+prereqs:
+	@bash scripts/prereqs
 
 ## run: start the whole thing (private PostgreSQL, demo traffic, console)
-run:
+run: prereqs
 	$(GO) run ./cmd/idemops demo
 
 ## build: build the binaries into ./bin
@@ -17,27 +22,27 @@ build:
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 1
 CHAOS_OUT ?= chaos-report
-chaos:
+chaos: prereqs
 	$(GO) build -o bin/ ./cmd/idemops
 	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
-## package; the HA failover test (internal/pgha) runs last, alone: on 2 cores, killing a primary
+## package; the HA failover test (internal/testinfra/pgha) runs last, alone: on 2 cores, killing a primary
 ## while every other package's tests compete for the CPU measures the machine, not the failover
-test:
-	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /internal/pgha$$) && $(GO) test -count=1 -timeout 5m ./internal/pgha/'
+test: prereqs
+	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /internal/testinfra/pgha$$) && $(GO) test -count=1 -timeout 5m ./internal/testinfra/pgha/'
 
 ## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
-test-failover:
-	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./internal/pgha/
+test-failover: prereqs
+	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./internal/testinfra/pgha/
 
 ## test-race: the claim core under the race detector
-test-race:
+test-race: prereqs
 	$(GO) run ./cmd/withpg -- $(GO) test -race -count=1 ./claim/...
 
 ## bench: benchmarks against their baselines, one run each, one package at a time (two
 ## packages' benchmarks side by side on a 2-core machine measure each other, not themselves)
-bench:
+bench: prereqs
 	$(GO) run ./cmd/withpg -- $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -count=1 -timeout 60m $(PKGS)
 
 vet:

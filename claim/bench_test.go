@@ -13,9 +13,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/benchload"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/benchload"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 )
 

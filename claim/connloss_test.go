@@ -19,8 +19,8 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // cutProxy sits between the store and PostgreSQL. Armed with a trigger, it forwards the first

@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestGuardedUpdate_StateTransitionOnlyFromItsPrecondition(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestCheckNaturalKey_RefusesUserPlusProductOrAmount(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // seedKeys inserts keys straight into the table (test set-up): tenant, key, state; processing

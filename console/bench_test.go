@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // BenchmarkKeySearchKeysetDeepPage compares page 1 of the key search with page 20,000 over 1M

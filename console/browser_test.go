@@ -14,7 +14,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-	"github.com/idemops/idemops/internal/browsertest"
+	"github.com/idemops/idemops/internal/testinfra/browsertest"
 
 	"github.com/idemops/idemops/claim"
 )

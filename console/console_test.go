@@ -19,7 +19,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

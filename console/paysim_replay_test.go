@@ -14,7 +14,7 @@ import (
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // TestReplay_FoundAtTheChannelSendsNoCharge: the demo's payments service charged paysim and

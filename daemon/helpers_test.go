@@ -16,8 +16,8 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/daemon/internal/testsignal"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // onlyLeader waits for one of ds to signal its election and returns it, checking it is then

@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 const notifyOp = "notify.shipped"

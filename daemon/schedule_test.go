@@ -13,7 +13,7 @@ import (
 
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestValidateSchedule_OneLineErrorNamingTheField(t *testing.T) {

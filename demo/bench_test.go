@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // BenchmarkCallbacks measures callbacks handled per second through the demo's callback

@@ -11,7 +11,7 @@ import (
 
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // fastCallbacks makes paysim's retry schedule short enough for a test.

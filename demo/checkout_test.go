@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func (e *env) post(path, body, apiKey string, headers ...string) reply {

@@ -16,7 +16,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -10,8 +10,8 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/mqtest"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/mqtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // TestEvents_PaymentReachesFulfillmentOnce: a payment's domain event goes through the outbox

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func (e *env) likeReq(method, path, body, tenantKey string) (int, map[string]any, http.Header) {

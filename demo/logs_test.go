@@ -17,8 +17,8 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
-	"github.com/idemops/idemops/internal/syncbuf"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/syncbuf"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // TestDaemon_CrashAfterTheChannelCallEndsCompletedWithOneCharge: a request that crashed between

@@ -11,7 +11,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // paysimWorld is a claim store on a fresh database and an in-process paysim on 127.0.0.1.

@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 )
 

@@ -23,7 +23,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/retention"
 )
 

@@ -13,8 +13,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/internal/mqtest"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/mqtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // BenchmarkConsumeDedupVsPlain compares, on the same broker in one run, consuming with the dedup

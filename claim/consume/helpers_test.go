@@ -13,8 +13,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim/consume"
-	"github.com/idemops/idemops/internal/mqtest"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/mqtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -3,10 +3,8 @@ package consume_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +14,8 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/consume"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/mqlocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/mqlocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing runs the whole path — outbox rows
@@ -25,9 +23,6 @@ import (
 // while messages are in flight: every event has exactly one effect.
 func TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	t.Parallel()
-	if _, err := mqlocal.FindServer(); errors.Is(err, mqlocal.ErrNoServer) && os.Getenv("CI") != "true" {
-		t.Skip("no RabbitMQ server on this machine")
-	}
 	ctx := context.Background()
 	began := time.Now()
 	broker, err := mqlocal.Start(ctx, mqlocal.Options{})

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemops/idemops/internal/benchload"
+	"github.com/idemops/idemops/internal/testinfra/benchload"
 	"net"
 	"strconv"
 	"testing"
@@ -18,8 +18,8 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 var benchSecret = []byte("0123456789abcdef-secret")

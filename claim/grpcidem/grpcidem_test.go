@@ -21,7 +21,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // A store that cannot be reached answers Unavailable STORE_UNAVAILABLE with a retry delay (the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // A store that cannot be reached (a failover in progress) answers 503 store-unavailable with

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/console"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 const auditTestSecret = "an audit test secret of enough length"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // TestReconcileChannel_SetTenantsListsAndAudits: set-tenants validates the list (exit 2 naming

@@ -13,12 +13,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemops/idemops/chaos"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/chaos"
 	"github.com/idemops/idemops/reconcile"
 )
 

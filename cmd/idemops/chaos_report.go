@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemops/idemops/internal/chaos/report"
+	"github.com/idemops/idemops/chaos/report"
 )
 
 // newChaosReportCmd redraws a run's page from its report.json: after the page's drawing

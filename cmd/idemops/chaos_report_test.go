@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemops/idemops/internal/chaos/report"
+	"github.com/idemops/idemops/chaos/report"
 )
 
 func TestChaosReport_RedrawsThePageFromTheJSON(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/syncbuf"
+	"github.com/idemops/idemops/internal/testinfra/syncbuf"
 )
 
 func TestPaysim_BadFlagsAreOneLineAndExit2(t *testing.T) {

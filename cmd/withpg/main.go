@@ -16,8 +16,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/idemops/idemops/internal/mqlocal"
-	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/mqlocal"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
 )
 
 func main() {
@@ -69,11 +69,6 @@ func main() {
 		go func() {
 			defer wg.Done()
 			b, err := mqlocal.Start(context.Background(), mqlocal.Options{})
-			if errors.Is(err, mqlocal.ErrNoServer) && os.Getenv("CI") != "true" {
-				// The broker tests skip (one line each) without AMQP_URL; CI installs the server.
-				fmt.Fprintln(os.Stderr, "withpg: no RabbitMQ server; the broker tests will skip")
-				return
-			}
 			if err != nil {
 				fail(err)
 				return

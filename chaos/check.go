@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/demo"
-	"github.com/idemops/idemops/internal/chaos/report"
 )
 
 // The invariants (issue 22 item 3), by name in the report.

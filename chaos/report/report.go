@@ -1,5 +1,5 @@
 // Package report is what a chaos run leaves behind: a JSON summary (this file's types) and a
-// self-contained HTML page drawn from it. The runner (internal/chaos) fills a Report; this package
+// self-contained HTML page drawn from it. The runner (chaos) fills a Report; this package
 // only writes and draws it, so a report can be redrawn from its JSON alone.
 package report
 

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-	"github.com/idemops/idemops/internal/browsertest"
+	"github.com/idemops/idemops/internal/testinfra/browsertest"
 )
 
 // TestBrowser_ReportPageRendersFromAFile opens a five-minute run's report.html from disk in

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/chaos/report"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

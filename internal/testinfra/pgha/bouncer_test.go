@@ -14,9 +14,9 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/pgha"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgha"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // memOp is a downstream in memory that counts executions per downstream key.

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/sysuser"
+	"github.com/idemops/idemops/internal/testinfra/sysuser"
 	"github.com/jackc/pgx/v5"
 )
 

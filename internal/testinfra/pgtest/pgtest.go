@@ -23,7 +23,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
 

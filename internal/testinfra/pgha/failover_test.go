@@ -3,7 +3,6 @@ package pgha_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,9 +22,9 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgha"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/pgha"
+	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -39,15 +38,9 @@ func TestMain(m *testing.M) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// need skips (or, under CI, fails) when a package the test needs is missing.
+// need fails the test on err; a missing package (pg_auto_failover, pgbouncer) is a failure naming what to install, never a skip.
 func need(t *testing.T, err error) {
 	t.Helper()
-	if errors.Is(err, pgha.ErrNoAutoctl) || errors.Is(err, pgha.ErrNoBouncer) {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/sysuser"
+	"github.com/idemops/idemops/internal/testinfra/sysuser"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
