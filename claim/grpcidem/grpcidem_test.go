@@ -36,7 +36,8 @@ type chargeReq struct {
 	Currency    string `json:"currency"`
 	Payee       string `json:"payee"`
 	Description string `json:"description,omitempty"`
-	// Outcome steers the test handler: "" succeeds, decline, flaky, block, tx, panic.
+	// Outcome steers the test handler: "" succeeds, decline, flaky, block, tx, panic, and the
+	// errors that leave an outside effect unknown: unavailable, deadline, internal, plain.
 	Outcome string `json:"outcome,omitempty"`
 }
 
@@ -67,6 +68,14 @@ func (p *payments) charge(ctx context.Context, in *chargeReq) (*chargeReply, err
 		<-p.release
 	case "panic":
 		panic("handler bug")
+	case "unavailable": // the channel timed out: the charge may have gone through
+		return nil, status.Error(codes.Unavailable, "channel timed out")
+	case "deadline":
+		return nil, status.Error(codes.DeadlineExceeded, "channel too slow")
+	case "internal":
+		return nil, status.Error(codes.Internal, "channel answered garbage")
+	case "plain":
+		return nil, errors.New("read tcp: connection reset by peer")
 	case "tx":
 		err := p.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			if err := tx.Exec(`INSERT INTO grpc_test_payments (id) VALUES (?)`, reply.PaymentID).Error; err != nil {
