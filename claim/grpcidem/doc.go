@@ -10,9 +10,14 @@
 // interceptor runs it through Store.Claim and Store.Drive, downstream lookup first on retries, as
 // httpidem.Handler does) or wraps the registered handler (as httpidem.Middleware does): OK
 // completes the key with the response as its snapshot; a business outcome (FailedPrecondition,
-// NotFound, AlreadyExists, OutOfRange) fails it finally and is replayed; any other code releases
-// the claim (a refusal or a transient failure executed nothing that stays, so the same key runs
-// again). A handler may complete the key inside its own transaction with Complete.
+// NotFound, AlreadyExists, OutOfRange) fails it finally and is replayed. Any other code, and a
+// panic, leaves the outcome unknown. A Transactional method commits its effects only with the key
+// (Complete inside its own transaction), so its claim is released and the same key runs again. A
+// plain method (neither Run nor Transactional) may have acted outside — a channel call that timed
+// out may have charged — and has no downstream lookup, so its key is held (failed retryable,
+// needs attention, as httpidem's External routes): every retry answers NEEDS_RECOVERY without
+// running the handler, until an operator releases the key for retry or marks it final (console
+// or CLI, audited). A handler that refuses its input after the claim calls Refuse, which releases.
 //
 // Status codes (every error carries a google.rpc.ErrorInfo with domain "idemops" and one of the
 // Reason constants):
@@ -29,8 +34,9 @@
 //	                                                             grpc-retry-pushback-ms)
 //	same key, another intent                FailedPrecondition   KEY_REUSED
 //	stored result expired (tombstone)       FailedPrecondition   RESULT_EXPIRED (+ resource_id)
-//	earlier attempt unresolved, handler
-//	  cannot check downstream               FailedPrecondition   NEEDS_RECOVERY
+//	a plain handler's earlier attempt
+//	  ended unknown (any other code, a
+//	  panic, a crash): the key is held      FailedPrecondition   NEEDS_RECOVERY
 //	final failure without a stored answer   FailedPrecondition   REQUEST_FAILED
 //	an Operation's stored 4xx answer        402/409/422 → FailedPrecondition, 400 → InvalidArgument,
 //	  (a declined charge)                   404 → NotFound       REQUEST_FAILED

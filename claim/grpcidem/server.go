@@ -53,8 +53,10 @@ type Method struct {
 	Run claim.Operation
 	// Transactional declares that the handler commits its effects only in the transaction that
 	// completes the key (Complete), so a key left unfinished proves nothing of it committed: a
-	// retry or takeover then runs the handler again. Without it, such a key answers
-	// NEEDS_RECOVERY (the handler cannot check downstream).
+	// retry or takeover then runs the handler again, and an error releases the key. Without it
+	// (and without Run) the handler may act outside: an error that is not a stored business
+	// outcome, a panic or a crash holds the key, and every retry answers NEEDS_RECOVERY (the
+	// handler cannot check downstream) until an operator decides.
 	Transactional bool
 	// Response returns a new, empty response message, into which stored answers are decoded.
 	Response func() any
@@ -191,16 +193,38 @@ func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod strin
 		return nil, resp, err
 	}
 	if out.Lease.MustCheckDownstream() && !m.Transactional {
-		// A generic handler has no downstream lookup: an earlier attempt may have acted, so only
-		// an Operation (Method.Run) or an operator may take this key over.
-		if err := s.cfg.Store.Release(ctx, out.Lease, "generic handler cannot check downstream"); err != nil {
-			s.cfg.Logger.Error("releasing an unresolved key failed", "digest", out.Digest, "err", err)
-		}
-		return nil, nil, statusError(codes.FailedPrecondition, ReasonNeedsRecovery,
-			"an earlier attempt with this key did not finish; it needs recovery before a retry can run", nil)
+		// A plain handler has no downstream lookup: an earlier attempt may have acted, so the key
+		// is held for an operator (release for retry, or mark final) and never run blind.
+		s.hold(context.WithoutCancel(ctx), out.Lease, "outcome_unknown", "an earlier attempt did not finish")
+		return nil, nil, needsRecovery()
 	}
 	return out, nil, nil
 }
+
+// needsRecovery is the answer to a call whose key is held: an earlier attempt's outcome outside
+// is unknown, and only an operator may let the handler run again.
+func needsRecovery() error {
+	return statusError(codes.FailedPrecondition, ReasonNeedsRecovery,
+		"the outcome of an earlier attempt with this key is unknown (it did not finish and may have taken effect); it is not run again unless an operator releases it", nil)
+}
+
+// hold records that the outcome of a plain handler's attempt is unknown: the key is held
+// (failed retryable, needs attention) and every retry answers NEEDS_RECOVERY without running the
+// handler, until an operator releases it for retry or marks it final (console or CLI, audited).
+// The stored answer is a 500 for an HTTP reader of the same key, as httpidem's External routes
+// store; once an operator marks the key final it is every retry's answer (FailedPrecondition,
+// without the NEEDS_RECOVERY reason: nothing is left to recover).
+func (s *server) hold(ctx context.Context, l *claim.Lease, code, detail string) {
+	body, _ := json.Marshal(storedError{GRPCCode: ptr(int(codes.FailedPrecondition)), Message: status.Convert(needsRecovery()).Message()})
+	snap := &claim.Snapshot{Status: http.StatusInternalServerError, Headers: jsonHeaders, Body: body}
+	if err := s.cfg.Store.Fail(ctx, nil, l, claim.HeldFailure(code, detail, snap)); err != nil {
+		s.cfg.Logger.Error("holding a key whose outcome is unknown failed", "digest", l.Digest, "err", err)
+		return
+	}
+	s.cfg.Logger.Warn("key held: a plain handler's outcome is unknown", "digest", l.Digest, "code", code)
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // runHandler calls a generic handler holding the lease and records what it answered, unless the
 // handler completed or released the key itself. Its frame, and record's, are small: they sit
@@ -219,14 +243,16 @@ func (s *server) runHandler(ctx context.Context, m *Method, out *claim.Outcome, 
 	return resp, nil
 }
 
-// callHandler runs the handler, turning a panic into Internal (the key is then released).
+// callHandler runs the handler, turning a panic into Internal (the key is then held, or released
+// for a Transactional method).
 //
 //go:noinline
 func (s *server) callHandler(ctx context.Context, st *callState, req any, handler grpc.UnaryHandler) (resp any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			// The panic value may hold request data: logs carry its type only.
-			s.cfg.Logger.Error("idempotent handler panicked; key released", "digest", st.lease.Digest, "panic_type", fmt.Sprintf("%T", r))
+			s.cfg.Logger.Error("idempotent handler panicked", "digest", st.lease.Digest, "panic_type", fmt.Sprintf("%T", r))
+			st.panicType = fmt.Sprintf("%T", r)
 			resp, err = nil, statusError(codes.Internal, ReasonInternal, "internal error; retry with the same key", nil)
 		}
 	}()
@@ -254,26 +280,39 @@ func (s *server) completeFailed(ctx context.Context, st *callState, err error) {
 	s.cfg.Logger.Error("recording the response failed", "digest", st.lease.Digest, "err", err)
 }
 
-// unstorable fails the key retryably when the handler's answer cannot be stored.
+// unstorable fails the key retryably when the handler's answer cannot be stored; a plain
+// handler acted outside, so its key is held instead.
 //
 //go:noinline
 func (s *server) unstorable(ctx context.Context, st *callState, code, detail, logMsg string) {
 	s.cfg.Logger.Warn(logMsg, "digest", st.lease.Digest)
+	if !st.method.Transactional {
+		s.hold(ctx, st.lease, code, detail)
+		return
+	}
 	if err := s.cfg.Store.Fail(ctx, nil, st.lease, claim.RetryableFailure(code, detail)); err != nil {
 		s.cfg.Logger.Error("recording the response failed", "digest", st.lease.Digest, "err", err)
 	}
 }
 
-// recordError stores a business outcome (failed final, replayed) or releases the key.
+// recordError stores a business outcome (failed final, replayed); any other error leaves the
+// outcome unknown: a Transactional method's effects rolled back with its transaction, so its key
+// is released and the same key runs again; a plain handler may have acted outside (a channel
+// that timed out may have charged), so its key is held.
 //
 //go:noinline
 func (s *server) recordError(ctx context.Context, st *callState, herr error) {
 	sts := status.Convert(herr)
 	var err error
-	if storedCode(sts.Code()) {
+	switch {
+	case storedCode(sts.Code()):
 		err = s.cfg.Store.Fail(ctx, nil, st.lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
-	} else {
+	case st.method.Transactional:
 		err = s.cfg.Store.Release(ctx, st.lease, "handler answered "+sts.Code().String())
+	case st.panicType != "":
+		s.hold(ctx, st.lease, "panic", "the handler panicked ("+st.panicType+")")
+	default:
+		s.hold(ctx, st.lease, "grpc_"+codeName(sts.Code()), sts.Message())
 	}
 	if err != nil {
 		s.cfg.Logger.Error("recording the handler's error failed", "digest", st.lease.Digest, "err", err)
@@ -281,8 +320,7 @@ func (s *server) recordError(ctx context.Context, st *callState, herr error) {
 }
 
 // storedCode says which handler codes are business outcomes, failed finally and replayed (a
-// declined charge, a missing account); every other code is a refusal or a transient failure whose
-// claim is released, so the same key runs again.
+// declined charge, a missing account); every other code leaves the outcome unknown (recordError).
 func storedCode(c codes.Code) bool {
 	switch c {
 	case codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists, codes.OutOfRange:
@@ -299,6 +337,8 @@ type callState struct {
 	method *Method
 	logger *slog.Logger
 	done   bool
+	// panicType is the type of the value the handler panicked with ("" when it did not).
+	panicType string
 }
 
 func (st *callState) snapshot(resp any) (*claim.Snapshot, error) {

@@ -132,6 +132,10 @@ func (s *server) answer(ctx context.Context, m *Method, out *claim.Outcome) (any
 		return fromSnapshot(m, out.Snapshot)
 	case claim.Replay:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataReplayed, "true"))
+		if out.Failure != nil && out.Failure.Hold { // held: outcome unknown until an operator decides
+			s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusInternalServerError)
+			return nil, needsRecovery()
+		}
 		if out.Snapshot == nil { // failed_final without a stored answer
 			s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusUnprocessableEntity)
 			return nil, statusError(codes.FailedPrecondition, ReasonRequestFailed, out.Failure.Detail, nil)
