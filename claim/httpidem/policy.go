@@ -175,8 +175,8 @@ func keyProblem(w http.ResponseWriter, r *http.Request, cfg Config, operation st
 	writeProblemDoc(w, p)
 }
 
-// Markdown renders the policy as the README publishes it (a test keeps the README's copy equal
-// to the policy built with the default retention).
+// Markdown renders the policy as docs/SERVICE.md publishes it (a test keeps that copy equal to
+// the policy built with the default retention).
 func (p *KeyPolicy) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "- **Key**: the `%s` header, %d–%d characters of %s.\n", p.Header, p.Format.MinLength, p.Format.MaxLength, p.Format.Charset)

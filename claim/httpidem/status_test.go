@@ -139,9 +139,9 @@ func TestKeyPolicy_PublishedFromTheLiveRetentionPolicy(t *testing.T) {
 	})
 }
 
-// The README publishes the key policy as built from the code with the default retention; this
-// keeps the copy from drifting.
-func TestKeyPolicy_READMEIsTheDefaultPolicy(t *testing.T) {
+// docs/SERVICE.md publishes the key policy as built from the code with the default retention;
+// this keeps the copy from drifting.
+func TestKeyPolicy_ServiceDocIsTheDefaultPolicy(t *testing.T) {
 	store, err := claim.NewStore(nil, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +150,11 @@ func TestKeyPolicy_READMEIsTheDefaultPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/SERVICE.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := p.Markdown(); !strings.Contains(string(readme), want) {
-		t.Fatalf("README.md does not publish the key policy; it should contain:\n%s", want)
+	if want := p.Markdown(); !strings.Contains(string(doc), want) {
+		t.Fatalf("docs/SERVICE.md does not publish the key policy; it should contain:\n%s", want)
 	}
 }
