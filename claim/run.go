@@ -85,26 +85,35 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest}
 
 	if l.MustCheckDownstream() {
-		if end, err := s.lookUp(ctx, op, l, out); end != nil || err != nil {
-			return end, err
-		}
-		proven := s.QuarantineOver(l.NotFoundAt)
-		if !proven && opt.HoldThroughQuarantine {
-			if err := s.holdThroughQuarantine(ctx, l); err != nil {
-				return nil, err
+		// The claim's rule for an unknown outcome (Judge): act only on absence proven by two
+		// not-founds a quarantine apart.
+		for held := false; ; held = true {
+			doc, err := op.Lookup(ctx, l)
+			switch s.Judge(doc != nil, err, l.NotFoundAt) {
+			case AskLater:
+				wait, rerr := s.RecordLookupError(ctx, l, err)
+				if rerr != nil {
+					return nil, rerr
+				}
+				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+				return out, nil
+			case Found:
+				return s.finish(ctx, op, l, doc, true)
+			case NotFoundOnce:
+				if opt.HoldThroughQuarantine && !held {
+					if err := s.holdThroughQuarantine(ctx, l); err != nil {
+						return nil, err
+					}
+					continue // look again, holding the key
+				}
+				wait, err := s.RecordDownstreamNotFound(ctx, l)
+				if err != nil {
+					return nil, err
+				}
+				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
+				return out, nil
 			}
-			if end, err := s.lookUp(ctx, op, l, out); end != nil || err != nil {
-				return end, err
-			}
-			proven = true
-		}
-		if !proven {
-			wait, err := s.RecordDownstreamNotFound(ctx, l)
-			if err != nil {
-				return nil, err
-			}
-			out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
-			return out, nil
+			break // Absent: proven
 		}
 		redrive := false
 		if r, ok := op.(Redriver); ok {
@@ -234,31 +243,12 @@ func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, fun
 	return ctx, func() { close(done); cancel(nil) }
 }
 
-// lookUp asks downstream for l's document. An answer ends the drive: found → the key is finished
-// from the document; cannot answer → the key is parked with a backoff. (nil, nil): downstream
-// said not found.
-func (s *Store) lookUp(ctx context.Context, op Operation, l *Lease, out *Outcome) (*Outcome, error) {
-	doc, err := op.Lookup(ctx, l)
-	switch {
-	case err != nil:
-		wait, rerr := s.RecordLookupError(ctx, l, err)
-		if rerr != nil {
-			return nil, rerr
-		}
-		out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
-		return out, nil
-	case doc != nil:
-		return s.finish(ctx, op, l, doc, true)
-	}
-	return nil, nil
-}
-
 // QuarantineOver answers "is the quarantine over?" for a key whose downstream first said not
 // found at notFoundAt: true once a quarantine has passed since, so that a second not-found now
 // proves the earlier attempt never arrived and the key may be executed. nil (no not-found
 // recorded yet) is false. Drive decides by it, and so does an operator's replay preview.
 func (s *Store) QuarantineOver(notFoundAt *time.Time) bool {
-	return notFoundAt != nil && time.Since(*notFoundAt) >= s.cfg.Quarantine
+	return quarantineOver(notFoundAt, s.cfg.Quarantine)
 }
 
 // QuarantineEnds is when the quarantine after a first not-found at notFoundAt is over.

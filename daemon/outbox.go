@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // Sender delivers one outbox message downstream, carrying the downstream key so that a
@@ -20,7 +22,9 @@ type Sender interface {
 }
 
 // Looker is implemented by Senders whose downstream has no idempotency: before any resend the
-// relay asks whether the document already exists there, and marks the row sent when it does.
+// relay asks whether the document already exists there, and marks the row sent when it does. A
+// resend follows only the claim's rule for an unknown outcome (claim.Judge): downstream said
+// "not found" twice, a quarantine apart; a lookup that errs never leads to a send.
 type Looker interface {
 	Lookup(ctx context.Context, downstreamKey string) (bool, error)
 }
@@ -57,10 +61,16 @@ type OutboxConfig struct {
 	MaxBackoff  time.Duration
 	// SendTimeout bounds one Send or Lookup (default 10 s). SendLease is how long a claimed row
 	// stays "sending" before another relay may take it (default SendTimeout + 30 s; it must
-	// exceed SendTimeout, so a row in flight is never taken).
+	// exceed SendTimeout, so a row in flight is never taken). Each send renews it just before it
+	// goes out (the fence), so rows waiting behind slow sends of their batch lapse and are taken
+	// by another run, but a send in flight is never.
 	SendTimeout time.Duration
 	SendLease   time.Duration
-	Logger      *slog.Logger
+	// Quarantine separates the two "not found" answers of a Looker downstream that prove an
+	// earlier send with an unknown outcome never arrived (default 30 s, as the claim's): choose
+	// it longer than the downstream may take to act on a send its sender gave up on.
+	Quarantine time.Duration
+	Logger     *slog.Logger
 }
 
 func (c OutboxConfig) withDefaults() (OutboxConfig, error) {
@@ -88,6 +98,9 @@ func (c OutboxConfig) withDefaults() (OutboxConfig, error) {
 	if c.SendLease == 0 {
 		c.SendLease = c.SendTimeout + 30*time.Second
 	}
+	if c.Quarantine == 0 {
+		c.Quarantine = 30 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -104,6 +117,8 @@ func (c OutboxConfig) withDefaults() (OutboxConfig, error) {
 		return c, configErr("outbox backoff", "base %s must be positive and at most the max %s", c.BaseBackoff, c.MaxBackoff)
 	case c.SendTimeout <= 0 || c.SendLease <= c.SendTimeout:
 		return c, configErr("outbox send lease", "%s must exceed the send timeout %s", c.SendLease, c.SendTimeout)
+	case c.Quarantine < 0 || c.Quarantine > 24*time.Hour:
+		return c, configErr("outbox quarantine", "%s is outside 0..24h", c.Quarantine)
 	}
 	return c, nil
 }
@@ -121,9 +136,16 @@ func (c OutboxConfig) Backoff(attempt int) time.Duration {
 // OutboxRelay sends the outbox rows business transactions staged, after they committed. A row
 // goes pending → sending (claimed, attempts + 1, held for SendLease) → sent, or back to pending
 // with a backoff after a failed send, or failed after MaxAttempts (its attempts and last_error
-// stay on the row). A claimed row is recorded as sending before the Send, so after a crash the
-// next relay knows a send may have reached downstream: it resends under the same downstream key
-// (idempotent downstreams dedupe it) or, for a Looker, looks the document up first.
+// stay on the row).
+//
+// Every send is fenced on its run's claim: just before it goes out, a compare-and-set on the
+// row's attempt (still this run's claim, not lapsed) counts the send and renews the claim for
+// SendLease. A run whose claim lapsed — its rows waited behind slow sends, a deposed leader
+// finishing its batch, two runs overlapping — sends nothing. A row whose earlier send began
+// (sends > 0) and was never recorded as sent has an unknown outcome: the next relay resends it
+// under the same downstream key (idempotent downstreams dedupe it) or, for a Looker, settles it
+// by the claim's rule (claim.Judge): found → sent; not found → look again a Quarantine later,
+// and send only on that second not-found; the lookup fails → back to pending, never sent.
 type OutboxRelay struct {
 	db      *gorm.DB
 	senders Senders
@@ -142,7 +164,7 @@ func NewOutboxRelay(db *gorm.DB, senders Senders, cfg OutboxConfig) (*OutboxRela
 	}
 	return &OutboxRelay{db: db, senders: senders, cfg: cfg, m: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemops", Subsystem: "outbox", Name: "messages_total",
-		Help: "Outbox sends by outcome (sent, found_downstream, retry, failed, released).",
+		Help: "Outbox sends by outcome (sent, found_downstream, not_found, retry, failed, released, lost_claim, error).",
 	}, []string{"outcome"})}, nil
 }
 
@@ -161,6 +183,7 @@ const (
 	obFailed    = "failed"
 	obReleased  = "released"
 	obLostClaim = "lost_claim"
+	obNotFound  = "not_found"
 	obError     = "error"
 )
 
@@ -179,7 +202,7 @@ WITH picked AS (
 UPDATE outbox o SET state = 'sending', attempts = o.attempts + 1,
     next_attempt_at = now() + ? * interval '1 millisecond'
 FROM picked WHERE o.id = picked.id
-RETURNING o.id, o.operation, o.downstream_key, o.payload::text AS payload, o.attempts`
+RETURNING o.id, o.operation, o.downstream_key, o.payload::text AS payload, o.attempts, o.sends, o.not_found_at`
 
 type claimedMessage struct {
 	ID            int64
@@ -187,6 +210,9 @@ type claimedMessage struct {
 	DownstreamKey string
 	Payload       string
 	Attempts      int
+	// Sends is how many sends of the row began; NotFoundAt the first "not found" since the last.
+	Sends      int
+	NotFoundAt *time.Time
 }
 
 // RunOnce relays due rows batch by batch until none is due, MaxPerRun is reached, or the daemon
@@ -253,22 +279,15 @@ func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
 	if !ok {
 		return r.failed(ctx, m, fmt.Errorf("no sender registered for operation %s", m.Operation), false)
 	}
-	// A send may have reached downstream already (an earlier attempt): a downstream without
-	// idempotency is asked first and never sent the document twice.
-	if lk, ok := s.(Looker); ok && m.Attempts > 1 {
-		lctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-		found, err := lk.Lookup(lctx, m.DownstreamKey)
-		cancel()
-		if err != nil {
-			return r.failed(ctx, m, fmt.Errorf("lookup before resend: %w", err), false)
+	// An earlier send may have reached downstream (it timed out, or its relay died before
+	// recording it): a downstream without idempotency is asked first, by the claim's rule.
+	if lk, ok := s.(Looker); ok && m.Sends > 0 {
+		if outcome, settled := r.settleUnknown(ctx, lk, m, log); settled {
+			return outcome
 		}
-		if found {
-			if err := r.markSent(ctx, m); err != nil {
-				log.Warn("outbox row not marked sent", "err", err)
-				return obError
-			}
-			return obFound
-		}
+	}
+	if outcome, ok := r.fence(ctx, m, log); !ok {
+		return outcome
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
 	err := s.Send(sctx, m.DownstreamKey, []byte(m.Payload))
@@ -287,6 +306,73 @@ func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
 		return obError
 	}
 	return obSent
+}
+
+// settleUnknown looks up a row whose earlier send has an unknown outcome and settles it by
+// claim.Judge. settled false: downstream proved absence (two not-founds a quarantine apart) and
+// the row may be sent.
+func (r *OutboxRelay) settleUnknown(ctx context.Context, lk Looker, m claimedMessage, log *slog.Logger) (outcome string, settled bool) {
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+	found, err := lk.Lookup(lctx, m.DownstreamKey)
+	cancel()
+	switch claim.Judge(found, err, m.NotFoundAt, r.cfg.Quarantine) {
+	case claim.AskLater:
+		return r.failed(ctx, m, fmt.Errorf("lookup before resend: %w", err), false), true
+	case claim.Found:
+		if err := r.markSent(context.WithoutCancel(ctx), m); err != nil {
+			log.Warn("outbox row not marked sent", "err", err)
+			return obError, true
+		}
+		return obFound, true
+	case claim.NotFoundOnce:
+		return r.notFoundOnce(ctx, m), true
+	}
+	return "", false
+}
+
+// notFoundOnce records downstream's first "not found" after a send with an unknown outcome and
+// hands the row back, due again once the quarantine has passed since that first not-found. The
+// compare-and-set on attempts leaves a row another relay has taken since alone.
+func (r *OutboxRelay) notFoundOnce(ctx context.Context, m claimedMessage) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	res := r.db.WithContext(ctx).Exec(`UPDATE outbox SET state = 'pending', not_found_at = COALESCE(not_found_at, now()),
+		next_attempt_at = COALESCE(not_found_at, now()) + ? * interval '1 millisecond',
+		last_error = 'an earlier send may still be in flight: downstream said not found; looking again after the quarantine'
+		WHERE id = ? AND state = 'sending' AND attempts = ?`, r.cfg.Quarantine.Milliseconds(), m.ID, m.Attempts)
+	switch {
+	case res.Error != nil:
+		r.cfg.Logger.Warn("outbox not-found not recorded", "outbox_id", m.ID, "err", res.Error)
+		return obError
+	case res.RowsAffected == 0:
+		return obLostClaim
+	}
+	return obNotFound
+}
+
+// fence is the compare-and-set just before a send: the row is still this run's claim (sending,
+// at this attempt) and the claim has not lapsed. It counts the send (from here on its outcome is
+// unknown until recorded), uses up a not-found proof, and renews the claim for SendLease, which
+// exceeds SendTimeout: no other relay takes the row while the send is in flight. ok false: send
+// nothing.
+func (r *OutboxRelay) fence(ctx context.Context, m claimedMessage, log *slog.Logger) (outcome string, ok bool) {
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res := r.db.WithContext(fctx).Exec(`UPDATE outbox SET sends = sends + 1, not_found_at = NULL,
+		next_attempt_at = now() + ? * interval '1 millisecond'
+		WHERE id = ? AND state = 'sending' AND attempts = ? AND next_attempt_at > now()`,
+		r.cfg.SendLease.Milliseconds(), m.ID, m.Attempts)
+	switch {
+	case res.Error != nil:
+		// Nothing was sent; whether the count committed is unknown, so the row may be looked up
+		// before its next send (the safe side).
+		log.Warn("outbox send not fenced; nothing sent", "err", res.Error)
+		return obError, false
+	case res.RowsAffected == 0:
+		log.Info("outbox claim lapsed before the send; nothing sent")
+		return obLostClaim, false
+	}
+	return "", true
 }
 
 // markSent records delivery. Sent is the truth whoever holds the row now, so it is not a
@@ -385,8 +471,8 @@ func ListOutbox(ctx context.Context, db *gorm.DB, f OutboxFilter) ([]OutboxRow, 
 	return rows, nil
 }
 
-// RetryOutbox gives a failed row one more attempt, due now. Its attempt count is kept, so a
-// Looker downstream is asked before the resend, and a further failure fails it again. It
+// RetryOutbox gives a failed row one more attempt, due now. Its attempt and send counts are
+// kept, so a Looker downstream is asked before a resend, and a further failure fails it again. It
 // returns an error wrapping ErrInvalidConfig when the row is not failed.
 func RetryOutbox(ctx context.Context, db *gorm.DB, id int64) error {
 	res := db.WithContext(ctx).Exec(`UPDATE outbox SET state = 'pending', next_attempt_at = now()

@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +56,7 @@ func TestOutbox_SendWithUnknownOutcomeIsResentOnlyAfterTwoNotFoundsAQuarantineAp
 	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) {
 		c.SendTimeout, c.SendLease = 200*time.Millisecond, 400*time.Millisecond
 		c.BaseBackoff, c.MaxBackoff, c.MaxAttempts = 50*time.Millisecond, 400*time.Millisecond, 50
+		c.Quarantine = 3 * time.Second // longer than downstream's 2 s lag
 	})
 	eventually(t, 20*time.Second, "the row sent", func() bool {
 		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
@@ -117,7 +120,7 @@ func TestOutbox_TwoOverlappingRunsOverOneSlowBatchDeliverEachOnce(t *testing.T) 
 	down := &gatedDownstream{gateKey: "dk-1", gate: make(chan struct{}), arrived: make(chan struct{}), deliveries: map[string]int{}}
 	tune := func(c *daemon.OutboxConfig) {
 		c.Workers, c.BatchSize = 1, 10
-		c.SendTimeout, c.SendLease = 100*time.Millisecond, 200*time.Millisecond
+		c.SendTimeout, c.SendLease, c.Quarantine = 100*time.Millisecond, 200*time.Millisecond, 300*time.Millisecond
 	}
 	runA := newRelay(t, open(t, url), down, tune)
 	runB := newRelay(t, open(t, url), down, tune)
@@ -154,5 +157,47 @@ func TestOutbox_TwoOverlappingRunsOverOneSlowBatchDeliverEachOnce(t *testing.T) 
 		if n := down.deliveries[k]; n != 1 {
 			t.Errorf("%s delivered %d times; want 1", k, n)
 		}
+	}
+}
+
+// blindDownstream fails its sends (a timeout: the outcome is unknown) and cannot answer lookups.
+type blindDownstream struct {
+	mu             sync.Mutex
+	sends, lookups int
+}
+
+func (d *blindDownstream) Send(context.Context, string, []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sends++
+	return context.DeadlineExceeded
+}
+
+func (d *blindDownstream) Lookup(context.Context, string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lookups++
+	return false, errors.New("lookup: 503 service unavailable")
+}
+
+// TestOutbox_LookupErrorNeverLeadsToASend: after a send with an unknown outcome, a downstream
+// that cannot answer its lookup is never sent the message again; the row fails after its
+// attempts, visible for an operator, with the lookup's error.
+func TestOutbox_LookupErrorNeverLeadsToASend(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	enqueue(t, db, "dk-blind")
+	down := &blindDownstream{}
+	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) { c.MaxAttempts, c.Quarantine = 5, 10*time.Millisecond })
+	eventually(t, 10*time.Second, "the row failed", func() bool {
+		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
+			t.Fatal(err)
+		}
+		return outboxRow(t, db).State == "failed"
+	})
+	down.mu.Lock()
+	defer down.mu.Unlock()
+	if row := outboxRow(t, db); down.sends != 1 || down.lookups != 4 || row.LastError == nil || !strings.Contains(*row.LastError, "lookup") {
+		t.Fatalf("sends %d, lookups %d, row %+v; want one send, then only lookups", down.sends, down.lookups, row)
 	}
 }
