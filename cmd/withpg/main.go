@@ -59,7 +59,7 @@ func main() {
 				return
 			}
 			mu.Lock()
-			stops = append(stops, func() { c.Stop(); os.RemoveAll(dir) })
+			stops = append(stops, func() { c.Remove(); os.RemoveAll(dir) })
 			mu.Unlock()
 			os.Setenv("DATABASE_URL", c.URL("postgres"))
 		}()

@@ -137,7 +137,11 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 			_ = os.Chown("/var/run/postgresql", int(cred.Uid), int(cred.Gid))
 		}
 	}
-	s.env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir+"/x", "XDG_DATA_HOME="+dir+"/x", "PGHOST=127.0.0.1")
+	// pg_autoctl keeps its config, state and pid files under the XDG folders (the pid files under
+	// /tmp/pg_autoctl without XDG_RUNTIME_DIR): all of them inside the set's folder, which Stop
+	// removes.
+	s.env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir+"/x", "XDG_DATA_HOME="+dir+"/x",
+		"XDG_RUNTIME_DIR="+dir+"/r", "PGHOST=127.0.0.1")
 	ports, err := freePorts(3)
 	if err != nil {
 		s.Stop()

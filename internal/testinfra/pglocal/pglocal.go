@@ -194,6 +194,14 @@ func (c *Cluster) Stop() {
 	})
 }
 
+// Remove stops the cluster and deletes its data folder — the folder it really used, which is
+// under /tmp when the requested one was out of the server user's reach: a throwaway cluster
+// (tests, withpg) leaves nothing behind.
+func (c *Cluster) Remove() {
+	c.Stop()
+	_ = os.RemoveAll(c.DataDir)
+}
+
 // ServerCredential is nil unless this process is root; then the servers (PostgreSQL, and the HA
 // set's and pgbouncer, which refuse root too) run as the `postgres` system user.
 func ServerCredential() (*syscall.Credential, error) {
