@@ -9,9 +9,13 @@ PKGS := ./...
 prereqs:
 	@bash scripts/prereqs
 
-## run: start the whole thing (private PostgreSQL, demo traffic, console)
+## run: start the whole thing (private PostgreSQL and RabbitMQ, paysim, demo traffic, the
+## daemon, the console); flags go in ARGS: make run ARGS="--console-addr 127.0.0.1:9090".
+## The binary is built, then exec'd in place of the recipe's shell: a TERM to make (which make
+## passes on) or a Ctrl-C reaches it, and it stops everything it started.
+ARGS ?=
 run: prereqs
-	$(GO) run ./cmd/idemops demo
+	$(GO) build -o bin/idemops ./cmd/idemops && exec ./bin/idemops demo $(ARGS)
 
 ## build: build the binaries into ./bin
 build:

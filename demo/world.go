@@ -93,7 +93,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 			return nil, err
 		}
 		w.Paysim = sim
-		if w.PaysimURL, err = w.serve(cfg.PaysimAddr, sim); err != nil {
+		if w.PaysimURL, err = w.serve(ServerPaysim, cfg.PaysimAddr, sim); err != nil {
 			return nil, err
 		}
 	}
@@ -144,7 +144,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	mux.Handle("/v1/checkout", checkout)
 	mux.Handle("/v1/checkout/", checkout)
 	mux.Handle("/", svc.Handler())
-	if w.APIURL, err = w.serve(cfg.APIAddr, mux); err != nil {
+	if w.APIURL, err = w.serve(ServerPayments, cfg.APIAddr, mux); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -168,20 +168,39 @@ func (w *World) serveGRPC(addr string, svc *Service) (string, error) {
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("listen %s: %w", addr, err)
+		return "", &ListenError{Server: ServerGRPC, Addr: addr, Err: err}
 	}
 	w.grpcServer = srv
 	go func() { _ = srv.Serve(l) }() // returns when Close stops the server
 	return l.Addr().String(), nil
 }
 
-func (w *World) serve(addr string, h http.Handler) (string, error) {
+// The world's servers, as a ListenError names them.
+const (
+	ServerPaysim   = "paysim"
+	ServerPayments = "payments"
+	ServerGRPC     = "payments gRPC"
+)
+
+// ListenError is a server of the world that could not listen on its address (a port in use),
+// so that the command which chose the address can say which of its flags moves it.
+type ListenError struct {
+	Server, Addr string
+	Err          error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("%s: listen %s: %v", e.Server, e.Addr, e.Err)
+}
+func (e *ListenError) Unwrap() error { return e.Err }
+
+func (w *World) serve(server, addr string, h http.Handler) (string, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("listen %s: %w", addr, err)
+		return "", &ListenError{Server: server, Addr: addr, Err: err}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	w.servers = append(w.servers, srv)

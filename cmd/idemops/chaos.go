@@ -236,7 +236,7 @@ func chaosConsoleCmd() *cobra.Command {
 		if err := chaosReconJob(ctx, d, store, w); err != nil {
 			return err
 		}
-		url, stop, err := listenAndServe(addr, srv.Handler())
+		url, stop, err := listenAndServe(addr, "addr", srv.Handler())
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -195,7 +194,7 @@ func newDaemonCmd() *cobra.Command {
 			if addr, _ := f.GetString("metrics-addr"); addr != "" {
 				stop, err := serveMetrics(addr, reg)
 				if err != nil {
-					return usagef("--metrics-addr %s: %v", addr, err)
+					return err
 				}
 				defer stop()
 			}
@@ -268,7 +267,7 @@ func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Log
 
 // serveMetrics serves reg on addr until stop is called.
 func serveMetrics(addr string, reg *prometheus.Registry) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr, "metrics-addr")
 	if err != nil {
 		return nil, err
 	}

@@ -27,13 +27,17 @@ import (
 
 // demoReady is the one line `idemops demo` prints for scripts once everything is up.
 type demoReady struct {
-	ConsoleURL       string `json:"console_url"`
-	APIURL           string `json:"api_url"`
-	GRPCAddr         string `json:"grpc_addr"`
-	PaysimURL        string `json:"paysim_url"`
-	APIKey           string `json:"api_key"`
-	OperatorUser     string `json:"operator_user"`
-	OperatorPassword string `json:"operator_password"`
+	ConsoleURL string `json:"console_url"`
+	APIURL     string `json:"api_url"`
+	GRPCAddr   string `json:"grpc_addr"`
+	PaysimURL  string `json:"paysim_url"`
+	// APIKey is the first tenant's key (APIKeys["acme"]), kept for scripts that read one.
+	APIKey string `json:"api_key"`
+	// APIKeys holds one bearer key per tenant (acme and globex), for the payments service over
+	// HTTP and gRPC alike: two tenants to try the boundary between them.
+	APIKeys          map[string]string `json:"api_keys"`
+	OperatorUser     string            `json:"operator_user"`
+	OperatorPassword string            `json:"operator_password"`
 	// DatabaseURL is the connection string the CLI can use while the demo runs.
 	DatabaseURL string `json:"database_url"`
 }
@@ -90,6 +94,11 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05},
 				AMQPURL: amqpURL, Logger: log})
 			if err != nil {
+				var le *demo.ListenError
+				if errors.As(err, &le) {
+					return listenFailed(le.Err, le.Addr, map[string]string{demo.ServerPaysim: "paysim-addr",
+						demo.ServerPayments: "api-addr", demo.ServerGRPC: "grpc-addr"}[le.Server])
+				}
 				return err
 			}
 			defer world.Close()
@@ -102,22 +111,28 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 
 			tenants := make([]string, 0, len(world.APIKeys))
 			keys := make([]string, 0, len(world.APIKeys))
+			byTenant := map[string]string{}
 			for k, t := range world.APIKeys {
 				keys = append(keys, k)
 				tenants = append(tenants, t)
+				byTenant[t] = k
 			}
 			sort.Strings(tenants)
 			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, GRPCAddr: world.GRPCAddr, PaysimURL: world.PaysimURL,
-				APIKey: world.APIKey(tenants[0]), OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword, DatabaseURL: d.URL}
+				APIKey: byTenant[tenants[0]], APIKeys: byTenant, OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword, DatabaseURL: d.URL}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "idemops demo is running.\n\n")
 			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
-			fmt.Fprintf(out, "  payments  %s   (tenant %s: Authorization: Bearer %s)\n", ready.APIURL, tenants[0], ready.APIKey)
-			fmt.Fprintf(out, "  gRPC      %s   (%s, codec json, same bearer key, idempotency-key metadata)\n", ready.GRPCAddr, demo.GRPCChargeMethod)
+			fmt.Fprintf(out, "  payments  %s   (HTTP)\n", ready.APIURL)
+			fmt.Fprintf(out, "  gRPC      %s   (%s, codec json, a tenant's bearer key, idempotency-key metadata)\n", ready.GRPCAddr, demo.GRPCChargeMethod)
+			for _, t := range tenants {
+				fmt.Fprintf(out, "  tenant    %-8s Authorization: Bearer %s   (HTTP and gRPC)\n", t, byTenant[t])
+			}
 			fmt.Fprintf(out, "  paysim    %s\n", ready.PaysimURL)
 			fmt.Fprintf(out, "  database  %s\n            (for the CLI while the demo runs: export DATABASE_URL='%s')\n", ready.DatabaseURL, ready.DatabaseURL)
 			fmt.Fprintf(out, "\n  try: curl -i -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
 			fmt.Fprintf(out, "         -d '{\"amount_minor\":1234,\"currency\":\"CNY\",\"merchant_order_no\":\"ord-1\",\"payee\":\"alice\"}'\n")
+			fmt.Fprintf(out, "       (the same key with the other tenant's bearer is another key: tenants never see each other's)\n")
 			if traffic {
 				fmt.Fprintf(out, "\n  traffic: %.1f payments/s over %d tenants (retries, duplicates, reused keys, crashes)\n", rate, len(keys))
 			}
@@ -154,7 +169,7 @@ func demoBroker(ctx context.Context, cmd *cobra.Command) (url string, stop func(
 	if url = flagOrEnv(cmd, "amqp-url", "AMQP_URL"); url != "" {
 		return url, func() {}, nil
 	}
-	logPath := filepath.Join(filepath.Dir(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR")), "rabbitmq.log")
+	logPath := dataPath(cmd, "rabbitmq.log")
 	_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
 	logf, _ := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	fmt.Fprintln(cmd.ErrOrStderr(), "idemops demo: starting a private RabbitMQ (AMQP_URL is unset)…")
@@ -217,7 +232,7 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	if err != nil {
 		return nil, fmt.Errorf("demo operator: %w", err)
 	}
-	url, stop, err := listenAndServe(consoleAddr, srv.Handler())
+	url, stop, err := listenAndServe(consoleAddr, "console-addr", srv.Handler())
 	if err != nil {
 		return nil, err
 	}

@@ -7,18 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"time"
 )
 
 // listenAndServe serves h on addr (port 0: any free port) until stop is called, returning the
-// URL it listens on.
-func listenAndServe(addr string, h http.Handler) (url string, stop func(), err error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return "", nil, usagef("address %q: %v", addr, err)
-	}
-	ln, err := net.Listen("tcp", addr)
+// URL it listens on; flag names the flag that sets addr, for the error when the port is taken.
+func listenAndServe(addr, flag string, h http.Handler) (url string, stop func(), err error) {
+	ln, err := listen(addr, flag)
 	if err != nil {
-		return "", nil, fmt.Errorf("listen %s: %w", addr, err)
+		return "", nil, err
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
@@ -32,4 +30,25 @@ func listenAndServe(addr string, h http.Handler) (url string, stop func(), err e
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 	}, nil
+}
+
+// listen opens addr for the server whose address flag sets: a malformed address is bad input,
+// and a port another program holds says which flag moves it.
+func listen(addr, flag string) (net.Listener, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, usagef("--%s %q: %v", flag, addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, listenFailed(err, addr, flag)
+	}
+	return ln, nil
+}
+
+// listenFailed words a failure to listen on addr, naming the flag that moves it.
+func listenFailed(err error, addr, flag string) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen %s: the address is already in use (another program, or another idemops): choose another with --%s (port 0: any free port)", addr, flag)
+	}
+	return fmt.Errorf("listen %s (set by --%s): %w", addr, flag, err)
 }

@@ -59,7 +59,7 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 				return err
 			}
 			defer stopDaemon()
-			url, stop, err := listenAndServe(addr, srv.Handler())
+			url, stop, err := listenAndServe(addr, "addr", srv.Handler())
 			if err != nil {
 				return err
 			}
