@@ -92,12 +92,7 @@ func (s *Server) previewAction(ctx context.Context, c *gin.Context, r *request) 
 func (s *Server) confirm(c *gin.Context, r *request, keyID int64, token, reason string) (*replay.Request, bool, error) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, keyID)
-	if err != nil {
-		return nil, false, err
-	}
-	req, dup, err := s.replays.Confirm(ctx, actorOf(r), k, token, reason)
-	return req, dup, replayErr(err)
+	return s.ConfirmReplay(ctx, r.op, r.ip, keyID, token, reason)
 }
 
 // getReplay reads a request op may see (another tenant's is ErrNotFound).
@@ -127,12 +122,11 @@ func (s *Server) replayParam(ctx context.Context, c *gin.Context, r *request) (*
 func (s *Server) approve(c *gin.Context, r *request) (*replay.Request, error) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+2*s.cfg.LookupTimeout)
 	defer cancel()
-	req, err := s.replayParam(ctx, c, r)
+	id, err := parseID(c.Param("id"))
 	if err != nil {
 		return nil, err
 	}
-	req, err = s.replays.Approve(ctx, actorOf(r), req)
-	return req, replayErr(err)
+	return s.ApproveReplay(ctx, r.op, r.ip, id)
 }
 
 // previewBulk previews a bulk replay of the keys picked (ids) or the search f (POST

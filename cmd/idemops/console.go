@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,9 +22,10 @@ import (
 	"github.com/idemops/idemops/console"
 )
 
-// digestSecret returns IDEMOPS_DIGEST_SECRET, or — only for the private cluster — the secret kept
-// beside its data directory, generated on first use. Key digests are HMACs under it, so every
-// process of one deployment must share it.
+// digestSecret returns --digest-secret / IDEMOPS_DIGEST_SECRET; when neither is set, the secret
+// kept in <data-dir>/digest-secret (the demo's, so the CLI works against the demo's database with
+// only its DATABASE_URL exported), saying which file it read; with the private cluster and no
+// such file, a fresh one is generated and kept there.
 func digestSecret(cmd *cobra.Command, d *database) ([]byte, error) {
 	if v := flagOrEnv(cmd, "digest-secret", "IDEMOPS_DIGEST_SECRET"); v != "" {
 		if len(v) < 16 {
@@ -31,12 +33,18 @@ func digestSecret(cmd *cobra.Command, d *database) ([]byte, error) {
 		}
 		return []byte(v), nil
 	}
-	if d.cluster == nil {
-		return nil, usagef("IDEMOPS_DIGEST_SECRET is unset: set it to the deployment's key-digest secret (at least 16 characters)")
-	}
 	path := dataPath(cmd, "digest-secret")
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
-		return []byte(strings.TrimSpace(string(b))), nil
+	b, err := os.ReadFile(path)
+	switch kept := strings.TrimSpace(string(b)); {
+	case err == nil && len(kept) >= 16:
+		fmt.Fprintf(cmd.ErrOrStderr(), "idemops: IDEMOPS_DIGEST_SECRET is unset; using the secret kept in %s\n", path)
+		return []byte(kept), nil
+	case err == nil:
+		return nil, usagef("%s holds fewer than 16 characters: not a digest secret", path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, usagef("IDEMOPS_DIGEST_SECRET is unset and %s cannot be read: %v", path, err)
+	case d.cluster == nil:
+		return nil, usagef("IDEMOPS_DIGEST_SECRET is unset and there is no %s: set it to the deployment's key-digest secret (at least 16 characters), or --data-dir to the folder that keeps it", path)
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
@@ -62,7 +70,7 @@ beside the data directory when unset).`,
 			ctx := cmd.Context()
 			addr, _ := cmd.Flags().GetString("addr")
 			secure, _ := cmd.Flags().GetBool("secure-cookies")
-			if _, _, err := net.SplitHostPort(addr); err != nil {
+			if _, _, err := net.SplitHostPort(addr); err != nil { // before the database is touched
 				return usagef("--addr %q: %v", addr, err)
 			}
 			ops, err := loadOperations(cmd) // a bad file stops start-up before the database is touched
@@ -90,9 +98,9 @@ beside the data directory when unset).`,
 			if ops, err := srv.Operators().List(ctx); err == nil && len(ops) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "idemops: no operators yet; create one with: idemops user add NAME --role admin --tenants '*'")
 			}
-			ln, err := net.Listen("tcp", addr)
+			ln, err := listen(addr, "addr")
 			if err != nil {
-				return fmt.Errorf("listen %s: %w", addr, err)
+				return err
 			}
 			hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 				WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/gin-gonic/gin"
@@ -23,7 +24,7 @@ import (
 func main() {
 	gin.SetMode(gin.ReleaseMode)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot().ExecuteContext(ctx)
+	err := execute(ctx, newRoot())
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idemops:", oneLine(explain(err)))
@@ -64,14 +65,51 @@ func fileArg(err error) error {
 	return err
 }
 
-func oneLine(err error) string {
-	s := err.Error()
-	for i, r := range s {
-		if r == '\n' {
-			return s[:i]
+// execute runs root. An error cobra returns before any command ran — an unknown command, a
+// wrong number of arguments, a missing, unknown or malformed flag — is bad input (exit 2), like
+// a command's own usage errors.
+func execute(ctx context.Context, root *cobra.Command) error {
+	ran := false
+	var mark func(c *cobra.Command)
+	mark = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error { ran = true; return run(cmd, args) }
+		}
+		if run := c.Run; run != nil {
+			c.Run = func(cmd *cobra.Command, args []string) { ran = true; run(cmd, args) }
+		}
+		for _, sub := range c.Commands() {
+			mark(sub)
 		}
 	}
-	return s
+	mark(root)
+	err := root.ExecuteContext(ctx)
+	var ue usageError
+	if err != nil && !ran && !errors.As(err, &ue) {
+		err = usageError{err}
+	}
+	return err
+}
+
+// oneLine puts an error on one line without losing what follows a line break: a driver's
+// connection error names the host on its first line and the reason on the next.
+func oneLine(err error) string {
+	var b strings.Builder
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // checkFlagText refuses a flag or argument holding a NUL byte or bytes that are not UTF-8 (exit 2
@@ -114,5 +152,20 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newDemoCmd(), newServeCmd())
 	root.AddCommand(newChaosCmd(), newChaosPartCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
+	root.AddCommand(newKeysCmd(), newReplayCmd(), newFindingsCmd())
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group (a command with subcommands and nothing to
+// run itself) print its help when called alone and refuse anything else as an unknown command:
+// cobra would print the help and exit 0 for `idemops keys serch`.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.HasParent() && c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		c.Args = cobra.NoArgs
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }

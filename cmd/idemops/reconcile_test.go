@@ -27,7 +27,7 @@ func runIdemops(t *testing.T, args ...string) (string, error) {
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
+	err := execute(context.Background(), root)
 	return out.String(), err
 }
 

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idemops/idemops/reconcile"
+)
+
+// newFindingsCmd is the reconciliation findings group: list here; more subcommands (bulk
+// resolution, export) add themselves with findings.AddCommand and share its operator flags.
+func newFindingsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "findings list",
+		Short: "Reconciliation findings: what the channels' statements and the local keys disagree on",
+		Long: `Reconciliation findings, as the console's findings page shows them: with IDEMOPS_TOKEN (or
+--token-file) set to an operator's API token, only findings of that operator's tenants (a
+finding about a key is its tenant's, one about a statement line its channel account's); with the
+database URL alone, every finding.`,
+		Args: cobra.NoArgs,
+	}
+	addOperatorFlags(cmd)
+	cmd.AddCommand(newFindingsListCmd())
+	return cmd
+}
+
+func newFindingsListCmd() *cobra.Command {
+	var (
+		f      reconcile.FindingFilter
+		kind   string
+		state  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--state open] [--kind K] [--channel C] [--run N] [--bill-date D] [--key ID] [--limit N]",
+		Short: "List findings, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.Limit < 1 || f.Limit > 1000 {
+				return usagef("--limit must be between 1 and 1000")
+			}
+			f.Kind, f.State = reconcile.Kind(kind), reconcile.FindingState(state)
+			s, err := openOperatorSession(cmd, false)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			ctx, cancel := cliContext(cmd)
+			defer cancel()
+			rows, next, err := s.srv.FindingsFor(ctx, s.op, f)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSONLines(out, rows)
+			}
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tKIND\tSTATE\tCHANNEL\tBILL DATE\tKEY\tSUBJECT\tDETAIL")
+			for _, r := range rows {
+				key := "-"
+				if r.KeyID != nil {
+					key = fmt.Sprint(*r.KeyID)
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.State, r.Channel, r.BillDate, key, r.Subject, r.Detail)
+			}
+			w.Flush()
+			if next != 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: add --before %d\n", next)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&state, "state", "", "only this state: open, resolved, ignored")
+	fl.StringVar(&kind, "kind", "", "only this kind (LOCAL_ONLY, CHANNEL_ONLY, STATUS_MISMATCH, AMOUNT_MISMATCH, …)")
+	fl.StringVar(&f.Channel, "channel", "", "only this channel")
+	fl.Int64Var(&f.RunID, "run", 0, "only those the run found last")
+	fl.StringVar(&f.BillDate, "bill-date", "", "only this bill date (YYYY-MM-DD)")
+	fl.Int64Var(&f.KeyID, "key", 0, "only those about this key id")
+	fl.Int64Var(&f.BeforeID, "before", 0, "continue before this finding id (printed by the previous page)")
+	fl.IntVar(&f.Limit, "limit", 100, "at most this many (≤ 1000)")
+	fl.BoolVar(&asJSON, "json", false, "one JSON object per finding")
+	return cmd
+}

@@ -1,0 +1,75 @@
+package console
+
+import (
+	"context"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/replay"
+)
+
+// The command line's entry points (`idemops keys`, `replay`, `findings`): the functions the pages
+// and /api/v1 call, for an operator authenticated by an API token, or for Everyone when the
+// command holds the database URL (which reaches every tenant anyway). Each loads its object
+// within op's scope, exactly as the pages do, so another tenant's key, request or finding is
+// ErrNotFound here too.
+
+// Everyone is the operator the command line acts as when it holds the database URL and no
+// operator token: every tenant, read-only (an action needs a named operator: Operators.ByToken).
+var Everyone = &Operator{Name: "cli", Role: RoleViewer, Tenants: []string{AllTenants}}
+
+// KeyFor reads one key op may see (ErrNotFound otherwise) and its history, newest last.
+func (s *Server) KeyFor(ctx context.Context, op *Operator, id int64) (*claim.Key, []claim.Event, error) {
+	k, err := s.getKey(ctx, op, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	evs, err := s.claims.History(ctx, k.ID, 1000)
+	return k, evs, err
+}
+
+// FindingsFor lists up to f.Limit findings op may see, newest first, and the cursor of the next
+// page (0: none): the findings page's listing.
+func (s *Server) FindingsFor(ctx context.Context, op *Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
+	return s.listFindings(ctx, op, f)
+}
+
+// PreviewReplay is the replay preview of key id for op (its confirmation token included): the
+// Operation's lookup, read-only.
+func (s *Server) PreviewReplay(ctx context.Context, op *Operator, ip string, id int64) (replay.Preview, error) {
+	if op.Role < RoleOperator {
+		return replay.Preview{}, ErrForbidden
+	}
+	k, err := s.getKey(ctx, op, id)
+	if err != nil {
+		return replay.Preview{}, err
+	}
+	return s.replays.Preview(ctx, replayActor(op, ip), k), nil
+}
+
+// ConfirmReplay requests the replay of key id under a preview's token, with a reason; dup says
+// the token was used before (the same request, nothing executed again).
+func (s *Server) ConfirmReplay(ctx context.Context, op *Operator, ip string, id int64, token, reason string) (req *replay.Request, dup bool, err error) {
+	if op.Role < RoleOperator {
+		return nil, false, ErrForbidden
+	}
+	k, err := s.getKey(ctx, op, id)
+	if err != nil {
+		return nil, false, err
+	}
+	req, dup, err = s.replays.Confirm(ctx, replayActor(op, ip), k, token, reason)
+	return req, dup, replayErr(err)
+}
+
+// ApproveReplay approves (and so executes) replay request id as op, a second operator.
+func (s *Server) ApproveReplay(ctx context.Context, op *Operator, ip string, id int64) (*replay.Request, error) {
+	if op.Role < RoleOperator {
+		return nil, ErrForbidden
+	}
+	req, err := s.getReplay(ctx, op, id)
+	if err != nil {
+		return nil, err
+	}
+	req, err = s.replays.Approve(ctx, replayActor(op, ip), req)
+	return req, replayErr(err)
+}
