@@ -3,7 +3,16 @@ package demo
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
+
+	"github.com/bufbuild/protocompile"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,12 +22,16 @@ import (
 
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/claim/httpidem"
+	idemproto "github.com/idemops/idemops/proto"
 )
 
-// The payments service over gRPC has no .proto: its one method carries the same JSON as
-// POST /v1/payments, with the "json" codec (application/grpc+json), so the intent fields, the
-// fingerprint and the stored answer are the HTTP route's — a key used over one transport replays
-// over the other.
+// The payments service over gRPC is described by proto/idemops/demo/v1/payments.proto, compiled
+// from the embedded file when the server is built and registered with the process's proto
+// registry, where reflection finds it. Its one method takes that file's messages (protobuf, what
+// grpcurl and generated clients send) or the same fields as JSON with the "json" codec
+// (application/grpc+json): both become the ChargeRequest below, whose JSON is the HTTP route's
+// body, so the intent fields, the fingerprint and the stored answer are the HTTP route's — a key
+// used over one transport replays over the other.
 func init() { encoding.RegisterCodec(grpcidem.JSONCodec{}) }
 
 // GRPCChargeMethod is the full name of the payment call over gRPC.
@@ -52,20 +65,97 @@ type ChargeReply struct {
 	MerchantOrderNo string `json:"merchant_order_no"`
 }
 
-// paymentsDesc is the hand-written service descriptor of idemops.demo.v1.Payments.
+// paymentsDesc is the service descriptor of idemops.demo.v1.Payments: the handler decodes the
+// call's message in the call's codec, runs the interceptors on the ChargeRequest, and answers in
+// the same codec.
 var paymentsDesc = grpc.ServiceDesc{
 	ServiceName: "idemops.demo.v1.Payments",
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{{MethodName: "Charge", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		wire := protoWire(ctx)
 		in := new(ChargeRequest)
-		if err := dec(in); err != nil { // bad input is the caller's error, not Internal
+		if wire {
+			m := dynamicpb.NewMessage(paymentsMessages().request)
+			if err := dec(m); err != nil { // bad input is the caller's error, not Internal
+				return nil, status.Error(codes.InvalidArgument, "the request is not an idemops.demo.v1.ChargeRequest")
+			}
+			in = chargeRequestOf(m)
+		} else if err := dec(in); err != nil {
 			return nil, status.Error(codes.InvalidArgument, "the request is not a JSON ChargeRequest")
 		}
+		var resp any
+		var err error
 		if ic == nil {
-			return chargeUnguarded(ctx, in)
+			resp, err = chargeUnguarded(ctx, in)
+		} else {
+			resp, err = ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: GRPCChargeMethod}, chargeUnguarded)
 		}
-		return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: GRPCChargeMethod}, chargeUnguarded)
+		if err != nil || !wire {
+			return resp, err
+		}
+		return chargeReplyMessage(resp), nil
 	}}},
+	Metadata: "idemops/demo/v1/payments.proto",
+}
+
+// protoWire says whether the call came in protobuf (content type application/grpc or
+// application/grpc+proto) rather than JSON.
+func protoWire(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ct := md.Get("content-type")
+	return len(ct) == 0 || ct[0] == "application/grpc" || strings.HasPrefix(ct[0], "application/grpc+proto")
+}
+
+// paymentsProtoFile is proto/idemops/demo/v1/payments.proto's import path.
+const paymentsProtoFile = "idemops/demo/v1/payments.proto"
+
+type paymentsDescriptors struct {
+	file           protoreflect.FileDescriptor
+	request, reply protoreflect.MessageDescriptor
+}
+
+// paymentsMessages compiles payments.proto once and registers it with the proto registry
+// (reflection answers from there). The file is embedded, so a failure is a broken build.
+var paymentsMessages = sync.OnceValue(func() paymentsDescriptors {
+	c := protocompile.Compiler{Resolver: &protocompile.SourceResolver{Accessor: func(path string) (io.ReadCloser, error) {
+		return idemproto.Files.Open(path)
+	}}}
+	files, err := c.Compile(context.Background(), paymentsProtoFile)
+	if err != nil {
+		panic(fmt.Sprintf("demo: compile %s: %v", paymentsProtoFile, err))
+	}
+	fd, err := protodesc.NewFile(protodesc.ToFileDescriptorProto(files[0]), protoregistry.GlobalFiles)
+	if err == nil {
+		err = protoregistry.GlobalFiles.RegisterFile(fd)
+	}
+	if err != nil {
+		panic(fmt.Sprintf("demo: register %s: %v", paymentsProtoFile, err))
+	}
+	return paymentsDescriptors{file: fd, request: fd.Messages().ByName("ChargeRequest"), reply: fd.Messages().ByName("ChargeReply")}
+})
+
+// chargeRequestOf reads a protobuf ChargeRequest into the request the interceptors take.
+func chargeRequestOf(m *dynamicpb.Message) *ChargeRequest {
+	f := m.Descriptor().Fields()
+	str := func(name protoreflect.Name) string { return m.Get(f.ByName(name)).String() }
+	return &ChargeRequest{AmountMinor: m.Get(f.ByName("amount_minor")).Int(), Currency: str("currency"),
+		MerchantOrderNo: str("merchant_order_no"), Payee: str("payee"), Description: str("description"), ClientTS: str("client_ts")}
+}
+
+// chargeReplyMessage writes the interceptors' answer as a protobuf ChargeReply.
+func chargeReplyMessage(resp any) *dynamicpb.Message {
+	m := dynamicpb.NewMessage(paymentsMessages().reply)
+	r, ok := resp.(*ChargeReply)
+	if !ok || r == nil {
+		return m
+	}
+	f := m.Descriptor().Fields()
+	m.Set(f.ByName("payment_id"), protoreflect.ValueOfString(r.PaymentID))
+	m.Set(f.ByName("status"), protoreflect.ValueOfString(r.Status))
+	m.Set(f.ByName("amount_minor"), protoreflect.ValueOfInt64(r.AmountMinor))
+	m.Set(f.ByName("currency"), protoreflect.ValueOfString(r.Currency))
+	m.Set(f.ByName("merchant_order_no"), protoreflect.ValueOfString(r.MerchantOrderNo))
+	return m
 }
 
 // chargeUnguarded is the registered handler; the idempotency interceptor runs the charge
@@ -100,6 +190,7 @@ func (s *Service) GRPCServer() (*grpc.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	paymentsMessages() // the descriptors reflection serves
 	srv := grpc.NewServer(grpc.UnaryInterceptor(idem), grpc.MaxRecvMsgSize(16<<10))
 	srv.RegisterService(&paymentsDesc, s)
 	return srv, nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/consume"
+	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
@@ -71,6 +72,7 @@ type World struct {
 	Fulfillment, Shipping *consume.Consumer
 	servers               []*http.Server
 	grpcServer            *grpc.Server
+	stopHealth            func()
 	events                *daemon.AMQPSender
 	stopEvents            func()
 }
@@ -171,6 +173,8 @@ func (w *World) serveGRPC(addr string, svc *Service) (string, error) {
 		return "", &ListenError{Server: ServerGRPC, Addr: addr, Err: err}
 	}
 	w.grpcServer = srv
+	// Reflection and grpc.health.v1, health following the store: grpcurl and load balancers.
+	w.stopHealth = grpcidem.ServeOperations(srv, svc.store, grpcidem.HealthConfig{})
 	go func() { _ = srv.Serve(l) }() // returns when Close stops the server
 	return l.Addr().String(), nil
 }
@@ -228,6 +232,9 @@ func (w *World) Close() {
 	defer cancel()
 	for _, s := range w.servers {
 		_ = s.Shutdown(ctx)
+	}
+	if w.stopHealth != nil {
+		w.stopHealth() // NOT_SERVING first: balancers drain while the calls in hand finish
 	}
 	if w.grpcServer != nil {
 		stopped := make(chan struct{})

@@ -124,7 +124,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			fmt.Fprintf(out, "idemops demo is running.\n\n")
 			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
 			fmt.Fprintf(out, "  payments  %s   (HTTP)\n", ready.APIURL)
-			fmt.Fprintf(out, "  gRPC      %s   (%s, codec json, a tenant's bearer key, idempotency-key metadata)\n", ready.GRPCAddr, demo.GRPCChargeMethod)
+			fmt.Fprintf(out, "  gRPC      %s   (%s; proto/idemops/demo/v1/payments.proto or codec json; reflection, grpc.health.v1)\n", ready.GRPCAddr, demo.GRPCChargeMethod)
 			for _, t := range tenants {
 				fmt.Fprintf(out, "  tenant    %-8s Authorization: Bearer %s   (HTTP and gRPC)\n", t, byTenant[t])
 			}
