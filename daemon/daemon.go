@@ -171,6 +171,9 @@ func New(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon metrics: %w", err)
 	}
+	if _, err := register(cfg.Registerer, prometheus.Collector(&storeCollector{db: cfg.DB, timeout: 2 * time.Second})); err != nil {
+		return nil, fmt.Errorf("daemon metrics: %w", err)
+	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	d := &Daemon{cfg: cfg, db: cfg.DB, id: cfg.Name + "-" + hex.EncodeToString(b[:]), jobs: map[string]registered{}}

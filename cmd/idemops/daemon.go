@@ -210,7 +210,7 @@ func newDaemonCmd() *cobra.Command {
 					return err
 				}
 				audit, logger := console.NewAuditLog(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-				go logAuditHeads(life, audit, logger, every)
+				go logAuditHeads(life, audit, logger, every, reg)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
 			<-cmd.Context().Done()
@@ -233,12 +233,13 @@ func newDaemonCmd() *cobra.Command {
 
 // logAuditHeads writes the audit log's head to the daemon's log every interval, so a checkpoint
 // lives outside the database; each time it verifies only the rows after the head it logged last.
-func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, every time.Duration) {
+func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, every time.Duration, reg prometheus.Registerer) {
+	g := newAuditGauges(reg, logger)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last *console.AuditHead
 	for {
-		last = logAuditHead(ctx, audit, logger, last)
+		last = logAuditHead(ctx, audit, logger, last, g)
 		select {
 		case <-ctx.Done():
 			return
@@ -249,7 +250,7 @@ func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Lo
 
 // logAuditHead verifies the rows after last (all rows when nil), logs the head as
 // "audit head seq=N hash=H" (or the break it found), and returns the head to resume from.
-func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, last *console.AuditHead) *console.AuditHead {
+func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, last *console.AuditHead, g *auditGauges) *console.AuditHead {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	res, err := audit.Verify(ctx, console.VerifyOptions{From: last})
@@ -259,10 +260,40 @@ func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Log
 		return last
 	case !res.OK():
 		logger.Error("audit chain broken", "seq", res.BadSeq, "reason", res.Reason, "last_head", last)
+		g.broken.Set(1)
 		return last
 	}
+	g.broken.Set(0)
+	g.verified.SetToCurrentTime()
 	logger.Info("audit head", "seq", res.Head.Seq, "hash", res.Head.Hash)
 	return &res.Head
+}
+
+// auditGauges say what the last verification of the audit chain found, for the alerts
+// IdemopsAuditChainNotVerified and IdemopsAuditChainBroken (deploy/prometheus/alerts.yml).
+type auditGauges struct{ verified, broken prometheus.Gauge }
+
+func newAuditGauges(reg prometheus.Registerer, logger *slog.Logger) *auditGauges {
+	g := &auditGauges{
+		verified: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idemops_audit_verified_timestamp_seconds",
+			Help: "Unix time the audit log's chain was last verified intact up to its head (by this replica)."}),
+		broken: prometheus.NewGauge(prometheus.GaugeOpts{Name: "idemops_audit_chain_broken",
+			Help: "1 when the last verification found the audit log's chain broken, 0 when it was intact."}),
+	}
+	if reg == nil {
+		return g
+	}
+	for _, c := range []*prometheus.Gauge{&g.verified, &g.broken} {
+		if err := reg.Register(*c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				*c = are.ExistingCollector.(prometheus.Gauge)
+				continue
+			}
+			logger.Error("audit metrics", "err", err)
+		}
+	}
+	return g
 }
 
 // serveMetrics serves reg on addr until stop is called.

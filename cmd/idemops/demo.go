@@ -300,7 +300,7 @@ func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop 
 	if logger == nil {
 		logger = slog.Default()
 	}
-	go logAuditHeads(life, console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret), logger, time.Minute)
+	go logAuditHeads(life, console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret), logger, time.Minute, deps.Registerer)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
