@@ -249,10 +249,15 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		}
 	}()
 
-	// A probe claims a fresh key every 100 ms (tenant "probe", released at once): the first
-	// claim to succeed after the kill says when claims were served again.
+	// A probe claims a fresh key every 100 ms (tenant "probe", released at once). Claims are
+	// served again when a claim that started after the old primary was gone succeeds: nothing
+	// but a promoted standby can take it. (It used to wait for a claim to fail after the kill
+	// first. When the kill landed while the probe was inside a claim or a release, the store's
+	// own reconnecting rode the failover out — the release, under context.Background, for up to
+	// its 30 s reconnect window — so no claim started after the kill ever failed, and the test
+	// timed out waiting although claims were served.)
 	var claimsBack atomic.Int64 // ns after the kill; 0 until then
-	var failedAt atomic.Int64   // unix ns of the first failed claim after the kill
+	var downAt atomic.Int64     // unix ns when the kill had finished: every process of the primary killed
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	probeDone := make(chan struct{})
 	go func() {
@@ -263,20 +268,18 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			out, err := store.Claim(cctx, claim.Request{Tenant: "probe", Operation: "probe", Key: fmt.Sprintf("p-%d", i),
 				Intent: json.RawMessage(`{}`), Actor: "service:probe"})
 			cancel()
-			k := killedAt.Load()
+			k, d := killedAt.Load(), downAt.Load()
 			if err == nil && out.Kind == claim.Acquired {
-				_ = store.Release(context.Background(), out.Lease, "probe")
-				// Back: the first claim started after one that failed since the kill.
-				if f := failedAt.Load(); f != 0 && started.UnixNano() > f && claimsBack.Load() == 0 {
+				if d != 0 && started.UnixNano() > d && claimsBack.Load() == 0 {
 					claimsBack.Store(time.Since(time.Unix(0, k)).Nanoseconds())
 				}
-			} else if k != 0 && started.UnixNano() > k {
-				if failedAt.Load() == 0 {
-					failedAt.Store(time.Now().UnixNano())
-				}
-				if os.Getenv("PGHA_LOG") != "" {
-					fmt.Fprintf(os.Stderr, "probe %s (+%s): %v %v\n", started.Format("15:04:05.000"), time.Since(started), out, err)
-				}
+				// Bounded like the claim: a release cut by the kill re-reads its key for up to the
+				// store's reconnect window, and the probe must go on probing meanwhile.
+				rctx, rcancel := context.WithTimeout(probeCtx, 3*time.Second)
+				_ = store.Release(rctx, out.Lease, "probe")
+				rcancel()
+			} else if k != 0 && started.UnixNano() > k && os.Getenv("PGHA_LOG") != "" {
+				fmt.Fprintf(os.Stderr, "probe %s (+%s): %v %v\n", started.Format("15:04:05.000"), time.Since(started), out, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -300,6 +303,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	if err := set.Kill(primary); err != nil {
 		t.Fatal(err)
 	}
+	downAt.Store(time.Now().UnixNano())
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	promoted, err := set.WaitPromoted(pctx, primary)
 	cancel()
