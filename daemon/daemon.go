@@ -15,6 +15,8 @@ import (
 
 	"github.com/idemops/idemops/daemon/internal/testsignal"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 )
 
@@ -41,7 +43,10 @@ type Config struct {
 	KeepRuns time.Duration
 	// Registerer receives the daemon's and its jobs' metrics (default: a private registry).
 	Registerer prometheus.Registerer
-	Logger     *slog.Logger
+	// TracerProvider traces each job run as a span (default: OpenTelemetry's global provider,
+	// a no-op unless telemetry.Setup installed one).
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -71,6 +76,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 )
 
@@ -113,6 +116,10 @@ func (x *executor) execute(base, ctx context.Context, a *activeRun, c claimedRun
 	defer cancelT()
 	ctx = context.WithValue(ctx, runIDKey{}, c.runID)
 	jobName := c.job.Name()
+	ctx, span := x.cfg.TracerProvider.Tracer("github.com/idemops/idemops/daemon").Start(ctx, "job "+jobName,
+		trace.WithAttributes(attribute.String("idemops.job", jobName), attribute.String("idemops.schedule", c.schedule),
+			attribute.Int64("idemops.job_run", c.runID), attribute.String("idemops.replica", x.id)))
+	defer span.End()
 
 	p := &runProgress{db: x.db, ctx: context.WithoutCancel(base), id: c.runID, every: x.cfg.ProgressEvery}
 	x.metrics.running.WithLabelValues(jobName).Inc()
@@ -131,7 +138,9 @@ func (x *executor) execute(base, ctx context.Context, a *activeRun, c claimedRun
 	status, errText := RunSucceeded, ""
 	if err != nil {
 		status, errText = classify(ctx, a, err), err.Error()
+		span.SetStatus(codes.Error, errText)
 	}
+	span.SetAttributes(attribute.String("idemops.job_status", string(status)))
 	x.metrics.runs.WithLabelValues(jobName, string(status)).Inc()
 	x.metrics.duration.WithLabelValues(jobName).Observe(elapsed.Seconds())
 	if status == RunSucceeded {

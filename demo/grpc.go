@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/bufbuild/protocompile"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -191,7 +192,11 @@ func (s *Service) GRPCServer() (*grpc.Server, error) {
 		return nil, err
 	}
 	paymentsMessages() // the descriptors reflection serves
-	srv := grpc.NewServer(grpc.UnaryInterceptor(idem), grpc.MaxRecvMsgSize(16<<10))
+	opts := []grpc.ServerOption{grpc.UnaryInterceptor(idem), grpc.MaxRecvMsgSize(16 << 10)}
+	if s.tracing != nil {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(s.tracing))))
+	}
+	srv := grpc.NewServer(opts...)
 	srv.RegisterService(&paymentsDesc, s)
 	return srv, nil
 }

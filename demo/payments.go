@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
@@ -141,6 +142,7 @@ type Service struct {
 	charge  claim.Operation
 	apiKeys map[string]string // bearer key → tenant
 	answers *claim.AnswerRecorder
+	tracing trace.TracerProvider // nil: not traced
 }
 
 // NewService builds the payments API. charge is the paysim Operation whose Apply is ApplyPayment.

@@ -9,8 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"gorm.io/gorm"
 
@@ -45,6 +49,9 @@ type WorldConfig struct {
 	// APIKeys, when set, are the bearer keys (key → tenant) instead of fresh ones per tenant,
 	// so that replicas of the service in other processes accept the same keys.
 	APIKeys map[string]string
+	// TracerProvider traces the payments service's HTTP and gRPC calls (otelhttp, otelgrpc);
+	// nil: OpenTelemetry's global provider, a no-op unless telemetry.Setup installed one.
+	TracerProvider trace.TracerProvider
 	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
 	// consumers — for a daemon or console in a process of its own (the chaos run).
 	NoServe bool
@@ -131,6 +138,10 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		return w, nil
 	}
 	svc := NewService(cfg.DB, cfg.Store, w.Charge, w.APIKeys)
+	svc.tracing = cfg.TracerProvider
+	if svc.tracing == nil {
+		svc.tracing = otel.GetTracerProvider()
+	}
 	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
 	w.Answers.Start()
 	svc.answers = w.Answers
@@ -146,7 +157,9 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	mux.Handle("/v1/checkout", checkout)
 	mux.Handle("/v1/checkout/", checkout)
 	mux.Handle("/", svc.Handler())
-	if w.APIURL, err = w.serve(ServerPayments, cfg.APIAddr, mux); err != nil {
+	traced := otelhttp.NewHandler(mux, "payments", otelhttp.WithTracerProvider(svc.tracing),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + routeOf(r.URL.Path) }))
+	if w.APIURL, err = w.serve(ServerPayments, cfg.APIAddr, traced); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -270,4 +283,14 @@ type Ops struct{ W *World }
 func (o Ops) Get(name string) (claim.Operation, bool) {
 	op, err := o.W.Operations.Get(name)
 	return op, err == nil
+}
+
+// routeOf is a request path's route for a span name: its first two segments (/v1/payments,
+// /v1/articles), never an id or a key.
+func routeOf(path string) string {
+	parts := strings.SplitN(strings.TrimPrefix(path, "/"), "/", 3)
+	if len(parts) > 2 {
+		parts = parts[:2]
+	}
+	return "/" + strings.Join(parts, "/")
 }

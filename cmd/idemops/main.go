@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,13 +20,23 @@ import (
 
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
+	"github.com/idemops/idemops/internal/telemetry"
 )
 
 func main() {
 	gin.SetMode(gin.ReleaseMode)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := execute(ctx, newRoot())
+	// Traces go out over OTLP when the standard OTEL_EXPORTER_OTLP_* variables say where.
+	flush, err := telemetry.Setup(ctx, "idemops")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idemops:", err)
+		os.Exit(2)
+	}
+	err = execute(ctx, newRoot())
 	stop()
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = flush(fctx)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "idemops:", oneLine(explain(err)))
 		os.Exit(exitCode(err))
