@@ -138,10 +138,18 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 		}
 	}
 	// pg_autoctl keeps its config, state and pid files under the XDG folders (the pid files under
-	// /tmp/pg_autoctl without XDG_RUNTIME_DIR): all of them inside the set's folder, which Stop
-	// removes.
+	// /tmp/pg_autoctl unless XDG_RUNTIME_DIR names a folder that exists): all of them inside the
+	// set's folder, which Stop removes.
+	run := filepath.Join(dir, "r")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
+		_ = os.Chown(run, int(cred.Uid), int(cred.Gid))
+	}
 	s.env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir+"/x", "XDG_DATA_HOME="+dir+"/x",
-		"XDG_RUNTIME_DIR="+dir+"/r", "PGHOST=127.0.0.1")
+		"XDG_RUNTIME_DIR="+run, "PGHOST=127.0.0.1")
 	ports, err := freePorts(3)
 	if err != nil {
 		s.Stop()
