@@ -22,6 +22,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
@@ -49,6 +50,10 @@ const (
 
 // ReconJob is the recon job the console part creates and the runner starts.
 const ReconJob = "chaos-stripe"
+
+// LinearizabilityTimeout bounds the history check (keys are checked one by one; a run of a few
+// thousand keys takes well under a second).
+const LinearizabilityTimeout = 2 * time.Minute
 
 // SettleLimit bounds the wait for the world to settle after traffic stops.
 const SettleLimit = 100 * time.Second
@@ -86,6 +91,7 @@ type world struct {
 	tokens  []string
 	sim     *paysim.Client
 	traffic *traffic
+	hist    *history.Recorder
 	win     window
 
 	brokerBusy atomic.Bool
@@ -172,6 +178,11 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	for _, inv := range invs {
 		r.Passed = r.Passed && inv.OK
 	}
+	w.countExecutions(ctx)
+	lin := history.Check(w.hist.Operations(), LinearizabilityTimeout, cfg.OutDir)
+	w.logf("linearizability (porcupine): %s over %d operations on %d keys in %.1fs", lin.Result, lin.Operations, lin.Partitions, lin.CheckSeconds)
+	r.Linearizability = &lin
+	r.Passed = r.Passed && lin.Result == report.LinearizableOK
 	w.mu.Lock()
 	r.Faults = append([]report.Fault(nil), w.faults...)
 	sort.SliceStable(r.Faults, func(i, j int) bool { return r.Faults[i].T < r.Faults[j].T })
@@ -322,7 +333,8 @@ func (w *world) up(ctx context.Context, logs string) error {
 		return fmt.Errorf("chaos: the console wrote %d operator tokens, want 2", len(w.tokens))
 	}
 	w.api = consoleAPI{url: w.console.ready, hc: &http.Client{Timeout: 60 * time.Second}}
-	w.traffic = newTraffic(w.proxy.URL, apiKeys, tenants, w.cfg.Rate, w.cfg.Seed, w.win.current)
+	w.hist = history.NewRecorder()
+	w.traffic = newTraffic(w.proxy.URL, apiKeys, tenants, w.cfg.Rate, w.cfg.Seed, w.win.current, w.hist)
 	return nil
 }
 
@@ -654,7 +666,11 @@ func Summary(r *report.Report, dir string) string {
 	if !r.Passed {
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos %s: seed %d, %s: %d requests (%d 2xx) over %d keys, %d faults, invariants %d/%d, worst p99 %.0f ms, longest unavailable %.1f s; report %s",
-		verdict, r.Seed, r.Duration, r.Totals.Requests, r.Totals.Answered2xx, r.Totals.LogicalKeys, len(r.Faults), ok, len(r.Invariants),
+	lin := "not checked"
+	if l := r.Linearizability; l != nil {
+		lin = fmt.Sprintf("%s over %d operations", l.Result, l.Operations)
+	}
+	return fmt.Sprintf("chaos %s: seed %d, %s: %d requests (%d 2xx) over %d keys, %d faults, invariants %d/%d, linearizability %s, worst p99 %.0f ms, longest unavailable %.1f s; report %s",
+		verdict, r.Seed, r.Duration, r.Totals.Requests, r.Totals.Answered2xx, r.Totals.LogicalKeys, len(r.Faults), ok, len(r.Invariants), lin,
 		r.Totals.WorstP99Ms, r.Totals.LongestUnavailableS, filepath.Join(dir, "report.json"))
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
@@ -255,4 +256,22 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
 	}
 	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight}
+}
+
+// countExecutions adds to the history, for every payments key, how many charges the channel
+// holds under its downstream key: the executions the model allows at most one of.
+func (w *world) countExecutions(ctx context.Context) {
+	w.traffic.mu.Lock()
+	recs := append([]*keyRecord(nil), w.traffic.keys...)
+	w.traffic.mu.Unlock()
+	for _, r := range recs {
+		dk := claim.DownstreamKey(r.Tenant, demo.OperationCharge, r.Key)
+		done := w.hist.Begin(history.Input{Key: httpKey(r.Tenant, r.Key), Kind: history.Count})
+		n, err := w.sim.ChargeCount(ctx, dk)
+		if err != nil {
+			w.logf("linearizability: charges of %s not counted: %v", w.store.Digest(r.Tenant, demo.OperationCharge, r.Key), err)
+			continue // an operation without a return is not in the history
+		}
+		done(history.Output{Executions: n})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/claim/idemclient"
 )
 
@@ -48,15 +49,16 @@ type traffic struct {
 	client  *idemclient.Client
 	once    *idemclient.Client
 	fault   func() string // the paysim fault window open now ("" none)
+	hist    *history.Recorder
 
 	mu   sync.Mutex
 	keys []*keyRecord
 	ops  []op
 }
 
-func newTraffic(url string, apiKeys map[string]string, tenants []string, rate float64, seed int64, fault func() string) *traffic {
+func newTraffic(url string, apiKeys map[string]string, tenants []string, rate float64, seed int64, fault func() string, hist *history.Recorder) *traffic {
 	hc := &http.Client{Timeout: 20 * time.Second}
-	return &traffic{url: url, apiKeys: apiKeys, tenants: tenants, rate: rate, fault: fault,
+	return &traffic{url: url, apiKeys: apiKeys, tenants: tenants, rate: rate, fault: fault, hist: hist,
 		rng:    rand.New(rand.NewPCG(uint64(seed), 0x7261666669632d31)),
 		client: &idemclient.Client{HTTP: hc, MaxAttempts: 8, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second},
 		once:   &idemclient.Client{HTTP: hc, MaxAttempts: 1}}
@@ -173,11 +175,21 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 		t.mu.Unlock()
 	}
 	start := time.Now()
+	done := t.hist.Begin(history.Input{Key: httpKey(rec.Tenant, rec.Key), Kind: history.Call, Intent: history.Intent(body)})
 	res, err := c.Do(ctx, http.MethodPost, t.url+"/v1/payments", rec.Key, h, body)
 	o := op{end: time.Now(), latency: time.Since(start)}
+	var answer struct {
+		PaymentID string `json:"payment_id"`
+	}
+	problem := ""
 	if res != nil && res.Response != nil {
 		o.status = res.Response.StatusCode
+		_ = json.Unmarshal(res.Body, &answer)
+		problem = history.ProblemType(res.Body)
 	}
+	// Every call is in the history, one cut short by the end of the run too: it may have
+	// recorded its intent.
+	done(history.HTTPClass(o.status, problem, answer.PaymentID))
 	switch {
 	case ctx.Err() != nil && o.status == 0:
 		return 0 // the run ended under it: not an observation
@@ -197,13 +209,9 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 		rec.LastStatus = o.status
 	}
 	if o.status >= 200 && o.status < 300 && string(body) == string(rec.Body) {
-		var p struct {
-			PaymentID string `json:"payment_id"`
-		}
-		_ = json.Unmarshal(res.Body, &p)
 		rec.Saw2xx = true
 		if rec.PaymentID == "" {
-			rec.PaymentID = p.PaymentID
+			rec.PaymentID = answer.PaymentID
 		}
 	}
 	return o.status
@@ -230,3 +238,6 @@ func (t *traffic) catchUp(ctx context.Context) int {
 	wg.Wait()
 	return len(todo)
 }
+
+// httpKey is the history's name of a payments key: path, tenant and key.
+func httpKey(tenant, key string) string { return "http|" + tenant + "|" + key }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -38,6 +39,7 @@ type page struct {
 	Faults     []faultRow
 	Invariants []invariantRow
 	Violated   int
+	Paths      []pathRow
 	Exercised  []Component
 	Skipped    []Component
 	Totals     []totalRow
@@ -59,6 +61,11 @@ type invariantRow struct {
 	Invariant
 	Shown []string
 	More  int
+}
+
+type pathRow struct {
+	Name string
+	N    int
 }
 
 type totalRow struct {
@@ -83,8 +90,11 @@ func Headline(r *Report) bool {
 			return false
 		}
 	}
-	return true
+	return r.Linearizability == nil || r.Linearizability.Result == LinearizableOK
 }
+
+// LinearizableOK is Linearizability.Result when every key's history has a linearization.
+const LinearizableOK = "ok"
 
 func newPage(r *Report) page {
 	p := page{R: r, Started: stamp(r.StartedAt), Ended: stamp(r.EndedAt), Settled: stamp(r.SettledAt)}
@@ -107,6 +117,11 @@ func newPage(r *Report) page {
 		p.Why = fmt.Sprintf("The run was marked passed, but %s violated.", count(p.Violated, "invariant"))
 	case r.Passed && len(r.Invariants) == 0:
 		p.Why = "The run was marked passed, but no invariant was checked."
+	case r.Passed && !p.Passed:
+		p.Why = "The run was marked passed, but its history is not linearizable."
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Paths)) {
+		p.Paths = append(p.Paths, pathRow{Name: name, N: r.Paths[name]})
 	}
 
 	p.Charts = charts(r)

@@ -438,3 +438,36 @@ func TestPage_ShadesEachStretchWithoutASuccessfulClaim(t *testing.T) {
 		t.Errorf("%d stretches shaded, want 3", got)
 	}
 }
+
+func TestPage_ShowsTheLinearizabilityVerdictAndFailsOnAnIllegalHistory(t *testing.T) {
+	held := func(seed int64) *Report {
+		r := synthetic(seed, 30, 2)
+		for i := range r.Invariants {
+			r.Invariants[i].OK, r.Invariants[i].Violations = true, nil
+		}
+		r.Passed = true
+		r.Paths = map[string]int{"http": 120, "grpc": 0}
+		return r
+	}
+	ok := held(18)
+	ok.Linearizability = &Linearizability{Checker: "porcupine", Operations: 1234, Partitions: 400, Result: LinearizableOK, CheckSeconds: 0.4}
+	html := draw(t, ok)
+	lin := section(t, html, "linearizability", "</table>")
+	if !strings.Contains(html, ">PASSED</span></h1>") || !strings.Contains(lin, "porcupine") || !strings.Contains(lin, ">1234<") ||
+		!strings.Contains(lin, ">ok<") {
+		t.Fatalf("an ok history: the page does not show it passed with porcupine over 1234 operations:\n%s", lin)
+	}
+	paths := section(t, html, "paths", "</table>")
+	if !strings.Contains(paths, "<td>grpc</td><td class=\"num\">0</td>") || !strings.Contains(paths, `class="violated"`) {
+		t.Fatalf("a path walked zero times is not marked:\n%s", paths)
+	}
+
+	bad := held(19)
+	bad.Linearizability = &Linearizability{Checker: "porcupine", Operations: 9, Partitions: 3, Result: "illegal",
+		Keys: []string{"http|acme|chaos-1"}, Visualization: "linearizability.html"}
+	html = draw(t, bad)
+	if !strings.Contains(html, ">FAILED</span></h1>") || !strings.Contains(html, `href="linearizability.html"`) ||
+		!strings.Contains(html, "http|acme|chaos-1") {
+		t.Fatal("an illegal history: the page must say FAILED, name the key and link Porcupine's visualisation")
+	}
+}

@@ -20,7 +20,28 @@ type Report struct {
 	// injected, when. The same seed gives the same Schedule.
 	Schedule   []Fault     `json:"schedule,omitempty"`
 	Invariants []Invariant `json:"invariants"`
-	Totals     Totals      `json:"totals"`
+	// Linearizability is the check of every client operation's history against a model of the
+	// key store (Porcupine); nil in reports written before it existed.
+	Linearizability *Linearizability `json:"linearizability,omitempty"`
+	// Paths counts the logical operations the run drove down each path of the world (http,
+	// grpc, outbox_non_idempotent, checkout_token, likes, adjustments, consumer,
+	// purged_then_retried).
+	Paths  map[string]int `json:"paths,omitempty"`
+	Totals Totals         `json:"totals"`
+}
+
+// Linearizability is the verdict of the history checker: Result "ok" when every key's history
+// has a linearization that the model accepts, "illegal" otherwise (Keys names the first keys
+// that have none, Visualization is Porcupine's page of them), "unknown" when the check ran out
+// of time.
+type Linearizability struct {
+	Checker       string   `json:"checker"`
+	Operations    int      `json:"operations"`
+	Partitions    int      `json:"partitions"`
+	Result        string   `json:"result"`
+	CheckSeconds  float64  `json:"check_seconds"`
+	Keys          []string `json:"keys,omitempty"`
+	Visualization string   `json:"visualization,omitempty"` // file name beside report.json
 }
 
 // Component is one part of the world and whether the run exercised it; a part that could not
