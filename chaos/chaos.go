@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/chaos/history"
@@ -91,7 +92,9 @@ type world struct {
 	tokens  []string
 	sim     *paysim.Client
 	traffic *traffic
+	grpc    *grpc.ClientConn
 	hist    *history.Recorder
+	purge   purger
 	win     window
 
 	brokerBusy atomic.Bool
@@ -159,6 +162,8 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	var tw sync.WaitGroup
 	tw.Add(1)
 	go func() { defer tw.Done(); w.traffic.run(tctx) }()
+	tw.Add(1)
+	go func() { defer tw.Done(); w.purgeLoop(tctx) }()
 	auditMark := w.runSchedule(tctx)
 	tw.Wait()
 	r.EndedAt = time.Now().UTC()
@@ -191,6 +196,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	}
 	r.Components = append([]report.Component(nil), w.components...)
 	w.mu.Unlock()
+	r.Paths = w.paths(invs)
 	w.fillSeries(r)
 	if err := report.Write(cfg.OutDir, r); err != nil {
 		return r, err
@@ -261,6 +267,9 @@ func (w *world) up(ctx context.Context, logs string) error {
 	if err := migrations.Up(ctx, sqlDB); err != nil {
 		return err
 	}
+	if err := shortRetention(ctx, w); err != nil {
+		return err
+	}
 	secret := randomHex(24)
 	if w.store, err = claim.NewStore(db, claim.Config{DigestSecret: []byte(secret)}); err != nil {
 		return err
@@ -280,8 +289,12 @@ func (w *world) up(ctx context.Context, logs string) error {
 		if err != nil {
 			return err
 		}
+		gaddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
 		u, _ := url.Parse("http://" + addr)
-		w.backs = append(w.backs, &backend{name: fmt.Sprintf("payments-%d", i+1), url: u})
+		w.backs = append(w.backs, &backend{name: fmt.Sprintf("payments-%d", i+1), url: u, grpc: gaddr})
 	}
 	if w.proxy, err = startProxy(w.backs); err != nil {
 		return err
@@ -302,7 +315,7 @@ func (w *world) up(ctx context.Context, logs string) error {
 	env = append(env, EnvPaysimURL+"="+w.paysim.ready)
 	tokens := filepath.Join(w.cfg.OutDir, "logs", "console-tokens")
 	for _, b := range w.backs {
-		w.pays = append(w.pays, mk(b.name, "payments", "--name", b.name, "--addr", b.url.Host))
+		w.pays = append(w.pays, mk(b.name, "payments", "--name", b.name, "--addr", b.url.Host, "--grpc-addr", b.grpc))
 	}
 	for i := range 2 {
 		w.daemons = append(w.daemons, mk(fmt.Sprintf("daemon-%d", i+1), "daemon", "--name", fmt.Sprintf("daemon-%d", i+1)))
@@ -333,8 +346,15 @@ func (w *world) up(ctx context.Context, logs string) error {
 		return fmt.Errorf("chaos: the console wrote %d operator tokens, want 2", len(w.tokens))
 	}
 	w.api = consoleAPI{url: w.console.ready, hc: &http.Client{Timeout: 60 * time.Second}}
+	var grpcAddrs []string
+	for _, b := range w.backs {
+		grpcAddrs = append(grpcAddrs, b.grpc)
+	}
+	if w.grpc, err = dialPayments(grpcAddrs); err != nil {
+		return fmt.Errorf("chaos: gRPC client: %w", err)
+	}
 	w.hist = history.NewRecorder()
-	w.traffic = newTraffic(w.proxy.URL, apiKeys, tenants, w.cfg.Rate, w.cfg.Seed, w.win.current, w.hist)
+	w.traffic = newTraffic(w.proxy.URL, apiKeys, tenants, w.cfg.Rate, w.cfg.Seed, w.win.current, w.hist, w.grpc)
 	return nil
 }
 
@@ -357,6 +377,9 @@ func (w *world) teardown() {
 	}
 	if w.proxy != nil {
 		w.proxy.close()
+	}
+	if w.grpc != nil {
+		_ = w.grpc.Close()
 	}
 	if w.db != nil {
 		if s, err := w.db.DB(); err == nil {

@@ -24,6 +24,7 @@ const (
 	InvAudit           = "the audit chain verifies against its mid-run checkpoint"
 	InvFindings        = "reconciliation findings only where faults were injected on purpose"
 	InvNothingInFlight = "nothing left in flight (no processing key, no unsent outbox row)"
+	InvAdjustments     = "every balance is the sum of its adjustments and paid orders, each adjustment key applied at most once"
 )
 
 // maxViolations bounds the keys named per invariant in the report.
@@ -135,6 +136,9 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 	find := &check{inv: report.Invariant{Name: InvFindings, OK: true}}
 	faulted := map[string]bool{}
 	for _, r := range recs {
+		if r.Key == "" {
+			continue // a checkout whose token was never issued: no key
+		}
 		dk := claim.DownstreamKey(r.Tenant, demo.OperationCharge, r.Key)
 		digest := w.store.Digest(r.Tenant, demo.OperationCharge, r.Key)
 		if r.Faulted || r.Scenario == "crash" {
@@ -255,7 +259,78 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		flight.OK = false
 		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
 	}
-	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight}
+	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight,
+		w.adjustments(ctx)}
+}
+
+// adjustments checks the one-commit path: each balance equals the sum of its adjustment rows,
+// no key has two rows, and every key answered 2xx has its one row.
+func (w *world) adjustments(ctx context.Context) report.Invariant {
+	c := &check{inv: report.Invariant{Name: InvAdjustments, OK: true}}
+	var off []struct {
+		ID           string
+		Balance, Sum int64
+	}
+	// A paid order credits its tenant's balance in the same transaction (a refund debits it
+	// again), so a balance is its adjustments plus its orders that stand paid.
+	if err := w.db.WithContext(ctx).Raw(`WITH adj AS (
+		    SELECT tenant || '|' || currency AS id, sum(amount_minor) AS s FROM demo_balance_adjustments GROUP BY 1
+		), paid AS (
+		    SELECT tenant || '|' || upper(currency) AS id, sum(amount_minor) AS s FROM demo_orders WHERE status = 'paid' GROUP BY 1
+		)
+		SELECT b.id, b.balance_minor AS balance, coalesce(adj.s, 0) + coalesce(paid.s, 0) AS sum
+		FROM demo_balances b LEFT JOIN adj ON adj.id = b.id LEFT JOIN paid ON paid.id = b.id
+		WHERE b.balance_minor <> coalesce(adj.s, 0) + coalesce(paid.s, 0)`).Scan(&off).Error; err != nil {
+		c.fail("balances not read: %v", err)
+	}
+	for _, b := range off {
+		c.fail("balance %s is %d, its adjustments and paid orders add up to %d", b.ID, b.Balance, b.Sum)
+	}
+	w.traffic.mu.Lock()
+	recs := make([]keyRecord, len(w.traffic.adjusts))
+	for i, r := range w.traffic.adjusts {
+		recs[i] = *r
+	}
+	w.traffic.mu.Unlock()
+	for _, r := range recs {
+		c.inv.Checked++
+		n, err := w.adjustmentRows(ctx, r.Tenant, r.Key)
+		digest := w.store.Digest(r.Tenant, demo.OperationAdjust, r.Key)
+		switch {
+		case err != nil:
+			c.fail("%s: rows not counted: %v", digest, err)
+		case n > 1:
+			c.fail("%s: %d adjustment rows for one key", digest, n)
+		case r.Saw2xx && n != 1:
+			c.fail("%s: answered 2xx, %d adjustment rows", digest, n)
+		}
+	}
+	return c.inv
+}
+
+// adjustmentRows counts the adjustment rows written under one key.
+func (w *world) adjustmentRows(ctx context.Context, tenant, key string) (int, error) {
+	var n int64
+	err := w.db.WithContext(ctx).Raw(`SELECT count(*) FROM demo_balance_adjustments a JOIN idempotency_keys k ON k.id = a.key_id
+		WHERE k.tenant = ? AND k.operation = ? AND k.key = ?`, tenant, demo.OperationAdjust, key).Scan(&n).Error
+	return int(n), err
+}
+
+// paths is report.json's "paths": the logical operations started down each path, the payment
+// events whose consumer effects were checked, and the keys purged then retried.
+func (w *world) paths(invs []report.Invariant) map[string]int {
+	w.traffic.mu.Lock()
+	p := map[string]int{}
+	for _, name := range []string{PathHTTP, PathGRPC, PathOutbox, PathCheckout, PathLikes, PathAdjustments, PathConsumer, PathPurgedRetried} {
+		p[name] = w.traffic.paths[name]
+	}
+	w.traffic.mu.Unlock()
+	for _, inv := range invs {
+		if inv.Name == InvConsumerOnce {
+			p[PathConsumer] = inv.Checked
+		}
+	}
+	return p
 }
 
 // countExecutions adds to the history, for every payments key, how many charges the channel
@@ -265,13 +340,37 @@ func (w *world) countExecutions(ctx context.Context) {
 	recs := append([]*keyRecord(nil), w.traffic.keys...)
 	w.traffic.mu.Unlock()
 	for _, r := range recs {
+		if r.Key == "" {
+			continue
+		}
 		dk := claim.DownstreamKey(r.Tenant, demo.OperationCharge, r.Key)
-		done := w.hist.Begin(history.Input{Key: httpKey(r.Tenant, r.Key), Kind: history.Count})
+		done := w.hist.Begin(history.Input{Key: r.histKey(), Kind: history.Count})
 		n, err := w.sim.ChargeCount(ctx, dk)
 		if err != nil {
 			w.logf("linearizability: charges of %s not counted: %v", w.store.Digest(r.Tenant, demo.OperationCharge, r.Key), err)
 			continue // an operation without a return is not in the history
 		}
 		done(history.Output{Executions: n})
+	}
+	w.traffic.mu.Lock()
+	adjusts := append([]*keyRecord(nil), w.traffic.adjusts...)
+	var likes []likeRecord
+	for l := range w.traffic.likes {
+		likes = append(likes, l)
+	}
+	w.traffic.mu.Unlock()
+	for _, r := range adjusts {
+		done := w.hist.Begin(history.Input{Key: r.histKey(), Kind: history.Count})
+		if n, err := w.adjustmentRows(ctx, r.Tenant, r.Key); err == nil {
+			done(history.Output{Executions: n})
+		}
+	}
+	for _, l := range likes {
+		done := w.hist.Begin(history.Input{Key: l.histKey(), Kind: history.Count})
+		var n int64
+		if err := w.db.WithContext(ctx).Raw(`SELECT count(*) FROM demo_likes WHERE tenant = ? AND article_id = ? AND user_id = ?`,
+			l.Tenant, l.Article, l.User).Scan(&n).Error; err == nil {
+			done(history.Output{Executions: int(n)})
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 func (w *world) failedKey(ctx context.Context, n int) (int64, *keyRecord, error) {
 	t := w.traffic
 	tenant := t.tenants[n%len(t.tenants)]
-	rec := &keyRecord{Tenant: tenant, APIKey: t.apiKeys[tenant], Key: fmt.Sprintf("chaos-operator-%s-%d", randomHex(6), n), Scenario: "operator"}
+	rec := &keyRecord{Path: PathHTTP, Tenant: tenant, APIKey: t.apiKeys[tenant], Key: fmt.Sprintf("chaos-operator-%s-%d", randomHex(6), n), Scenario: "operator"}
 	rec.Body, _ = json.Marshal(map[string]any{"amount_minor": 4200 + n, "currency": "CNY",
 		"merchant_order_no": "chaos-op-" + randomHex(4), "payee": "acme-books", "description": "chaos operator replay"})
 	t.mu.Lock()
@@ -122,8 +122,7 @@ func (w *world) operator(ctx context.Context, kind string) {
 		}
 		fault(kind, strings.Join(digests, ","), fmt.Sprintf("bulk run %d of %d keys: %s", run.ID, plan.Total, run.State))
 	case KindRetentionPurge:
-		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "purge"}, nil)
-		fault(kind, "console", "purge job run requested: "+errText(err))
+		fault(kind, "console", w.purgeRound(ctx, "scheduled operator purge"))
 	case KindReconcileRun:
 		_, err := w.api.call(ctx, a, http.MethodPost, "/api/v1/jobs/run", map[string]string{"name": "reconcile:" + ReconJob}, nil)
 		fault(kind, "console", "reconciliation of today's paysim Stripe statement requested: "+errText(err))

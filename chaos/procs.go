@@ -158,6 +158,7 @@ func freeAddr() (string, error) {
 type backend struct {
 	name     string
 	url      *url.URL
+	grpc     string // the replica's gRPC address
 	down     atomic.Bool
 	inflight atomic.Int64
 }

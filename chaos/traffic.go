@@ -10,12 +10,19 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/claim/idemclient"
 )
 
 // keyRecord is what the client knows of one logical payment (one idempotency key).
 type keyRecord struct {
+	// Path is how the client sends it: PathHTTP (POST /v1/payments), PathGRPC (Payments/Charge)
+	// or PathCheckout (POST /v1/checkout with a one-time token; Key is then the key the token
+	// stands for, "token:<sha256>").
+	Path                string
+	Token               string
 	Tenant, APIKey, Key string
 	Body                []byte // the intent as first sent
 	Scenario            string
@@ -29,6 +36,8 @@ type keyRecord struct {
 	Faulted bool
 	// LastStatus is the last answer (0: none reached the client).
 	LastStatus int
+	// Done: the client's scenario is over (only a late retry or the catch-up sends again).
+	Done bool
 }
 
 // op is one logical client call (its retries included), for the time series.
@@ -50,15 +59,22 @@ type traffic struct {
 	once    *idemclient.Client
 	fault   func() string // the paysim fault window open now ("" none)
 	hist    *history.Recorder
+	hc      *http.Client
+	grpc    *grpc.ClientConn // every payments replica, round robin
 
-	mu   sync.Mutex
-	keys []*keyRecord
-	ops  []op
+	mu      sync.Mutex
+	keys    []*keyRecord // payment.charge keys, whatever their path
+	adjusts []*keyRecord // balance.adjust keys
+	likes   map[likeRecord]bool
+	paths   map[string]int // logical operations started per path
+	ops     []op
 }
 
-func newTraffic(url string, apiKeys map[string]string, tenants []string, rate float64, seed int64, fault func() string, hist *history.Recorder) *traffic {
+func newTraffic(url string, apiKeys map[string]string, tenants []string, rate float64, seed int64, fault func() string,
+	hist *history.Recorder, cc *grpc.ClientConn) *traffic {
 	hc := &http.Client{Timeout: 20 * time.Second}
-	return &traffic{url: url, apiKeys: apiKeys, tenants: tenants, rate: rate, fault: fault, hist: hist,
+	return &traffic{url: url, apiKeys: apiKeys, tenants: tenants, rate: rate, fault: fault, hist: hist, hc: hc, grpc: cc,
+		likes: map[likeRecord]bool{}, paths: map[string]int{},
 		rng:    rand.New(rand.NewPCG(uint64(seed), 0x7261666669632d31)),
 		client: &idemclient.Client{HTTP: hc, MaxAttempts: 8, BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second},
 		once:   &idemclient.Client{HTTP: hc, MaxAttempts: 1}}
@@ -69,7 +85,9 @@ var (
 	currencies = []string{"CNY", "CNY", "USD", "JPY", "IDR", "BHD"}
 )
 
-// run starts new logical payments at the rate until ctx ends; at most 32 run at once.
+// run starts new logical operations at the rate until ctx ends, down every path the world
+// offers: payments over HTTP, gRPC and the one-time-token checkout, likes and unlikes,
+// balance adjustments; at most 32 run at once.
 func (t *traffic) run(ctx context.Context) {
 	sem := make(chan struct{}, 32)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / t.rate))
@@ -88,37 +106,101 @@ func (t *traffic) run(ctx context.Context) {
 			continue // the world is slow: skip rather than pile up
 		}
 		tenant := t.tenants[t.rng.IntN(len(t.tenants))]
+		start := func(path string, f func()) {
+			t.mu.Lock()
+			t.paths[path]++
+			t.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				f()
+			}()
+		}
+		switch p := t.rng.Float64(); {
+		case p < 0.12:
+			// Few articles and users: flows meet on one natural key.
+			l := likeRecord{Tenant: tenant, APIKey: t.apiKeys[tenant], Article: fmt.Sprintf("art-%d", t.rng.IntN(4)),
+				User: fmt.Sprintf("u-%d", t.rng.IntN(12))}
+			steps := []bool{true}
+			for t.rng.IntN(2) == 0 && len(steps) < 4 {
+				steps = append(steps, t.rng.IntN(2) == 0)
+			}
+			t.mu.Lock()
+			t.likes[l] = true
+			t.mu.Unlock()
+			start(PathLikes, func() { t.likeFlow(ctx, l, steps) })
+			continue
+		case p < 0.20:
+			amount := 100 * (1 + t.rng.IntN(50))
+			if t.rng.IntN(3) == 0 {
+				amount = -amount // a debit; beyond the balance it is refused, and the refusal replayed
+			}
+			body := map[string]any{"amount_minor": amount, "currency": "CNY", "reason": "chaos adjustment"}
+			rec := &keyRecord{Path: pathAdjustmentsKey, Tenant: tenant, APIKey: t.apiKeys[tenant],
+				Key: fmt.Sprintf("adj-%016x-%d", t.rng.Uint64(), n), Scenario: t.drawScenario(false)}
+			rec.Body, _ = json.Marshal(body)
+			t.mu.Lock()
+			t.adjusts = append(t.adjusts, rec)
+			t.mu.Unlock()
+			start(PathAdjustments, func() { t.scenario(ctx, rec, body, "") })
+			continue
+		}
 		body := map[string]any{"amount_minor": 100 * (1 + t.rng.IntN(500)), "currency": currencies[t.rng.IntN(len(currencies))],
 			"merchant_order_no": fmt.Sprintf("chaos-ord-%d", n), "payee": payees[t.rng.IntN(len(payees))], "description": "chaos order"}
-		rec := &keyRecord{Tenant: tenant, APIKey: t.apiKeys[tenant], Key: fmt.Sprintf("chaos-%016x-%d", t.rng.Uint64(), n)}
+		rec := &keyRecord{Path: PathHTTP, Tenant: tenant, APIKey: t.apiKeys[tenant], Key: fmt.Sprintf("chaos-%016x-%d", t.rng.Uint64(), n)}
+		switch p := t.rng.Float64(); {
+		case p < 0.2 && t.grpc != nil:
+			rec.Path = PathGRPC
+		case p < 0.32:
+			rec.Path, rec.Key = PathCheckout, "" // the key is the token's, once issued
+		}
 		rec.Body, _ = json.Marshal(body)
-		r := t.rng.Float64()
 		fault := t.fault()
 		if fault != "" && t.rng.IntN(2) == 0 {
 			fault = "" // half the traffic in a fault window is spared
 		}
-		switch {
-		case r < 0.03:
-			rec.Scenario = "crash"
-		case r < 0.08:
-			rec.Scenario = "mismatch"
-		case r < 0.18:
-			rec.Scenario = "duplicate"
-		case r < 0.43:
-			rec.Scenario = "retry"
-		default:
-			rec.Scenario = "single"
+		rec.Scenario = t.drawScenario(rec.Path == PathHTTP)
+		if rec.Path != PathHTTP {
+			fault = "" // paysim faults ride on the payments route's header only
 		}
 		t.mu.Lock()
 		t.keys = append(t.keys, rec)
 		t.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		start(rec.Path, func() {
+			if rec.Path == PathCheckout {
+				tok, err := t.issueToken(ctx, rec.APIKey)
+				if err != nil {
+					return // no token, no key: nothing was asked
+				}
+				t.mu.Lock()
+				rec.Token, rec.Key = tok, tokenKey(tok)
+				t.mu.Unlock()
+			}
 			t.scenario(ctx, rec, body, fault)
-		}()
+			t.mu.Lock()
+			rec.Done = true
+			t.mu.Unlock()
+		})
 	}
+}
+
+// drawScenario picks what the client does with a key; a crash (the service dies after the
+// charge, left to the daemon) only on the HTTP route, which has the hook.
+func (t *traffic) drawScenario(crash bool) string {
+	switch r := t.rng.Float64(); {
+	case r < 0.03 && crash:
+		return "crash"
+	case r < 0.03:
+		return "single"
+	case r < 0.08:
+		return "mismatch"
+	case r < 0.18:
+		return "duplicate"
+	case r < 0.43:
+		return "retry"
+	}
+	return "single"
 }
 
 func (t *traffic) scenario(ctx context.Context, rec *keyRecord, body map[string]any, fault string) {
@@ -161,39 +243,40 @@ func (t *traffic) scenario(ctx context.Context, rec *keyRecord, body map[string]
 	}
 }
 
-// send is one logical call under rec's key; once makes a single attempt (a fault is injected).
+// send is one logical call under rec's key, down rec's path; once makes a single attempt (a
+// fault is injected).
 func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr http.Header, once bool) int {
-	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + rec.APIKey}}
-	for k, v := range hdr {
-		h[k] = v
-	}
-	c := t.client
 	if once {
-		c = t.once
 		t.mu.Lock()
 		rec.Faulted = true
 		t.mu.Unlock()
 	}
 	start := time.Now()
-	done := t.hist.Begin(history.Input{Key: httpKey(rec.Tenant, rec.Key), Kind: history.Call, Intent: history.Intent(body)})
-	res, err := c.Do(ctx, http.MethodPost, t.url+"/v1/payments", rec.Key, h, body)
-	o := op{end: time.Now(), latency: time.Since(start)}
+	done := t.hist.Begin(history.Input{Key: rec.histKey(), Kind: history.Call, Intent: history.Intent(body)})
+	var a answer
+	switch rec.Path {
+	case pathAdjustmentsKey:
+		a = t.postAdjustment(ctx, rec, body)
+	case PathGRPC:
+		a = t.callGRPC(ctx, rec, body)
+	case PathCheckout:
+		a = t.postToken(ctx, rec, body)
+	default:
+		a = t.postKey(ctx, rec, body, hdr, once)
+	}
+	o := op{end: time.Now(), latency: time.Since(start), status: a.status}
 	var answer struct {
-		PaymentID string `json:"payment_id"`
+		PaymentID    string `json:"payment_id"`
+		AdjustmentID string `json:"adjustment_id"`
 	}
-	problem := ""
-	if res != nil && res.Response != nil {
-		o.status = res.Response.StatusCode
-		_ = json.Unmarshal(res.Body, &answer)
-		problem = history.ProblemType(res.Body)
-	}
+	_ = json.Unmarshal(a.body, &answer)
 	// Every call is in the history, one cut short by the end of the run too: it may have
 	// recorded its intent.
-	done(history.HTTPClass(o.status, problem, answer.PaymentID))
+	done(history.HTTPClass(o.status, history.ProblemType(a.body), answer.PaymentID+answer.AdjustmentID))
 	switch {
 	case ctx.Err() != nil && o.status == 0:
 		return 0 // the run ended under it: not an observation
-	case o.status == 0 && errors.Is(err, context.DeadlineExceeded):
+	case o.status == 0 && errors.Is(a.err, context.DeadlineExceeded):
 		o.kind = "timeout"
 	case o.status == 0:
 		o.kind = "conn"
@@ -217,13 +300,38 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 	return o.status
 }
 
+// answer is what one logical call got back: the last status (0: none), its body, the error.
+type answer struct {
+	status int
+	body   []byte
+	err    error
+}
+
+// postKey is POST /v1/payments with the idempotent client (retries with the same key).
+func (t *traffic) postKey(ctx context.Context, rec *keyRecord, body []byte, hdr http.Header, once bool) answer {
+	h := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + rec.APIKey}}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	c := t.client
+	if once {
+		c = t.once
+	}
+	res, err := c.Do(ctx, http.MethodPost, t.url+"/v1/payments", rec.Key, h, body)
+	a := answer{err: err}
+	if res != nil && res.Response != nil {
+		a.status, a.body = res.Response.StatusCode, res.Body
+	}
+	return a
+}
+
 // catchUp is the client finishing what it started: every key whose last answer was a 5xx or
 // none (and was not a deliberate crash left to the daemon) is sent once more with its key.
 func (t *traffic) catchUp(ctx context.Context) int {
 	t.mu.Lock()
 	var todo []*keyRecord
 	for _, r := range t.keys {
-		if r.Scenario != "crash" && (r.LastStatus == 0 || r.LastStatus >= 500 || r.LastStatus == http.StatusConflict) {
+		if r.Key != "" && r.Scenario != "crash" && (r.LastStatus == 0 || r.LastStatus >= 500 || r.LastStatus == http.StatusConflict) {
 			todo = append(todo, r)
 		}
 	}
@@ -239,5 +347,5 @@ func (t *traffic) catchUp(ctx context.Context) int {
 	return len(todo)
 }
 
-// httpKey is the history's name of a payments key: path, tenant and key.
-func httpKey(tenant, key string) string { return "http|" + tenant + "|" + key }
+// histKey is the history's name of the key: path, tenant and the key as stored.
+func (r *keyRecord) histKey() string { return r.Path + "|" + r.Tenant + "|" + r.Key }

@@ -36,6 +36,12 @@ const (
 	// Count reads, after the run, how many times the action behind the key was executed
 	// downstream (charges at the channel, deliveries at a non-idempotent receiver).
 	Count Kind = "count"
+	// Like and Unlike add and remove a like: a natural key (tenant, article, user) on the
+	// domain table itself, with no key row. A Final Like answers "created ID" or "exists ID";
+	// a Final Unlike "removed" or "absent". Count reads the rows under the natural key after
+	// the run.
+	Like   Kind = "like"
+	Unlike Kind = "unlike"
 )
 
 // Class sorts a call's answer.
@@ -77,6 +83,9 @@ type state struct {
 	Intent string // the intent the store recorded ("" none yet)
 	Answer string // the first final answer any client saw ("" none yet)
 	Tomb   bool   // the answer was dropped: a late retry is answered Expired
+	// Liked and LikeID: a natural key's row exists, and its id when an answer named it.
+	Liked  bool
+	LikeID string
 }
 
 // step is the model: the states the key may be in after op, from s (none: op is impossible).
@@ -93,10 +102,18 @@ func step(s state, in Input, out Output) []state {
 		}
 		return []state{s}
 	case Count:
+		if isLikeKey(in.Key) { // the rows under the natural key: one exactly when liked
+			if (s.Liked && out.Executions != 1) || (!s.Liked && out.Executions != 0) {
+				return nil
+			}
+			return []state{s}
+		}
 		if out.Executions > 1 || (strings.HasPrefix(s.Answer, "2") && out.Executions != 1) {
 			return nil
 		}
 		return []state{s}
+	case Like, Unlike:
+		return stepLike(s, in, out)
 	}
 	switch out.Class {
 	case Final:
@@ -110,9 +127,14 @@ func step(s state, in Input, out Output) []state {
 		}
 		return []state{s}
 	case Expired:
-		if !s.Tomb || s.Intent != in.Intent {
+		// A tombstone answers Expired; so does a refusal's answer once its (short) response
+		// period is over, purge or not: the claim reads the deadline, not the purge. A 2xx
+		// answer's period is never short enough to lapse within a run.
+		lapsed := s.Answer != "" && !strings.HasPrefix(s.Answer, "2")
+		if !(s.Tomb || lapsed) || s.Intent != in.Intent {
 			return nil
 		}
+		s.Tomb = true
 		return []state{s}
 	case Unknown:
 		if s.Intent == "" && !s.Tomb {
@@ -124,6 +146,50 @@ func step(s state, in Input, out Output) []state {
 	}
 	return []state{s}
 }
+
+// stepLike is the natural key as a set: a like creates the row when there is none and answers
+// the one there is otherwise; an unlike removes it.
+func stepLike(s state, in Input, out Output) []state {
+	liked := state{Liked: true, LikeID: s.LikeID}
+	if !s.Liked {
+		liked.LikeID = ""
+	}
+	switch {
+	case out.Class == Unknown && in.Kind == Like:
+		return []state{s, liked}
+	case out.Class == Unknown:
+		return []state{s, {}}
+	case out.Class != Final:
+		return []state{s}
+	}
+	verb, id, _ := strings.Cut(out.Answer, " ")
+	switch verb {
+	case "created":
+		if s.Liked {
+			return nil // a second row under one natural key
+		}
+		return []state{{Liked: true, LikeID: id}}
+	case "exists":
+		if !s.Liked || (s.LikeID != "" && s.LikeID != id) {
+			return nil
+		}
+		return []state{{Liked: true, LikeID: id}}
+	case "removed":
+		if !s.Liked {
+			return nil
+		}
+		return []state{{}}
+	case "absent":
+		if s.Liked {
+			return nil
+		}
+		return []state{s}
+	}
+	return nil
+}
+
+// isLikeKey says whether a partition is a natural key's (its name starts with "likes|").
+func isLikeKey(key string) bool { return strings.HasPrefix(key, "likes|") }
 
 // Model is the key store as Porcupine sees it, one key per partition.
 var Model = porcupine.NondeterministicModel{
@@ -143,11 +209,16 @@ var Model = porcupine.NondeterministicModel{
 			return fmt.Sprintf("purge → deleted %v, tombstoned %v", o.Deleted, o.Tombstoned)
 		case Count:
 			return fmt.Sprintf("executions downstream → %d", o.Executions)
+		case Like, Unlike:
+			return fmt.Sprintf("%s → %s %s", i.Kind, o.Class, o.Answer)
 		}
 		return fmt.Sprintf("call intent %s → %s %s", short(i.Intent), o.Class, o.Answer)
 	},
 	DescribeState: func(s any) string {
 		st := s.(state)
+		if st.Liked || st.LikeID != "" {
+			return fmt.Sprintf("liked (id %s)", st.LikeID)
+		}
 		return fmt.Sprintf("intent %s, answer %q, tombstone %v", short(st.Intent), st.Answer, st.Tomb)
 	},
 }
@@ -273,7 +344,7 @@ func HTTPClass(status int, problem, resource string) Output {
 	switch {
 	case status >= 200 && status < 300:
 		return Output{Class: Final, Answer: fmt.Sprintf("%d %s", status, resource)}
-	case status == 402: // a decline: a final answer, replayed as it was
+	case status == 402 || (status == 409 && problem == "insufficient-balance"): // a final refusal, replayed as it was
 		return Output{Class: Final, Answer: fmt.Sprintf("%d %s", status, problem)}
 	case status == 422 && problem == "key-reused":
 		return Output{Class: Mismatch}

@@ -39,6 +39,9 @@ func TestCheck_HistoriesTheKeyStoreMayProduce(t *testing.T) {
 			op("k", Call, "A", final("201 pay_1"), 0, 10), op("k", Purge, "", Output{Tombstoned: true}, 20, 30),
 			op("k", Call, "A", expired, 40, 50), op("k", Purge, "", Output{Deleted: true}, 60, 70),
 			op("k", Call, "A", final("201 pay_1"), 80, 90), op("k", Count, "", Output{Executions: 1}, 100, 101)},
+		"a declined key's answer lapses by time, then it stays expired": {
+			op("k", Call, "A", final("402 declined"), 0, 10), op("k", Call, "A", expired, 20, 30),
+			op("k", Call, "A", expired, 40, 50)},
 		"a declined key never reached 2xx and executed once": {
 			op("k", Call, "A", final("402"), 0, 10), op("k", Count, "", Output{Executions: 1}, 20, 21)},
 	} {
@@ -69,7 +72,10 @@ func TestCheck_HistoriesThatBreakTheContractAreIllegal(t *testing.T) {
 		"a purged key executed again": {
 			op("k", Call, "A", final("201 pay_1"), 0, 10), op("k", Purge, "", Output{Deleted: true}, 20, 30),
 			op("k", Call, "A", final("201 pay_9"), 40, 50)},
-		"expired with no purge": {
+		"a lapsed refusal answered again (executed again without a purge)": {
+			op("k", Call, "A", final("402 declined"), 0, 10), op("k", Call, "A", expired, 20, 30),
+			op("k", Call, "A", final("402 declined"), 40, 50)},
+		"a 2xx answer expired with no purge": {
 			op("k", Call, "A", final("201 pay_1"), 0, 10), op("k", Call, "A", expired, 20, 30)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -96,5 +102,41 @@ func TestRecorder_RecordsInvocationAndReturn(t *testing.T) {
 	ops := r.Operations()
 	if len(ops) != 1 || ops[0].Return < ops[0].Call || ops[0].Output.(Output).Answer != "201 pay_1" {
 		t.Fatalf("got %+v", ops)
+	}
+}
+
+func TestCheck_NaturalKeyIsASet(t *testing.T) {
+	created := func(id string) Output { return Output{Class: Final, Answer: "created " + id} }
+	exists := func(id string) Output { return Output{Class: Final, Answer: "exists " + id} }
+	removed, absent := Output{Class: Final, Answer: "removed"}, Output{Class: Final, Answer: "absent"}
+	k := "likes|acme|a1|u1"
+	legal := map[string][]porcupine.Operation{
+		"like, duplicate, unlike, like again": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Like, "", exists("1"), 20, 30), op(k, Unlike, "", removed, 40, 50),
+			op(k, Unlike, "", absent, 60, 70), op(k, Like, "", created("2"), 80, 90), op(k, Count, "", Output{Executions: 1}, 100, 101)},
+		"concurrent likes: one creates, the other answers it": {
+			op(k, Like, "", exists("1"), 0, 30), op(k, Like, "", created("1"), 5, 40), op(k, Count, "", Output{Executions: 1}, 50, 51)},
+		"an unanswered unlike may or may not have removed it": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Unlike, "", Output{Class: Unknown}, 20, 30), op(k, Count, "", Output{Executions: 0}, 40, 41)},
+	}
+	for name, h := range legal {
+		if v := Check(h, 10*time.Second, ""); v.Result != report.LinearizableOK {
+			t.Errorf("%s: got %+v, want ok", name, v)
+		}
+	}
+	illegal := map[string][]porcupine.Operation{
+		"two rows created under one natural key": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Like, "", created("2"), 20, 30)},
+		"a duplicate answered with another row": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Like, "", exists("2"), 20, 30)},
+		"removed twice": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Unlike, "", removed, 20, 30), op(k, Unlike, "", removed, 40, 50)},
+		"a row left after the last unlike": {
+			op(k, Like, "", created("1"), 0, 10), op(k, Unlike, "", removed, 20, 30), op(k, Count, "", Output{Executions: 1}, 40, 41)},
+	}
+	for name, h := range illegal {
+		if v := Check(h, 10*time.Second, ""); v.Result != "illegal" {
+			t.Errorf("%s: got %+v, want illegal", name, v)
+		}
 	}
 }

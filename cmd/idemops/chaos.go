@@ -125,7 +125,7 @@ func chaosPaysimCmd() *cobra.Command {
 
 // chaosWorld opens the shared database and builds the demo world's operations against the
 // paysim process; serve says whether this part is a payments replica.
-func chaosWorld(cmd *cobra.Command, owner, apiAddr string, serve bool) (*database, *claim.Store, *demo.World, error) {
+func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool) (*database, *claim.Store, *demo.World, error) {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, false, false)
 	if err != nil {
@@ -150,7 +150,7 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr string, serve bool) (*databas
 		}
 	}
 	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimURL: os.Getenv(chaos.EnvPaysimURL),
-		APIAddr: apiAddr, APIKeys: keys, NoServe: !serve, AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
+		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
 		Paysim: paysim.Config{NotifySecret: []byte(os.Getenv(chaos.EnvNotifySecret))}})
 	if err != nil {
 		d.Close()
@@ -160,9 +160,9 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr string, serve bool) (*databas
 }
 
 func chaosPaymentsCmd() *cobra.Command {
-	var addr, name string
+	var addr, grpcAddr, name string
 	cmd := &cobra.Command{Use: "payments", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
-		d, _, w, err := chaosWorld(cmd, "service:"+name, addr, true)
+		d, _, w, err := chaosWorld(cmd, "service:"+name, addr, grpcAddr, true)
 		if err != nil {
 			return err
 		}
@@ -171,6 +171,7 @@ func chaosPaymentsCmd() *cobra.Command {
 		return readyAndWait(cmd, w.APIURL)
 	}}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:0", "listen address")
+	cmd.Flags().StringVar(&grpcAddr, "grpc-addr", "127.0.0.1:0", "gRPC listen address")
 	cmd.Flags().StringVar(&name, "name", "payments", "replica name")
 	return cmd
 }
@@ -178,7 +179,7 @@ func chaosPaymentsCmd() *cobra.Command {
 func chaosDaemonCmd() *cobra.Command {
 	var name string
 	cmd := &cobra.Command{Use: "daemon", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
-		d, store, w, err := chaosWorld(cmd, "daemon:"+name, "", false)
+		d, store, w, err := chaosWorld(cmd, "daemon:"+name, "", "", false)
 		if err != nil {
 			return err
 		}
@@ -202,7 +203,7 @@ func chaosConsoleCmd() *cobra.Command {
 	var addr, tokens string
 	cmd := &cobra.Command{Use: "console", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		d, store, w, err := chaosWorld(cmd, "console", "", false)
+		d, store, w, err := chaosWorld(cmd, "console", "", "", false)
 		if err != nil {
 			return err
 		}
