@@ -75,31 +75,33 @@ type Config struct {
 
 // world is everything running.
 type world struct {
-	cfg     Config
-	start   time.Time
-	db      *gorm.DB
-	store   *claim.Store
-	pg      *pglocal.Cluster
-	ha      *pgha.Set
-	broker  *mqlocal.Broker
-	proxy   *proxy
-	paysim  *proc
-	pays    []*proc
-	backs   []*backend
-	daemons []*proc
-	console *proc
-	api     consoleAPI
-	tokens  []string
-	sim     *paysim.Client
-	traffic *traffic
-	grpc    *grpc.ClientConn
-	hist    *history.Recorder
-	purge   purger
-	win     window
+	cfg      Config
+	start    time.Time
+	db       *gorm.DB
+	store    *claim.Store
+	pg       *pglocal.Cluster
+	ha       *pgha.Set
+	broker   *mqlocal.Broker
+	proxy    *proxy
+	paysim   *proc
+	pays     []*proc
+	backs    []*backend
+	daemons  []*proc
+	console  *proc
+	api      consoleAPI
+	tokens   []string
+	sim      *paysim.Client
+	traffic  *traffic
+	grpc     *grpc.ClientConn
+	hist     *history.Recorder
+	purge    purger
+	bouncers []*pgha.Bouncer
+	win      window
 
 	brokerBusy atomic.Bool
 
 	mu         sync.Mutex
+	anomalies  []anomaly // planted at paysim: findings that must appear
 	faults     []report.Fault
 	components []report.Component
 	bg         sync.WaitGroup // restarts in flight
@@ -270,6 +272,14 @@ func (w *world) up(ctx context.Context, logs string) error {
 	if err := shortRetention(ctx, w); err != nil {
 		return err
 	}
+	// The runner reads and checks the store directly; every part goes through pgbouncer.
+	blog, _ := os.Create(filepath.Join(logs, "pgbouncer.log"))
+	partsURL, err := w.startBouncers(ctx, blog)
+	if err != nil {
+		return err
+	}
+	w.components = append(w.components, report.Component{Name: "pgbouncer", Exercised: true,
+		Why: fmt.Sprintf("transaction pooling, %d server connections per node; the parts connect through it (default_query_exec_mode=exec)", BouncerPoolSize)})
 	secret := randomHex(24)
 	if w.store, err = claim.NewStore(db, claim.Config{DigestSecret: []byte(secret)}); err != nil {
 		return err
@@ -300,12 +310,21 @@ func (w *world) up(ctx context.Context, logs string) error {
 		return err
 	}
 	notify := randomHex(16)
-	env := []string{"DATABASE_URL=" + dbURL, "AMQP_URL=" + w.broker.URL(), "IDEMOPS_DIGEST_SECRET=" + secret,
+	env := []string{"DATABASE_URL=" + partsURL, "AMQP_URL=" + w.broker.URL(), "IDEMOPS_DIGEST_SECRET=" + secret,
 		EnvAPIKeys + "=" + strings.Join(pairs, ","), EnvNotifySecret + "=" + notify}
 	mk := func(name string, args ...string) *proc {
 		return &proc{name: name, bin: w.cfg.Binary, args: append([]string{"chaos-part"}, args...), env: env, logs: logs}
 	}
-	w.paysim = mk("paysim", "paysim", "--seed", fmt.Sprint(w.cfg.Seed), "--state-file", filepath.Join(w.cfg.OutDir, "paysim.json"),
+	paysimAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	consoleAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	// Both listen on ports reserved now: killed and restarted, they come back where everyone looks.
+	w.paysim = mk("paysim", "paysim", "--addr", paysimAddr, "--seed", fmt.Sprint(w.cfg.Seed), "--state-file", filepath.Join(w.cfg.OutDir, "paysim.json"),
 		"--notify-url", w.proxy.URL+"/v1/callbacks/paysim")
 	_ = os.Remove(filepath.Join(w.cfg.OutDir, "paysim.json")) // a fresh channel per run
 	if err := w.paysim.start(ctx, time.Minute); err != nil {
@@ -320,7 +339,7 @@ func (w *world) up(ctx context.Context, logs string) error {
 	for i := range 2 {
 		w.daemons = append(w.daemons, mk(fmt.Sprintf("daemon-%d", i+1), "daemon", "--name", fmt.Sprintf("daemon-%d", i+1)))
 	}
-	w.console = mk("console", "console", "--tokens-file", tokens)
+	w.console = mk("console", "console", "--addr", consoleAddr, "--tokens-file", tokens)
 	all := append(append(append([]*proc{}, w.pays...), w.daemons...), w.console)
 	errs := make([]error, len(all))
 	var pw sync.WaitGroup
@@ -335,7 +354,7 @@ func (w *world) up(ctx context.Context, logs string) error {
 	for _, p := range all {
 		w.components = append(w.components, report.Component{Name: p.name, Exercised: true})
 	}
-	w.components = append(w.components, report.Component{Name: "paysim", Exercised: true, Why: "durable (state file), never killed: it is the outside truth the invariants read"},
+	w.components = append(w.components, report.Component{Name: "paysim", Exercised: true, Why: "durable (state file, fsync'd before each answer): killed -9 and restarted from it; the outside truth the invariants read"},
 		report.Component{Name: "proxy", Exercised: true, Why: "loopback round robin in the runner"})
 	b, err := os.ReadFile(tokens)
 	if err != nil {
@@ -380,6 +399,9 @@ func (w *world) teardown() {
 	}
 	if w.grpc != nil {
 		_ = w.grpc.Close()
+	}
+	for _, b := range w.bouncers {
+		b.Stop()
 	}
 	if w.db != nil {
 		if s, err := w.db.DB(); err == nil {
@@ -470,6 +492,13 @@ func (w *world) inject(ctx context.Context, f PlannedFault) {
 				time.Sleep(2 * time.Second)
 			}
 		}()
+	case KindKillPaysim:
+		w.killPaysim(ctx)
+	case KindKillConsole:
+		w.killConsole(ctx)
+	case KindChannelAnomaly:
+		w.bg.Add(1)
+		go func() { defer w.bg.Done(); w.channelAnomaly(context.WithoutCancel(ctx)) }()
 	case KindOperatorReplay, KindBulkReplay, KindRetentionPurge, KindReconcileRun:
 		w.bg.Add(1)
 		go func() { defer w.bg.Done(); w.operator(context.WithoutCancel(ctx), f.Kind) }()

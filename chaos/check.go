@@ -135,6 +135,11 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 	orders := &check{inv: report.Invariant{Name: InvOrders, OK: true}}
 	find := &check{inv: report.Invariant{Name: InvFindings, OK: true}}
 	faulted := map[string]bool{}
+	w.mu.Lock()
+	for _, a := range w.anomalies {
+		faulted[a.Order] = true
+	}
+	w.mu.Unlock()
 	for _, r := range recs {
 		if r.Key == "" {
 			continue // a checkout whose token was never issued: no key
@@ -260,7 +265,7 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
 	}
 	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight,
-		w.adjustments(ctx)}
+		w.anomaliesFound(open), w.adjustments(ctx)}
 }
 
 // adjustments checks the one-commit path: each balance equals the sum of its adjustment rows,

@@ -31,12 +31,15 @@ const (
 	KindBulkReplay       = "bulk-replay"
 	KindRetentionPurge   = "retention-purge"
 	KindReconcileRun     = "reconcile-run"
+	KindKillPaysim       = "kill-paysim"
+	KindKillConsole      = "kill-console"
+	KindChannelAnomaly   = "channel-anomaly"
 )
 
 // ScheduledKinds are the kinds drawn on a single PostgreSQL cluster, once per minute each.
 var ScheduledKinds = []string{KindKillService, KindKillDaemonLeader, KindBrokerRestart, KindPaysimError, KindPaysimDrop,
 	KindPaysimLatency, KindCallbackDup, KindCallbackReorder, KindLateClose, KindOperatorReplay, KindBulkReplay,
-	KindRetentionPurge, KindReconcileRun}
+	KindRetentionPurge, KindReconcileRun, KindKillPaysim, KindKillConsole, KindChannelAnomaly}
 
 // PlannedFault is one entry of the schedule: what, when (since traffic started) and at whom.
 type PlannedFault struct {
@@ -70,7 +73,7 @@ func Schedule(seed int64, d time.Duration, ha bool) []PlannedFault {
 				f.Target = "daemon leader"
 			case KindBrokerRestart:
 				f.Target = "rabbitmq"
-			case KindOperatorReplay, KindBulkReplay, KindRetentionPurge, KindReconcileRun:
+			case KindOperatorReplay, KindBulkReplay, KindRetentionPurge, KindReconcileRun, KindKillConsole:
 				f.Target = "console"
 			default:
 				f.Target = "paysim"
