@@ -140,6 +140,15 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		faulted[a.Order] = true
 	}
 	w.mu.Unlock()
+	t.mu.Lock()
+	for _, r := range t.tips {
+		// A tip the channel failed or dropped, or whose last answer was none or a 5xx (a
+		// killed paysim or replica under it): its key is held, and the channel may have it.
+		if r.Faulted || r.LastStatus == 0 || r.LastStatus >= 500 {
+			faulted[claim.DownstreamKey(r.Tenant, demo.OperationTip, r.Key)] = true
+		}
+	}
+	t.mu.Unlock()
 	for _, r := range recs {
 		if r.Key == "" {
 			continue // a checkout whose token was never issued: no key
@@ -359,11 +368,18 @@ func (w *world) countExecutions(ctx context.Context) {
 	}
 	w.traffic.mu.Lock()
 	adjusts := append([]*keyRecord(nil), w.traffic.adjusts...)
+	tips := append([]*keyRecord(nil), w.traffic.tips...)
 	var likes []likeRecord
 	for l := range w.traffic.likes {
 		likes = append(likes, l)
 	}
 	w.traffic.mu.Unlock()
+	for _, r := range tips { // the plain handler's executions: charges under its downstream key
+		done := w.hist.Begin(history.Input{Key: r.histKey(), Kind: history.Count})
+		if n, err := w.sim.ChargeCount(ctx, claim.DownstreamKey(r.Tenant, demo.OperationTip, r.Key)); err == nil {
+			done(history.Output{Executions: n})
+		}
+	}
 	for _, r := range adjusts {
 		done := w.hist.Begin(history.Input{Key: r.histKey(), Kind: history.Count})
 		if n, err := w.adjustmentRows(ctx, r.Tenant, r.Key); err == nil {

@@ -35,6 +35,7 @@ const (
 	PathConsumer       = "consumer"              // payment events consumed (fulfillment, shipping)
 	PathPurgedRetried  = "purged_then_retried"   // keys purged by retention, then retried late
 	pathAdjustmentsKey = "adjust"                // history prefix of an adjustment key
+	pathTipKey         = "grpc-tip"              // a tip: gRPC Payments/Tip, a plain handler
 )
 
 // dialPayments is one gRPC connection to every payments replica, round robin (a killed one is
@@ -65,8 +66,14 @@ func (t *traffic) callGRPC(ctx context.Context, rec *keyRecord, body []byte) ans
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cctx = grpcidem.WithKey(metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+rec.APIKey), rec.Key)
-	var reply demo.ChargeReply
-	err := t.grpc.Invoke(cctx, demo.GRPCChargeMethod, &in, &reply)
+	method, reply := demo.GRPCChargeMethod, any(new(demo.ChargeReply))
+	if rec.Path == pathTipKey {
+		method, reply = demo.GRPCTipMethod, new(demo.TipReply)
+		if rec.TipFault != "" { // on every attempt of the logical call
+			cctx = metadata.AppendToOutgoingContext(cctx, demo.MetadataPaysimFault, rec.TipFault)
+		}
+	}
+	err := t.grpc.Invoke(cctx, method, &in, reply)
 	problem := func(st int, typ string) answer {
 		return answer{status: st, body: []byte(fmt.Sprintf(`{"type":"/problems/%s"}`, typ)), err: err}
 	}

@@ -23,6 +23,7 @@ type keyRecord struct {
 	// stands for, "token:<sha256>").
 	Path                string
 	Token               string
+	TipFault            string // a tip's paysim fault, sent on every attempt
 	Tenant, APIKey, Key string
 	Body                []byte // the intent as first sent
 	Scenario            string
@@ -65,6 +66,7 @@ type traffic struct {
 	mu      sync.Mutex
 	keys    []*keyRecord // payment.charge keys, whatever their path
 	adjusts []*keyRecord // balance.adjust keys
+	tips    []*keyRecord // payment.tip keys (gRPC Payments/Tip, a plain handler)
 	likes   map[likeRecord]bool
 	paths   map[string]int // logical operations started per path
 	ops     []op
@@ -144,6 +146,22 @@ func (t *traffic) run(ctx context.Context) {
 			t.adjusts = append(t.adjusts, rec)
 			t.mu.Unlock()
 			start(PathAdjustments, func() { t.scenario(ctx, rec, body, "") })
+			continue
+		case p < 0.26 && t.grpc != nil:
+			// A tip through gRPC's plain handler: one charge at the channel with no idempotency
+			// of its own; in a fault window the channel fails or drops the answer of half of them.
+			body := map[string]any{"amount_minor": 100 * (1 + t.rng.IntN(20)), "currency": "CNY",
+				"merchant_order_no": fmt.Sprintf("chaos-tip-%d", n), "payee": payees[t.rng.IntN(len(payees))]}
+			rec := &keyRecord{Path: pathTipKey, Tenant: tenant, APIKey: t.apiKeys[tenant],
+				Key: fmt.Sprintf("tip-%016x-%d", t.rng.Uint64(), n), Scenario: t.drawScenario(false)}
+			if f := t.fault(); (f == "error" || f == "drop-response") && t.rng.IntN(2) == 0 {
+				rec.TipFault, rec.Faulted = f, true
+			}
+			rec.Body, _ = json.Marshal(body)
+			t.mu.Lock()
+			t.tips = append(t.tips, rec)
+			t.mu.Unlock()
+			start(PathGRPC, func() { t.scenario(ctx, rec, body, "") })
 			continue
 		}
 		body := map[string]any{"amount_minor": 100 * (1 + t.rng.IntN(500)), "currency": currencies[t.rng.IntN(len(currencies))],
@@ -257,7 +275,7 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 	switch rec.Path {
 	case pathAdjustmentsKey:
 		a = t.postAdjustment(ctx, rec, body)
-	case PathGRPC:
+	case PathGRPC, pathTipKey:
 		a = t.callGRPC(ctx, rec, body)
 	case PathCheckout:
 		a = t.postToken(ctx, rec, body)
@@ -268,11 +286,12 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 	var answer struct {
 		PaymentID    string `json:"payment_id"`
 		AdjustmentID string `json:"adjustment_id"`
+		ChargeID     string `json:"charge_id"`
 	}
 	_ = json.Unmarshal(a.body, &answer)
 	// Every call is in the history, one cut short by the end of the run too: it may have
 	// recorded its intent.
-	done(history.HTTPClass(o.status, history.ProblemType(a.body), answer.PaymentID+answer.AdjustmentID))
+	done(history.HTTPClass(o.status, history.ProblemType(a.body), answer.PaymentID+answer.AdjustmentID+answer.ChargeID))
 	switch {
 	case ctx.Err() != nil && o.status == 0:
 		return 0 // the run ended under it: not an observation

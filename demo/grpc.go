@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/downstream/paysim"
 	idemproto "github.com/idemops/idemops/proto"
 )
 
@@ -37,6 +39,17 @@ func init() { encoding.RegisterCodec(grpcidem.JSONCodec{}) }
 
 // GRPCChargeMethod is the full name of the payment call over gRPC.
 const GRPCChargeMethod = "/idemops.demo.v1.Payments/Charge"
+
+// GRPCTipMethod is the full name of the tip call: a plain handler (no Operation, not
+// Transactional) that charges the channel itself.
+const GRPCTipMethod = "/idemops.demo.v1.Payments/Tip"
+
+// OperationTip is the tip's idempotency scope.
+const OperationTip = "payment.tip"
+
+// MetadataPaysimFault carries a paysim fault on a tip call (demo traffic only), as
+// X-Paysim-Fault does on POST /v1/payments.
+const MetadataPaysimFault = "x-paysim-fault"
 
 // ChargeRequest is the gRPC request: the fields of the POST /v1/payments body.
 type ChargeRequest struct {
@@ -74,18 +87,11 @@ var paymentsDesc = grpc.ServiceDesc{
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{{MethodName: "Charge", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 		wire := protoWire(ctx)
-		in := new(ChargeRequest)
-		if wire {
-			m := dynamicpb.NewMessage(paymentsMessages().request)
-			if err := dec(m); err != nil { // bad input is the caller's error, not Internal
-				return nil, status.Error(codes.InvalidArgument, "the request is not an idemops.demo.v1.ChargeRequest")
-			}
-			in = chargeRequestOf(m)
-		} else if err := dec(in); err != nil {
-			return nil, status.Error(codes.InvalidArgument, "the request is not a JSON ChargeRequest")
+		in, err := decodeChargeRequest(wire, dec)
+		if err != nil {
+			return nil, err
 		}
 		var resp any
-		var err error
 		if ic == nil {
 			resp, err = chargeUnguarded(ctx, in)
 		} else {
@@ -95,8 +101,85 @@ var paymentsDesc = grpc.ServiceDesc{
 			return resp, err
 		}
 		return chargeReplyMessage(resp), nil
+	}}, {MethodName: "Tip", Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+		wire := protoWire(ctx)
+		in, err := decodeChargeRequest(wire, dec)
+		if err != nil {
+			return nil, err
+		}
+		tip := srv.(*Service).tip
+		var resp any
+		if ic == nil {
+			resp, err = tip(ctx, in)
+		} else {
+			resp, err = ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: GRPCTipMethod}, tip)
+		}
+		if err != nil || !wire {
+			return resp, err
+		}
+		return tipReplyMessage(resp), nil
 	}}},
 	Metadata: "idemops/demo/v1/payments.proto",
+}
+
+// decodeChargeRequest reads a call's ChargeRequest in the call's codec; bad input is the
+// caller's error (InvalidArgument), not Internal.
+func decodeChargeRequest(wire bool, dec func(any) error) (*ChargeRequest, error) {
+	if wire {
+		m := dynamicpb.NewMessage(paymentsMessages().request)
+		if err := dec(m); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "the request is not an idemops.demo.v1.ChargeRequest")
+		}
+		return chargeRequestOf(m), nil
+	}
+	in := new(ChargeRequest)
+	if err := dec(in); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "the request is not a JSON ChargeRequest")
+	}
+	return in, nil
+}
+
+// TipReply is the tip call's answer: the channel's charge.
+type TipReply struct {
+	ChargeID string `json:"charge_id"`
+	Status   string `json:"status"`
+}
+
+// tip is a plain handler, written as a service author would: one charge at the channel
+// without the channel's idempotency key (merchant order number: the key's downstream key), an
+// Unavailable when the channel does not answer. Whether such a charge happened is unknown to
+// the handler; grpcidem holds the key then, and no retry runs the handler again.
+func (s *Service) tip(ctx context.Context, in any) (any, error) {
+	r := in.(*ChargeRequest)
+	l := grpcidem.Lease(ctx)
+	if l == nil || s.channel == nil {
+		return nil, status.Error(codes.Unimplemented, "payments.Tip runs only behind the idempotency interceptor, with a channel")
+	}
+	fault := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(MetadataPaysimFault); len(v) == 1 {
+			fault = v[0]
+		}
+	}
+	ch, err := s.channel.CreateCharge(ctx, "", paysim.ChargeRequest{AmountMinor: r.AmountMinor, Currency: r.Currency,
+		MerchantOrderNo: l.DownstreamKey, Payee: r.Payee, Description: "tip"}, fault)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, "the channel did not answer the tip")
+	}
+	return &TipReply{ChargeID: ch.ID, Status: ch.Status}, nil
+}
+
+// tipReplyMessage writes a tip's answer as a protobuf TipReply.
+func tipReplyMessage(resp any) *dynamicpb.Message {
+	m := dynamicpb.NewMessage(paymentsMessages().tipReply)
+	r, ok := resp.(*TipReply)
+	if !ok || r == nil {
+		return m
+	}
+	f := m.Descriptor().Fields()
+	m.Set(f.ByName("charge_id"), protoreflect.ValueOfString(r.ChargeID))
+	m.Set(f.ByName("status"), protoreflect.ValueOfString(r.Status))
+	return m
 }
 
 // protoWire says whether the call came in protobuf (content type application/grpc or
@@ -111,8 +194,8 @@ func protoWire(ctx context.Context) bool {
 const paymentsProtoFile = "idemops/demo/v1/payments.proto"
 
 type paymentsDescriptors struct {
-	file           protoreflect.FileDescriptor
-	request, reply protoreflect.MessageDescriptor
+	file                     protoreflect.FileDescriptor
+	request, reply, tipReply protoreflect.MessageDescriptor
 }
 
 // paymentsMessages compiles payments.proto once and registers it with the proto registry
@@ -132,7 +215,8 @@ var paymentsMessages = sync.OnceValue(func() paymentsDescriptors {
 	if err != nil {
 		panic(fmt.Sprintf("demo: register %s: %v", paymentsProtoFile, err))
 	}
-	return paymentsDescriptors{file: fd, request: fd.Messages().ByName("ChargeRequest"), reply: fd.Messages().ByName("ChargeReply")}
+	return paymentsDescriptors{file: fd, request: fd.Messages().ByName("ChargeRequest"), reply: fd.Messages().ByName("ChargeReply"),
+		tipReply: fd.Messages().ByName("TipReply")}
 })
 
 // chargeRequestOf reads a protobuf ChargeRequest into the request the interceptors take.
@@ -185,6 +269,12 @@ func (s *Service) GRPCServer() (*grpc.Server, error) {
 			Run:        s.charge,
 			Response:   func() any { return new(ChargeReply) },
 			ResourceID: func(r any) string { return r.(*ChargeReply).PaymentID },
+			Validate:   []grpcidem.Validator{grpcRefusal(validateCharge)},
+		}, GRPCTipMethod: {
+			Operation:  OperationTip,
+			Intent:     claim.IntentSpec{Ignore: []string{"description", "client_ts"}, AmountField: "amount_minor", CurrencyField: "currency"},
+			Response:   func() any { return new(TipReply) },
+			ResourceID: func(r any) string { return r.(*TipReply).ChargeID },
 			Validate:   []grpcidem.Validator{grpcRefusal(validateCharge)},
 		}},
 	})

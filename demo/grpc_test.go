@@ -242,3 +242,32 @@ func TestGRPC_HostileMessagesAreInvalidArgument(t *testing.T) {
 		}
 	}
 }
+
+// Payments/Tip is a plain handler: the interceptor claims its key, the handler charges the
+// channel itself (no idempotency at the channel: the key's downstream key is only the order
+// number), and a retry under the key replays the stored answer instead of charging again.
+func TestGRPC_TipIsAPlainHandlerReplayedUnderItsKey(t *testing.T) {
+	e := start(t, paysim.Config{Seed: 12})
+	c := e.grpc()
+	tip := demo.ChargeRequest{AmountMinor: 300, Currency: "CNY", MerchantOrderNo: "tip-1", Payee: "alice"}
+	call := func() (*demo.TipReply, metadata.MD, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.key, grpcidem.MetadataKey, "tip-key-1")
+		var reply demo.TipReply
+		var trailer metadata.MD
+		err := c.cc.Invoke(ctx, demo.GRPCTipMethod, &tip, &reply, grpc.Trailer(&trailer))
+		return &reply, trailer, err
+	}
+	first, _, err := call()
+	if err != nil || first.Status != "succeeded" || first.ChargeID == "" {
+		t.Fatalf("first tip: %+v %v", first, err)
+	}
+	again, trailer, err := call()
+	if err != nil || *again != *first || !grpcidem.Replayed(trailer) {
+		t.Fatalf("retry: %+v %v replayed %v", again, err, grpcidem.Replayed(trailer))
+	}
+	if n := e.w.Paysim.ChargeCount(claim.DownstreamKey("acme", demo.OperationTip, "tip-key-1")); n != 1 {
+		t.Fatalf("%d charges at the channel for one tip key, want 1", n)
+	}
+}

@@ -143,6 +143,7 @@ type Service struct {
 	apiKeys map[string]string // bearer key → tenant
 	answers *claim.AnswerRecorder
 	tracing trace.TracerProvider // nil: not traced
+	channel *paysim.Client       // the tip's own calls (gRPC Payments/Tip)
 }
 
 // NewService builds the payments API. charge is the paysim Operation whose Apply is ApplyPayment.

@@ -142,6 +142,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if svc.tracing == nil {
 		svc.tracing = otel.GetTracerProvider()
 	}
+	svc.channel = w.Client
 	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
 	w.Answers.Start()
 	svc.answers = w.Answers
