@@ -40,6 +40,7 @@ const (
 	EnvPaysimURL    = "IDEMOPS_CHAOS_PAYSIM_URL"
 	EnvAPIKeys      = "IDEMOPS_CHAOS_API_KEYS" // key=tenant,key=tenant
 	EnvNotifySecret = "IDEMOPS_CHAOS_NOTIFY_SECRET"
+	EnvLedgerURL    = "IDEMOPS_CHAOS_LEDGER_URL" // the runner's non-idempotent ledger
 )
 
 // LeaseTTL and Quarantine of the chaos world's claim stores: short, so that a crashed request's
@@ -95,6 +96,7 @@ type world struct {
 	grpc     *grpc.ClientConn
 	hist     *history.Recorder
 	purge    purger
+	ledger   *ledger
 	bouncers []*pgha.Bouncer
 	win      window
 
@@ -199,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	r.Components = append([]report.Component(nil), w.components...)
 	w.mu.Unlock()
 	r.Paths = w.paths(invs)
+	walked := pathsWalked(r.Paths)
+	r.Invariants = append(r.Invariants, walked)
+	r.Passed = r.Passed && walked.OK
 	w.fillSeries(r)
 	if err := report.Write(cfg.OutDir, r); err != nil {
 		return r, err
@@ -309,8 +314,11 @@ func (w *world) up(ctx context.Context, logs string) error {
 	if w.proxy, err = startProxy(w.backs); err != nil {
 		return err
 	}
+	if w.ledger, err = startLedger(w.cfg.Seed); err != nil {
+		return fmt.Errorf("chaos: ledger: %w", err)
+	}
 	notify := randomHex(16)
-	env := []string{"DATABASE_URL=" + partsURL, "AMQP_URL=" + w.broker.URL(), "IDEMOPS_DIGEST_SECRET=" + secret,
+	env := []string{EnvLedgerURL + "=" + w.ledger.url, "DATABASE_URL=" + partsURL, "AMQP_URL=" + w.broker.URL(), "IDEMOPS_DIGEST_SECRET=" + secret,
 		EnvAPIKeys + "=" + strings.Join(pairs, ","), EnvNotifySecret + "=" + notify}
 	mk := func(name string, args ...string) *proc {
 		return &proc{name: name, bin: w.cfg.Binary, args: append([]string{"chaos-part"}, args...), env: env, logs: logs}
@@ -399,6 +407,9 @@ func (w *world) teardown() {
 	}
 	if w.grpc != nil {
 		_ = w.grpc.Close()
+	}
+	if w.ledger != nil {
+		w.ledger.close()
 	}
 	for _, b := range w.bouncers {
 		b.Stop()

@@ -25,6 +25,7 @@ const (
 	InvFindings        = "reconciliation findings only where faults were injected on purpose"
 	InvNothingInFlight = "nothing left in flight (no processing key, no unsent outbox row)"
 	InvAdjustments     = "every balance is the sum of its adjustments and paid orders, each adjustment key applied at most once"
+	InvLedger          = "every ledger entry booked exactly once at the ledger that does not dedupe (outbox)"
 )
 
 // maxViolations bounds the keys named per invariant in the report.
@@ -274,7 +275,35 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
 	}
 	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight,
-		w.anomaliesFound(open), w.adjustments(ctx)}
+		w.anomaliesFound(open), w.adjustments(ctx), w.ledgerEntries(ctx)}
+}
+
+// ledgerRows are the outbox rows bound for the non-idempotent ledger.
+func (w *world) ledgerRows(ctx context.Context) ([]struct{ DownstreamKey, State string }, error) {
+	var rows []struct{ DownstreamKey, State string }
+	err := w.db.WithContext(ctx).Raw(`SELECT downstream_key, state FROM outbox WHERE operation = ?`, demo.OperationLedgerPost).Scan(&rows).Error
+	return rows, err
+}
+
+// ledgerEntries checks the outbox path to a downstream without idempotency: each row sent is
+// booked exactly once, none twice.
+func (w *world) ledgerEntries(ctx context.Context) report.Invariant {
+	c := &check{inv: report.Invariant{Name: InvLedger, OK: true}}
+	rows, err := w.ledgerRows(ctx)
+	if err != nil {
+		c.fail("outbox not read: %v", err)
+		return c.inv
+	}
+	for _, r := range rows {
+		c.inv.Checked++
+		switch n := w.ledger.booked(r.DownstreamKey); {
+		case n > 1:
+			c.fail("ledger reference %s: booked %d times", r.DownstreamKey[:16], n)
+		case r.State == "sent" && n != 1:
+			c.fail("ledger reference %s: outbox row sent, booked %d times", r.DownstreamKey[:16], n)
+		}
+	}
+	return c.inv
 }
 
 // adjustments checks the one-commit path: each balance equals the sum of its adjustment rows,
@@ -330,18 +359,39 @@ func (w *world) adjustmentRows(ctx context.Context, tenant, key string) (int, er
 	return int(n), err
 }
 
+// Paths are the paths of the world a run must walk, as report.json's "paths" names them.
+var Paths = []string{PathHTTP, PathGRPC, PathOutbox, PathCheckout, PathLikes, PathAdjustments, PathConsumer, PathPurgedRetried}
+
+// InvPathsWalked: a run that skipped a path proves nothing about it.
+const InvPathsWalked = "every path of the world walked (each of report.json's paths > 0)"
+
+// pathsWalked checks that every path saw at least one logical operation.
+func pathsWalked(p map[string]int) report.Invariant {
+	c := &check{inv: report.Invariant{Name: InvPathsWalked, OK: true}}
+	for _, name := range Paths {
+		c.inv.Checked++
+		if p[name] == 0 {
+			c.fail("%s: walked 0 times", name)
+		}
+	}
+	return c.inv
+}
+
 // paths is report.json's "paths": the logical operations started down each path, the payment
 // events whose consumer effects were checked, and the keys purged then retried.
 func (w *world) paths(invs []report.Invariant) map[string]int {
 	w.traffic.mu.Lock()
 	p := map[string]int{}
-	for _, name := range []string{PathHTTP, PathGRPC, PathOutbox, PathCheckout, PathLikes, PathAdjustments, PathConsumer, PathPurgedRetried} {
+	for _, name := range Paths {
 		p[name] = w.traffic.paths[name]
 	}
 	w.traffic.mu.Unlock()
 	for _, inv := range invs {
-		if inv.Name == InvConsumerOnce {
+		switch inv.Name {
+		case InvConsumerOnce:
 			p[PathConsumer] = inv.Checked
+		case InvLedger:
+			p[PathOutbox] = inv.Checked
 		}
 	}
 	return p
@@ -374,6 +424,12 @@ func (w *world) countExecutions(ctx context.Context) {
 		likes = append(likes, l)
 	}
 	w.traffic.mu.Unlock()
+	if rows, err := w.ledgerRows(ctx); err == nil {
+		for _, r := range rows { // the relay's executions at the ledger: entries booked
+			done := w.hist.Begin(history.Input{Key: PathOutbox + "|" + r.DownstreamKey, Kind: history.Count})
+			done(history.Output{Executions: w.ledger.booked(r.DownstreamKey)})
+		}
+	}
 	for _, r := range tips { // the plain handler's executions: charges under its downstream key
 		done := w.hist.Begin(history.Input{Key: r.histKey(), Kind: history.Count})
 		if n, err := w.sim.ChargeCount(ctx, claim.DownstreamKey(r.Tenant, demo.OperationTip, r.Key)); err == nil {

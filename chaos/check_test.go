@@ -85,3 +85,19 @@ func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 		t.Errorf("checked %d keys for orphans and %d 2xx keys, want 4 and 1", got[InvNoOrphanCharge].Checked, got[InvOneCharge].Checked)
 	}
 }
+
+func TestPathsWalked_APathWalkedZeroTimesFailsTheRun(t *testing.T) {
+	all := map[string]int{}
+	for i, name := range Paths {
+		all[name] = i + 1
+	}
+	if inv := pathsWalked(all); !inv.OK || inv.Checked != len(Paths) {
+		t.Fatalf("every path walked: %+v", inv)
+	}
+	all[PathOutbox] = 0
+	delete(all, PathPurgedRetried)
+	inv := pathsWalked(all)
+	if inv.OK || len(inv.Violations) != 2 || !strings.Contains(inv.Violations[0]+inv.Violations[1], PathOutbox) {
+		t.Fatalf("two paths not walked: %+v", inv)
+	}
+}

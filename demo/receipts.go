@@ -37,5 +37,8 @@ func (w *World) Senders() daemon.SenderMap {
 	if w.events != nil {
 		m[OperationPaymentEvent] = w.events
 	}
+	if w.ledger != nil {
+		m[OperationLedgerPost] = *w.ledger
+	}
 	return m
 }

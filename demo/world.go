@@ -52,6 +52,9 @@ type WorldConfig struct {
 	// TracerProvider traces the payments service's HTTP and gRPC calls (otelhttp, otelgrpc);
 	// nil: OpenTelemetry's global provider, a no-op unless telemetry.Setup installed one.
 	TracerProvider trace.TracerProvider
+	// LedgerURL, when set, is an external ledger with no idempotency: every completed payment
+	// also stages a ledger.post outbox row, which the daemon's relay delivers there.
+	LedgerURL string
 	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
 	// consumers — for a daemon or console in a process of its own (the chaos run).
 	NoServe bool
@@ -81,6 +84,7 @@ type World struct {
 	grpcServer            *grpc.Server
 	stopHealth            func()
 	events                *daemon.AMQPSender
+	ledger                *LedgerSender
 	stopEvents            func()
 }
 
@@ -132,6 +136,17 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 				return nil, err
 			}
 			return snap, OpenOrder(ctx, tx, l, snap.ResourceID)
+		}
+	}
+	if cfg.LedgerURL != "" {
+		w.ledger = &LedgerSender{URL: cfg.LedgerURL}
+		inner := w.Charge.ApplyFunc
+		w.Charge.ApplyFunc = func(ctx context.Context, tx *gorm.DB, l *claim.Lease, doc *claim.Document) (*claim.Snapshot, error) {
+			snap, err := inner(ctx, tx, l, doc)
+			if err != nil {
+				return nil, err
+			}
+			return snap, EnqueueLedgerPost(ctx, tx, l, snap.ResourceID)
 		}
 	}
 	if cfg.NoServe {

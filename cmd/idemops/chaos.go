@@ -150,7 +150,7 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool)
 		}
 	}
 	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimURL: os.Getenv(chaos.EnvPaysimURL),
-		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
+		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, LedgerURL: os.Getenv(chaos.EnvLedgerURL), AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
 		Paysim: paysim.Config{NotifySecret: []byte(os.Getenv(chaos.EnvNotifySecret))}})
 	if err != nil {
 		d.Close()
