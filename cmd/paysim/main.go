@@ -66,6 +66,10 @@ type options struct {
 	notifyDup, notifyReorder     float64
 	notifyDelayRate, lateClose   float64
 	notifyDelay                  time.Duration
+	billReady, wechatBillMode    string
+	wechatBillParts              int
+	wechatPublicKey              bool
+	wechatLife, alipayLife       time.Duration
 }
 
 func newCommand(stdout, stderr io.Writer, ready chan<- string) *cobra.Command {
@@ -75,8 +79,11 @@ func newCommand(stdout, stderr io.Writer, ready chan<- string) *cobra.Command {
 		Short: "Payment-channel simulator: idempotent charges, lookups, statements and faults",
 		Long: `paysim simulates a payment channel for idemops: POST /charges (idempotent on the
 Idempotency-Key header), GET /charges/{merchant_order_no}, refunds, receipt notifications,
-GET /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen, and admin endpoints under
-/_paysim/ to fabricate anomalies. Faults are deterministic for a --seed; the X-Paysim-Fault
+GET /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen, the channels' own statement
+protocols (WeChat Pay APIv3 /v3/bill/..., Alipay /gateway.do, Stripe /v1/..., Adyen
+/reports/download/...; merchants register their keys with POST /_paysim/protocol/merchants and
+read paysim's with GET /_paysim/protocol), and admin endpoints under /_paysim/ to fabricate
+anomalies. Faults are deterministic for a --seed; the X-Paysim-Fault
 request header forces them per request. See the downstream/paysim package doc.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -110,6 +117,12 @@ request header forces them per request. See the downstream/paysim package doc.`,
 	f.Float64Var(&o.notifyDelayRate, "notify-delay-rate", 0, "share of callbacks first sent after --notify-delay (0-1)")
 	f.DurationVar(&o.notifyDelay, "notify-delay", 2*time.Second, "delay of a delayed callback, and the longest a reordered one is held")
 	f.Float64Var(&o.lateClose, "late-close-rate", 0, "share of succeeded charges followed by a stale charge.closed callback (0-1)")
+	f.StringVar(&o.billReady, "bill-ready", paysim.ReadyAnytime, "when a date's WeChat Pay, Alipay and Adyen bills can be had: anytime, or next-day-10:00 (the channels' rule)")
+	f.StringVar(&o.wechatBillMode, "wechat-bill-mode", paysim.WechatBillPlain, "how WeChat Pay's bill queries answer: plain, encrypted (AEAD_AES_256_GCM) or split (encrypted parts in bill_sequence)")
+	f.IntVar(&o.wechatBillParts, "wechat-bill-parts", 3, "parts of a split WeChat Pay bill (1-16)")
+	f.BoolVar(&o.wechatPublicKey, "wechat-public-key-mode", false, "sign WeChat Pay answers with a WeChat Pay public key (PUB_KEY_ID_…) instead of a platform certificate")
+	f.DurationVar(&o.wechatLife, "wechat-download-life", 5*time.Minute, "how long a WeChat Pay download_url lives")
+	f.DurationVar(&o.alipayLife, "alipay-download-life", 30*time.Second, "how long an Alipay bill_download_url lives")
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return cmd
 }
@@ -140,6 +153,14 @@ func (o options) validate() error {
 		return usagef("--notify-url: %q is not an http(s) URL", o.notifyURL)
 	case o.maxCharges < 1:
 		return usagef("--max-charges: must be at least 1, got %d", o.maxCharges)
+	case o.billReady != paysim.ReadyAnytime && o.billReady != paysim.ReadyNextDay10:
+		return usagef("--bill-ready: %q is neither %s nor %s", o.billReady, paysim.ReadyAnytime, paysim.ReadyNextDay10)
+	case o.wechatBillMode != paysim.WechatBillPlain && o.wechatBillMode != paysim.WechatBillEncrypted && o.wechatBillMode != paysim.WechatBillSplit:
+		return usagef("--wechat-bill-mode: %q is not plain, encrypted or split", o.wechatBillMode)
+	case o.wechatBillParts < 1 || o.wechatBillParts > 16:
+		return usagef("--wechat-bill-parts: must be 1 to 16, got %d", o.wechatBillParts)
+	case o.wechatLife <= 0 || o.alipayLife <= 0:
+		return usagef("--wechat-download-life and --alipay-download-life must be positive")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr: %q is not host:port", o.addr)
@@ -165,6 +186,8 @@ func serve(ctx context.Context, o options, stdout, stderr io.Writer, ready chan<
 		NotifyURL: o.notifyURL, NotifySecret: []byte(cmp.Or(o.notifySecret, os.Getenv("PAYSIM_NOTIFY_SECRET"))),
 		NotifyDuplicateRate: o.notifyDup, NotifyReorderRate: o.notifyReorder, NotifyDelayRate: o.notifyDelayRate,
 		NotifyDelay: o.notifyDelay, LateCloseRate: o.lateClose,
+		BillReady: o.billReady, WechatBillMode: o.wechatBillMode, WechatBillParts: o.wechatBillParts,
+		WechatPublicKeyMode: o.wechatPublicKey, WechatDownloadLife: o.wechatLife, AlipayDownloadLife: o.alipayLife,
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package paysim
 
 import (
+	"crypto/rsa"
 	"fmt"
 	"log/slog"
 	"time"
@@ -67,6 +68,24 @@ type Config struct {
 	NotifyWorkers             int
 	NotifyTimeout, NotifyPoll time.Duration
 
+	// BillReady is when a date's WeChat Pay, Alipay and Adyen bills can be had: ReadyAnytime
+	// (default: as they stand) or ReadyNextDay10 (from 10:00 Asia/Shanghai the next day, the
+	// channels' rule; Adyen's batch once its UTC day has ended).
+	BillReady string
+	// WechatBillMode is how WeChat Pay's bill queries answer: WechatBillPlain (default),
+	// WechatBillEncrypted or WechatBillSplit (WechatBillParts encrypted parts, default 3).
+	WechatBillMode  string
+	WechatBillParts int
+	// WechatPlatformKey and AlipayKey are the keys paysim signs its answers with (nil: made on
+	// first use). RotateWechatPlatformKey makes new platform keys.
+	WechatPlatformKey, AlipayKey *rsa.PrivateKey
+	// WechatPublicKeyMode signs answers with a WeChat Pay public key (its ID PUB_KEY_ID_…)
+	// instead of a platform certificate.
+	WechatPublicKeyMode bool
+	// WechatDownloadLife and AlipayDownloadLife are how long a download URL lives (default 5 min,
+	// WeChat Pay's newer docs, and 30 s, Alipay's).
+	WechatDownloadLife, AlipayDownloadLife time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -125,6 +144,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.BillReady == "" {
+		c.BillReady = ReadyAnytime
+	}
+	if c.WechatBillMode == "" {
+		c.WechatBillMode = WechatBillPlain
+	}
+	if c.WechatBillParts == 0 {
+		c.WechatBillParts = 3
+	}
+	if c.WechatDownloadLife == 0 {
+		c.WechatDownloadLife = 5 * time.Minute
+	}
+	if c.AlipayDownloadLife == 0 {
+		c.AlipayDownloadLife = 30 * time.Second
+	}
 	rates := []struct {
 		name string
 		v    float64
@@ -151,6 +185,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("paysim: NotifyWorkers is 1..64, NotifyTimeout not negative, NotifyPoll at least 1ms")
 	case c.SaveInterval < 0:
 		return c, fmt.Errorf("paysim: SaveInterval must not be negative")
+	case c.BillReady != ReadyAnytime && c.BillReady != ReadyNextDay10:
+		return c, fmt.Errorf("paysim: BillReady: %q is neither %q nor %q", c.BillReady, ReadyAnytime, ReadyNextDay10)
+	case c.WechatBillMode != WechatBillPlain && c.WechatBillMode != WechatBillEncrypted && c.WechatBillMode != WechatBillSplit:
+		return c, fmt.Errorf("paysim: WechatBillMode: %q is not plain, encrypted or split", c.WechatBillMode)
+	case c.WechatBillParts < 1 || c.WechatBillParts > 16:
+		return c, fmt.Errorf("paysim: WechatBillParts must be 1..16")
+	case c.WechatDownloadLife < 0 || c.AlipayDownloadLife < 0:
+		return c, fmt.Errorf("paysim: download URL lives must not be negative")
 	}
 	return c, nil
 }

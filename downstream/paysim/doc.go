@@ -13,6 +13,14 @@
 //	GET   /statements/{YYYY-MM-DD}?format=wechat|alipay|stripe|adyen[&tar_type=GZIP]   (GZIP: gzip-compressed, as WeChat Pay serves it)
 //	GET   /alipay/bill-url?bill_date=YYYY-MM-DD   Alipay's bill query: JSON whose bill_download_url is the day's zip
 //	GET   /alipay/bills/{YYYY-MM-DD}.zip   业务明细 + 业务明细(汇总), GBK, GBK entry names
+//	GET   /v3/bill/tradebill, /v3/bill/fundflowbill   WeChat Pay APIv3 bill queries (signed; see Statement protocols)
+//	GET   /v3/billdownload/file?token=…    WeChat Pay's bill download (signed request, unsigned answer, expires)
+//	GET|POST /gateway.do                  Alipay's gateway: alipay.data.dataservice.bill.downloadurl.query (RSA2)
+//	GET   /downloadBillFile.resource?token=…   Alipay's bill zip (expires 30 s after the answer)
+//	GET   /v1/payouts, /v1/balance_transactions, /v1/charges/{id}   Stripe's API (Bearer secret key)
+//	GET   /reports/download/MerchantAccount/{account}/settlement_detail_report_batch_N.csv   Adyen (X-API-Key or basic)
+//	GET   /_paysim/protocol               paysim's public keys and ids; POST /_paysim/protocol/merchants registers a merchant's
+//	POST  /_paysim/protocol/rotate        a new WeChat Pay platform key signs; the previous one stays listed
 //	GET   /_paysim/charges?merchant_order_no=X    every charge for an order number, with a count
 //	POST  /_paysim/orders/{merchant_order_no}/close   close an unpaid order (409 order_paid when paid); a charge.closed callback follows
 //	POST  /_paysim/charges                fabricate a charge the merchant never recorded (channel-only)
@@ -45,6 +53,25 @@
 // notify-duplicate (sent again after the acknowledgement), notify-reorder (held back until the
 // order's next event has been tried, or NotifyDelay), notify-delay=DURATION, and late-close (a
 // stale charge.closed once the succeeded callback is acknowledged).
+//
+// # Statement protocols
+//
+// paysim speaks the channels' own statement protocols (protocol.go): it checks a merchant's
+// request as the channel does and refuses it with the channel's own answer — WeChat Pay 401
+// SIGN_ERROR for a missing or bad Authorization (unknown serial, a timestamp five minutes or more
+// off, a signature that does not verify), Alipay's unsigned error_response 40001/40002
+// (isv.missing-signature, isv.invalid-signature, isv.invalid-app-id; Alipay answers these with
+// HTTP 200), Stripe's 401 invalid_request_error, Adyen's 401 security error. Its answers are
+// signed: WeChat Pay's in the Wechatpay-* headers by a platform certificate (or, with
+// WechatPublicKeyMode, a WeChat Pay public key PUB_KEY_ID_…), Alipay's over the response member.
+// A WeChat Pay bill query answers hash_value = the SHA1 of the bill (decompressed) and a
+// download_url that lives WechatDownloadLife; in WechatBillEncrypted or WechatBillSplit mode it
+// answers download_bill_list instead: parts encrypted AEAD_AES_256_GCM under a key wrapped for the
+// merchant (RSA-OAEP), hashed as downloaded, listed out of bill_sequence order. With BillReady
+// ReadyNextDay10 a date's bill is STATEMENT_CREATING (WeChat Pay) or isp.bill_not_exist (Alipay)
+// until 10:00 Asia/Shanghai the next day. Stripe's balance transactions and payouts are derived
+// from the charges and refunds (a payout per UTC day and currency, arriving two days later);
+// Adyen's batch N is the UTC day N days after 1970-01-01.
 //
 // # Statements
 //

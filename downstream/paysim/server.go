@@ -1,6 +1,8 @@
 package paysim
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,8 @@ type Server struct {
 	dirty       bool
 
 	notifyWake chan struct{}
+
+	proto protocol // the statement protocols' keys, merchants and download URLs
 
 	saveMu   sync.Mutex // one save at a time
 	stop     chan struct{}
@@ -76,6 +80,19 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /statements/{date}", s.getStatement)
 	m.HandleFunc("GET /alipay/bill-url", s.getAlipayBillURL)
 	m.HandleFunc("GET /alipay/bills/{file}", s.getAlipayBillZip)
+	m.HandleFunc("GET /v3/bill/tradebill", s.getWechatBill)
+	m.HandleFunc("GET /v3/bill/fundflowbill", s.getWechatBill)
+	m.HandleFunc("GET /v3/billdownload/file", s.getWechatDownload)
+	m.HandleFunc("GET /gateway.do", s.alipayGateway)
+	m.HandleFunc("POST /gateway.do", s.alipayGateway)
+	m.HandleFunc("GET /downloadBillFile.resource", s.getAlipayDownload)
+	m.HandleFunc("GET /v1/payouts", s.getStripePayouts)
+	m.HandleFunc("GET /v1/balance_transactions", s.getStripeBalanceTransactions)
+	m.HandleFunc("GET /v1/charges/{id}", s.getStripeCharge)
+	m.HandleFunc("GET /reports/download/MerchantAccount/{account}/{file}", s.getAdyenReport)
+	m.HandleFunc("GET /_paysim/protocol", s.getProtocol)
+	m.HandleFunc("POST /_paysim/protocol/merchants", s.postMerchant)
+	m.HandleFunc("POST /_paysim/protocol/rotate", s.postRotate)
 	m.HandleFunc("GET /_paysim/charges", s.adminListCharges)
 	m.HandleFunc("POST /_paysim/charges", s.adminInsertCharge)
 	m.HandleFunc("PATCH /_paysim/charges/{id}", s.adminAlterCharge)
@@ -257,6 +274,13 @@ func validKey(field, k string) error {
 		}
 	}
 	return nil
+}
+
+// requestID is a random id for an answer's Request-ID.
+func (s *Server) requestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func fingerprint(v any) string {
