@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -131,8 +132,115 @@ func Unpack(ra io.ReaderAt, size int64, lim ArchiveLimits) (*Unpacked, error) {
 	return &Unpacked{Packing: PackingPlain, Statement: io.NewSectionReader(ra, 0, size)}, nil
 }
 
+// Limits a zip's end record is held to before its central directory is read (issue 35 item 2):
+// the standard library builds every entry the directory lists, so a directory of 1.5 million
+// entries cost hundreds of MiB before "at most 16 files" could refuse it.
+const (
+	// maxZipRecords is the most entries the end record may announce: MaxEntries files, with
+	// their directories and resource forks.
+	maxZipRecords = 256
+	// maxZipDirectory is the most bytes the central directory may take.
+	maxZipDirectory = 1 << 20
+)
+
+const (
+	zipEndSignature      = 0x06054b50
+	zip64LocatorSigature = 0x07064b50
+	zipEndLen            = 22
+)
+
+// zipDirectory reads a zip's end of central directory record — where the directory starts, how
+// long it is, how many entries it announces — and refuses, before anything else is read, a zip
+// over the limits, a zip64 one (no bill needs it) and one whose numbers do not fit the file. It
+// returns a view of the file that ends with the directory the record announces, so a directory
+// that goes on past it (a record that lies) is never read.
+func zipDirectory(ra io.ReaderAt, size int64) (io.ReaderAt, int64, error) {
+	tail := int64(zipEndLen + 65535)
+	if tail > size {
+		tail = size
+	}
+	buf := make([]byte, tail)
+	if _, err := ra.ReadAt(buf, size-tail); err != nil && err != io.EOF {
+		return nil, 0, fmt.Errorf("%w: zip: %v", ErrArchive, err)
+	}
+	at := -1
+	for i := len(buf) - zipEndLen; i >= 0; i-- {
+		if binary.LittleEndian.Uint32(buf[i:]) == zipEndSignature {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return nil, 0, fmt.Errorf("%w: zip: no end of central directory record (a truncated zip?)", ErrArchive)
+	}
+	end := buf[at : at+zipEndLen]
+	disk, dirDisk := binary.LittleEndian.Uint16(end[4:]), binary.LittleEndian.Uint16(end[6:])
+	onDisk, records := binary.LittleEndian.Uint16(end[8:]), binary.LittleEndian.Uint16(end[10:])
+	dirSize, dirOffset := int64(binary.LittleEndian.Uint32(end[12:])), int64(binary.LittleEndian.Uint32(end[16:]))
+	endOffset := size - tail + int64(at)
+	switch {
+	case records == 0xffff || dirSize == 0xffffffff || dirOffset == 0xffffffff ||
+		(at >= 20 && binary.LittleEndian.Uint32(buf[at-20:]) == zip64LocatorSigature):
+		return nil, 0, fmt.Errorf("%w: zip64 archives are not accepted", ErrArchive)
+	case disk != 0 || dirDisk != 0 || onDisk != records:
+		return nil, 0, fmt.Errorf("%w: multi-part zips are not accepted", ErrArchive)
+	case records > maxZipRecords:
+		return nil, 0, fmt.Errorf("%w: the zip's end record announces %d entries, at most %d are accepted", ErrArchive, records, maxZipRecords)
+	case dirSize > maxZipDirectory:
+		return nil, 0, fmt.Errorf("%w: the zip's central directory is %d bytes, at most %d are accepted", ErrArchive, dirSize, maxZipDirectory)
+	case dirOffset+dirSize > endOffset:
+		return nil, 0, fmt.Errorf("%w: zip: the central directory does not fit before its end record", ErrArchive)
+	}
+	// The view: the file up to the end of the announced directory, then the end record (its
+	// comment dropped).
+	record := append([]byte(nil), end...)
+	binary.LittleEndian.PutUint16(record[20:], 0)
+	head := dirOffset + dirSize
+	return &joinedReaderAt{a: io.NewSectionReader(ra, 0, head), aLen: head, b: record}, head + zipEndLen, nil
+}
+
+// joinedReaderAt reads a then b as one file.
+type joinedReaderAt struct {
+	a    io.ReaderAt
+	aLen int64
+	b    []byte
+}
+
+func (j *joinedReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	if off < j.aLen {
+		k := int64(len(p))
+		if off+k > j.aLen {
+			k = j.aLen - off
+		}
+		m, err := j.a.ReadAt(p[:k], off)
+		n += m
+		if err != nil && err != io.EOF {
+			return n, err
+		}
+		if m < int(k) {
+			return n, io.ErrUnexpectedEOF
+		}
+	}
+	if n < len(p) {
+		boff := off + int64(n) - j.aLen
+		if boff >= int64(len(j.b)) {
+			return n, io.EOF
+		}
+		n += copy(p[n:], j.b[boff:])
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 func unpackZip(ra io.ReaderAt, size int64, lim ArchiveLimits) (*Unpacked, error) {
-	zr, err := zip.NewReader(ra, size)
+	view, viewSize, err := zipDirectory(ra, size)
+	if err != nil {
+		return nil, err
+	}
+	zr, err := zip.NewReader(view, viewSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w: zip: %v", ErrArchive, err)
 	}
@@ -232,6 +340,11 @@ func (g *bombGuard) Read(p []byte) (int, error) {
 	}
 	n, err := g.r.Read(p)
 	g.out += int64(n)
+	if err != nil && err != io.EOF && !errors.Is(err, ErrArchive) {
+		// A stream that does not decompress (a truncated gzip, a zip entry longer than its
+		// header says): the archive is refused, whatever the reader called it.
+		err = fmt.Errorf("%w: %s: %v", ErrArchive, g.what, err)
+	}
 	switch {
 	case g.out > g.lim.MaxBytes:
 		return n, sizeRefusal(fmt.Errorf("%w: %w: %s unpacks to more than %d bytes", ErrArchive, ErrTooLarge, g.what, g.lim.MaxBytes))
