@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -62,7 +63,7 @@ func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile
 
 // channelRows lists the channel accounts r's operator covers.
 func (s *Server) channelRows(ctx context.Context, r *request) (templates.ChannelAccountsView, error) {
-	v := templates.ChannelAccountsView{CanSet: r.op.Role >= RoleAdmin && r.op.SeesAllTenants()}
+	v := templates.ChannelAccountsView{CanSet: r.op.Role >= RoleAdmin && r.op.SeesAllTenants(), Kinds: reconcile.AccountKinds}
 	accounts, err := s.recon.ListChannelAccounts(ctx)
 	if err != nil {
 		return v, err
@@ -72,8 +73,28 @@ func (s *Server) channelRows(ctx context.Context, r *request) (templates.Channel
 		if !covers(r.op.Tenants, a.Tenants) {
 			continue
 		}
-		v.Rows = append(v.Rows, templates.ChannelAccountRow{Channel: a.Channel, Tenants: strings.Join(a.Tenants, ","),
-			Href: "/reconcile/channels/" + url.PathEscape(a.Channel), By: a.UpdatedBy})
+		row := templates.ChannelAccountRow{Channel: a.Channel, Tenants: strings.Join(a.Tenants, ","),
+			Href: "/reconcile/channels/" + url.PathEscape(a.Channel), By: a.UpdatedBy, Kind: a.Kind,
+			Takes: reconcile.KindCredentials(a.Kind)}
+		if v.CanSet && a.Kind != reconcile.KindGeneric {
+			full, err := s.recon.ChannelAccount(ctx, a.Channel)
+			if err != nil {
+				return v, err
+			}
+			settings, _ := json.MarshalIndent(full.Settings, "", "  ")
+			row.Settings = string(settings)
+			for _, c := range full.Credentials {
+				what := c.Name + " " + c.Digest
+				if c.Label != "" {
+					what += " (" + c.Label + ")"
+				}
+				if c.File != "" {
+					what += " file " + c.File
+				}
+				row.Credentials = append(row.Credentials, what)
+			}
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	return v, nil
 }

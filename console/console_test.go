@@ -20,6 +20,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/reconcile"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -28,6 +29,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 var cheapArgon = Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}
 
 var testSecret = []byte("test-digest-secret-0123456789")
+
+// testKeyring seals the tests' channel credentials and source secrets.
+var testKeyring, _ = reconcile.NewKeyring(testSecret)
 
 // bundle is one test's console on its own database.
 type bundle struct {
@@ -95,7 +99,8 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 	op := &fakeOp{name: "payment.charge", found: map[string]string{}}
 	cfg := Config{DB: db, Claims: st, Argon2: cheapArgon,
 		Throttle:   ThrottleConfig{UserLimit: 3, IPLimit: 6, Window: time.Minute, Lockout: time.Minute},
-		Operations: func(name string) (claim.Operation, bool) { return op, name == op.name }}
+		Operations: func(name string) (claim.Operation, bool) { return op, name == op.name },
+		Reconcile:  reconcile.Config{Sources: reconcile.SourcePolicy{FileRoot: "/data"}, Keyring: testKeyring}}
 	for _, m := range mod {
 		m(&cfg)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -19,7 +20,7 @@ import (
 
 func readJobForm(c *gin.Context) templates.ReconJobForm {
 	return templates.ReconJobForm{Name: c.PostForm("name"), Channel: c.PostForm("channel"), Format: c.PostForm("format"),
-		Source: c.PostForm("source"), Operations: c.PostForm("operations"), CronSpec: c.PostForm("cron_spec"),
+		Source: c.PostForm("source"), Bill: strings.TrimSpace(c.PostForm("bill")), Operations: c.PostForm("operations"), CronSpec: c.PostForm("cron_spec"),
 		TimeZone: c.PostForm("time_zone"), BillDateOffsetDays: c.PostForm("bill_date_offset_days"),
 		GraceSeconds: c.PostForm("grace_seconds"), Deadline: c.PostForm("ready_deadline_seconds"),
 		Enabled: c.PostForm("enabled") == "1", FeeRateBP: strings.TrimSpace(c.PostForm("fee_rate_bp")),
@@ -50,7 +51,7 @@ func splitList(s string) []string {
 }
 
 func jobSpec(f templates.ReconJobForm) (reconcile.JobSpec, error) {
-	spec := reconcile.JobSpec{Name: f.Name, Channel: f.Channel, Format: f.Format, Source: f.Source,
+	spec := reconcile.JobSpec{Name: f.Name, Channel: f.Channel, Format: f.Format, Source: f.Source, Bill: f.Bill,
 		Operations: splitList(f.Operations), CronSpec: f.CronSpec, TimeZone: strings.TrimSpace(f.TimeZone), Enabled: f.Enabled}
 	var err error
 	if spec.BillDateOffsetDays, err = formInt("bill_date_offset_days", f.BillDateOffsetDays); err != nil {
@@ -92,6 +93,22 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if err := s.authorize(ctx, r, action, objChannel, spec.Channel); err != nil {
 		return nil, err
 	}
+	if original != "" {
+		// The edit form shows an operator who is not a * administrator the source without its
+		// query: sent back unchanged, it means the saved source.
+		if old, err := s.recon.GetJob(ctx, original); err == nil && spec.Source != old.Source &&
+			spec.Source == reconcile.RedactSource(old.Source) {
+			spec.Source = old.Source
+		}
+	}
+	if spec.Source != "" && !strings.HasPrefix(spec.Source, "http://") && !strings.HasPrefix(spec.Source, "https://") &&
+		!r.op.SeesAllTenants() {
+		// A file on the daemon's machine: only administrators of every tenant name one.
+		err := &RefusedError{Kind: ErrForbidden, Why: errs.Phrasef("source: only administrators of every tenant (*) may name a local file")}
+		err.Reason = err.Why.String()
+		s.auditRefusal(ctx, r, action, "recon_job:"+spec.Name, err)
+		return nil, err
+	}
 	if original == "" {
 		j, err = s.recon.CreateJob(ctx, spec)
 	} else {
@@ -105,7 +122,8 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if target == "" {
 		target = spec.Name
 	}
-	detail := map[string]any{"name": spec.Name, "channel": spec.Channel, "format": spec.Format, "cron_spec": spec.CronSpec,
+	detail := map[string]any{"name": spec.Name, "channel": spec.Channel, "format": spec.Format, "source": reconcile.MaskSource(spec.Source),
+		"bill": spec.Bill, "cron_spec": spec.CronSpec,
 		"time_zone": spec.TimeZone, "enabled": spec.Enabled, "operations": spec.Operations, "outcome": "ok"}
 	if spec.FeeSchedule != nil {
 		detail["fee_schedule"] = spec.FeeSchedule.String()
@@ -183,6 +201,7 @@ func (s *Server) apiCreateReconJob(c *gin.Context, r *request) error {
 		return err
 	}
 	next, _ := reconcile.NextRuns(j.CronSpec, j.TimeZone, time.Now(), nextRunsShown)
+	j.Source = shownSource(r.op, j.Source)
 	c.JSON(http.StatusCreated, apiReconJob{ReconJob: *j, NextRuns: next})
 	return nil
 }

@@ -18,8 +18,18 @@ import (
 // Recon jobs: the reconciliation page (jobs, the create form, channel accounts), a job's page,
 // the next-runs preview and the jobs API listing.
 
-func jobRow(j reconcile.ReconJob, now time.Time) templates.ReconJobRow {
-	row := templates.ReconJobRow{Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
+// shownSource is a job's source as op is shown it: administrators of every tenant see it with
+// its secrets as "***", everyone else without its query and user info (issue 35 item 5).
+func shownSource(op *Operator, src string) string {
+	if op.SeesAllTenants() {
+		return reconcile.MaskSource(src)
+	}
+	return reconcile.RedactSource(src)
+}
+
+func jobRow(j reconcile.ReconJob, now time.Time, op *Operator) templates.ReconJobRow {
+	row := templates.ReconJobRow{Name: j.Name, Channel: j.Channel, Format: j.Format, Source: shownSource(op, j.Source),
+		Fetcher: j.Fetcher, Bill: j.Bill,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone, Enabled: j.Enabled,
 		Href: "/reconcile/jobs/" + url.PathEscape(j.Name)}
 	if j.Enabled {
@@ -30,8 +40,9 @@ func jobRow(j reconcile.ReconJob, now time.Time) templates.ReconJobRow {
 	return row
 }
 
-func jobForm(j reconcile.ReconJob) templates.ReconJobForm {
-	f := templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: j.Source,
+func jobForm(j reconcile.ReconJob, op *Operator) templates.ReconJobForm {
+	f := templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: shownSource(op, j.Source),
+		Bill:       j.Bill,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone,
 		BillDateOffsetDays: strconv.Itoa(j.BillDateOffsetDays), GraceSeconds: strconv.Itoa(j.GraceSeconds),
 		Deadline: strconv.Itoa(j.ReadyDeadlineSeconds), Enabled: j.Enabled}
@@ -68,7 +79,7 @@ func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView
 	}
 	now := time.Now()
 	for _, j := range jobs {
-		v.Jobs = append(v.Jobs, jobRow(j, now))
+		v.Jobs = append(v.Jobs, jobRow(j, now, r.op))
 	}
 	v.NextRuns = nextRuns(ctx, v.Form.CronSpec, v.Form.TimeZone)
 	if v.Channels, err = s.channelRows(ctx, r); err != nil {
@@ -82,7 +93,7 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 	if err != nil {
 		return templates.ReconJobView{}, err
 	}
-	v := templates.ReconJobView{Job: jobRow(*j, time.Now()), Form: jobForm(*j), Formats: reconcile.Formats(),
+	v := templates.ReconJobView{Job: jobRow(*j, time.Now(), r.op), Form: jobForm(*j, r.op), Formats: reconcile.Formats(),
 		CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator}
 	v.NextRuns = nextRuns(ctx, j.CronSpec, j.TimeZone)
 	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: j.Name, Limit: 10})
@@ -150,6 +161,7 @@ func (s *Server) apiReconJobs(c *gin.Context, r *request) error {
 		if !j.Enabled || next == nil {
 			next = []time.Time{}
 		}
+		j.Source = shownSource(r.op, j.Source)
 		out = append(out, apiReconJob{ReconJob: j, NextRuns: next})
 	}
 	c.JSON(http.StatusOK, gin.H{"jobs": out})

@@ -95,6 +95,8 @@ func (s *Server) routes() []route {
 		{"POST", "/reconcile/upload", RoleOperator, kindPage, s.uploadPage},
 		{"POST", "/reconcile/channels", RoleAdmin, kindPage, s.setChannelPage},
 		{"POST", "/reconcile/channels/:name", RoleAdmin, kindPage, s.setChannelPage},
+		{"POST", "/reconcile/channels/:name/settings", RoleAdmin, kindPage, s.setChannelSettingsPage},
+		{"POST", "/reconcile/channels/:name/credentials", RoleAdmin, kindPage, s.setChannelCredentialPage},
 		{"GET", "/reconcile/runs", RoleViewer, kindPage, s.reconRunsPage},
 		{"GET", "/reconcile/runs/:id", RoleViewer, kindPage, s.reconRunPage},
 		{"GET", "/reconcile/findings", RoleViewer, kindPage, s.findingsPage},
@@ -138,6 +140,10 @@ func (s *Server) routes() []route {
 		{"POST", "/api/v1/reconcile/findings/:id/ignore", RoleOperator, kindAPI, s.apiFindingAction("ignore")},
 		{"POST", "/api/v1/reconcile/findings/:id/recover", RoleOperator, kindAPI, s.apiFindingAction("recover")},
 		{"POST", "/api/v1/reconcile/statements", RoleOperator, kindAPI, s.apiUpload},
+		{"GET", "/api/v1/reconcile/channels/:name", RoleViewer, kindAPI, s.apiChannelAccount},
+		{"POST", "/api/v1/reconcile/channels/:name/settings", RoleAdmin, kindAPI, s.apiSetChannelSettings},
+		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential", RoleAdmin, kindAPI, s.apiSetChannelCredential},
+		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential/delete", RoleAdmin, kindAPI, s.apiDeleteChannelCredential},
 	}
 }
 

@@ -200,6 +200,7 @@ var routeObjects = []struct {
 	{"/reconcile/jobs/:name", objReconJob},
 	{"/api/v1/reconcile/jobs/:name", objReconJob},
 	{"/reconcile/channels/:name", objChannel},
+	{"/api/v1/reconcile/channels/:name", objChannel},
 	{"/jobs/runs/:id", objJobRun},
 	{"/api/v1/jobs/runs/:id", objJobRun},
 	{"/admin/operators/:id", objOperator},

@@ -182,6 +182,12 @@ func New(cfg Config) (*Server, error) {
 	if rc.Logger == nil {
 		rc.Logger = cfg.Logger
 	}
+	if rc.Keyring == nil && len(cfg.DigestSecret) >= 16 {
+		// Channel credentials are sealed under a key derived from the deployment secret.
+		if rc.Keyring, err = reconcile.NewKeyring(cfg.DigestSecret); err != nil {
+			return nil, fmt.Errorf("console: %w", err)
+		}
+	}
 	if cfg.Operations != nil {
 		rc.Operations = operationsFunc(cfg.Operations)
 	}

@@ -24,10 +24,17 @@ const AllTenants = "*"
 
 // ChannelAccount is one channel account and its tenants.
 type ChannelAccount struct {
-	Channel   string    `json:"channel"`
-	Tenants   []string  `json:"tenants"`
-	UpdatedAt time.Time `json:"updated_at"`
-	UpdatedBy string    `json:"updated_by"`
+	Channel string   `json:"channel"`
+	Tenants []string `json:"tenants"`
+	// Kind is which fetcher gets its statements (KindGeneric, KindWechatPay, …) and Settings
+	// what that fetcher needs that is not secret.
+	Kind     string          `json:"kind"`
+	Settings AccountSettings `json:"settings"`
+	// Credentials are the account's secrets, described without their values (ChannelAccount
+	// fills them; listings leave them nil).
+	Credentials []CredentialInfo `json:"credentials,omitempty"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	UpdatedBy   string           `json:"updated_by"`
 }
 
 var tenantName = regexp.MustCompile(`^[^\x00-\x1f|,]{1,128}$`)
@@ -143,11 +150,12 @@ func (r *Reconciler) ListChannelAccounts(ctx context.Context) ([]ChannelAccount,
 	var rows []struct {
 		Channel   string
 		Tenants   string
+		Kind      string
 		UpdatedAt *time.Time
 		UpdatedBy *string
 	}
 	if err := r.db.WithContext(ctx).Raw(`SELECT c.channel, coalesce(array_to_string(a.tenants, '|'), '*') AS tenants,
-		a.updated_at, a.updated_by
+		coalesce(a.kind, 'generic') AS kind, a.updated_at, a.updated_by
 		FROM (SELECT channel FROM channel_accounts UNION SELECT channel FROM recon_jobs
 		      UNION SELECT channel FROM statements UNION SELECT channel FROM recon_runs) c
 		LEFT JOIN channel_accounts a ON a.channel = c.channel
@@ -156,7 +164,7 @@ func (r *Reconciler) ListChannelAccounts(ctx context.Context) ([]ChannelAccount,
 	}
 	out := make([]ChannelAccount, len(rows))
 	for i, row := range rows {
-		out[i] = ChannelAccount{Channel: row.Channel, Tenants: strings.Split(row.Tenants, "|")}
+		out[i] = ChannelAccount{Channel: row.Channel, Tenants: strings.Split(row.Tenants, "|"), Kind: row.Kind}
 		if row.UpdatedAt != nil {
 			out[i].UpdatedAt = *row.UpdatedAt
 		}

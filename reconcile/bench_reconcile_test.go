@@ -87,11 +87,11 @@ func BenchmarkReconcile1M(b *testing.B) {
 	f.Close()
 	b.Logf("set-up: %d keys seeded and a %d-line bill written in %s", rows, rows, time.Since(t0).Round(time.Millisecond))
 
-	r, err := New(db, Config{})
+	r, err := New(db, Config{Sources: SourcePolicy{FileRoot: filepath.Dir(path)}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	job, err := r.CreateJob(ctx, JobSpec{Name: "wechat-bench", Channel: "wechat", Format: "wechat", Source: "/bills/{date}.csv",
+	job, err := r.CreateJob(ctx, JobSpec{Name: "wechat-bench", Channel: "wechat", Format: "wechat", Source: filepath.Join(filepath.Dir(path), "{date}.csv"),
 		Operations: []string{"payment.charge"}, BillDateOffsetDays: 1, CronSpec: "0 11 * * *", TimeZone: "Asia/Shanghai",
 		Enabled: true, GraceSeconds: 600, FeeSchedule: &FeeSchedule{RateBP: "60", Rounding: "half_up", Refunds: "returned"}})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -111,7 +113,8 @@ func setup(t *testing.T, cfgs ...func(*reconcile.Config)) *bundle {
 	op := &chargeOp{t: t, docs: map[string]*claim.Document{}}
 	audit := &recordingAuditor{}
 	cfg := reconcile.Config{Store: store, Operations: registry{op.Name(): op}, Auditor: audit,
-		RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond, ProgressInterval: time.Millisecond}
+		RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond, ProgressInterval: time.Millisecond,
+		Sources: reconcile.SourcePolicy{FileRoot: os.TempDir()}, Keyring: testKeyring}
 	for _, f := range cfgs {
 		f(&cfg)
 	}
@@ -120,6 +123,14 @@ func setup(t *testing.T, cfgs ...func(*reconcile.Config)) *bundle {
 		t.Fatal(err)
 	}
 	return &bundle{t: t, ctx: context.Background(), db: db, store: store, op: op, audit: audit, rec: rec}
+}
+
+// testKeyring seals the tests' credentials (the deployment secret of a test).
+var testKeyring, _ = reconcile.NewKeyring([]byte("test-deployment-secret-0123"))
+
+// allow adds origins (test servers) to the statement-source allow-list.
+func allow(origins ...string) func(*reconcile.Config) {
+	return func(c *reconcile.Config) { c.Sources.Allow = append(c.Sources.Allow, origins...) }
 }
 
 // localKey is a key made through the claim package.
@@ -176,6 +187,10 @@ func (b *bundle) count(sql string, args ...any) int64 {
 // createJob stores a recon job for the wechat channel in Asia/Shanghai.
 func (b *bundle) createJob(name, source string, grace time.Duration, mod ...func(*reconcile.JobSpec)) *reconcile.ReconJob {
 	b.t.Helper()
+	if strings.HasPrefix(source, "/") && !strings.HasPrefix(source, os.TempDir()) {
+		// A file source must be under the file root: setup's is the temporary directory.
+		source = filepath.Join(os.TempDir(), source)
+	}
 	spec := reconcile.JobSpec{Name: name, Channel: "wechat", Format: "wechat", Source: source,
 		Operations: []string{"payment.charge"}, BillDateOffsetDays: 1, CronSpec: "0 11 * * *", TimeZone: "Asia/Shanghai",
 		Enabled: true, GraceSeconds: int(grace.Seconds()), ReadyDeadlineSeconds: 60}

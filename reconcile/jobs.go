@@ -23,9 +23,14 @@ type JobSpec struct {
 	Name    string `json:"name"`
 	Channel string `json:"channel"`
 	Format  string `json:"format"`
-	// Source is a file path pattern or an http(s) URL template; {date} stands for the bill date
-	// (YYYY-MM-DD) and {yyyymmdd} for it without dashes.
+	// Source is a generic account's file path pattern or http(s) URL template; {date} stands for
+	// the bill date (YYYY-MM-DD) and {yyyymmdd} for it without dashes. Secrets in it (a token
+	// in the query, a user and password) are kept apart: "***" stands for them once saved. The
+	// job of an account of a channel kind has none: its fetcher knows the channel's API.
 	Source string `json:"source"`
+	// Bill is which of a channel account's bills the job reconciles: tradebill (default) or
+	// fundflowbill for WeChat Pay, trade (default) or signcustomer for Alipay; empty otherwise.
+	Bill string `json:"bill,omitempty"`
 	// Operations are the operations whose keys the channel settles, e.g. payment.charge.
 	Operations []string `json:"operations"`
 	// BillDateOffsetDays: the bill date is today (in TimeZone) minus this many days.
@@ -47,8 +52,13 @@ type JobSpec struct {
 type ReconJob struct {
 	ID int64 `json:"id"`
 	JobSpec
+	// Fetcher is the fetcher its statements come through (FetcherWechatPay, …, FetcherURL,
+	// FetcherFile), by its channel account's kind.
+	Fetcher   string    `json:"fetcher"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// sourceSecret is the sealed secrets of Source (source_secret).
+	sourceSecret []byte
 }
 
 // Location is the job's time zone (validated when the job was stored).
@@ -133,8 +143,13 @@ func (s *JobSpec) Validate() error {
 	if _, ok := registry[s.Format]; !ok {
 		return invalidf("format", "unknown format %q (known: %s)", s.Format, strings.Join(Formats(), ", "))
 	}
-	if err := validateSource(s.Source); err != nil {
-		return err
+	if s.Source != "" {
+		if err := validateSource(s.Source); err != nil {
+			return err
+		}
+	}
+	if s.Bill = strings.TrimSpace(s.Bill); len(s.Bill) > 32 {
+		return invalidf("bill", "%q is not a bill", truncateName(s.Bill))
 	}
 	if len(s.Operations) == 0 {
 		return invalidf("operations", "name at least one operation whose keys the channel settles (e.g. payment.charge)")
@@ -166,12 +181,15 @@ func validateSource(src string) error {
 		return invalidf("source", "must not be empty")
 	}
 	if !strings.Contains(src, "{date}") && !strings.Contains(src, "{yyyymmdd}") {
-		return invalidf("source", "%q has no {date} (or {yyyymmdd}) placeholder", src)
+		return invalidf("source", "%q has no {date} (or {yyyymmdd}) placeholder", RedactSource(src))
+	}
+	if len(src) > 2048 {
+		return invalidf("source", "longer than 2048 characters")
 	}
 	if isHTTPSource(src) {
 		u, err := url.Parse(strings.NewReplacer("{date}", "2006-01-02", "{yyyymmdd}", "20060102").Replace(src))
 		if err != nil || u.Host == "" {
-			return invalidf("source", "%q is not a valid URL template", src)
+			return invalidf("source", "%q is not a valid URL template", RedactSource(src))
 		}
 	}
 	return nil
@@ -182,9 +200,10 @@ func isHTTPSource(src string) bool {
 }
 
 // jobColumns fills a jobRow.
-const jobColumns = `id, name, channel, format, source, array_to_string(operations, ',') AS operations,
+const jobColumns = `id, name, channel, format, source, bill, source_secret, array_to_string(operations, ',') AS operations,
 	bill_date_offset_days, cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, created_at, updated_at,
-	fee_schedule::text AS fee_schedule`
+	fee_schedule::text AS fee_schedule,
+	coalesce((SELECT a.kind FROM channel_accounts a WHERE a.channel = recon_jobs.channel), 'generic') AS account_kind`
 
 type jobRow struct {
 	ID                   int64
@@ -192,6 +211,9 @@ type jobRow struct {
 	Channel              string
 	Format               string
 	Source               string
+	Bill                 string
+	SourceSecret         []byte
+	AccountKind          string
 	Operations           string
 	BillDateOffsetDays   int
 	CronSpec             string
@@ -205,10 +227,11 @@ type jobRow struct {
 }
 
 func (r jobRow) job() ReconJob {
-	j := ReconJob{ID: r.ID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, JobSpec: JobSpec{
-		Name: r.Name, Channel: r.Channel, Format: r.Format, Source: r.Source, BillDateOffsetDays: r.BillDateOffsetDays,
-		CronSpec: r.CronSpec, TimeZone: r.TimeZone, Enabled: r.Enabled, GraceSeconds: r.GraceSeconds,
-		ReadyDeadlineSeconds: r.ReadyDeadlineSeconds}}
+	j := ReconJob{ID: r.ID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Fetcher: FetcherName(r.AccountKind, r.Source),
+		sourceSecret: r.SourceSecret, JobSpec: JobSpec{
+			Name: r.Name, Channel: r.Channel, Format: r.Format, Source: r.Source, Bill: r.Bill, BillDateOffsetDays: r.BillDateOffsetDays,
+			CronSpec: r.CronSpec, TimeZone: r.TimeZone, Enabled: r.Enabled, GraceSeconds: r.GraceSeconds,
+			ReadyDeadlineSeconds: r.ReadyDeadlineSeconds}}
 	if r.Operations != "" {
 		j.Operations = strings.Split(r.Operations, ",")
 	}
@@ -222,64 +245,151 @@ func (r jobRow) job() ReconJob {
 }
 
 // CreateJob validates and stores a new recon job. Errors: ErrInvalid (naming the field, also
-// for a name already taken).
+// for a name already taken, a source the policy refuses, a bill or source the account's kind
+// does not take).
 func (r *Reconciler) CreateJob(ctx context.Context, spec JobSpec) (*ReconJob, error) {
+	return r.saveJob(ctx, "", spec)
+}
+
+// UpdateJob replaces the job named name with spec (which may rename it). A secret of the source
+// written "***" keeps the one saved before. Errors: ErrNotFound, ErrInvalid.
+func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (*ReconJob, error) {
+	return r.saveJob(ctx, name, spec)
+}
+
+// saveJob creates (original "") or updates a job, its source's secrets sealed apart.
+func (r *Reconciler) saveJob(ctx context.Context, original string, spec JobSpec) (*ReconJob, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	public, found, refs := splitSource(spec.Source)
 	var rows []jobRow
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		err := tx.Raw(`INSERT INTO recon_jobs (name, channel, format, source, operations, bill_date_offset_days,
-		cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, fee_schedule)
-		VALUES (?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?, ?::jsonb) RETURNING `+jobColumns,
-			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
-			feeScheduleJSON(spec.FeeSchedule)).Scan(&rows).Error
+		if err := r.checkJobFetch(ctx, tx, &spec); err != nil {
+			return err
+		}
+		var previous sourceSecrets
+		if original != "" {
+			var old []jobRow
+			if err := tx.Raw(`SELECT `+jobColumns+` FROM recon_jobs WHERE name = ? FOR UPDATE`, original).Scan(&old).Error; err != nil {
+				return err
+			}
+			if len(old) == 0 {
+				return fmt.Errorf("recon job %q: %w", original, ErrNotFound)
+			}
+			oldJob := old[0].job()
+			var err error
+			if previous, err = r.openSourceSecrets(&oldJob); err != nil && len(refs) > 0 {
+				return err
+			}
+			err = tx.Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?, bill = ?,
+			operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
+			grace_seconds = ?, ready_deadline_seconds = ?, fee_schedule = ?::jsonb, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
+				spec.Name, spec.Channel, spec.Format, public, spec.Bill, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+				spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
+				feeScheduleJSON(spec.FeeSchedule), original).Scan(&rows).Error
+			if err != nil {
+				return err
+			}
+		} else {
+			err := tx.Raw(`INSERT INTO recon_jobs (name, channel, format, source, bill, operations, bill_date_offset_days,
+			cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, fee_schedule)
+			VALUES (?, ?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?, ?::jsonb) RETURNING `+jobColumns,
+				spec.Name, spec.Channel, spec.Format, public, spec.Bill, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
+				spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
+				feeScheduleJSON(spec.FeeSchedule)).Scan(&rows).Error
+			if err != nil {
+				return err
+			}
+		}
+		sealed, err := r.sealSourceSecrets(rows[0].ID, found, refs, previous)
 		if err != nil {
 			return err
 		}
-		return syncSchedule(ctx, tx, "", rows[0].job())
+		if err := tx.Exec(`UPDATE recon_jobs SET source_secret = ? WHERE id = ?`, sealed, rows[0].ID).Error; err != nil {
+			return err
+		}
+		rows[0].SourceSecret = sealed
+		return syncSchedule(ctx, tx, original, rows[0].job())
 	})
 	if isUniqueViolation(err) {
 		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
 	}
+	var fe *FieldError
+	if errors.As(err, &fe) || errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
 	if err != nil {
-		return nil, fmt.Errorf("create recon job %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("save recon job %s: %w", spec.Name, err)
 	}
 	j := rows[0].job()
 	return &j, nil
 }
 
-// UpdateJob replaces the job named name with spec (which may rename it). Errors: ErrNotFound,
-// ErrInvalid.
-func (r *Reconciler) UpdateJob(ctx context.Context, name string, spec JobSpec) (*ReconJob, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	var rows []jobRow
-	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		err := tx.Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?,
-		operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
-		grace_seconds = ?, ready_deadline_seconds = ?, fee_schedule = ?::jsonb, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
-			spec.Name, spec.Channel, spec.Format, spec.Source, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-			spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
-			feeScheduleJSON(spec.FeeSchedule), name).Scan(&rows).Error
-		if err != nil || len(rows) == 0 {
-			return err
-		}
-		return syncSchedule(ctx, tx, name, rows[0].job())
-	})
-	if isUniqueViolation(err) {
-		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
+// jobBills are the bills each kind's fetcher gets, the default first, with the format that
+// reads each ("" where no statement format reads it yet: the fetcher gets it, a job cannot
+// reconcile it).
+var jobBills = map[string][][2]string{
+	KindWechatPay: {{"tradebill", "wechat"}, {"fundflowbill", ""}},
+	KindAlipay:    {{"trade", "alipay"}, {"signcustomer", ""}},
+	KindStripe:    {{"", "stripe"}},
+	KindAdyen:     {{"", "adyen"}},
+}
+
+// checkJobFetch checks what the job fetches against its channel account's kind: a generic
+// account's job names a source the policy allows; a channel kind's names no source, one of the
+// kind's bills, and the format that reads it. The default bill is filled in.
+func (r *Reconciler) checkJobFetch(ctx context.Context, tx *gorm.DB, spec *JobSpec) error {
+	kind, err := accountKind(ctx, tx, spec.Channel)
+	if errors.Is(err, ErrNotFound) {
+		kind, err = KindGeneric, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("update recon job %s: %w", name, err)
+		return err
 	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+	bills, channelKind := jobBills[kind]
+	if !channelKind {
+		if spec.Source == "" {
+			return invalidf("source", "must not be empty")
+		}
+		if spec.Bill != "" {
+			return invalidf("bill", "a generic account's job fetches its source; it has no bill")
+		}
+		return r.sources.checkSource(spec.Source)
 	}
-	j := rows[0].job()
-	return &j, nil
+	if spec.Source != "" {
+		return invalidf("source", "a %s account's job fetches from the channel's API: leave the source empty", kind)
+	}
+	if spec.Bill == "" {
+		spec.Bill = bills[0][0]
+	}
+	var names []string
+	for _, b := range bills {
+		if b[0] == "" {
+			continue
+		}
+		names = append(names, b[0])
+		if b[0] != spec.Bill {
+			continue
+		}
+		if b[1] == "" {
+			return invalidf("bill", "no statement format reads the %s bill yet", spec.Bill)
+		}
+		if spec.Format != b[1] {
+			return invalidf("format", "the %s bill is read by the %s format", spec.Bill, b[1])
+		}
+		return nil
+	}
+	if len(names) == 0 {
+		if spec.Bill != "" {
+			return invalidf("bill", "a %s account's job has no bill to choose", kind)
+		}
+		if spec.Format != bills[0][1] {
+			return invalidf("format", "a %s account's statements are read by the %s format", kind, bills[0][1])
+		}
+		return nil
+	}
+	return invalidf("bill", "%q is not a %s bill (%s)", truncateName(spec.Bill), kind, strings.Join(names, ", "))
 }
 
 // SetJobEnabled enables or disables a job. Errors: ErrNotFound.

@@ -16,13 +16,13 @@ import (
 // Both import whole, their settlements agree with their rows, and paysim's fees (60 bp, half up,
 // none returned on refunds) agree with the jobs' fee schedule: no settlement or fee finding.
 func TestRunJobFetchesPackedBillsFromPaysim(t *testing.T) {
-	b := setup(t)
 	ps, err := paysim.NewServer(paysim.Config{Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(ps)
 	t.Cleanup(srv.Close)
+	b := setup(t, allow(srv.URL))
 	client := paysim.NewClient(srv.URL, nil)
 	for i, amount := range []int64{12800, 50, 123456, 999} {
 		at := billDay.Add(time.Duration(9+i) * time.Hour)

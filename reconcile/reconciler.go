@@ -36,9 +36,12 @@ type Config struct {
 	Operations Operations
 	// Auditor records every resolution; required for Resolve, Ignore and Recover.
 	Auditor Auditor
-	// HTTPClient fetches http(s) sources (default: a client with FetchTimeout).
-	HTTPClient *http.Client
-	// FetchTimeout bounds one fetch attempt (default 2 min).
+	// Sources is where statements may be fetched from (the allow-list and the file root).
+	Sources SourcePolicy
+	// Keyring seals channel credentials and the secrets of job sources; without one, saving a
+	// credential or a source with a secret in it is refused.
+	Keyring *Keyring
+	// FetchTimeout bounds one request of a fetch (default 2 min).
 	FetchTimeout time.Duration
 	// RetryBackoff is the first pause after "not ready yet" (default 30 s), doubling up to
 	// RetryBackoffMax (default 10 min), until the job's ready deadline.
@@ -61,9 +64,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FetchTimeout == 0 {
 		c.FetchTimeout = 2 * time.Minute
-	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: c.FetchTimeout}
 	}
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = 30 * time.Second
@@ -92,8 +92,10 @@ func (c Config) withDefaults() (Config, error) {
 // Reconciler imports statements, matches them against idempotency_keys, keeps the findings and
 // applies their resolutions. It owns the tables of migrations/00004_reconcile.sql.
 type Reconciler struct {
-	db  *gorm.DB
-	cfg Config
+	db      *gorm.DB
+	cfg     Config
+	sources *sourcePolicy
+	http    *http.Client // every fetch: the allow-list's dialer and redirect check
 }
 
 // New validates cfg and returns a Reconciler on db.
@@ -102,7 +104,11 @@ func New(db *gorm.DB, cfg Config) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{db: db, cfg: cfg}, nil
+	sources, err := newSourcePolicy(cfg.Sources)
+	if err != nil {
+		return nil, err
+	}
+	return &Reconciler{db: db, cfg: cfg, sources: sources, http: sources.client(cfg.FetchTimeout, nil)}, nil
 }
 
 // Config returns the effective configuration.

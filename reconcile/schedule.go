@@ -2,15 +2,9 @@ package reconcile
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -87,11 +81,16 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 	if err != nil {
 		return nil, err
 	}
+	account, err := r.channelAccount(ctx, job.Channel)
+	if err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	fetcher := r.fetcherFor(job, account)
 	deadline := r.cfg.Now().Add(time.Duration(job.ReadyDeadlineSeconds) * time.Second)
 	backoff := r.cfg.RetryBackoff
-	var src *fetched
+	var src *Fetched
 	for attempt := 1; ; attempt++ {
-		src, err = r.fetch(ctx, job.Source, billDate)
+		src, err = fetcher.Fetch(ctx, FetchRequest{Job: job, Account: account, BillDate: billDate})
 		if err == nil || !errors.Is(err, ErrNotReady) {
 			break
 		}
@@ -113,6 +112,9 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 		return r.finishRun(ctx, runID, RunFailed, nil, err)
 	}
 	defer src.close()
+	if src.Note != "" {
+		r.cfg.Logger.Info("reconcile: statement fetched", "job", job.Name, "fetcher", fetcher.Name(), "bill_date", billDate, "how", src.Note)
+	}
 	if err := r.setRunStatus(ctx, runID, RunRunning, errs.Phrase{}); err != nil {
 		return r.finishRun(ctx, runID, RunFailed, nil, err)
 	}
@@ -124,155 +126,4 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 // ExpandSource puts the bill date into a job's source pattern.
 func ExpandSource(source, billDate string) string {
 	return strings.NewReplacer("{date}", billDate, "{yyyymmdd}", strings.ReplaceAll(billDate, "-", "")).Replace(source)
-}
-
-// fetched is a statement ready to import: an open file (the source itself, or a temporary copy
-// of an HTTP response) with its hash and size.
-type fetched struct {
-	f    *os.File
-	sha  string
-	size int64
-	temp bool
-}
-
-func (f *fetched) close() {
-	f.f.Close()
-	if f.temp {
-		os.Remove(f.f.Name())
-	}
-}
-
-// fetch gets the statement for billDate. ErrNotReady: the file is missing, HTTP 404, or the
-// channel answered 5xx/429 or not at all (worth retrying); ErrFetch: any other failure;
-// ErrTooLarge: over MaxBytes.
-func (r *Reconciler) fetch(ctx context.Context, source, billDate string) (*fetched, error) {
-	loc := ExpandSource(source, billDate)
-	if isHTTPSource(loc) {
-		return r.fetchHTTP(ctx, loc)
-	}
-	st, err := os.Stat(loc)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, errs.Errorf("%w: %s does not exist yet", ErrNotReady, loc)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	if st.Size() > r.cfg.MaxBytes {
-		return nil, fmt.Errorf("%w: %s is %d bytes, the limit is %d", ErrTooLarge, loc, st.Size(), r.cfg.MaxBytes)
-	}
-	sha, size, err := HashFile(loc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	f, err := os.Open(loc)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	return &fetched{f: f, sha: sha, size: size}, nil
-}
-
-// fetchHTTP downloads the statement into a temporary file (hashing it on the way), so that the
-// import reads a complete file and a known one is skipped unparsed.
-func (r *Reconciler) fetchHTTP(ctx context.Context, u string) (*fetched, error) {
-	return r.fetchHTTPOnce(ctx, u, false)
-}
-
-func (r *Reconciler) fetchHTTPOnce(ctx context.Context, u string, followed bool) (*fetched, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.FetchTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	resp, err := r.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: GET %s: %v", ErrNotReady, redactURL(u), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !followed {
-		// A bill query (Alipay's alipay.data.dataservice.bill.downloadurl.query) answers the
-		// URL of the bill, not the bill: follow it once.
-		next, err := billDownloadURL(io.LimitReader(resp.Body, 64<<10))
-		if errors.Is(err, ErrNotReady) {
-			return nil, fmt.Errorf("GET %s: %w", redactURL(u), err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: GET %s: %v", ErrFetch, redactURL(u), err)
-		}
-		return r.fetchHTTPOnce(ctx, next, true)
-	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, errs.Errorf("%w: GET %s: 404 Not Found", ErrNotReady, redactURL(u))
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return nil, errs.Errorf("%w: GET %s: %s", ErrNotReady, redactURL(u), resp.Status)
-	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("%w: GET %s: %s", ErrFetch, redactURL(u), resp.Status)
-	case resp.ContentLength > r.cfg.MaxBytes:
-		return nil, fmt.Errorf("%w: GET %s: %d bytes, the limit is %d", ErrTooLarge, redactURL(u), resp.ContentLength, r.cfg.MaxBytes)
-	}
-	tmp, err := os.CreateTemp(r.cfg.TempDir, "idemops-statement-*")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	out := &fetched{f: tmp, temp: true}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, r.cfg.MaxBytes+1))
-	switch {
-	case err != nil:
-		out.close()
-		return nil, fmt.Errorf("%w: GET %s: reading the body: %v", ErrNotReady, redactURL(u), err)
-	case n > r.cfg.MaxBytes:
-		out.close()
-		return nil, fmt.Errorf("%w: GET %s: more than %d bytes", ErrTooLarge, redactURL(u), r.cfg.MaxBytes)
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		out.close()
-		return nil, fmt.Errorf("%w: %v", ErrFetch, err)
-	}
-	out.sha, out.size = hex.EncodeToString(h.Sum(nil)), n
-	return out, nil
-}
-
-// billDownloadURL reads a bill query's JSON answer for its bill_download_url, at the top level
-// or one object down (Alipay wraps it in alipay_data_dataservice_bill_downloadurl_query_response,
-// with code 10000 for success).
-func billDownloadURL(r io.Reader) (string, error) {
-	var top map[string]json.RawMessage
-	if err := json.NewDecoder(r).Decode(&top); err != nil {
-		return "", fmt.Errorf("the JSON answer does not read: %v", err)
-	}
-	objects := []map[string]json.RawMessage{top}
-	for _, v := range top {
-		var inner map[string]json.RawMessage
-		if json.Unmarshal(v, &inner) == nil {
-			objects = append(objects, inner)
-		}
-	}
-	for _, o := range objects {
-		var u, code, subCode, msg string
-		_ = json.Unmarshal(o["bill_download_url"], &u)
-		_ = json.Unmarshal(o["code"], &code)
-		_ = json.Unmarshal(o["sub_code"], &subCode)
-		_ = json.Unmarshal(o["sub_msg"], &msg)
-		if subCode == "isp.bill_not_exist" { // the day's bill is not generated yet
-			return "", fmt.Errorf("%w: the bill query answered %s: %s", ErrNotReady, subCode, msg)
-		}
-		if code != "" && code != "10000" {
-			return "", fmt.Errorf("the bill query answered code %s %s: %s", code, subCode, msg)
-		}
-		if u != "" {
-			if !isHTTPSource(u) {
-				return "", fmt.Errorf("bill_download_url %q is not http(s)", redactURL(u))
-			}
-			return u, nil
-		}
-	}
-	return "", errors.New("the JSON answer has no bill_download_url")
-}
-
-// redactURL drops the query (it may carry a token) from URLs in errors and logs.
-func redactURL(u string) string {
-	base, _, _ := strings.Cut(u, "?")
-	return base
 }

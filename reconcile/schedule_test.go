@@ -164,13 +164,13 @@ func (w *waitingNotes) Report(phase string, done, total int64) {
 }
 
 func TestJob_FailsVisiblyWhenTheStatementIsStillMissingAtTheDeadline(t *testing.T) {
-	b := setup(t)
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		http.NotFound(w, r)
 	}))
 	defer srv.Close()
+	b := setup(t, allow(srv.URL))
 	job := b.createJob("wechat-http", srv.URL+"/statements/{date}?format=wechat", 0, func(s *reconcile.JobSpec) { s.ReadyDeadlineSeconds = 1 })
 	// While it waits, the run's note says why as a phrase too (the console says it in its
 	// operator's language), and so does its error when it fails.
@@ -195,10 +195,7 @@ func TestJob_FailsVisiblyWhenTheStatementIsStillMissingAtTheDeadline(t *testing.
 }
 
 func TestJob_FetchesOverHTTP(t *testing.T) {
-	b := setup(t)
-	k := b.key("paid", 100, "CNY", claim.StateCompleted)
-	file := wechatBill([]wechatLine{{At: billDay.Add(9 * time.Hour), Txn: "T1", Order: k.DownstreamKey, Status: "SUCCESS", Amount: 100},
-		{At: billDay.Add(9 * time.Hour), Txn: "T2", Order: "unknown", Status: "SUCCESS", Amount: 5}}, 0)
+	var file []byte
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
@@ -212,6 +209,10 @@ func TestJob_FetchesOverHTTP(t *testing.T) {
 		w.Write(file)
 	}))
 	defer srv.Close()
+	b := setup(t, allow(srv.URL))
+	k := b.key("paid", 100, "CNY", claim.StateCompleted)
+	file = wechatBill([]wechatLine{{At: billDay.Add(9 * time.Hour), Txn: "T1", Order: k.DownstreamKey, Status: "SUCCESS", Amount: 100},
+		{At: billDay.Add(9 * time.Hour), Txn: "T2", Order: "unknown", Status: "SUCCESS", Amount: 5}}, 0)
 	b.createJob("wechat-http", srv.URL+"/statements/{date}?format=wechat", 0)
 	stats, err := reconcile.NewJob(b.rec).RunOnce(b.ctx, []byte(`{"job": "wechat-http", "date": "2024-03-01"}`), nil)
 	if err != nil {

@@ -10,10 +10,13 @@ import (
 // ReconJobRow is one recon job in the list.
 type ReconJobRow struct {
 	Name, Channel, Format, Source, Operations string
-	CronSpec, TimeZone                        string
-	Enabled                                   bool
-	NextRun                                   *time.Time // nil: not scheduled
-	Href                                      string
+	// Fetcher is how its statements are fetched (wechatpay_v3, alipay, stripe, adyen, url,
+	// file); Bill which of the account's bills, for a channel's fetcher.
+	Fetcher, Bill      string
+	CronSpec, TimeZone string
+	Enabled            bool
+	NextRun            *time.Time // nil: not scheduled
+	Href               string
 }
 
 // ReconJobForm is the create/edit form's values and what was wrong with them.
@@ -21,6 +24,7 @@ type ReconJobForm struct {
 	// Original is the name being edited ("" when creating).
 	Original                                   string
 	Name, Channel, Format, Source, Operations  string
+	Bill                                       string
 	CronSpec, TimeZone                         string
 	BillDateOffsetDays, GraceSeconds, Deadline string
 	Enabled                                    bool

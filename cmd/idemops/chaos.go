@@ -186,8 +186,12 @@ func chaosDaemonCmd() *cobra.Command {
 		defer d.Close()
 		defer w.Close()
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		rcfg, err := reconSources(cmd, store.Config().DigestSecret, w.PaysimURL) // the run's paysim, on loopback
+		if err != nil {
+			return err
+		}
 		stop, err := startDaemon(cmd.Context(), daemonDeps{DB: d.DB, Store: store, Operations: operationSet{w.Operations},
-			Senders: w.Senders(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: name, LeaseTTL: 4 * time.Second, RenewEvery: time.Second},
+			Senders: w.Senders(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: name, LeaseTTL: 4 * time.Second, RenewEvery: time.Second},
 			ReclaimSpec: "@every 3s", OutboxSpec: "@every 2s"})
 		if err != nil {
 			return err
@@ -210,8 +214,12 @@ func chaosConsoleCmd() *cobra.Command {
 		defer d.Close()
 		defer w.Close()
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		rcfg, err := reconSources(cmd, store.Config().DigestSecret, w.PaysimURL)
+		if err != nil {
+			return err
+		}
 		srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{w.Operations}.Get, Logger: log,
-			KeyPanels: []console.KeyPanelFunc{w.Orders.KeyPanel}})
+			KeyPanels: []console.KeyPanelFunc{w.Orders.KeyPanel}, Reconcile: rcfg})
 		if err != nil {
 			return err
 		}
@@ -234,7 +242,7 @@ func chaosConsoleCmd() *cobra.Command {
 		if err := os.WriteFile(tokens, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 			return err
 		}
-		if err := chaosReconJob(ctx, d, store, w); err != nil {
+		if err := chaosReconJob(ctx, d, store, w, rcfg); err != nil {
 			return err
 		}
 		url, stop, err := listenAndServe(addr, "addr", srv.Handler())
@@ -253,8 +261,9 @@ func chaosConsoleCmd() *cobra.Command {
 // currency — the demo's WeChat bill lists CNY only, so its other payments would all be
 // LOCAL_ONLY), fees checked. The runner starts it through the console (recon schedule
 // reconcile:chaos-stripe).
-func chaosReconJob(ctx context.Context, d *database, store *claim.Store, w *demo.World) error {
-	rec, err := reconcile.New(d.DB, reconcile.Config{Store: store, Operations: operationSet{w.Operations}})
+func chaosReconJob(ctx context.Context, d *database, store *claim.Store, w *demo.World, rcfg reconcile.Config) error {
+	rcfg.Store, rcfg.Operations = store, operationSet{w.Operations}
+	rec, err := reconcile.New(d.DB, rcfg)
 	if err != nil {
 		return err
 	}

@@ -86,7 +86,11 @@ beside the data directory when unset).`,
 			if err != nil {
 				return err
 			}
-			ccfg := console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get}
+			rcfg, err := reconSources(cmd, secret)
+			if err != nil {
+				return err
+			}
+			ccfg := console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get, Reconcile: rcfg}
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
 			}

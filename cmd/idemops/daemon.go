@@ -49,6 +49,9 @@ type daemonDeps struct {
 	Replays    *replay.Workflow
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Recon is where statements may be fetched from and the keyring of channel credentials
+	// (reconSources); its other fields are filled here.
+	Recon reconcile.Config
 }
 
 // daemonOptions are the tunables the flags set.
@@ -99,10 +102,13 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	}
 	// Reconciliation runs from one schedule per recon job (kept in step by the reconcile
 	// package), so it has no default schedule of its own.
-	rec, err := reconcile.New(deps.DB, reconcile.Config{Store: deps.Store, Operations: deps.Operations, Logger: deps.Logger})
+	rcfg := deps.Recon
+	rcfg.Store, rcfg.Operations, rcfg.Logger = deps.Store, deps.Operations, deps.Logger
+	rec, err := reconcile.New(deps.DB, rcfg)
 	if err != nil {
 		return nil, err
 	}
+	rekeyCredentials(rec, deps.Logger)
 	if err := d.Register(reconcile.NewJob(rec), ""); err != nil {
 		return nil, err
 	}
@@ -163,7 +169,12 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 		d.Close()
 		return nil, nil, usageError{err}
 	}
-	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger}, opt)
+	rcfg, err := reconSources(cmd, secret)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger, Recon: rcfg}, opt)
 	if err != nil {
 		d.Close()
 		return nil, nil, err
@@ -435,4 +446,21 @@ func printRun(out io.Writer, r *daemon.Run) {
 func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// rekeyCredentials seals again, under the current deployment secret, the channel credentials a
+// previous one sealed (--previous-digest-secret), so the previous secret can then go.
+func rekeyCredentials(rec *reconcile.Reconciler, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := rec.RekeyCredentials(ctx)
+	switch {
+	case err != nil:
+		logger.Warn("reconcile: sealing credentials again under the current secret failed", "err", err)
+	case n > 0:
+		logger.Info("reconcile: credentials sealed again under the current secret", "count", n)
+	}
 }

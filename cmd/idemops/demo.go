@@ -205,8 +205,13 @@ func (p *demoParts) stop() {
 func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store *claim.Store, secret []byte,
 	world *demo.World, consoleAddr string, log *slog.Logger) (*demoParts, error) {
 	p := &demoParts{operatorUser: "admin", operatorPassword: "demo-" + randomToken(9)}
+	// The demo's recon jobs fetch from its own paysim, on loopback: the allow-list names it.
+	rcfg, err := reconSources(cmd, secret, world.PaysimURL)
+	if err != nil {
+		return nil, err
+	}
 	ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
-		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}}
+		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}, Reconcile: rcfg}
 	if err := ssoConfig(cmd, &ccfg); err != nil {
 		return nil, err
 	}
@@ -239,38 +244,34 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	p.consoleURL = url
 	p.stops = append(p.stops, stop)
 	stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{world.Operations},
-		Senders: world.Senders(), Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
+		Senders: world.Senders(), Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
 	if err != nil {
 		p.stop()
 		return nil, err
 	}
 	p.stops = append(p.stops, stopDaemon)
-	if err := demoReconJob(ctx, d, store, world); err != nil {
+	if err := demoReconJob(ctx, d, store, world, rcfg); err != nil {
 		p.stop()
 		return nil, err
 	}
 	return p, nil
 }
 
-// demoReconJob schedules reconciliation of today's paysim WeChat bill (gzip download) and Alipay
-// bill (query → zip) every minute, fees checked, so findings appear in the console while the
-// demo runs.
-func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *demo.World) error {
-	rec, err := reconcile.New(d.DB, reconcile.Config{Store: store, Operations: operationSet{world.Operations}})
+// demoReconJob schedules reconciliation of today's bills every minute, fees checked, so findings
+// appear in the console while the demo runs: one job per channel kind, each fetching through
+// the channel's own protocol from paysim (WeChat Pay APIv3, Alipay's gateway, Stripe's API,
+// Adyen's report download), with credentials made for this run.
+func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *demo.World, rcfg reconcile.Config) error {
+	rcfg.Store, rcfg.Operations = store, operationSet{world.Operations}
+	rec, err := reconcile.New(d.DB, rcfg)
 	if err != nil {
 		return err
 	}
-	// paysim's fee: 60 bp of a charge, half up to the fen, none returned on a refund.
+	// paysim's fee: 60 bp of a charge, half up to the minor unit, none returned on a refund.
 	fees := &reconcile.FeeSchedule{RateBP: "60", Refunds: "kept"}
-	specs := []reconcile.JobSpec{
-		// WeChat Pay's bill download, gzip-compressed (tar_type=GZIP).
-		{Name: "paysim-wechat", Channel: "paysim", Format: "wechat",
-			Source: world.PaysimURL + "/statements/{date}?format=wechat&tar_type=GZIP", Operations: []string{demo.OperationCharge},
-			CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60, FeeSchedule: fees},
-		// Alipay's bill query: it answers the URL of a zip with 业务明细 and 业务明细(汇总).
-		{Name: "paysim-alipay", Channel: "paysim-alipay", Format: "alipay",
-			Source: world.PaysimURL + "/alipay/bill-url?bill_date={date}", Operations: []string{demo.OperationCharge},
-			CronSpec: "@every 1m", TimeZone: "Asia/Shanghai", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60, FeeSchedule: fees},
+	specs, err := demo.SetUpReconChannels(ctx, d.DB, rec, world.Paysim, world.PaysimURL, []string{demo.OperationCharge}, fees)
+	if err != nil {
+		return err
 	}
 	for _, spec := range specs {
 		_, err := rec.UpdateJob(ctx, spec.Name, spec)
@@ -278,7 +279,7 @@ func demoReconJob(ctx context.Context, d *database, store *claim.Store, world *d
 			_, err = rec.CreateJob(ctx, spec)
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("recon job %s: %w", spec.Name, err)
 		}
 	}
 	return nil

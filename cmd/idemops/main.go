@@ -154,6 +154,7 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().String("database-url", "", "PostgreSQL connection string (env DATABASE_URL); unset: a private cluster under --data-dir")
 	root.PersistentFlags().String("data-dir", ".idemops", "the folder that holds everything local: the private PostgreSQL (in pg/, when no database URL is given), the digest secret and the demo's paysim state (env IDEMOPS_DATA_DIR)")
+	addReconSourceFlags(root)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error { return checkFlagText(cmd, args) }
 	root.AddCommand(newMigrateCmd())

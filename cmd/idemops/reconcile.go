@@ -315,7 +315,16 @@ func openReconciler(cmd *cobra.Command) (*database, *reconcile.Reconciler, error
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := reconcile.New(d.DB, reconcile.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// Channel credentials open with the deployment secret; without one, a run of a channel
+	// account's job fails saying so.
+	secret, _ := digestSecret(cmd, d)
+	rcfg, err := reconSources(cmd, secret)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := reconcile.New(d.DB, rcfg)
 	if err != nil {
 		d.Close()
 		return nil, nil, err
@@ -651,7 +660,8 @@ func newReconcileJobsCmd() *cobra.Command {
 	f.StringVar(&spec.Name, "name", "", "job name")
 	f.StringVar(&spec.Channel, "channel", "", "channel (e.g. wechat)")
 	f.StringVar(&spec.Format, "format", "", "statement format: "+strings.Join(reconcile.Formats(), ", "))
-	f.StringVar(&spec.Source, "source", "", "file path pattern or http(s) URL template with {date} (or {yyyymmdd})")
+	f.StringVar(&spec.Source, "source", "", "file path pattern or http(s) URL template with {date} (or {yyyymmdd}); empty for a channel account's job")
+	f.StringVar(&spec.Bill, "bill", "", "which bill of a channel account: tradebill or fundflowbill (WeChat Pay), trade or signcustomer (Alipay)")
 	f.StringSliceVar(&spec.Operations, "operation", nil, "operation whose keys the channel settles (repeatable)")
 	f.IntVar(&spec.BillDateOffsetDays, "offset", 1, "bill date = today in --tz minus this many days")
 	f.StringVar(&spec.CronSpec, "cron", "", "cron spec, five fields or @daily etc. (e.g. \"0 11 * * *\")")

@@ -22,7 +22,13 @@ func TestReconcileImport_ImportsOnceMatchesAndListsFindings(t *testing.T) {
 	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "cron_spec:") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("bad cron: %v", err)
 	}
-	out, err := run("jobs", "add", "--name", "wechat-daily", "--channel", "wechat", "--format", "wechat",
+	// A local file source needs the file root, and must be under it.
+	_, err = run("jobs", "add", "--name", "wechat-daily", "--channel", "wechat", "--format", "wechat",
+		"--source", "/bills/{date}.csv", "--operation", "payment.charge", "--cron", "0 11 * * *", "--tz", "Asia/Shanghai")
+	if err == nil || !strings.Contains(err.Error(), "source: refused by the statement-source policy: file sources are off (set --recon-file-root)") {
+		t.Fatalf("file source without a root: %v", err)
+	}
+	out, err := run("jobs", "add", "--name", "wechat-daily", "--channel", "wechat", "--format", "wechat", "--recon-file-root", "/bills",
 		"--source", "/bills/{date}.csv", "--operation", "payment.charge", "--cron", "0 11 * * *", "--tz", "Asia/Shanghai")
 	if err != nil || strings.Count(out, ":00 CST\n") != 5 {
 		t.Fatalf("jobs add: %v\n%s", err, out)

@@ -43,8 +43,12 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			if err != nil {
 				return err
 			}
+			rcfg, err := reconSources(cmd, secret)
+			if err != nil {
+				return err
+			}
 			ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{ops}.Get,
-				SecureCookies: secure, Logger: log}
+				SecureCookies: secure, Logger: log, Reconcile: rcfg}
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
 			}
@@ -54,7 +58,7 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			}
 			defer srv.Close() // bulk replays stop between keys
 			stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops},
-				Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log}, daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}})
+				Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}})
 			if err != nil {
 				return err
 			}
