@@ -113,6 +113,9 @@ func (s *Server) apiChannelAccount(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
+	if !r.op.SeesAllTenants() {
+		a.Credentials = nil // which files hold them, and their digests: * administrators' business
+	}
 	c.JSON(http.StatusOK, a)
 	return nil
 }

@@ -122,7 +122,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if target == "" {
 		target = spec.Name
 	}
-	detail := map[string]any{"name": spec.Name, "channel": spec.Channel, "format": spec.Format, "source": reconcile.MaskSource(spec.Source),
+	detail := map[string]any{"name": spec.Name, "channel": spec.Channel, "format": spec.Format, "source": reconcile.RedactSource(spec.Source),
 		"bill": spec.Bill, "cron_spec": spec.CronSpec,
 		"time_zone": spec.TimeZone, "enabled": spec.Enabled, "operations": spec.Operations, "outcome": "ok"}
 	if spec.FeeSchedule != nil {

@@ -306,7 +306,8 @@ func (p *sourcePolicy) client(timeout time.Duration, base http.RoundTripper) *ht
 // refused, timed out, unreachable, HTTP status — never a dial error naming addresses and ports.
 // what names the source (an origin, a channel's API). The detailed error goes to the log.
 func (r *Reconciler) readError(what string, err error) error {
-	r.cfg.Logger.Warn("reconcile: statement source could not be read", "source", what, "err", err)
+	// unwrapURL: net/url's frame names the whole URL, query (and a token in it) included.
+	r.cfg.Logger.Warn("reconcile: statement source could not be read", "source", what, "err", unwrapURL(err))
 	var ue *url.Error
 	switch {
 	case errors.Is(err, ErrSourceRefused):
