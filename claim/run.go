@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"time"
 
 	"gorm.io/gorm"
@@ -79,7 +80,18 @@ type DriveOptions struct {
 // ask downstream first: found → complete (or fail) from downstream's document, executing
 // nothing; not found → execute only on the second not-found a quarantine after the first;
 // cannot answer → the key is parked with a backoff and, after a few tries, flagged.
-func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (*Outcome, error) {
+func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (out *Outcome, err error) {
+	ctx, span := s.startSpan(ctx, "idemops.drive", l.Digest, l.Operation, l.Attempt)
+	defer func() {
+		if err == nil && out != nil && span.IsRecording() {
+			span.SetAttributes(attribute.String("idemops.outcome", string(out.Kind)))
+		}
+		endSpan(span, err)
+	}()
+	return s.drive(ctx, op, l, opt)
+}
+
+func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (*Outcome, error) {
 	ctx, stop := s.keepRenewed(ctx, l)
 	defer stop()
 	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest}
@@ -88,7 +100,9 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 		// The claim's rule for an unknown outcome (Judge): act only on absence proven by two
 		// not-founds a quarantine apart.
 		for held := false; ; held = true {
-			doc, err := op.Lookup(ctx, l)
+			lctx, lspan := s.startSpan(ctx, "idemops.downstream.lookup", l.Digest, l.Operation, l.Attempt)
+			doc, err := op.Lookup(lctx, l)
+			endSpan(lspan, err)
 			switch s.Judge(doc != nil, err, l.NotFoundAt) {
 			case AskLater:
 				wait, rerr := s.RecordLookupError(ctx, l, err)
@@ -132,7 +146,9 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 		}
 	}
 
-	doc, err := op.Execute(ctx, l)
+	ectx, espan := s.startSpan(ctx, "idemops.downstream.execute", l.Digest, l.Operation, l.Attempt)
+	doc, err := op.Execute(ectx, l)
+	endSpan(espan, err)
 	if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) {
 		return nil, fmt.Errorf("execute %s: %w", l.Digest, ErrLeaseLost)
 	}
@@ -154,7 +170,13 @@ func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 
 // finish applies a downstream document: a failed one fails the key with its verdict; a
 // successful one runs Apply and Complete in one transaction.
-func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Document, recovered bool) (*Outcome, error) {
+func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Document, recovered bool) (out *Outcome, err error) {
+	ctx, span := s.startSpan(ctx, "idemops.complete", l.Digest, l.Operation, l.Attempt)
+	defer func() { endSpan(span, err) }()
+	return s.finishTraced(ctx, op, l, doc, recovered)
+}
+
+func (s *Store) finishTraced(ctx context.Context, op Operation, l *Lease, doc *Document, recovered bool) (*Outcome, error) {
 	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest, ResourceID: doc.ResourceID}
 	ctx = context.WithoutCancel(ctx) // downstream acted: record it even if the caller went away
 	if doc.Failure != nil {

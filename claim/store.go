@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"strconv"
@@ -46,6 +48,9 @@ func (s State) Valid() bool {
 type Config struct {
 	// Owner names this process in lease_owner (default host:pid).
 	Owner string
+	// TracerProvider traces the claim path (default: OpenTelemetry's global provider, a no-op
+	// unless one was installed).
+	TracerProvider trace.TracerProvider
 	// LeaseTTL is how long a claim holds the key without renewal (default 30 s); the holder
 	// renews every LeaseTTL/3.
 	LeaseTTL time.Duration
@@ -121,6 +126,7 @@ type Store struct {
 	partitionsDay atomic.Int64
 	// claimDetail is the detail of every claim's claimed event (first attempt, this owner).
 	claimDetail string
+	tracer      trace.Tracer
 	// keepResponseSecs and keepKeySecs are the keep periods in seconds, as statement arguments
 	// (boxed once: every completion and failure passes them).
 	keepResponseSecs, keepKeySecs any
@@ -132,7 +138,7 @@ func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner),
+	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner), tracer: newTracer(cfg.TracerProvider),
 		keepResponseSecs: int64(cfg.KeepResponse.Seconds()), keepKeySecs: int64(cfg.KeepKey.Seconds())}, nil
 }
 
@@ -353,7 +359,13 @@ func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.claimPrepared(ctx, p)
+	ctx, span := s.startSpan(ctx, "idemops.claim", p.digest, p.Operation, 0)
+	out, err := s.claimPrepared(ctx, p)
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(attribute.String("idemops.outcome", string(out.Kind)))
+	}
+	endSpan(span, err)
+	return out, err
 }
 
 func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error) {
@@ -366,7 +378,7 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			p.Tenant, p.Operation, p.Key, p.digest, p.intent.Fingerprint, p.intent.Version,
 			string(p.intent.Canonical), s.cfg.Owner, token, s.cfg.LeaseTTL.Milliseconds(), p.dkey,
 			p.intent.Amount, p.intent.Currency,
-			p.Actor, s.claimDetail,
+			p.Actor, traceDetail(ctx, s.claimDetail),
 		).Scan(&id)
 		if ConnLost(err) {
 			// The insert may have committed before the connection went: re-read the key and
@@ -565,7 +577,7 @@ func deref(s *string) string {
 
 func (s *Store) event(ctx context.Context, db *gorm.DB, keyID int64, kind, actor, detail string) {
 	if err := db.WithContext(ctx).Exec(`INSERT INTO key_events (key_id, kind, actor, detail) VALUES (?, ?, ?, ?)`,
-		keyID, kind, actor, detail).Error; err != nil {
+		keyID, kind, actor, traceDetail(ctx, detail)).Error; err != nil {
 		s.cfg.Logger.Warn("key event not recorded", "key_id", keyID, "kind", kind, "err", err)
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 )
@@ -203,5 +206,29 @@ func TestAnswerRecorder_BufferIsBounded(t *testing.T) {
 	rec.Record(k.ID, claim.AnswerInProgress, 409)
 	if rec.Pending() != 1 {
 		t.Errorf("pending = %d after a flush freed the buffer, want 1", rec.Pending())
+	}
+}
+
+// TestKeyPage_EventsShowTheTraceTheyWereWrittenIn: an event written by a traced call carries its
+// trace id, and the key page shows it on that event, to look the trace up.
+func TestKeyPage_EventsShowTheTraceTheyWereWrittenIn(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", RoleViewer, "*")
+	c := b.signIn("v")
+	k := b.seedKey("acme", "payment.charge", "tr-1", `{"amount":100,"currency":"EUR"}`, true)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("test").Start(context.Background(), "operator check")
+	if err := b.claims.RecordEvent(ctx, k.ID, "downstream_checked", "operator:v", map[string]any{"answer": "found"}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	id := span.SpanContext().TraceID().String()
+	body := c.get(fmt.Sprintf("/keys/%d", k.ID)).Body
+	mustContain(t, "traced event", body, `<dt>Trace</dt><dd class="mono trace-id">`+id+`</dd>`)
+	if n := strings.Count(body, `class="mono trace-id"`); n != 1 {
+		t.Errorf("%d events show a trace; want only the traced one", n)
 	}
 }

@@ -91,6 +91,18 @@ func eventDetail(d []byte) string {
 	return ""
 }
 
+// eventTraceID is the OpenTelemetry trace id a key event was written under (claim adds it to the
+// detail when the call was traced), to look the trace up in the tracing backend; "" when none.
+func eventTraceID(d []byte) string {
+	var v struct {
+		TraceID string `json:"trace_id"`
+	}
+	if json.Unmarshal(d, &v) != nil || len(v.TraceID) != 32 {
+		return ""
+	}
+	return v.TraceID
+}
+
 // answerLabel names a recorded answer kind for people.
 func answerLabel(kind string) string {
 	switch kind {
