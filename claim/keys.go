@@ -108,7 +108,7 @@ func (s *Store) History(ctx context.Context, keyID int64, limit int) ([]Event, e
 func (s *Store) RecordEvent(ctx context.Context, keyID int64, kind, actor string, detail map[string]any) error {
 	b, _ := json.Marshal(detail)
 	if err := s.db.WithContext(ctx).Exec(`INSERT INTO key_events (key_id, kind, actor, detail) VALUES (?, ?, ?, ?)`,
-		keyID, kind, actor, traceDetail(ctx, string(b))).Error; err != nil {
+		keyID, kind, actor, s.traceDetail(ctx, string(b))).Error; err != nil {
 		return fmt.Errorf("record %s on key %d: %w", kind, keyID, err)
 	}
 	return nil

@@ -42,7 +42,7 @@ func (s *Store) takeover(ctx context.Context, db *gorm.DB, id, version int64, ac
 	var rows []takenOver
 	token := newToken()
 	err := db.WithContext(ctx).Raw(takeoverSQL, owner, token, s.cfg.LeaseTTL.Milliseconds(), id, version,
-		actor, owner, traceJSON(ctx)).Scan(&rows).Error
+		actor, owner, s.traceJSON(ctx)).Scan(&rows).Error
 	if ConnLost(err) {
 		// The takeover may have committed: it did if the row now carries our token.
 		rerr := s.reread(ctx, func(ctx context.Context) error {
@@ -112,7 +112,7 @@ func (s *Store) TakeoverExpired(ctx context.Context, limit int, actor string) ([
 	}
 	var rows []batchRow
 	err := s.db.WithContext(ctx).Raw(takeoverBatchSQL, limit, s.cfg.Owner, s.cfg.LeaseTTL.Milliseconds(),
-		actor, s.cfg.Owner, traceJSON(ctx)).Scan(&rows).Error
+		actor, s.cfg.Owner, s.traceJSON(ctx)).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("takeover expired leases: %w", err)
 	}
@@ -247,7 +247,7 @@ func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what
 	shape := holderShape{set: setSQL, nargs: len(args), completed: kind == "completed"}
 	all := make([]any, 0, len(args)+8)
 	all = append(all, args...)
-	detail = traceDetail(ctx, detail)
+	detail = s.traceDetail(ctx, detail)
 	if shape.completed {
 		all = append(all, l.Actor, detail)
 	}

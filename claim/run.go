@@ -81,6 +81,9 @@ type DriveOptions struct {
 // nothing; not found → execute only on the second not-found a quarantine after the first;
 // cannot answer → the key is parked with a backoff and, after a few tries, flagged.
 func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (out *Outcome, err error) {
+	if !s.tracing {
+		return s.drive(ctx, op, l, opt)
+	}
 	ctx, span := s.startSpan(ctx, "idemops.drive", l.Digest, l.Operation, l.Attempt)
 	defer func() {
 		if err == nil && out != nil && span.IsRecording() {
@@ -171,6 +174,9 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 // finish applies a downstream document: a failed one fails the key with its verdict; a
 // successful one runs Apply and Complete in one transaction.
 func (s *Store) finish(ctx context.Context, op Operation, l *Lease, doc *Document, recovered bool) (out *Outcome, err error) {
+	if !s.tracing {
+		return s.finishTraced(ctx, op, l, doc, recovered)
+	}
 	ctx, span := s.startSpan(ctx, "idemops.complete", l.Digest, l.Operation, l.Attempt)
 	defer func() { endSpan(span, err) }()
 	return s.finishTraced(ctx, op, l, doc, recovered)

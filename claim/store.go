@@ -127,6 +127,7 @@ type Store struct {
 	// claimDetail is the detail of every claim's claimed event (first attempt, this owner).
 	claimDetail string
 	tracer      trace.Tracer
+	tracing     bool // tracer records: spans and trace ids in event details
 	// keepResponseSecs and keepKeySecs are the keep periods in seconds, as statement arguments
 	// (boxed once: every completion and failure passes them).
 	keepResponseSecs, keepKeySecs any
@@ -138,7 +139,8 @@ func NewStore(db *gorm.DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner), tracer: newTracer(cfg.TracerProvider),
+	tracer, tracing := newTracer(cfg.TracerProvider)
+	return &Store{db: db, cfg: cfg, claimDetail: detailJSON("attempt", 1, "owner", cfg.Owner), tracer: tracer, tracing: tracing,
 		keepResponseSecs: int64(cfg.KeepResponse.Seconds()), keepKeySecs: int64(cfg.KeepKey.Seconds())}, nil
 }
 
@@ -359,6 +361,9 @@ func (s *Store) Claim(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !s.tracing {
+		return s.claimPrepared(ctx, p)
+	}
 	ctx, span := s.startSpan(ctx, "idemops.claim", p.digest, p.Operation, 0)
 	out, err := s.claimPrepared(ctx, p)
 	if err == nil && span.IsRecording() {
@@ -378,7 +383,7 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			p.Tenant, p.Operation, p.Key, p.digest, p.intent.Fingerprint, p.intent.Version,
 			string(p.intent.Canonical), s.cfg.Owner, token, s.cfg.LeaseTTL.Milliseconds(), p.dkey,
 			p.intent.Amount, p.intent.Currency,
-			p.Actor, traceDetail(ctx, s.claimDetail),
+			p.Actor, s.traceDetail(ctx, s.claimDetail),
 		).Scan(&id)
 		if ConnLost(err) {
 			// The insert may have committed before the connection went: re-read the key and
@@ -577,7 +582,7 @@ func deref(s *string) string {
 
 func (s *Store) event(ctx context.Context, db *gorm.DB, keyID int64, kind, actor, detail string) {
 	if err := db.WithContext(ctx).Exec(`INSERT INTO key_events (key_id, kind, actor, detail) VALUES (?, ?, ?, ?)`,
-		keyID, kind, actor, traceDetail(ctx, detail)).Error; err != nil {
+		keyID, kind, actor, s.traceDetail(ctx, detail)).Error; err != nil {
 		s.cfg.Logger.Warn("key event not recorded", "key_id", keyID, "kind", kind, "err", err)
 	}
 }

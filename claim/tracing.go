@@ -12,24 +12,35 @@ import (
 
 // Tracing: the claim path is a tree of spans — idemops.claim, idemops.drive, and under it
 // idemops.downstream.lookup, idemops.downstream.execute (the charge) and idemops.complete —
-// each carrying the key's digest (never the key), its operation and attempt. With tracing off
-// (OpenTelemetry's no-op provider) a span costs one context allocation and no attribute is
-// built. Every key event a traced call writes carries its trace id (trace_id in the detail), so
-// the key's history leads to the trace.
+// each carrying the key's digest (never the key), its operation and attempt. Every key event a
+// traced call writes carries its trace id (trace_id in the detail), so the key's history leads
+// to the trace. With tracing off (OpenTelemetry's no-op provider when the store was made) the
+// store starts no span at all and adds nothing to a detail: the claim path pays nothing.
 
 // tracerName is the instrumentation scope of the claim package's spans.
 const tracerName = "github.com/idemops/idemops/claim"
 
-func newTracer(tp trace.TracerProvider) trace.Tracer {
+// newTracer returns tp's tracer (default: the global provider as it is now) and whether it
+// traces: a no-op provider's spans have no valid span context, an SDK's always have one
+// (sampled or not).
+func newTracer(tp trace.TracerProvider) (trace.Tracer, bool) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return tp.Tracer(tracerName)
+	t := tp.Tracer(tracerName)
+	// Never ended, so never exported: an SDK exports only ended spans.
+	_, probe := t.Start(context.Background(), "idemops.probe")
+	return t, probe.SpanContext().IsValid()
 }
 
-// startSpan starts one of the claim path's spans for the key of l (or digest/operation when l
-// is nil), with its attributes only when the span records.
+// noSpan is what startSpan hands out with tracing off.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// startSpan starts one of the claim path's spans, with its attributes only when it records.
 func (s *Store) startSpan(ctx context.Context, name, digest, operation string, attempt int) (context.Context, trace.Span) {
+	if !s.tracing {
+		return ctx, noSpan
+	}
 	ctx, span := s.tracer.Start(ctx, name)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("idemops.key_digest", digest), attribute.String("idemops.operation", operation))
@@ -42,15 +53,21 @@ func (s *Store) startSpan(ctx context.Context, name, digest, operation string, a
 
 // endSpan ends span with err's status.
 func endSpan(span trace.Span, err error) {
+	if span == noSpan {
+		return
+	}
 	if err != nil && span.IsRecording() {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 }
 
-// traceDetail adds the trace id of ctx's span to an event's detail (a JSON object); without a
-// valid span context (tracing off) the detail is returned unchanged.
-func traceDetail(ctx context.Context, detail string) string {
+// traceDetail adds the trace id of ctx's span to an event's detail (a JSON object); with
+// tracing off, or no span in ctx, the detail is returned unchanged.
+func (s *Store) traceDetail(ctx context.Context, detail string) string {
+	if !s.tracing {
+		return detail
+	}
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
 		return detail
@@ -67,4 +84,4 @@ func traceDetail(ctx context.Context, detail string) string {
 }
 
 // traceJSON is traceDetail's jsonb operand for events built in SQL ('{}' when off).
-func traceJSON(ctx context.Context) string { return traceDetail(ctx, "{}") }
+func (s *Store) traceJSON(ctx context.Context) string { return s.traceDetail(ctx, "{}") }

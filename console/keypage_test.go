@@ -220,8 +220,12 @@ func TestKeyPage_EventsShowTheTraceTheyWereWrittenIn(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
+	traced, err := claim.NewStore(b.db, claim.Config{DigestSecret: testSecret, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, span := tp.Tracer("test").Start(context.Background(), "operator check")
-	if err := b.claims.RecordEvent(ctx, k.ID, "downstream_checked", "operator:v", map[string]any{"answer": "found"}); err != nil {
+	if err := traced.RecordEvent(ctx, k.ID, "downstream_checked", "operator:v", map[string]any{"answer": "found"}); err != nil {
 		t.Fatal(err)
 	}
 	span.End()
