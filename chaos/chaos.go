@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/testinfra/mqlocal"
 	"github.com/idemops/idemops/internal/testinfra/pgha"
@@ -434,17 +434,17 @@ func (w *world) teardown() {
 // runSchedule injects the planned faults at their times until ctx ends. It returns the audit
 // head recorded halfway (retried for up to a minute: the primary may be failing over then), the
 // checkpoint the audit invariant verifies against.
-func (w *world) runSchedule(ctx context.Context) func() *console.AuditHead {
+func (w *world) runSchedule(ctx context.Context) func() *audit.Head {
 	plan := Schedule(w.cfg.Seed, w.cfg.Duration, w.ha != nil)
-	audit := console.NewAuditLog(w.db, w.store.Config().DigestSecret)
-	markc := make(chan *console.AuditHead, 1)
+	log := audit.New(w.db, w.store.Config().DigestSecret)
+	markc := make(chan *audit.Head, 1)
 	go func() {
 		select {
 		case <-time.After(w.cfg.Duration / 2):
 		case <-ctx.Done():
 		}
 		for range 30 {
-			h, err := audit.Head(context.WithoutCancel(ctx))
+			h, err := log.Head(context.WithoutCancel(ctx))
 			if err == nil {
 				w.logf("audit checkpoint %s", h)
 				markc <- &h
@@ -455,7 +455,7 @@ func (w *world) runSchedule(ctx context.Context) func() *console.AuditHead {
 		}
 		markc <- nil
 	}()
-	mark := func() *console.AuditHead { return <-markc }
+	mark := func() *audit.Head { return <-markc }
 	for _, f := range plan {
 		t := time.NewTimer(time.Until(w.start.Add(f.At)))
 		select {

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/demo"
 )
 
@@ -44,7 +44,7 @@ func (c *check) fail(format string, args ...any) {
 
 // settle waits (bounded) for the world to be quiet, has it reconciled once more, and checks the
 // invariants until they hold or the bound passes; the last result is the verdict.
-func (w *world) settle(ctx context.Context, mark *console.AuditHead) []report.Invariant {
+func (w *world) settle(ctx context.Context, mark *audit.Head) []report.Invariant {
 	deadline := time.Now().Add(SettleLimit)
 	reconciled := false
 	var last []report.Invariant
@@ -102,7 +102,7 @@ type storedKey struct {
 	ResourceID                                   *string
 }
 
-func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []report.Invariant {
+func (w *world) invariants(ctx context.Context, mark *audit.Head) []report.Invariant {
 	t := w.traffic
 	t.mu.Lock()
 	recs := make([]keyRecord, len(t.keys))
@@ -246,17 +246,17 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		}
 	}
 
-	audit := report.Invariant{Name: InvAudit, OK: true}
-	opt := console.VerifyOptions{ExpectHead: mark}
-	res, err := console.NewAuditLog(w.db, w.store.Config().DigestSecret).Verify(ctx, opt)
-	audit.Checked = int(res.Rows)
+	inv := report.Invariant{Name: InvAudit, OK: true}
+	opt := audit.VerifyOptions{ExpectHead: mark}
+	res, err := audit.New(w.db, w.store.Config().DigestSecret).Verify(ctx, opt)
+	inv.Checked = int(res.Rows)
 	switch {
 	case err != nil:
-		audit.OK, audit.Violations = false, []string{err.Error()}
+		inv.OK, inv.Violations = false, []string{err.Error()}
 	case !res.OK():
-		audit.OK, audit.Violations = false, []string{fmt.Sprintf("row %d: %s", res.BadSeq, res.Reason)}
+		inv.OK, inv.Violations = false, []string{fmt.Sprintf("row %d: %s", res.BadSeq, res.Reason)}
 	case mark == nil:
-		audit.OK, audit.Violations = false, []string{"no checkpoint was recorded mid-run"}
+		inv.OK, inv.Violations = false, []string{"no checkpoint was recorded mid-run"}
 	}
 
 	flight := report.Invariant{Name: InvNothingInFlight, OK: true, Checked: len(rows)}
@@ -274,7 +274,7 @@ func (w *world) invariants(ctx context.Context, mark *console.AuditHead) []repor
 		flight.OK = false
 		flight.Violations = append(flight.Violations, fmt.Sprintf("%d outbox rows not sent", unsent))
 	}
-	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, audit, find.inv, flight,
+	return []report.Invariant{one.inv, orphan.inv, lost.inv, mism.inv, cons.inv, orders.inv, inv, find.inv, flight,
 		w.anomaliesFound(open), w.adjustments(ctx), w.ledgerEntries(ctx)}
 }
 

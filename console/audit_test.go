@@ -7,83 +7,25 @@ import (
 	"strings"
 	"testing"
 
-	"gorm.io/gorm"
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 )
 
 func (b *bundle) appendAudit(n int) {
 	b.t.Helper()
 	for i := 0; i < n; i++ {
-		if err := b.srv.audit.Append(context.Background(), nil, Entry{Actor: "operator:t", Action: "test.action",
+		if err := b.srv.audit.Append(context.Background(), nil, audit.Entry{Actor: "operator:t", Action: "test.action",
 			Target: fmt.Sprintf("key:%d", i), Tenant: "acme", Detail: map[string]any{"i": i}}); err != nil {
 			b.t.Fatal(err)
 		}
 	}
 }
 
-// tamper runs sql on audit_log with its append-only triggers switched off, as the table's
-// owner could.
-func (b *bundle) tamper(sql string) {
-	b.t.Helper()
-	err := b.db.Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec(`ALTER TABLE audit_log DISABLE TRIGGER USER`).Error; err != nil {
-			return err
-		}
-		if err := tx.Exec(sql).Error; err != nil {
-			return err
-		}
-		return tx.Exec(`ALTER TABLE audit_log ENABLE TRIGGER USER`).Error
-	})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-}
-
-func TestAudit_AppendOnly(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
-	b.appendAudit(3)
-	for _, sql := range []string{`UPDATE audit_log SET actor = 'x' WHERE seq = 2`, `DELETE FROM audit_log WHERE seq = 3`, `TRUNCATE audit_log`} {
-		if err := b.db.Exec(sql).Error; err == nil || !strings.Contains(err.Error(), "append-only") {
-			t.Errorf("%s: err %v, want the append-only trigger to refuse it", sql, err)
-		}
-	}
-}
-
-func TestAudit_VerifyFindsTheFirstBadRow(t *testing.T) {
-	t.Parallel()
-	for name, tc := range map[string]struct {
-		tamper string
-		bad    int64
-	}{
-		"intact":       {"", 0},
-		"edited":       {`UPDATE audit_log SET detail = '{"i":99}' WHERE seq = 3`, 3},
-		"deleted":      {`DELETE FROM audit_log WHERE seq = 2`, 3},
-		"rehashed":     {`UPDATE audit_log SET actor = 'operator:mallory', hash = repeat('a', 64) WHERE seq = 2`, 2},
-		"forged chain": {`UPDATE audit_log SET prev_hash = repeat('b', 64) WHERE seq = 4`, 4},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := newBundle(t)
-			b.appendAudit(5)
-			if tc.tamper != "" {
-				b.tamper(tc.tamper)
-			}
-			res, err := b.srv.audit.Verify(context.Background(), VerifyOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.BadSeq != tc.bad {
-				t.Errorf("first bad row %d (%s), want %d", res.BadSeq, res.Reason, tc.bad)
-			}
-		})
-	}
-}
-
 func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
-	b.addOperator("acme-admin", RoleAdmin, "acme")
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	admin := b.signIn("root")
 
 	got := admin.post("/admin/operators", url.Values{"name": {"carol"}, "password": {"a long enough password"},
@@ -92,7 +34,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 		t.Fatalf("add operator: %d %s", got.Status, got.Body)
 	}
 	carol, err := b.srv.ops.ByName(context.Background(), "carol")
-	if err != nil || carol.Role != RoleOperator || strings.Join(carol.Tenants, ",") != "acme,globex" {
+	if err != nil || carol.Role != access.RoleOperator || strings.Join(carol.Tenants, ",") != "acme,globex" {
 		t.Fatalf("carol: %+v %v", carol, err)
 	}
 	if got := admin.post("/admin/operators", url.Values{"name": {"carol"}, "password": {"a long enough password"},
@@ -110,7 +52,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	if got := admin.post("/admin/operators/"+id+"/status", url.Values{"disabled": {"true"}}, true); got.Status != 303 {
 		t.Errorf("disable: %d", got.Status)
 	}
-	if got := admin.post("/admin/operators/"+id+"/tokens", url.Values{"label": {"ci"}}, true); got.Status != 200 || !strings.Contains(got.Body, tokenPrefix) {
+	if got := admin.post("/admin/operators/"+id+"/tokens", url.Values{"label": {"ci"}}, true); got.Status != 200 || !strings.Contains(got.Body, "idemops_") {
 		t.Errorf("token: %d", got.Status)
 	}
 	// An admin limited to acme cannot grant globex, nor see globex's audit rows.
@@ -118,7 +60,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	if got := limited.post("/admin/operators/"+id+"/access", url.Values{"role": {"admin"}, "tenants": {"*"}}, true); got.Status != 403 {
 		t.Errorf("limited admin grants *: %d, want 403", got.Status)
 	}
-	if err := b.srv.audit.Append(context.Background(), nil, Entry{Actor: "operator:x", Action: "key.reveal", Tenant: "globex", Target: "key:9"}); err != nil {
+	if err := b.srv.audit.Append(context.Background(), nil, audit.Entry{Actor: "operator:x", Action: "key.reveal", Tenant: "globex", Target: "key:9"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limited.get("/audit?action=key.reveal"); strings.Contains(got.Body, "key:9") {
@@ -135,7 +77,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	if got := admin.get("/audit?from=yesterday"); got.Status != 400 {
 		t.Errorf("bad audit filter: %d", got.Status)
 	}
-	if res, err := b.srv.audit.Verify(context.Background(), VerifyOptions{}); err != nil || !res.OK() || res.Rows < 6 {
+	if res, err := b.srv.audit.Verify(context.Background(), audit.VerifyOptions{}); err != nil || !res.OK() || res.Rows < 6 {
 		t.Errorf("verify after admin actions: %+v %v", res, err)
 	}
 }

@@ -2,11 +2,15 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // loginForm fetches the sign-in form (setting its cookie) and returns the form token.
@@ -27,17 +31,17 @@ func (c *client) login(name, password string) resp {
 
 func TestPassword_HashIsArgon2idAndChecks(t *testing.T) {
 	t.Parallel()
-	h, err := HashPassword("correct horse battery", cheapArgon)
+	h, err := access.HashPassword("correct horse battery", cheapArgon)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(h, "$argon2id$v=19$m=1024,t=1,p=1$") {
 		t.Errorf("hash %q is not an argon2id PHC string", h)
 	}
-	if !CheckPassword(h, "correct horse battery") || CheckPassword(h, "correct horse batterY") {
+	if !access.CheckPassword(h, "correct horse battery") || access.CheckPassword(h, "correct horse batterY") {
 		t.Error("CheckPassword does not tell the right password from a wrong one")
 	}
-	h2, _ := HashPassword("correct horse battery", cheapArgon)
+	h2, _ := access.HashPassword("correct horse battery", cheapArgon)
 	if h == h2 {
 		t.Error("two hashes of one password are equal: the salt is not random")
 	}
@@ -46,7 +50,7 @@ func TestPassword_HashIsArgon2idAndChecks(t *testing.T) {
 func TestLogin_SessionCookieAndRedirect(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	if got := c.get("/keys?state=completed"); got.Status != 303 || got.Location != "/login?next=%2Fkeys%3Fstate%3Dcompleted" {
 		t.Fatalf("page without session: %d → %q", got.Status, got.Location)
@@ -73,7 +77,7 @@ func TestLogin_SessionCookieAndRedirect(t *testing.T) {
 		t.Errorf("signed in: /keys %d", got.Status)
 	}
 	var n int64
-	b.db.Raw(`SELECT count(*) FROM sessions WHERE id_hash = decode(?, 'hex')`, hashSecret(sess.Value)).Scan(&n)
+	b.db.Raw(`SELECT count(*) FROM sessions WHERE id_hash = decode(?, 'hex')`, sha256Hex(sess.Value)).Scan(&n)
 	var clear int64
 	b.db.Raw(`SELECT count(*) FROM sessions WHERE encode(id_hash, 'escape') = ?`, sess.Value).Scan(&clear)
 	if n != 1 || clear != 0 {
@@ -95,7 +99,7 @@ func TestLogin_SessionCookieAndRedirect(t *testing.T) {
 func TestLogin_SecureCookieUnderTLS(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	ts := httptest.NewTLSServer(b.srv.Handler())
 	defer ts.Close()
 	c := b.client()
@@ -115,7 +119,7 @@ func TestLogin_SecureCookieUnderTLS(t *testing.T) {
 func TestLogin_RequiresFormToken(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	c.loginToken()
 	got := c.post("/login", url.Values{"name": {"alice"}, "password": {"correct horse battery"}}, false)
@@ -131,7 +135,7 @@ func TestLogin_RequiresFormToken(t *testing.T) {
 func TestLogin_LockoutPerUser(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t) // UserLimit 3
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	for i := 0; i < 3; i++ {
 		if got := c.login("alice", "wrong password!!"); got.Status != 401 {
@@ -157,7 +161,7 @@ func TestLogin_LockoutPerUser(t *testing.T) {
 func TestLogin_LockoutPerAddress(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t) // IPLimit 6
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	for i := 0; i < 6; i++ { // different names: the per-user limit never trips
 		if got := c.login("nobody"+string(rune('a'+i)), "wrong password!!"); got.Status != 401 {
@@ -172,7 +176,7 @@ func TestLogin_LockoutPerAddress(t *testing.T) {
 func TestSession_IdleAndAbsoluteTimeouts(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	idle := b.signIn("alice")
 	abs := b.signIn("alice")
 	live := b.signIn("alice")
@@ -188,7 +192,7 @@ func TestSession_IdleAndAbsoluteTimeouts(t *testing.T) {
 		t.Errorf("live session: %d", got.Status)
 	}
 	// Disabling the operator ends their sessions at once.
-	if err := b.srv.ops.SetDisabled(context.Background(), Change{Actor: "test"}, "alice", true); err != nil {
+	if err := b.srv.ops.SetDisabled(context.Background(), access.Change{Actor: "test"}, "alice", true); err != nil {
 		t.Fatal(err)
 	}
 	if got := live.get("/keys"); got.Status != 303 {
@@ -227,9 +231,9 @@ func TestSecurityHeaders(t *testing.T) {
 func TestAPI_BearerTokens(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("bot", RoleViewer, "acme")
+	b.addOperator("bot", access.RoleViewer, "acme")
 	b.seedKey("acme", "payment.charge", "k1", `{"amount":1,"currency":"USD"}`, true)
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "bot", "ci", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "bot", "ci", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,10 +260,16 @@ func TestAPI_BearerTokens(t *testing.T) {
 	if got := b.signIn("bot").get("/api/v1/keys"); got.Status != 401 {
 		t.Errorf("API with a session cookie: %d, want 401", got.Status)
 	}
-	if err := b.srv.ops.SetDisabled(context.Background(), Change{Actor: "test"}, "bot", true); err != nil {
+	if err := b.srv.ops.SetDisabled(context.Background(), access.Change{Actor: "test"}, "bot", true); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.api("/api/v1/keys", tok); got.Status != 401 {
 		t.Errorf("token of a disabled operator: %d, want 401", got.Status)
 	}
+}
+
+// sha256Hex is how sessions are stored: the SHA-256 of the cookie's id, hex-encoded here.
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -56,7 +57,7 @@ func BenchmarkKeySearchKeysetDeepPage(b *testing.B) {
 		(deepPage-1)*PageSize-1).Row().Scan(&cur.CreatedAt, &cur.ID); err != nil {
 		b.Fatal(err)
 	}
-	admin := &Operator{Role: RoleAdmin, Tenants: []string{AllTenants}}
+	admin := &access.Operator{Role: access.RoleAdmin, Tenants: []string{access.AllTenants}}
 	first, deep := KeyFilter{Limit: PageSize}, KeyFilter{Limit: PageSize, After: &cur}
 
 	query := func(f KeyFilter) time.Duration {
@@ -145,10 +146,10 @@ func BenchmarkFindByKey(b *testing.B) {
 	if p := strings.Join(plan, "\n"); !strings.Contains(p, "idempotency_keys_key_idx") {
 		b.Fatalf("find by key is not served by the key index:\n%s", p)
 	}
-	all := &Operator{Role: RoleViewer, Tenants: []string{AllTenants}}
-	some := &Operator{Role: RoleViewer, Tenants: []string{"tenant-1", "tenant-2", "tenant-3"}}
+	all := &access.Operator{Role: access.RoleViewer, Tenants: []string{access.AllTenants}}
+	some := &access.Operator{Role: access.RoleViewer, Tenants: []string{"tenant-1", "tenant-2", "tenant-3"}}
 	rng := rand.New(rand.NewPCG(1, 2))
-	query := func(op *Operator, key string) time.Duration {
+	query := func(op *access.Operator, key string) time.Duration {
 		t0 := time.Now()
 		if _, err := FindKeys(ctx, db, op, key); err != nil {
 			b.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 )
 
@@ -281,9 +282,9 @@ var lineLink = regexp.MustCompile(`href="/reconcile/runs/(\d+)/line\?n=(\d+)"`)
 func seedEveryPage(t *testing.T) (*bundle, []a11yPage) {
 	t.Helper()
 	b := newBundle(t)
-	b.addOperator("ada", RoleAdmin, "*")
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("vic", RoleViewer, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("vic", access.RoleViewer, "acme")
 	var done, failed int64
 	for i := 0; i < 4; i++ {
 		k := b.seedKey("acme", "payment.charge", fmt.Sprintf("order-%03d", i), fmt.Sprintf(`{"amount":%d,"currency":"USD"}`, 1000+i), i%2 == 0)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 )
 
@@ -15,7 +16,7 @@ import (
 // history as a timeline whose events expand, and the client's recorded replays and 422s.
 func browseKeyPage(t *testing.T, br *browser) {
 	b := newBundle(t, withSummaryOps)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedKey("acme", "payment.charge", "order-summary-1",
 		`{"amount":1234567,"currency":"IDR","payee":"Toko Budi","merchant_order_no":"MO-2026-0042","card":"4111-SECRET"}`, true)
 	rec := claim.NewAnswerRecorder(b.db, claim.AnswerRecorderConfig{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 )
@@ -18,8 +19,8 @@ import (
 // key in two tenants gives a "*" operator the chooser.
 func browseFindByKey(t *testing.T, br *browser) {
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("all", RoleViewer, AllTenants)
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("all", access.RoleViewer, access.AllTenants)
 	once := b.seedKey("acme", "payment.charge", "ORDER-ONCE-1", `{"amount":100,"currency":"USD"}`, true)
 	b.seedKey("acme", "payment.charge", "ORDER-TWICE-1", `{"amount":200,"currency":"USD"}`, true)
 	b.seedKey("globex", "payment.charge", "ORDER-TWICE-1", `{"amount":300,"currency":"EUR"}`, true)
@@ -68,7 +69,7 @@ func browseReplayThroughQuarantine(t *testing.T, br *browser) {
 		}
 		c.Claims, held = st, st
 	})
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "order-idr-1", `{"amount":12345,"currency":"IDR","payee":"Toko Budi"}`, true)
 	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -126,7 +127,7 @@ func browseReplayThroughQuarantine(t *testing.T, br *browser) {
 // final through its own, each naming the consequence before the button.
 func browseConfirmations(t *testing.T, br *browser) {
 	b := newBundle(t)
-	b.addOperator("ada", RoleAdmin, AllTenants)
+	b.addOperator("ada", access.RoleAdmin, access.AllTenants)
 	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "order-mismatch-1", `{"amount":12000,"currency":"IDR"}`, true)
 	run := b.seedReconRun("stripe")

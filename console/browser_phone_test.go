@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestBrowserPhoneWidth opens the main pages at 390 px with touch (a phone) and checks that the
@@ -16,7 +18,7 @@ func TestBrowserPhoneWidth(t *testing.T) {
 	br := newBrowser(t)
 	defer br.done()
 	b := newBundle(t)
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	var keyID int64
 	for i := 0; i < 6; i++ {
 		// Long keys and bodies make the widest tables.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/idemops/idemops/access"
 )
 
 // browseReplaysAndJobs drives the replay flow and the jobs page in headless Chromium: a
@@ -16,8 +18,8 @@ import (
 // jobs page running a job with live progress. Screenshots go to screenshots/.
 func browseReplaysAndJobs(t *testing.T, br *browser) {
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("oscar", RoleOperator, "*") // runs the sweep, every tenant's schedule
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("oscar", access.RoleOperator, "*") // runs the sweep, every tenant's schedule
 	found := b.seedFailed("acme", "order-found", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
 	b.fakeOp.has(found, "ch_found_1")
 	stale := b.seedFailed("acme", "order-stale", `{"amount":500,"currency":"USD","payee":"bob"}`, true)

@@ -14,6 +14,8 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/internal/testinfra/browsertest"
 
 	"github.com/idemops/idemops/claim"
@@ -40,9 +42,9 @@ func TestBrowser(t *testing.T) {
 // admin pages and the theme toggle.
 func browseKeys(t *testing.T, br *browser) {
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("vic", RoleViewer, "acme")
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("vic", access.RoleViewer, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	var target int64
 	for i := 0; i < 12; i++ {
 		k := b.seedKey("acme", "payment.charge", fmt.Sprintf("order-%03d", i), fmt.Sprintf(`{"amount":%d,"currency":"USD","card":"4111-SECRET-%d"}`, 1000+i, i), i%4 != 0)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/replay"
 )
@@ -16,13 +17,13 @@ import (
 // getBulkRun reads a run; only the operator who started it sees it (its keys are within their
 // tenants, not necessarily within another operator's), and only while their tenants still cover
 // its keys' (scope.go).
-func (s *Server) getBulkRun(ctx context.Context, op *Operator, id int64) (*replay.BulkRun, error) {
-	if err := s.inScope(ctx, op, objBulkRun, strconv.FormatInt(id, 10), false); err != nil {
+func (s *Server) getBulkRun(ctx context.Context, op *access.Operator, id int64) (*replay.BulkRun, error) {
+	if err := s.scope.Check(ctx, op, access.ObjBulkRun, strconv.FormatInt(id, 10), false); err != nil {
 		return nil, err
 	}
 	run, err := s.replays.BulkRun(ctx, id)
 	if err != nil {
-		return nil, replayErr(err)
+		return nil, err
 	}
 	if run.OperatorID != op.ID {
 		return nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
@@ -31,7 +32,7 @@ func (s *Server) getBulkRun(ctx context.Context, op *Operator, id int64) (*repla
 }
 
 // matchingIDs collects the ids of up to limit+1 keys of the search, newest first.
-func (s *Server) matchingIDs(ctx context.Context, op *Operator, f KeyFilter, limit int) ([]int64, error) {
+func (s *Server) matchingIDs(ctx context.Context, op *access.Operator, f KeyFilter, limit int) ([]int64, error) {
 	f.After, f.Limit = nil, 200
 	var ids []int64
 	for page := 0; page <= limit/200+1 && len(ids) <= limit; page++ {
@@ -55,7 +56,7 @@ func (s *Server) matchingIDs(ctx context.Context, op *Operator, f KeyFilter, lim
 
 // countMatching counts the keys of a search up to BulkCap (more says more match): the "N" of
 // "select all N matching this filter".
-func (s *Server) countMatching(ctx context.Context, op *Operator, f KeyFilter) (n int, more bool, err error) {
+func (s *Server) countMatching(ctx context.Context, op *access.Operator, f KeyFilter) (n int, more bool, err error) {
 	ids, err := s.matchingIDs(ctx, op, f, s.cfg.BulkCap)
 	if err != nil {
 		return 0, false, err
@@ -67,7 +68,7 @@ func (s *Server) countMatching(ctx context.Context, op *Operator, f KeyFilter) (
 }
 
 // matchingKeys collects up to limit+1 keys of the search, newest first, with their full rows.
-func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, limit int) ([]claim.Key, error) {
+func (s *Server) matchingKeys(ctx context.Context, op *access.Operator, f KeyFilter, limit int) ([]claim.Key, error) {
 	ids, err := s.matchingIDs(ctx, op, f, limit)
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func (s *Server) matchingKeys(ctx context.Context, op *Operator, f KeyFilter, li
 
 // selectedKeys reads the keys op picked by id, newest first; ids outside op's tenants or gone
 // are left out (the preview lists what it takes).
-func (s *Server) selectedKeys(ctx context.Context, op *Operator, ids []int64) ([]claim.Key, error) {
+func (s *Server) selectedKeys(ctx context.Context, op *access.Operator, ids []int64) ([]claim.Key, error) {
 	cond, args, none := tenantCondition(op)
 	if none {
 		return nil, nil
@@ -118,7 +119,7 @@ func (s *Server) selectedKeys(ctx context.Context, op *Operator, ids []int64) ([
 
 // bulkKeys chooses the keys of a bulk replay: the ids picked, else everything the search
 // matches up to BulkCap (one more says more matched).
-func (s *Server) bulkKeys(ctx context.Context, op *Operator, f KeyFilter, ids []int64) (replay.BulkSelection, error) {
+func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter, ids []int64) (replay.BulkSelection, error) {
 	sel := replay.BulkSelection{Filter: f.Query().Encode(), Selected: len(ids) > 0}
 	var err error
 	if len(ids) > 0 {

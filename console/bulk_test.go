@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestBulkReplay_TamperedOrStaleConfirmationRefused: a start whose plan was altered (a refused
@@ -18,7 +20,7 @@ import (
 func TestBulkReplay_TamperedOrStaleConfirmationRefused(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	lost := b.seedFailed("acme", "t-lost", `{"amount":200,"currency":"USD"}`, true)
 	done := b.seedKey("acme", "payment.charge", "t-done", `{"amount":400,"currency":"USD"}`, true)
 	other := b.seedFailed("globex", "t-other", `{"amount":1,"currency":"USD"}`, true)
@@ -61,7 +63,7 @@ func TestBulkReplay_TamperedOrStaleConfirmationRefused(t *testing.T) {
 func TestBulkReplay_SelectedKeysPreviewAndStart(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k1 := b.seedFailed("acme", "s-one", `{"amount":100,"currency":"USD"}`, true)
 	k2 := b.seedFailed("acme", "s-two", `{"amount":200,"currency":"USD"}`, true)
 	k3 := b.seedFailed("acme", "s-three", `{"amount":300,"currency":"USD"}`, true)
@@ -110,7 +112,7 @@ func TestBulkReplay_SelectedKeysPreviewAndStart(t *testing.T) {
 func TestBulkReplay_SelectAllMatchingTakesTheFilter(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.BulkCap = 3 })
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	var first int64
 	for i := range 5 {
 		k := b.seedFailed("acme", fmt.Sprintf("m-%d", i), `{"amount":100,"currency":"USD"}`, true)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
@@ -23,8 +24,9 @@ import (
 // phraseMakers are the functions whose format argument becomes a phrase a console page can
 // show (pageMessage, say, templates.Say), per package, with the index of that argument.
 var phraseMakers = map[string]map[string]int{
-	".":            {"inputErr": 1, "refused": 0, "refuse": 0, "say": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
-	"../replay":    {"inputErr": 1, "refused": 0, "errs.Phrasef": 0, "errs.Errorf": 0},
+	".":            {"inputErr": 1, "refused": 0, "refuse": 0, "say": 1, "errs.Phrasef": 0, "errs.Errorf": 0, "errs.Fieldf": 1, "errs.Refusedf": 0},
+	"../access":    {"fieldErr": 1, "refused": 0, "ssoRefused": 0, "errs.Phrasef": 0, "errs.Errorf": 0, "errs.Fieldf": 1, "errs.Refusedf": 0},
+	"../replay":    {"inputErr": 1, "refused": 0, "errs.Phrasef": 0, "errs.Errorf": 0, "errs.Fieldf": 1, "errs.Refusedf": 0},
 	"../retention": {"inputErr": 2, "errs.Errorf": 0},
 	"../reconcile": {"lineErrorf": 1, "invalidf": 1, "errs.Phrasef": 0, "errs.Errorf": 0},
 	"../claim":     {"errs.Phrasef": 0, "errs.Errorf": 0},
@@ -122,8 +124,8 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 			}
 		}
 	}
-	for _, err := range []error{ErrUnauthenticated, ErrForbidden, ErrCSRF, ErrNotFound, ErrThrottled, ErrBadCredentials,
-		ErrConflict, ErrTooLarge, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound,
+	for _, err := range []error{access.ErrUnauthenticated, ErrForbidden, access.ErrCSRF, ErrNotFound, access.ErrThrottled, access.ErrBadCredentials,
+		access.ErrConflict, ErrTooLarge, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound,
 		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge,
 		fmt.Errorf("read: %w", io.ErrUnexpectedEOF) /* the database went away: errs' unreachable sentence */} {
 		if msg := publicMessage(err); !templates.HasMessage(msg) {
@@ -151,11 +153,6 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 	for _, text := range []string{daemon.ErrTextEarlierLeader, daemon.ErrTextPastDeadline, daemon.ErrStopped.Error()} {
 		if !templates.HasMessage(text) {
 			t.Errorf("the job run error %q has no zh-CN catalog entry", text)
-		}
-	}
-	for kind := range configKinds {
-		if configNouns[kind].Format == "" {
-			t.Errorf("config kind %s has no noun for its refusals", kind)
 		}
 	}
 	for _, bad := range []string{"a\x00b", "\xff"} {

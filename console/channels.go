@@ -10,6 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -20,7 +22,7 @@ import (
 
 // visibleJobs returns the recon jobs op may see: those whose channel account shares a tenant
 // with op (a "*"-only account's: everyone's, as configuration).
-func (s *Server) visibleJobs(ctx context.Context, op *Operator) ([]reconcile.ReconJob, error) {
+func (s *Server) visibleJobs(ctx context.Context, op *access.Operator) ([]reconcile.ReconJob, error) {
 	jobs, err := s.recon.ListJobs(ctx)
 	if err != nil {
 		return nil, err
@@ -35,7 +37,7 @@ func (s *Server) visibleJobs(ctx context.Context, op *Operator) ([]reconcile.Rec
 	}
 	out := jobs[:0]
 	for _, j := range jobs {
-		if decide(op, objReconJob, j.Name, tenants[j.Channel], false) == nil {
+		if access.Decide(op, access.ObjReconJob, j.Name, tenants[j.Channel], false) == nil {
 			out = append(out, j)
 		}
 	}
@@ -43,7 +45,7 @@ func (s *Server) visibleJobs(ctx context.Context, op *Operator) ([]reconcile.Rec
 }
 
 // visibleRuns keeps the runs whose channel account op covers (their counts are its tenants').
-func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile.Run) ([]reconcile.Run, error) {
+func (s *Server) visibleRuns(ctx context.Context, op *access.Operator, runs []reconcile.Run) ([]reconcile.Run, error) {
 	chans := make([]string, len(runs))
 	for i, r := range runs {
 		chans[i] = r.Channel
@@ -54,7 +56,7 @@ func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile
 	}
 	out := runs[:0]
 	for _, r := range runs {
-		if decide(op, objReconRun, "", tenants[r.Channel], false) == nil {
+		if access.Decide(op, access.ObjReconRun, "", tenants[r.Channel], false) == nil {
 			out = append(out, r)
 		}
 	}
@@ -63,14 +65,14 @@ func (s *Server) visibleRuns(ctx context.Context, op *Operator, runs []reconcile
 
 // channelRows lists the channel accounts r's operator covers.
 func (s *Server) channelRows(ctx context.Context, r *request) (templates.ChannelAccountsView, error) {
-	v := templates.ChannelAccountsView{CanSet: r.op.Role >= RoleAdmin && r.op.SeesAllTenants(), Kinds: reconcile.AccountKinds}
+	v := templates.ChannelAccountsView{CanSet: r.op.Role >= access.RoleAdmin && r.op.SeesAllTenants(), Kinds: reconcile.AccountKinds}
 	accounts, err := s.recon.ListChannelAccounts(ctx)
 	if err != nil {
 		return v, err
 	}
 	for _, a := range accounts {
 		// Only accounts op covers: their tenant lists name no tenant op may not see.
-		if !covers(r.op.Tenants, a.Tenants) {
+		if !access.Covers(r.op.Tenants, a.Tenants) {
 			continue
 		}
 		row := templates.ChannelAccountRow{Channel: a.Channel, Tenants: strings.Join(a.Tenants, ","),
@@ -108,7 +110,7 @@ func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, ten
 	if channel == "" || len(channel) > 64 {
 		return nil, inputErr("channel", "name the channel account (1–64 characters)")
 	}
-	if err := s.authorize(ctx, r, action, objChannel, channel); err != nil {
+	if err := s.authorize(ctx, r, action, access.ObjChannel, channel); err != nil {
 		return nil, err
 	}
 	tenants, err := reconcile.NormalizeTenants(strings.Split(tenantList, ","))
@@ -119,7 +121,7 @@ func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, ten
 		s.auditRefusal(ctx, r, action, "channel:"+channel, err)
 		return nil, err
 	}
-	old, err := s.channelTenants(ctx, channel)
+	old, err := s.scope.ChannelTenants(ctx, channel)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +129,7 @@ func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, ten
 		if tenants, err = reconcile.SetChannelTenants(ctx, tx, channel, tenants, r.op.Actor()); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
 			Tenant: auditTenant(append(append([]string{}, old...), tenants...)),
 			Detail: map[string]any{"tenants": tenants, "before": old}})
 	})
@@ -165,27 +167,27 @@ func (s *Server) setChannelPage(c *gin.Context, r *request) error {
 func auditTenant(tenants []string) string {
 	one := ""
 	for _, t := range tenants {
-		if t == AllTenants || (one != "" && t != one) {
-			return AllTenants
+		if t == access.AllTenants || (one != "" && t != one) {
+			return access.AllTenants
 		}
 		one = t
 	}
 	if one == "" {
-		return AllTenants
+		return access.AllTenants
 	}
 	return one
 }
 
 // auditTenantOf is auditTenant of kind:ref's tenant set ("*" when it cannot be resolved).
-func (s *Server) auditTenantOf(ctx context.Context, kind objectKind, ref string) string {
-	ts, err := s.objectTenants(ctx, kind, ref)
+func (s *Server) auditTenantOf(ctx context.Context, kind access.ObjectKind, ref string) string {
+	ts, err := s.scope.Tenants(ctx, kind, ref)
 	if err != nil {
-		return AllTenants
+		return access.AllTenants
 	}
 	return auditTenant(ts)
 }
 
 // channelAuditTenant is auditTenant of a channel account's tenants.
 func (s *Server) channelAuditTenant(ctx context.Context, channel string) string {
-	return s.auditTenantOf(ctx, objChannel, channel)
+	return s.auditTenantOf(ctx, access.ObjChannel, channel)
 }

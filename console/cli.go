@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
@@ -16,10 +17,10 @@ import (
 
 // Everyone is the operator the command line acts as when it holds the database URL and no
 // operator token: every tenant, read-only (an action needs a named operator: Operators.ByToken).
-var Everyone = &Operator{Name: "cli", Role: RoleViewer, Tenants: []string{AllTenants}}
+var Everyone = &access.Operator{Name: "cli", Role: access.RoleViewer, Tenants: []string{access.AllTenants}}
 
 // KeyFor reads one key op may see (ErrNotFound otherwise) and its history, newest last.
-func (s *Server) KeyFor(ctx context.Context, op *Operator, id int64) (*claim.Key, []claim.Event, error) {
+func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*claim.Key, []claim.Event, error) {
 	k, err := s.getKey(ctx, op, id)
 	if err != nil {
 		return nil, nil, err
@@ -30,14 +31,14 @@ func (s *Server) KeyFor(ctx context.Context, op *Operator, id int64) (*claim.Key
 
 // FindingsFor lists up to f.Limit findings op may see, newest first, and the cursor of the next
 // page (0: none): the findings page's listing.
-func (s *Server) FindingsFor(ctx context.Context, op *Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
+func (s *Server) FindingsFor(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
 	return s.listFindings(ctx, op, f)
 }
 
 // PreviewReplay is the replay preview of key id for op (its confirmation token included): the
 // Operation's lookup, read-only.
-func (s *Server) PreviewReplay(ctx context.Context, op *Operator, ip string, id int64) (replay.Preview, error) {
-	if op.Role < RoleOperator {
+func (s *Server) PreviewReplay(ctx context.Context, op *access.Operator, ip string, id int64) (replay.Preview, error) {
+	if op.Role < access.RoleOperator {
 		return replay.Preview{}, ErrForbidden
 	}
 	k, err := s.getKey(ctx, op, id)
@@ -49,8 +50,8 @@ func (s *Server) PreviewReplay(ctx context.Context, op *Operator, ip string, id 
 
 // ConfirmReplay requests the replay of key id under a preview's token, with a reason; dup says
 // the token was used before (the same request, nothing executed again).
-func (s *Server) ConfirmReplay(ctx context.Context, op *Operator, ip string, id int64, token, reason string) (req *replay.Request, dup bool, err error) {
-	if op.Role < RoleOperator {
+func (s *Server) ConfirmReplay(ctx context.Context, op *access.Operator, ip string, id int64, token, reason string) (req *replay.Request, dup bool, err error) {
+	if op.Role < access.RoleOperator {
 		return nil, false, ErrForbidden
 	}
 	k, err := s.getKey(ctx, op, id)
@@ -58,12 +59,12 @@ func (s *Server) ConfirmReplay(ctx context.Context, op *Operator, ip string, id 
 		return nil, false, err
 	}
 	req, dup, err = s.replays.Confirm(ctx, replayActor(op, ip), k, token, reason)
-	return req, dup, replayErr(err)
+	return req, dup, err
 }
 
 // ApproveReplay approves (and so executes) replay request id as op, a second operator.
-func (s *Server) ApproveReplay(ctx context.Context, op *Operator, ip string, id int64) (*replay.Request, error) {
-	if op.Role < RoleOperator {
+func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip string, id int64) (*replay.Request, error) {
+	if op.Role < access.RoleOperator {
 		return nil, ErrForbidden
 	}
 	req, err := s.getReplay(ctx, op, id)
@@ -71,5 +72,5 @@ func (s *Server) ApproveReplay(ctx context.Context, op *Operator, ip string, id 
 		return nil, err
 	}
 	req, err = s.replays.Approve(ctx, replayActor(op, ip), req)
-	return req, replayErr(err)
+	return req, err
 }

@@ -17,6 +17,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
@@ -26,7 +27,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // cheapArgon keeps password hashing fast in tests; production uses DefaultArgon2.
-var cheapArgon = Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}
+var cheapArgon = access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}
 
 var testSecret = []byte("test-digest-secret-0123456789")
 
@@ -41,7 +42,7 @@ type bundle struct {
 	srv    *Server
 	claims *claim.Store
 	ts     *httptest.Server
-	ops    map[string]*Operator
+	ops    map[string]*access.Operator
 	fakeOp *fakeOp
 }
 
@@ -98,7 +99,7 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 	}
 	op := &fakeOp{name: "payment.charge", found: map[string]string{}}
 	cfg := Config{DB: db, Claims: st, Argon2: cheapArgon,
-		Throttle:   ThrottleConfig{UserLimit: 3, IPLimit: 6, Window: time.Minute, Lockout: time.Minute},
+		Throttle:   access.ThrottleConfig{UserLimit: 3, IPLimit: 6, Window: time.Minute, Lockout: time.Minute},
 		Operations: func(name string) (claim.Operation, bool) { return op, name == op.name },
 		Reconcile:  reconcile.Config{Sources: reconcile.SourcePolicy{FileRoot: "/data"}, Keyring: testKeyring}}
 	for _, m := range mod {
@@ -109,7 +110,7 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	b := &bundle{t: t, db: db, srv: srv, claims: st, ops: map[string]*Operator{}}
+	b := &bundle{t: t, db: db, srv: srv, claims: st, ops: map[string]*access.Operator{}}
 	b.ts = httptest.NewServer(srv.Handler())
 	t.Cleanup(b.ts.Close)
 	b.fakeOp = op
@@ -117,9 +118,9 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 }
 
 // addOperator creates an operator with password "correct horse battery".
-func (b *bundle) addOperator(name string, role Role, tenants ...string) *Operator {
+func (b *bundle) addOperator(name string, role access.Role, tenants ...string) *access.Operator {
 	b.t.Helper()
-	o, err := b.srv.ops.Add(context.Background(), Change{Actor: "test"}, NewOperator{Name: name,
+	o, err := b.srv.ops.Add(context.Background(), access.Change{Actor: "test"}, access.NewOperator{Name: name,
 		Password: "correct horse battery", Role: role, Tenants: tenants})
 	if err != nil {
 		b.t.Fatal(err)
@@ -147,11 +148,11 @@ func (b *bundle) signIn(name string) *client {
 	b.t.Helper()
 	c := b.client()
 	o := b.ops[name]
-	id, err := b.srv.sessions.create(context.Background(), o, "127.0.0.1", "test")
+	id, err := b.srv.sessions.Create(context.Background(), o, "127.0.0.1", "test")
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	sess, err := b.srv.sessions.load(context.Background(), id)
+	sess, err := b.srv.sessions.Load(context.Background(), id)
 	if err != nil {
 		b.t.Fatal(err)
 	}

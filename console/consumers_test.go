@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 )
 
@@ -14,8 +15,8 @@ import (
 func TestConsumers_PageIsTenantScoped(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("vic", RoleViewer, "acme")
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("vic", access.RoleViewer, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	ctx := context.Background()
 	for _, c := range []claim.Consumed{
 		{Consumer: "fulfillment", Tenant: "acme", BusinessKey: "pay_acme_1", MessageID: "m1"},

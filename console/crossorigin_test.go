@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // A browser's cross-site POST is refused 403 by http.CrossOriginProtection even with the right
@@ -13,7 +15,7 @@ import (
 func TestCrossOriginProtection_RefusesCrossSitePosts(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("vera", RoleViewer, "acme")
+	b.addOperator("vera", access.RoleViewer, "acme")
 	c := b.signIn("vera")
 	logout := func(headers ...string) resp {
 		t.Helper()

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/retention"
 )
@@ -18,8 +19,8 @@ import (
 func TestDangerousActions_AskFirstAndNameTheConsequence(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "k-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
 	if err := daemon.SaveSchedule(context.Background(), b.db, daemon.ScheduleSpec{Name: "reclaim", Job: "reclaim", Spec: "@every 1m"}); err != nil {
 		t.Fatal(err)

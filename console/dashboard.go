@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
@@ -21,7 +22,7 @@ import (
 const dashboardWindow = 24 * time.Hour
 
 // scopeSQL is the tenant condition for op ("true" for every tenant) and its arguments.
-func scopeSQL(op *Operator) (string, []any) {
+func scopeSQL(op *access.Operator) (string, []any) {
 	cond, args, _ := keyScope(op).SQL()
 	return cond, args
 }

@@ -2,61 +2,45 @@ package console
 
 import (
 	"context"
+	"errors"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
-// Errors the console's methods return, each with its kind (package errs). The kind decides the
-// HTTP status and the public message in errs' one table; a Sentence is shown alone, the others
-// with the context wrapped around them.
+// Errors the console's own methods return, each with its kind (package errs). The kind decides
+// the HTTP status and the public message in errs' one table; a Sentence is shown alone, the
+// others with the context wrapped around them. Bad input is an *errs.FieldError naming the
+// field (inputErr), a guard's refusal an *errs.RefusedError (refused); sign-in, session and
+// scope errors are access's.
 var (
-	// ErrUnauthenticated: no valid session or token (pages redirect to /login, the API answers 401).
-	ErrUnauthenticated = errs.Sentence(errs.Unauthorized, "sign-in required")
 	// ErrForbidden: the operator's role does not allow the action.
 	ErrForbidden = errs.Sentence(errs.Forbidden, "not allowed for your role")
-	// ErrCSRF: a state-changing form arrived without the session's token.
-	ErrCSRF = errs.Sentence(errs.Forbidden, "missing or wrong form token; reload the page and try again")
-	// ErrNotFound: no such thing, or one the operator may not see (the two are not told apart).
-	ErrNotFound = errs.New(errs.NotFound, "not found")
-	// ErrInvalidInput: a field of a form or query is malformed (see InputError).
-	ErrInvalidInput = errs.New(errs.Invalid, "invalid input")
-	// ErrThrottled: too many failed sign-ins for this user or address.
-	ErrThrottled = errs.Sentence(errs.Throttled, "too many failed sign-ins; try again later")
-	// ErrBadCredentials: wrong name or password, or a disabled operator.
-	ErrBadCredentials = errs.Sentence(errs.Unauthorized, "wrong name or password")
-	// ErrConflict: the thing already exists (an operator name).
-	ErrConflict = errs.Sentence(errs.Conflict, "already exists")
-	// ErrRefused: a guard refused the action in the target's current state (see RefusedError).
-	ErrRefused = errs.New(errs.Conflict, "refused")
+	// ErrNotFound: no such thing, or one the operator may not see (the two are not told apart);
+	// the same sentinel as access's, so a missing route object and one out of scope look alike.
+	ErrNotFound = access.ErrNotFound
 	// ErrTooLarge: an upload is over its size limit.
 	ErrTooLarge = errs.New(errs.TooLarge, "upload too large")
 )
 
-// InputError names the field that was wrong. Why is the reason as a phrase the console shows in
-// the operator's language; Reason is its English text.
-type InputError struct {
-	Field  string
-	Reason string
-	Why    errs.Phrase
+// inputErr is bad input naming its field (400).
+func inputErr(field, format string, args ...any) error { return errs.Fieldf(field, format, args...) }
+
+// refused is a guard's refusal (409) with the reason an operator can act on.
+func refused(format string, args ...any) error { return errs.Refusedf(format, args...) }
+
+// isRefusal reports whether err is a guard's refusal (any package's).
+func isRefusal(err error) bool {
+	var re *errs.RefusedError
+	return errors.As(err, &re)
 }
 
-func (e *InputError) Error() string { return e.Field + ": " + e.Reason }
-func (e *InputError) Unwrap() error { return ErrInvalidInput }
-
-// ErrorKind is invalid; the error's text is what a user is shown.
-func (e *InputError) ErrorKind() errs.Kind { return errs.Invalid }
-
-// Phrasing is "field: reason".
-func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
-
-func inputErr(field, format string, args ...any) error {
-	why := errs.Phrasef(format, args...)
-	return &InputError{Field: field, Reason: why.String(), Why: why}
+// isFieldError reports whether err is bad input naming a field (any package's).
+func isFieldError(err error) bool {
+	var fe *errs.FieldError
+	return errors.As(err, &fe)
 }
-
-// ErrorKind is the kind of the refusal (conflict, or forbidden); its reason is what a user is shown.
-func (e *RefusedError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
 
 // statusOf is the HTTP status for err, from the kind it carries (errs' table).
 func statusOf(err error) int { return errs.Status(err) }

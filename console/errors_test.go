@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
@@ -23,12 +26,12 @@ func TestErrors_EveryPackagesErrorsAnswerByTheirKind(t *testing.T) {
 		status  int
 		message string
 	}{
-		{ErrUnauthenticated, 401, "sign-in required"},
-		{&ThrottledError{}, 429, "too many failed sign-ins; try again later"},
-		{fmt.Errorf("%w (cookie missing)", ErrCSRF), 403, ErrCSRF.Error()},
-		{&RefusedError{Reason: "you requested it; another operator approves", Kind: ErrForbidden}, 403, "you requested it; another operator approves"},
+		{access.ErrUnauthenticated, 401, "sign-in required"},
+		{&access.ThrottledError{}, 429, "too many failed sign-ins; try again later"},
+		{fmt.Errorf("%w (cookie missing)", access.ErrCSRF), 403, access.ErrCSRF.Error()},
+		{errs.Refused(errs.Forbidden, errs.Verbatim("you requested it; another operator approves")), 403, "you requested it; another operator approves"},
 		{fmt.Errorf("replay: %w", refused("the key is quarantined until 12:00")), 409, "the key is quarantined until 12:00"},
-		{fmt.Errorf("operator alice: %w", ErrConflict), 409, "already exists"},
+		{fmt.Errorf("operator alice: %w", access.ErrConflict), 409, "already exists"},
 		{fmt.Errorf("key 9: %w", claim.ErrNotFound), 404, "not found"},
 		{fmt.Errorf("policy: %w", retention.ErrPolicyNotFound), 404, "not found"},
 		{fmt.Errorf("run 4: %w", reconcile.ErrNotFound), 404, "not found"},
@@ -43,7 +46,7 @@ func TestErrors_EveryPackagesErrorsAnswerByTheirKind(t *testing.T) {
 		{fmt.Errorf("%w: finding 4", reconcile.ErrClosed), 409, "finding already closed: finding 4"},
 		{fmt.Errorf("%w: the key is not failed", reconcile.ErrCannotRecover), 409, "cannot recover: the key is not failed"},
 		{fmt.Errorf("load: %w", context.DeadlineExceeded), 500, internal},
-		{ErrNoAuditKey, 500, internal},
+		{audit.ErrNoKey, 500, internal},
 		// New with the one vocabulary: these were 500s.
 		{fmt.Errorf("schedule: %w", daemon.ErrUnknownSchedule), 404, "not found"},
 		{fmt.Errorf("replay: %w", claim.ErrLeaseLost), 409, "replay: lease lost"},
@@ -62,8 +65,8 @@ func TestErrors_EveryPackagesErrorsAnswerByTheirKind(t *testing.T) {
 func TestAPIErrors_NameTheirType(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("bot", RoleViewer, "acme")
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "bot", "ci", 0)
+	b.addOperator("bot", access.RoleViewer, "acme")
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "bot", "ci", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 var hrefPattern = regexp.MustCompile(`(?:href|action|hx-get|hx-post)="([^"]*)"`)
@@ -18,8 +20,8 @@ var hrefPattern = regexp.MustCompile(`(?:href|action|hx-get|hx-post)="([^"]*)"`)
 func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("acme-op", RoleOperator, "acme")
-	b.addOperator("globex-op", RoleOperator, "globex")
+	b.addOperator("acme-op", access.RoleOperator, "acme")
+	b.addOperator("globex-op", access.RoleOperator, "globex")
 	b.setChannel("stripe", "acme")
 	long := "order-ACME-0001-a-key-long-enough-to-be-truncated"
 	a := b.seedKey("acme", "payment.charge", long, `{"amount":12000,"currency":"IDR"}`, true)
@@ -108,7 +110,7 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 func TestReconRunPage_ExplainsMatchedAndFindings(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	run := b.seedReconRun("stripe") // 3 parsed, 3 loaded, 2 matched, 1 CHANNEL_ONLY
 	page := b.signIn("v").get(fmt.Sprintf("/reconcile/runs/%d", run))
 	if page.Status != 200 {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -42,16 +43,16 @@ func FuzzConsoleQuery(f *testing.F) {
 	}
 	f.Cleanup(srv.Close)
 	ctx := context.Background()
-	root, err := srv.ops.Add(ctx, Change{Actor: "test"}, NewOperator{Name: "root", Password: "correct horse battery",
-		Role: RoleAdmin, Tenants: []string{AllTenants}})
+	root, err := srv.ops.Add(ctx, access.Change{Actor: "test"}, access.NewOperator{Name: "root", Password: "correct horse battery",
+		Role: access.RoleAdmin, Tenants: []string{access.AllTenants}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	cookie, err := srv.sessions.create(ctx, root, "127.0.0.1", "fuzz")
+	cookie, err := srv.sessions.Create(ctx, root, "127.0.0.1", "fuzz")
 	if err != nil {
 		f.Fatal(err)
 	}
-	token, err := srv.ops.CreateToken(ctx, Change{Actor: "test"}, "root", "fuzz", 0)
+	token, err := srv.ops.CreateToken(ctx, access.Change{Actor: "test"}, "root", "fuzz", 0)
 	if err != nil {
 		f.Fatal(err)
 	}

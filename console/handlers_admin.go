@@ -9,6 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
@@ -22,8 +24,8 @@ var notices = map[string]string{
 }
 
 func roleNames() []string {
-	out := make([]string, len(Roles))
-	for i, r := range Roles {
+	out := make([]string, len(access.Roles))
+	for i, r := range access.Roles {
 		out[i] = r.String()
 	}
 	return out
@@ -68,26 +70,25 @@ func (s *Server) adminError(c *gin.Context, r *request, err error) error {
 }
 
 // grantable checks that an admin grants only tenants they may see themselves.
-func grantable(admin *Operator, tenants []string) error {
+func grantable(admin *access.Operator, tenants []string) error {
 	for _, t := range tenants {
 		if !admin.MaySee(t) {
-			why := errs.Phrasef("you may not grant tenant %q: it is not one of yours", t)
-			return &RefusedError{Reason: why.String(), Kind: ErrForbidden, Why: why}
+			return errs.Refused(errs.Forbidden, errs.Phrasef("you may not grant tenant %q: it is not one of yours", t))
 		}
 	}
 	return nil
 }
 
-func (s *Server) change(r *request) Change {
-	return Change{Actor: r.op.Actor(), IP: r.ip, Scope: r.op.Tenants}
+func (s *Server) change(r *request) access.Change {
+	return access.Change{Actor: r.op.Actor(), IP: r.ip, Scope: r.op.Tenants}
 }
 
 func (s *Server) addOperator(c *gin.Context, r *request) error {
-	role, err := ParseRole(c.PostForm("role"))
+	role, err := access.ParseRole(c.PostForm("role"))
 	if err != nil {
 		return s.adminError(c, r, err)
 	}
-	tenants, err := ParseTenants(c.PostForm("tenants"))
+	tenants, err := access.ParseTenants(c.PostForm("tenants"))
 	if err != nil {
 		return s.adminError(c, r, err)
 	}
@@ -97,7 +98,7 @@ func (s *Server) addOperator(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	_, err = s.ops.Add(ctx, s.change(r), NewOperator{Name: strings.TrimSpace(c.PostForm("name")),
+	_, err = s.ops.Add(ctx, s.change(r), access.NewOperator{Name: strings.TrimSpace(c.PostForm("name")),
 		Password: c.PostForm("password"), Role: role, Tenants: tenants})
 	if err != nil {
 		return s.adminError(c, r, err)
@@ -108,7 +109,7 @@ func (s *Server) addOperator(c *gin.Context, r *request) error {
 
 // target loads the operator the route names, for the acting operator (see loadOperatorFor); a
 // refusal is audited under action.
-func (s *Server) target(c *gin.Context, r *request, action string) (*Operator, error) {
+func (s *Server) target(c *gin.Context, r *request, action string) (*access.Operator, error) {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	o, err := s.loadOperatorFor(ctx, r, c.Param("id"))
@@ -127,7 +128,7 @@ func (s *Server) refuse(c *gin.Context, r *request, action, target string, err e
 
 // refusable reports whether err is a refusal worth an audit row (not a malformed form).
 func refusable(err error) bool {
-	return errors.Is(err, ErrForbidden) || errors.Is(err, ErrRefused) || errors.Is(err, ErrNotFound)
+	return errors.Is(err, ErrForbidden) || isRefusal(err) || errors.Is(err, ErrNotFound)
 }
 
 func (s *Server) setAccess(c *gin.Context, r *request) error {
@@ -135,11 +136,11 @@ func (s *Server) setAccess(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	role, err := ParseRole(c.PostForm("role"))
+	role, err := access.ParseRole(c.PostForm("role"))
 	if err != nil {
 		return s.adminError(c, r, err)
 	}
-	tenants, err := ParseTenants(c.PostForm("tenants"))
+	tenants, err := access.ParseTenants(c.PostForm("tenants"))
 	if err != nil {
 		return s.adminError(c, r, err)
 	}
@@ -147,7 +148,7 @@ func (s *Server) setAccess(c *gin.Context, r *request) error {
 		s.refuse(c, r, "operator.set_access", "operator:"+o.Name, err)
 		return s.adminError(c, r, err)
 	}
-	if o.ID == r.op.ID && role < RoleAdmin {
+	if o.ID == r.op.ID && role < access.RoleAdmin {
 		return s.adminError(c, r, inputErr("role", "you cannot lower your own role (ask another admin)"))
 	}
 	ctx, cancel := s.ctx(c)
@@ -222,7 +223,7 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
 	v := templates.AuditView{Search: templates.AuditSearch{Actor: q.Get("actor"), Action: q.Get("action"),
 		Tenant: q.Get("tenant"), Target: q.Get("target"), From: q.Get("from"), To: q.Get("to")}, IsFirst: q.Get("before") == ""}
-	f := AuditFilter{Actor: v.Search.Actor, Action: v.Search.Action, Tenant: v.Search.Tenant, Target: v.Search.Target}
+	f := audit.Filter{Actor: v.Search.Actor, Action: v.Search.Action, Tenant: v.Search.Tenant, Target: v.Search.Target}
 	if !r.op.SeesAllTenants() {
 		f.Tenants = r.op.Tenants
 	}

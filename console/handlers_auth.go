@@ -12,6 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -50,7 +52,7 @@ func (s *Server) loginForm(c *gin.Context, _ *request) error {
 	if cookie, err := c.Cookie(sessionCookie); err == nil {
 		ctx, cancel := s.ctx(c)
 		defer cancel()
-		if _, err := s.sessions.load(ctx, cookie); err == nil {
+		if _, err := s.sessions.Load(ctx, cookie); err == nil {
 			c.Redirect(http.StatusSeeOther, safeNext(c.Query("next")))
 			return nil
 		}
@@ -60,7 +62,7 @@ func (s *Server) loginForm(c *gin.Context, _ *request) error {
 }
 
 func (s *Server) showLogin(c *gin.Context, status int, next, name, msg string) {
-	token := randomSecret(24)
+	token := access.RandomSecret(24)
 	s.setCookie(c, loginCookie, token, 3600)
 	s.render(c, status, templates.LoginPage(templates.LoginView{Name: name, CSRF: token, Next: safeNext(next), Error: msg,
 		SSO: s.sso != nil, PasswordOff: s.cfg.DisableLocalLogin}))
@@ -72,13 +74,13 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	cookie, _ := c.Cookie(loginCookie)
 	form := c.PostForm("csrf")
 	if cookie == "" || subtle.ConstantTimeCompare([]byte(cookie), []byte(form)) != 1 {
-		return ErrCSRF
+		return access.ErrCSRF
 	}
 	name, password, next := strings.TrimSpace(c.PostForm("name")), c.PostForm("password"), c.PostForm("next")
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	if s.cfg.DisableLocalLogin {
-		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.refused",
+		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.refused",
 			Target: "operator:" + truncate(name, 64), Detail: map[string]any{"reason": "password sign-in is turned off"}}); err != nil {
 			return err
 		}
@@ -87,18 +89,18 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	}
 	// The attempt is counted before the password is checked, so parallel attempts past the
 	// limit are refused without spending a check (see throttle.attempt).
-	started, err := s.throttle.attempt(ctx, name, r.ip)
+	started, err := s.throttle.Attempt(ctx, name, r.ip)
 	if started {
 		s.cfg.Logger.Warn("sign-in locked out", "ip", r.ip)
-		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
+		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
 			Target: "operator:" + truncate(name, 64)}); err != nil {
 			return err
 		}
 	}
-	var te *ThrottledError
+	var te *access.ThrottledError
 	if errors.As(err, &te) {
 		s.metrics.logins.WithLabelValues("throttled").Inc()
-		c.Header("Retry-After", strconv.Itoa(te.retryAfterSeconds()))
+		c.Header("Retry-After", strconv.Itoa(te.RetryAfterSeconds()))
 		s.showLogin(c, http.StatusTooManyRequests, next, name, te.Error())
 		return nil
 	}
@@ -106,22 +108,22 @@ func (s *Server) login(c *gin.Context, r *request) error {
 		return err
 	}
 	op, err := s.ops.Authenticate(ctx, name, password)
-	if errors.Is(err, ErrBadCredentials) {
+	if errors.Is(err, access.ErrBadCredentials) {
 		s.metrics.logins.WithLabelValues("failure").Inc()
-		s.showLogin(c, http.StatusUnauthorized, next, name, ErrBadCredentials.Error())
+		s.showLogin(c, http.StatusUnauthorized, next, name, access.ErrBadCredentials.Error())
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.throttle.succeed(ctx, op.Name, r.ip); err != nil {
+	if err := s.throttle.Succeed(ctx, op.Name, r.ip); err != nil {
 		return err
 	}
-	id, err := s.sessions.create(ctx, op, r.ip, c.Request.UserAgent())
+	id, err := s.sessions.Create(ctx, op, r.ip, c.Request.UserAgent())
 	if err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, Entry{Actor: op.Actor(), IP: r.ip, Action: "login"}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login"}); err != nil {
 		return err
 	}
 	s.metrics.logins.WithLabelValues("success").Inc()
@@ -134,10 +136,10 @@ func (s *Server) login(c *gin.Context, r *request) error {
 func (s *Server) logout(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.sessions.delete(ctx, r.sess); err != nil {
+	if err := s.sessions.Delete(ctx, r.sess); err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "logout"}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "logout"}); err != nil {
 		return err
 	}
 	s.setCookie(c, sessionCookie, "", -1)

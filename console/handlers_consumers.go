@@ -6,13 +6,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim/consume"
 	"github.com/idemops/idemops/templates"
 )
 
 // consumerTenants is what consume's queries take for op: nil for every tenant, else op's list
 // (empty: none).
-func consumerTenants(op *Operator) []string {
+func consumerTenants(op *access.Operator) []string {
 	if op.SeesAllTenants() {
 		return nil
 	}

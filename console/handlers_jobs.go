@@ -14,6 +14,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
 )
@@ -81,7 +83,7 @@ func jobRunRow(ctx context.Context, r daemon.Run) templates.RunRow {
 	return row
 }
 
-func (s *Server) runsView(ctx context.Context, op *Operator, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
+func (s *Server) runsView(ctx context.Context, op *access.Operator, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
 	runs, err := s.visibleJobRuns(ctx, op, f)
 	if err != nil {
 		return templates.RunsView{}, err
@@ -112,7 +114,7 @@ func runQuery(f daemon.RunFilter) string {
 }
 
 func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (templates.JobsView, error) {
-	v := templates.JobsView{CanRun: r.op.Role >= RoleOperator, CanPause: r.op.Role >= RoleAdmin}
+	v := templates.JobsView{CanRun: r.op.Role >= access.RoleOperator, CanPause: r.op.Role >= access.RoleAdmin}
 	leader, err := daemon.Leader(ctx, s.db)
 	if err != nil {
 		return v, err
@@ -238,7 +240,7 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 		return inputErr("name", "name the schedule (1–128 characters)")
 	}
 	// The schedule's scope: a recon job's is its channel account's, the others' every tenant's.
-	if err := s.authorize(ctx, r, "job."+action, objSchedule, name); err != nil {
+	if err := s.authorize(ctx, r, "job."+action, access.ObjSchedule, name); err != nil {
 		return err
 	}
 	apply := map[string]func(context.Context, *gorm.DB, string) error{
@@ -250,8 +252,8 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 			}
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, objSchedule, name)})
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
+			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, access.ObjSchedule, name)})
 	})
 }
 
@@ -327,9 +329,9 @@ func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[strin
 		if _, ok := out[n]; ok {
 			continue
 		}
-		ts, err := s.objectTenants(ctx, objSchedule, n)
+		ts, err := s.scope.Tenants(ctx, access.ObjSchedule, n)
 		if errors.Is(err, ErrNotFound) {
-			ts, err = []string{everyTenant}, nil // a recon job deleted since: "*" only
+			ts, err = []string{access.EveryTenant}, nil // a recon job deleted since: "*" only
 		}
 		if err != nil {
 			return nil, err
@@ -340,27 +342,27 @@ func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[strin
 }
 
 // visibleSchedules lists the schedules op may see (configuration: sharing a tenant suffices).
-func (s *Server) visibleSchedules(ctx context.Context, op *Operator) ([]daemon.Schedule, error) {
+func (s *Server) visibleSchedules(ctx context.Context, op *access.Operator) ([]daemon.Schedule, error) {
 	all, err := daemon.ListSchedules(ctx, s.db)
 	if err != nil {
 		return nil, err
 	}
-	return visibleBySchedule(ctx, s, op, all, objSchedule, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+	return visibleBySchedule(ctx, s, op, all, access.ObjSchedule, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
 }
 
 // visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
 // stats count the keys of every tenant of its schedule).
-func (s *Server) visibleJobRuns(ctx context.Context, op *Operator, f daemon.RunFilter) ([]daemon.Run, error) {
+func (s *Server) visibleJobRuns(ctx context.Context, op *access.Operator, f daemon.RunFilter) ([]daemon.Run, error) {
 	runs, err := daemon.ListRuns(ctx, s.db, f)
 	if err != nil {
 		return nil, err
 	}
-	return visibleBySchedule(ctx, s, op, runs, objJobRun, func(r daemon.Run) (string, string) { return r.Schedule, "" })
+	return visibleBySchedule(ctx, s, op, runs, access.ObjJobRun, func(r daemon.Run) (string, string) { return r.Schedule, "" })
 }
 
 // visibleBySchedule keeps the items op may see as objects of kind whose tenants are their
 // schedule's; ref gives an item's schedule and its name in refusals.
-func visibleBySchedule[T any](ctx context.Context, s *Server, op *Operator, items []T, kind objectKind,
+func visibleBySchedule[T any](ctx context.Context, s *Server, op *access.Operator, items []T, kind access.ObjectKind,
 	ref func(T) (schedule, name string)) ([]T, error) {
 	names := make([]string, len(items))
 	for i, it := range items {
@@ -373,7 +375,7 @@ func visibleBySchedule[T any](ctx context.Context, s *Server, op *Operator, item
 	out := items[:0]
 	for _, it := range items {
 		schedule, name := ref(it)
-		if decide(op, kind, name, tenants[schedule], false) == nil {
+		if access.Decide(op, kind, name, tenants[schedule], false) == nil {
 			out = append(out, it)
 		}
 	}

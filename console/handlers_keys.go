@@ -13,6 +13,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/money"
@@ -60,7 +62,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 		v.BulkFields = append(v.BulkFields, templates.Field{Name: name, Value: vals[0]})
 	}
 	sort.Slice(v.BulkFields, func(i, j int) bool { return v.BulkFields[i].Name < v.BulkFields[j].Name })
-	if r.op.Role >= RoleOperator && len(rows) > 0 {
+	if r.op.Role >= access.RoleOperator && len(rows) > 0 {
 		v.BulkCap = s.cfg.BulkCap
 		if v.IsFirst && next == nil && len(rows) <= s.cfg.BulkCap {
 			v.Matching = len(rows)
@@ -131,8 +133,8 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 	v := templates.KeyView{Key: k, Events: evs,
 		Request:   templates.Body{Name: "Request", Present: len(k.Request) > 0, Size: len(k.Request)},
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
-		CanReveal: r.op.Role >= RoleOperator, CanCheck: r.op.Role >= RoleOperator,
-		CanReplay: r.op.Role >= RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= RoleAdmin}
+		CanReveal: r.op.Role >= access.RoleOperator, CanCheck: r.op.Role >= access.RoleOperator,
+		CanReplay: r.op.Role >= access.RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= access.RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
 	v.Summary = s.intentSummary(k)
 	answers, err := s.claims.Answers(ctx, k.ID)
@@ -142,7 +144,7 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 	if v.Related, err = s.keyRelated(ctx, r.op, k); err != nil {
 		return templates.KeyView{}, err
 	}
-	v.EventLinks = eventLinks(evs, k.ID, r.op.Role >= RoleOperator)
+	v.EventLinks = eventLinks(evs, k.ID, r.op.Role >= access.RoleOperator)
 	for _, a := range answers {
 		v.Answers = append(v.Answers, templates.AnswerRow{Kind: string(a.Kind), Status: a.Status, Count: a.Count,
 			First: a.FirstAt, Last: a.LastAt})
@@ -208,7 +210,7 @@ func (s *Server) reveal(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.reveal",
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.reveal",
 		Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
 		Detail: map[string]any{"digest": k.KeyDigest, "operation": k.Operation, "fields": []string{"request", "response"}}}); err != nil {
 		return err
@@ -277,7 +279,7 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 	if err := s.claims.RecordEvent(ctx, k.ID, "downstream_checked", r.op.Actor(), detail); err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.check_downstream",
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.check_downstream",
 		Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
 		Detail: map[string]any{"digest": k.KeyDigest, "answer": answer}}); err != nil {
 		return err
@@ -296,7 +298,7 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 }
 
 // lookup runs the Operation's read-only Lookup with the lease fields taken from the key.
-func (s *Server) lookup(parent context.Context, op *Operator, k *claim.Key) templates.CheckView {
+func (s *Server) lookup(parent context.Context, op *access.Operator, k *claim.Key) templates.CheckView {
 	v := templates.CheckView{Done: true}
 	if s.cfg.Operations == nil {
 		v.Error = errs.Phrasef("this console has no downstream operations configured")

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
@@ -54,11 +54,11 @@ func counts(m map[string]int, labels map[string]string) []templates.Count {
 
 // replayRow is r as shown in ctx's language: what it replays and how it ended are said from
 // their stored phrases; a request stored before them shows its English text.
-func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *Operator) templates.ReplayRow {
+func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *access.Operator) templates.ReplayRow {
 	row := templates.ReplayRow{ID: r.ID, Href: fmt.Sprintf("/replays/%d", r.ID), KeyID: r.KeyID,
 		KeyHref: fmt.Sprintf("/keys/%d", r.KeyID), Tenant: r.Tenant, DigestShort: r.KeyDigest[:12], Requester: r.Requester,
 		Reason: r.Reason, Action: storedText(ctx, r.PreviewPhrase, &r.Preview), State: r.State, NeedsApproval: r.NeedsApproval,
-		CreatedAt: r.CreatedAt, CanApprove: r.State == "pending" && op.Role >= RoleOperator && op.ID != r.RequestedBy}
+		CreatedAt: r.CreatedAt, CanApprove: r.State == "pending" && op.Role >= access.RoleOperator && op.ID != r.RequestedBy}
 	if r.Approver != nil {
 		row.Approver = *r.Approver
 	}
@@ -96,12 +96,12 @@ func (s *Server) confirm(c *gin.Context, r *request, keyID int64, token, reason 
 }
 
 // getReplay reads a request op may see (another tenant's is ErrNotFound).
-func (s *Server) getReplay(ctx context.Context, op *Operator, id int64) (*replay.Request, error) {
+func (s *Server) getReplay(ctx context.Context, op *access.Operator, id int64) (*replay.Request, error) {
 	req, err := s.replays.Request(ctx, id)
 	if err != nil {
-		return nil, replayErr(err)
+		return nil, err
 	}
-	if err := decide(op, objReplay, strconv.FormatInt(id, 10), []string{req.Tenant}, false); err != nil {
+	if err := access.Decide(op, access.ObjReplay, strconv.FormatInt(id, 10), []string{req.Tenant}, false); err != nil {
 		return nil, err
 	}
 	return req, nil
@@ -139,7 +139,7 @@ func (s *Server) previewBulk(c *gin.Context, r *request, f KeyFilter, ids []int6
 		return nil, err
 	}
 	p, err := s.replays.PreviewBulk(ctx, actorOf(r), sel)
-	return p, replayErr(err)
+	return p, err
 }
 
 // startBulk starts a previewed bulk replay as a daemon job (POST /replays/bulk/start, POST
@@ -148,7 +148,7 @@ func (s *Server) startBulk(c *gin.Context, r *request, plan, token, reason strin
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	run, err := s.replays.StartBulk(ctx, actorOf(r), plan, token, reason)
-	return run, replayErr(err)
+	return run, err
 }
 
 // bulkParam reads the run named by {id} and its items (GET /replays/bulk/{id}[/progress], GET
@@ -170,7 +170,7 @@ func (s *Server) bulkParam(ctx context.Context, c *gin.Context, r *request) (*re
 func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key, p replay.Preview) (templates.ReplayPreviewView, error) {
 	v := templates.ReplayPreviewView{Key: k, Preview: templates.ReplayPreviewData{Allowed: p.Allowed, Outcome: string(p.Outcome),
 		Text: templates.Say(ctx, p.Why), Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
-	if r.op.Role >= RoleAdmin && k.Replayable() {
+	if r.op.Role >= access.RoleAdmin && k.Replayable() {
 		v.CanMarkFinal, v.FinalToken = true, s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
 		v.ReleaseToken = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
 	}
@@ -209,8 +209,7 @@ func (s *Server) confirmReplay(c *gin.Context, r *request) error {
 		return err
 	}
 	req, _, err := s.confirm(c, r, id, c.PostForm("token"), c.PostForm("reason"))
-	var re *RefusedError
-	if errors.As(err, &re) || errors.Is(err, ErrInvalidInput) {
+	if isRefusal(err) || isFieldError(err) {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 		defer cancel()
 		k, p, kerr := s.previewAction(ctx, c, r)
@@ -312,7 +311,7 @@ func (s *Server) adminKeyPage(c *gin.Context, r *request, act keyAction) error {
 }
 
 // keyAction is an administrator's action on one key, confirmed by the token of its preview.
-type keyAction func(ctx context.Context, op *Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)
+type keyAction func(ctx context.Context, op *access.Operator, ip string, keyID int64, token, reason string) (*claim.Key, error)
 
 // runKeyAction runs act on the key the path names, for the page and the API alike.
 func (s *Server) runKeyAction(c *gin.Context, r *request, act keyAction, token, reason string) (*claim.Key, error) {
@@ -394,7 +393,7 @@ func (s *Server) bulkPreviewPage(c *gin.Context, r *request) error {
 }
 
 // bulkPlanView is the preview page of a plan: counts, keys, and the start form.
-func (s *Server) bulkPlanView(ctx context.Context, p *replay.BulkPlan, op *Operator) templates.BulkView {
+func (s *Server) bulkPlanView(ctx context.Context, p *replay.BulkPlan, op *access.Operator) templates.BulkView {
 	v := templates.BulkView{Preview: true, StartHref: "/replays/bulk/start", FilterHref: "/keys?" + p.Filter,
 		Filter: p.Filter, State: "preview", Operator: op.Name, Total: p.Total, Capped: p.Capped, Cap: s.cfg.BulkCap,
 		Selected: p.Selected, Plan: p.Plan, Token: p.Token, Expires: p.Expires}

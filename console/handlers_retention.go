@@ -12,6 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/retention"
@@ -47,7 +49,7 @@ func floorForm(f retention.Floor) templates.FloorForm {
 
 // retentionView reads the policies, the floor and one page of purge history (before: keyset).
 func (s *Server) retentionView(ctx context.Context, r *request, before int64) (templates.RetentionView, error) {
-	v := templates.RetentionView{States: retentionStates(), CanEdit: r.op.Role >= RoleAdmin,
+	v := templates.RetentionView{States: retentionStates(), CanEdit: r.op.Role >= access.RoleAdmin,
 		Form: templates.PolicyForm{Operation: retention.AllOperations, State: string(claim.StateCompleted)}}
 	set, err := retention.ListPolicies(ctx, s.db)
 	if err != nil {
@@ -115,7 +117,7 @@ func (s *Server) retentionPage(c *gin.Context, r *request) error {
 // the dry run was asked for).
 func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*retention.Report, error) {
 	// A dry run counts what the policies (every tenant's) would purge of every tenant's keys.
-	if err := s.authorize(ctx, r, "retention.preview", objPolicy, "purge"); err != nil {
+	if err := s.authorize(ctx, r, "retention.preview", access.ObjPolicy, "purge"); err != nil {
 		return nil, err
 	}
 	operation = strings.TrimSpace(operation)
@@ -177,7 +179,7 @@ func (e *shorterError) Error() string { return e.why.String() }
 // the default periods needs confirmed (the API takes the periods as given).
 func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy, confirmed bool) error {
 	// A policy applies to every tenant's keys: only an administrator of every tenant changes it.
-	if err := s.authorize(ctx, r, "retention.policy.save", objPolicy, p.Operation+"/"+string(p.State)); err != nil {
+	if err := s.authorize(ctx, r, "retention.policy.save", access.ObjPolicy, p.Operation+"/"+string(p.State)); err != nil {
 		return err
 	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -187,7 +189,7 @@ func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy,
 		if why := s.shorterThanDefault(p); why.Format != "" && !confirmed {
 			return &shorterError{why}
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
 			Detail: map[string]any{"keep_response": retention.FormatPeriod(p.KeepResponse), "keep_key": retention.FormatPeriod(p.KeepKey)}})
 	})
@@ -248,14 +250,14 @@ func (s *Server) shorterThanDefault(p retention.Policy) errs.Phrase {
 }
 
 func (s *Server) deletePolicy(ctx context.Context, r *request, operation string, state claim.State) error {
-	if err := s.authorize(ctx, r, "retention.policy.delete", objPolicy, operation+"/"+string(state)); err != nil {
+	if err := s.authorize(ctx, r, "retention.policy.delete", access.ObjPolicy, operation+"/"+string(state)); err != nil {
 		return err
 	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.delete",
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.delete",
 			Target: "policy:" + operation + "/" + string(state)})
 	})
 }
@@ -292,7 +294,7 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 		ReconciliationLag: c.PostForm("reconciliation_lag")}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.authorize(ctx, r, "retention.floor.set", objPolicy, "floor"); err != nil {
+	if err := s.authorize(ctx, r, "retention.floor.set", access.ObjPolicy, "floor"); err != nil {
 		return err
 	}
 	f, err := floorInput(ff)
@@ -301,7 +303,7 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 			if err := retention.SetFloor(ctx, tx, f, r.op.Actor()); err != nil {
 				return err
 			}
-			return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.floor.set", Target: "floor",
+			return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.floor.set", Target: "floor",
 				Detail: map[string]any{"client_retry": retention.FormatPeriod(f.ClientRetry), "backfill": retention.FormatPeriod(f.Backfill),
 					"reconciliation_lag": retention.FormatPeriod(f.ReconciliationLag)}})
 		})
@@ -334,7 +336,7 @@ func (s *Server) setHold(ctx context.Context, r *request, id int64, hold bool, r
 		if changed, err = retention.SetLegalHold(ctx, tx, k.ID, hold, r.op.Actor(), reason); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: fmt.Sprintf("key:%d", k.ID),
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: fmt.Sprintf("key:%d", k.ID),
 			Tenant: k.Tenant, Detail: map[string]any{"digest": k.KeyDigest, "reason": truncate(strings.TrimSpace(reason), 500), "changed": changed}})
 	})
 	return changed, err
@@ -447,7 +449,7 @@ func (s *Server) apiPurges(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	if err := s.authorize(ctx, r, "retention.purges", objPolicy, "purge"); err != nil {
+	if err := s.authorize(ctx, r, "retention.purges", access.ObjPolicy, "purge"); err != nil {
 		return err
 	}
 	runs, err := retention.PurgeHistory(ctx, s.db, before, limit)

@@ -60,11 +60,11 @@ func checkInput(c *gin.Context) error {
 	return nil
 }
 
-// inputErrFrom turns an inputcheck refusal into the console's InputError (400 naming the field).
+// inputErrFrom turns an inputcheck refusal into a field error (400 naming the field).
 func inputErrFrom(err error) error {
 	var ie *inputcheck.Error
 	if errors.As(err, &ie) {
-		return &InputError{Field: ie.Field, Reason: ie.Reason, Why: errs.Verbatim(ie.Reason)}
+		return errs.Field(ie.Field, errs.Verbatim(ie.Reason))
 	}
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // rawReq sends a request with a body exactly as given (no re-encoding), as c.
@@ -27,7 +29,7 @@ func (c *client) rawReq(method, path, contentType, token string, body []byte) re
 func TestHostileInput_Is400NamingTheField(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("root", access.RoleAdmin, "*")
 	root := b.signIn("root")
 	tok := b.token("root")
 	form := "application/x-www-form-urlencoded"
@@ -77,7 +79,7 @@ func TestHostileInput_Is400NamingTheField(t *testing.T) {
 func TestBodyLimits_413(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(cfg *Config) { cfg.UploadLimit = 1 << 10 })
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("root", access.RoleAdmin, "*")
 	root := b.signIn("root")
 	tok := b.token("root")
 	big := strings.Repeat("x", maxBody+1)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/replay"
 )
@@ -84,12 +85,12 @@ func (b *bundle) eventually(what string, cond func() bool) {
 func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("vic", RoleViewer, "acme")
+	b.addOperator("vic", access.RoleViewer, "acme")
 	// The sweep's schedule is every tenant's (it is no recon job's): only an operator of every
 	// tenant runs it; one of acme sees it and is refused (403).
-	b.addOperator("olga", RoleOperator, "*")
-	b.addOperator("otto", RoleOperator, "acme")
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "*")
+	b.addOperator("otto", access.RoleOperator, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	job := b.startDaemon()
 	if got := b.signIn("otto").post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 403 {
 		t.Errorf("run now of every tenant's schedule by an operator of acme: %d, want 403", got.Status)
@@ -164,7 +165,7 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "*") // the sweep is a system schedule: every tenant
+	b.addOperator("olga", access.RoleOperator, "*") // the sweep is a system schedule: every tenant
 	job := b.startDaemon()
 	olga := b.signIn("olga")
 	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 {

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestFindByKey: the header's find box and POST /api/v1/keys/find look a raw key up in every
@@ -14,8 +16,8 @@ import (
 func TestFindByKey(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("all", RoleViewer, AllTenants)
-	b.addOperator("acme-v", RoleViewer, "acme")
+	b.addOperator("all", access.RoleViewer, access.AllTenants)
+	b.addOperator("acme-v", access.RoleViewer, "acme")
 	a := b.seedKey("acme", "payment.charge", "ORDER-7781", `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedKey("globex", "order.create", "ORDER-7781", `{"amount":200,"currency":"EUR"}`, false)
 	secret := b.seedKey("globex", "payment.charge", "GLOBEX-only-9", `{"amount":300,"currency":"EUR"}`, true)
@@ -63,11 +65,11 @@ func TestFindByKey(t *testing.T) {
 	}
 
 	// The API: the same scope, the shape of GET /api/v1/keys.
-	tokAll, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "all", "t", 0)
+	tokAll, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "all", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokAcme, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "acme-v", "t", 0)
+	tokAcme, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "acme-v", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/templates"
 )
@@ -15,7 +16,7 @@ const keyNamesMax = 1000
 // keyNames names the keys ids as people know them (tenant · operation · key) for op. A key op may
 // not see — by the same rule as its page (getKey) — or one that is gone is named by its id only.
 // The raw keys are rendered into the page for op; they are never put into a URL or a log.
-func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[int64]templates.KeyName, error) {
+func (s *Server) keyNames(ctx context.Context, op *access.Operator, ids []int64) (map[int64]templates.KeyName, error) {
 	out := make(map[int64]templates.KeyName, len(ids))
 	var want []int64
 	for _, id := range ids {
@@ -35,7 +36,7 @@ func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[i
 		return nil, err
 	}
 	for _, r := range rows {
-		if decide(op, objKey, strconv.FormatInt(r.ID, 10), []string{r.Tenant}, false) != nil {
+		if access.Decide(op, access.ObjKey, strconv.FormatInt(r.ID, 10), []string{r.Tenant}, false) != nil {
 			continue
 		}
 		out[r.ID] = templates.KeyName{ID: r.ID, Tenant: r.Tenant, Operation: r.Operation, Key: r.Key}
@@ -44,20 +45,20 @@ func (s *Server) keyNames(ctx context.Context, op *Operator, ids []int64) (map[i
 }
 
 // nameReplayRows names the key of each replay request row for op.
-func (s *Server) nameReplayRows(ctx context.Context, op *Operator, rows []templates.ReplayRow) error {
+func (s *Server) nameReplayRows(ctx context.Context, op *access.Operator, rows []templates.ReplayRow) error {
 	return nameKeys(ctx, s, op, rows, func(r *templates.ReplayRow) *int64 { return &r.KeyID },
 		func(r *templates.ReplayRow, n templates.KeyName) { r.Name = n })
 }
 
 // nameBulkItems names the key of each bulk replay item for op.
-func (s *Server) nameBulkItems(ctx context.Context, op *Operator, items []templates.BulkItemRow) error {
+func (s *Server) nameBulkItems(ctx context.Context, op *access.Operator, items []templates.BulkItemRow) error {
 	return nameKeys(ctx, s, op, items, func(it *templates.BulkItemRow) *int64 { return &it.KeyID },
 		func(it *templates.BulkItemRow, n templates.KeyName) { it.Name = n })
 }
 
 // nameKeys names the key of each row for op in one query: keyOf points at a row's key id, name
 // sets its name.
-func nameKeys[T any](ctx context.Context, s *Server, op *Operator, rows []T, keyOf func(*T) *int64, name func(*T, templates.KeyName)) error {
+func nameKeys[T any](ctx context.Context, s *Server, op *access.Operator, rows []T, keyOf func(*T) *int64, name func(*T, templates.KeyName)) error {
 	ids := make([]int64, len(rows))
 	for i := range rows {
 		ids[i] = *keyOf(&rows[i])

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 )
 
 // TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem: replay requests, bulk items and audit
@@ -14,8 +17,8 @@ import (
 func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	o := b.addOperator("o", RoleOperator, "acme")
-	b.addOperator("adm", RoleAdmin, "acme")
+	o := b.addOperator("o", access.RoleOperator, "acme")
+	b.addOperator("adm", access.RoleAdmin, "acme")
 	long := "cust-quoted-key-ACME-1234567890-abcdef"
 	k := b.seedFailed("acme", long, `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedFailed("globex", "globex-secret-key", `{"amount":100,"currency":"USD"}`, true)
@@ -35,11 +38,11 @@ func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
 		runs[0], k.ID)
 	ctx := context.Background()
 	for _, target := range []string{fmt.Sprintf("key:%d", k.ID), "key:999999"} {
-		if err := b.srv.audit.Append(ctx, nil, Entry{Actor: "operator:o", Action: "key.reveal", Target: target, Tenant: "acme"}); err != nil {
+		if err := b.srv.audit.Append(ctx, nil, audit.Entry{Actor: "operator:o", Action: "key.reveal", Target: target, Tenant: "acme"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.srv.audit.Append(ctx, nil, Entry{Actor: "operator:x", Action: "key.reveal", Target: fmt.Sprintf("key:%d", g.ID),
+	if err := b.srv.audit.Append(ctx, nil, audit.Entry{Actor: "operator:x", Action: "key.reveal", Target: fmt.Sprintf("key:%d", g.ID),
 		Tenant: "globex"}); err != nil {
 		t.Fatal(err)
 	}

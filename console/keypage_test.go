@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 )
@@ -47,7 +48,7 @@ func withSummaryOps(c *Config) {
 func TestKeyPage_IntentSummaryShowsDeclaredFieldsWithoutReveal(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, withSummaryOps)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	intent := `{"amount":12345,"currency":"IDR","payee":"Toko Budi","merchant_order_no":"MO-77","card":"4111-SECRET"}`
 	k := b.seedKey("acme", "payment.charge", "sum-1", intent, true)
@@ -68,7 +69,7 @@ func TestKeyPage_IntentSummaryShowsDeclaredFieldsWithoutReveal(t *testing.T) {
 func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	k := b.seedKey("acme", "payment.charge", "tl-1", `{"amount":100,"currency":"EUR"}`, true)
 	body := c.get(fmt.Sprintf("/keys/%d", k.ID)).Body
@@ -106,7 +107,7 @@ func (c *countingCounter) Add(v float64) { c.n.Add(int64(v)) }
 func TestKeyPage_ShowsTheClientsReplays409sAnd422sAfterAFlush(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	// A long flush period: the test flushes itself, so nothing is written before it asks.
 	rec := claim.NewAnswerRecorder(b.db, claim.AnswerRecorderConfig{FlushEvery: time.Hour})
@@ -214,7 +215,7 @@ func TestAnswerRecorder_BufferIsBounded(t *testing.T) {
 func TestKeyPage_EventsShowTheTraceTheyWereWrittenIn(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	k := b.seedKey("acme", "payment.charge", "tr-1", `{"amount":100,"currency":"EUR"}`, true)
 	exp := tracetest.NewInMemoryExporter()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 )
 
@@ -29,8 +30,8 @@ func TestKeyPage_PanelsShowTheDeploymentsRowsForTheKey(t *testing.T) {
 			func(context.Context, *claim.Key) (*KeyPanel, error) { return nil, errors.New("boom") },
 		}
 	})
-	b.addOperator("v", RoleViewer, "acme")
-	b.addOperator("g", RoleViewer, "globex")
+	b.addOperator("v", access.RoleViewer, "acme")
+	b.addOperator("g", access.RoleViewer, "globex")
 	k := b.seedKey("acme", "payment.charge", "k-panel", `{"amount":100,"currency":"USD"}`, true)
 	path := fmt.Sprintf("/keys/%d", k.ID)
 	page := b.signIn("v").get(path)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
@@ -17,7 +18,7 @@ const relatedMax = 20
 
 // keyRelated is what links to k from elsewhere: its replay requests and its reconciliation
 // findings, each loaded through the operator's scope like their own pages.
-func (s *Server) keyRelated(ctx context.Context, op *Operator, k *claim.Key) (templates.KeyRelated, error) {
+func (s *Server) keyRelated(ctx context.Context, op *access.Operator, k *claim.Key) (templates.KeyRelated, error) {
 	rel := templates.KeyRelated{FindingsHref: fmt.Sprintf("/reconcile/findings?key=%d", k.ID), Max: relatedMax}
 	reqs, err := s.replays.ListForKey(ctx, replayActor(op, ""), k.ID, relatedMax)
 	if err != nil {
@@ -25,7 +26,7 @@ func (s *Server) keyRelated(ctx context.Context, op *Operator, k *claim.Key) (te
 	}
 	for i := range reqs {
 		row := s.replayRow(ctx, &reqs[i], op)
-		if op.Role < RoleOperator {
+		if op.Role < access.RoleOperator {
 			row.Href = "" // the replay pages are an operator's
 		}
 		rel.Replays = append(rel.Replays, row)

@@ -3,6 +3,8 @@ package console
 import (
 	"fmt"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestKeyRelated_KeyPageLinksItsReplayRequestsFindingsAndStatementLine: a key with a replay
@@ -13,9 +15,9 @@ import (
 func TestKeyRelated_KeyPageLinksItsReplayRequestsFindingsAndStatementLine(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("gus", RoleOperator, "globex")
-	b.addOperator("vera", RoleViewer, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("gus", access.RoleOperator, "globex")
+	b.addOperator("vera", access.RoleViewer, "acme")
 	tok := b.token("olga")
 	k := b.seedKey("acme", "payment.charge", "rel-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, false)
 	b.exec(`UPDATE idempotency_keys SET lease_owner = NULL, lease_token = NULL, not_found_at = now() - interval '1 hour',

@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
@@ -123,23 +124,23 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 func isState(s claim.State) bool { return s.Valid() }
 
 // keyScope is the tenants op may see, as claim's reads take them.
-func keyScope(op *Operator) claim.Scope {
+func keyScope(op *access.Operator) claim.Scope {
 	return claim.Scope{All: op.SeesAllTenants(), Tenants: op.Tenants}
 }
 
 // SearchKeys returns one page of keys op may see that match f (claim.SearchKeys in op's scope).
-func SearchKeys(ctx context.Context, db *gorm.DB, op *Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
+func SearchKeys(ctx context.Context, db *gorm.DB, op *access.Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
 	return claim.SearchKeys(ctx, db, keyScope(op), f)
 }
 
 // getKey reads one key op may see; a key of another tenant is ErrNotFound, exactly like a
 // missing one, so guessing ids tells nothing.
-func (s *Server) getKey(ctx context.Context, op *Operator, id int64) (*claim.Key, error) {
+func (s *Server) getKey(ctx context.Context, op *access.Operator, id int64) (*claim.Key, error) {
 	k, err := s.claims.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if err := decide(op, objKey, strconv.FormatInt(id, 10), []string{k.Tenant}, false); err != nil {
+	if err := access.Decide(op, access.ObjKey, strconv.FormatInt(id, 10), []string{k.Tenant}, false); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -167,13 +168,13 @@ const MaxFound = claim.MaxFound
 
 // FindKeys returns the keys op may see whose raw key is exactly key (claim.FindKeys in op's
 // scope).
-func FindKeys(ctx context.Context, db *gorm.DB, op *Operator, key string) ([]KeySummary, error) {
+func FindKeys(ctx context.Context, db *gorm.DB, op *access.Operator, key string) ([]KeySummary, error) {
 	return claim.FindKeys(ctx, db, keyScope(op), key)
 }
 
 // tenantCondition is the SQL condition that limits keys to the tenants op may see: "" for an
 // operator of every tenant, none when op sees no tenant at all (claim.Scope's condition).
-func tenantCondition(op *Operator) (cond string, args []any, none bool) {
+func tenantCondition(op *access.Operator) (cond string, args []any, none bool) {
 	cond, args, none = keyScope(op).SQL()
 	if cond == "true" {
 		cond = ""

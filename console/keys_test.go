@@ -9,12 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 )
 
 func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	for i := 0; i < 7; i++ {
 		cur := "USD"
 		if i%2 == 0 {
@@ -26,7 +29,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 	b.exec(`UPDATE idempotency_keys SET created_at = now() - (id % 6) * interval '1 minute'`)
 	b.exec(`UPDATE idempotency_keys SET needs_attention = true WHERE key = 'key-6'`)
 	ctx := context.Background()
-	op := &Operator{Tenants: []string{AllTenants}}
+	op := &access.Operator{Tenants: []string{access.AllTenants}}
 
 	// Pages of 2 through the keyset visit every key once, newest first.
 	var seen []int64
@@ -87,7 +90,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 	}
 	for _, bad := range []string{"state=done", "digest=xyz", "from=yesterday", "after=nope", "attention=yes", "field=a%20b", "value=x", "limit=1000"} {
 		vals, _ := url.ParseQuery(bad)
-		if _, err := ParseKeyFilter(vals); !errors.Is(err, ErrInvalidInput) {
+		if _, err := ParseKeyFilter(vals); !isFieldError(err) {
 			t.Errorf("%s: err %v, want an invalid-input error", bad, err)
 		}
 	}
@@ -109,7 +112,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 func TestSearch_ExactKeyIsHashedOnTheServer(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "acme")
+	b.addOperator("v", access.RoleViewer, "acme")
 	k := b.seedKey("acme", "payment.charge", "order-secret-42", `{"amount":1,"currency":"USD"}`, true)
 	b.seedKey("acme", "payment.charge", "order-other", `{"amount":2,"currency":"USD"}`, true)
 	c := b.signIn("v")
@@ -129,8 +132,8 @@ func TestSearch_ExactKeyIsHashedOnTheServer(t *testing.T) {
 func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "acme")
-	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("v", access.RoleViewer, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
 	k := b.seedKey("acme", "payment.charge", "k-reveal", `{"amount":4200,"currency":"USD","card":"4111-SECRET"}`, true)
 	path := fmt.Sprintf("/keys/%d", k.ID)
 
@@ -152,7 +155,7 @@ func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
 	}
 	mustContain(t, "revealed", got.Body, "4111-SECRET", "RESPONSE-k-reveal")
 
-	var rows []AuditRow
+	var rows []audit.Row
 	b.db.Raw(`SELECT * FROM audit_log WHERE action = 'key.reveal'`).Scan(&rows)
 	if len(rows) != 1 || rows[0].Actor != "operator:o" || rows[0].Tenant != "acme" || !strings.Contains(rows[0].Detail, k.KeyDigest) {
 		t.Fatalf("audit rows for the reveal: %+v", rows)
@@ -169,7 +172,7 @@ func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
 func TestCheckDownstream_RecordsTheAnswer(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
 	k := b.seedKey("acme", "payment.charge", "k-check", `{"amount":1,"currency":"USD"}`, false)
 	c := b.signIn("o")
 	path := fmt.Sprintf("/keys/%d/check", k.ID)

@@ -1,15 +1,13 @@
 package console
 
 import (
-	"context"
 	"crypto/subtle"
-	"fmt"
 	"net/http"
 	"net/url"
 
 	"github.com/gin-gonic/gin"
-	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -36,7 +34,7 @@ func (s *Server) language(c *gin.Context) {
 }
 
 // operatorLanguage applies an authenticated operator's saved preference, if any.
-func operatorLanguage(c *gin.Context, op *Operator) {
+func operatorLanguage(c *gin.Context, op *access.Operator) {
 	if code, ok := templates.ParseLang(op.Language); ok {
 		c.Request = c.Request.WithContext(templates.WithLang(c.Request.Context(), code))
 	}
@@ -72,7 +70,7 @@ func (s *Server) setLanguage(c *gin.Context, r *request) error {
 func (s *Server) loginLanguage(c *gin.Context, _ *request) error {
 	cookie, _ := c.Cookie(loginCookie)
 	if cookie == "" || subtle.ConstantTimeCompare([]byte(cookie), []byte(c.PostForm("csrf"))) != 1 {
-		return ErrCSRF
+		return access.ErrCSRF
 	}
 	code, ok := templates.ParseLang(c.PostForm("lang"))
 	if !ok {
@@ -81,20 +79,4 @@ func (s *Server) loginLanguage(c *gin.Context, _ *request) error {
 	s.setCookie(c, langCookie, code, 365*24*3600)
 	c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(safeNext(c.PostForm("next"))))
 	return nil
-}
-
-// SetLanguage sets the console language of operator id (audited as operator.language); code is
-// an offered language (templates.ParseLang) or "" to follow the browser again.
-func (d *Operators) SetLanguage(ctx context.Context, ch Change, id int64, code string) error {
-	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var names []string
-		if err := tx.Raw(`UPDATE operators SET language = ?, updated_at = now() WHERE id = ? RETURNING name`, code, id).Scan(&names).Error; err != nil {
-			return fmt.Errorf("operator.language: %w", err)
-		}
-		if len(names) == 0 {
-			return fmt.Errorf("operator: %w", ErrNotFound)
-		}
-		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.language",
-			Target: "operator:" + names[0], Detail: map[string]any{"language": code}})
-	})
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/idemops/idemops/access"
 )
 
 // hasHan reports whether s holds a Chinese character.
@@ -21,8 +23,8 @@ func hasHan(s string) bool {
 func TestLanguage_RuntimeErrorsInChineseOnPagesEnglishInTheAPI(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "*")
-	b.addOperator("e", RoleOperator, "*")
+	b.addOperator("o", access.RoleOperator, "*")
+	b.addOperator("e", access.RoleOperator, "*")
 	tok := b.token("o")
 	c := b.signIn("o")
 	if r := c.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
@@ -19,8 +20,8 @@ import (
 func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("eve", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("eve", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	zh := b.signIn("olga")
 	if r := zh.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
@@ -119,8 +120,8 @@ func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
 func TestLanguage_JobRunErrorsSaidInTheReadersLanguage(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "*")
-	b.addOperator("eve", RoleOperator, "*")
+	b.addOperator("olga", access.RoleOperator, "*")
+	b.addOperator("eve", access.RoleOperator, "*")
 	tok := b.token("olga")
 	zh := b.signIn("olga")
 	if r := zh.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {

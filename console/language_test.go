@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 func (c *client) getLang(path, acceptLanguage string) resp {
@@ -22,7 +24,7 @@ func (c *client) getLang(path, acceptLanguage string) resp {
 func TestLanguage_AcceptLanguageChoosesChinese(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "lang-1", `{"amount":123456,"currency":"CNY"}`, true)
 	c := b.signIn("a")
 	page := "/keys/" + strconv.FormatInt(k.ID, 10)
@@ -55,7 +57,7 @@ func TestLanguage_AcceptLanguageChoosesChinese(t *testing.T) {
 func TestLanguage_SavedPreferenceOverridesHeader(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 
 	r := c.getLang("/", "zh-CN")

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestLogin_LockoutCannotBeRaced fires 39 wrong-password sign-ins for one account at once, then
@@ -25,9 +27,9 @@ func TestLogin_LockoutCannotBeRaced(t *testing.T) {
 	b := newBundle(t, func(c *Config) {
 		// The account limit is the one measured; the address limit (all requests come from
 		// loopback) is set out of the way so exactly one lockout starts.
-		c.Throttle = ThrottleConfig{UserLimit: 5, IPLimit: 1000, Window: 15 * time.Minute, Lockout: 15 * time.Minute}
+		c.Throttle = access.ThrottleConfig{UserLimit: 5, IPLimit: 1000, Window: 15 * time.Minute, Lockout: 15 * time.Minute}
 	})
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 
 	const wrong = 39
 	reqs := make([]*http.Request, wrong)
@@ -78,7 +80,7 @@ func TestLogin_LockoutCannotBeRaced(t *testing.T) {
 		t.Errorf("right password during the lockout: %d (Retry-After %q), want 429 with Retry-After",
 			right.Status, right.Header.Get("Retry-After"))
 	}
-	checks := b.srv.ops.passwordChecks.Load()
+	checks := b.srv.ops.PasswordChecks()
 	t.Logf("password checks: %d of %d attempts", checks, wrong+1)
 	if checks > 5 {
 		t.Errorf("password checks: %d of %d attempts, want ≤ 5", checks, wrong+1)
@@ -100,7 +102,7 @@ func TestLogin_LockoutCannotBeRaced(t *testing.T) {
 func TestLogin_SuccessDoesNotCountAgainstAddress(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t) // UserLimit 3, IPLimit 6
-	b.addOperator("alice", RoleViewer, "acme")
+	b.addOperator("alice", access.RoleViewer, "acme")
 	for i := 0; i < 8; i++ {
 		if got := b.client().login("alice", "correct horse battery"); got.Status != http.StatusSeeOther {
 			t.Fatalf("sign-in %d: %d, want 303", i+1, got.Status)

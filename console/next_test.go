@@ -3,6 +3,8 @@ package console
 import (
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestSafeNext_OnlySameSiteAbsolutePaths: a post-sign-in redirect that a browser could read as
@@ -38,7 +40,7 @@ func TestSafeNext_OnlySameSiteAbsolutePaths(t *testing.T) {
 // malformed body.
 func TestAPI_OversizedJSONBodyIs413(t *testing.T) {
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	olga := b.signIn("olga")
 	big := map[string]string{"reason": strings.Repeat("x", 10<<20)}
 	if got := olga.apiPost("/api/v1/replays/bulk", b.token("olga"), big); got.Status != 413 {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/demo"
@@ -56,7 +57,7 @@ func TestReplay_FoundAtTheChannelSendsNoCharge(t *testing.T) {
 		t.Fatalf("the crashed key: %d %v", keyID, err)
 	}
 
-	srv, err := console.New(console.Config{DB: db, Claims: store, Argon2: console.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1},
+	srv, err := console.New(console.Config{DB: db, Claims: store, Argon2: access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1},
 		Operations: func(name string) (claim.Operation, bool) {
 			op, err := w.Operations.Get(name)
 			return op, err == nil
@@ -67,11 +68,11 @@ func TestReplay_FoundAtTheChannelSendsNoCharge(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	if _, err := srv.Operators().Add(ctx, console.Change{Actor: "test"}, console.NewOperator{Name: "olga",
-		Password: "correct horse battery", Role: console.RoleOperator, Tenants: []string{"acme"}}); err != nil {
+	if _, err := srv.Operators().Add(ctx, access.Change{Actor: "test"}, access.NewOperator{Name: "olga",
+		Password: "correct horse battery", Role: access.RoleOperator, Tenants: []string{"acme"}}); err != nil {
 		t.Fatal(err)
 	}
-	token, err := srv.Operators().CreateToken(ctx, console.Change{Actor: "test"}, "olga", "t", 0)
+	token, err := srv.Operators().CreateToken(ctx, access.Change{Actor: "test"}, "olga", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

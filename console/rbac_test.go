@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 )
 
@@ -26,10 +27,10 @@ type matrixCase struct {
 func TestRoleRouteMatrix(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "acme")
-	b.addOperator("o", RoleOperator, "acme")
-	b.addOperator("a", RoleAdmin, "*")
-	target := b.addOperator("target", RoleViewer, "acme")
+	b.addOperator("v", access.RoleViewer, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
+	b.addOperator("a", access.RoleAdmin, "*")
+	target := b.addOperator("target", access.RoleViewer, "acme")
 	k := b.seedKey("acme", "payment.charge", "k-1", `{"amount":100,"currency":"USD"}`, true)
 	id := strconv.FormatInt(k.ID, 10)
 	tid := strconv.FormatInt(target.ID, 10)
@@ -188,7 +189,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 	roles := []string{"", "v", "o", "a"}
 	tokens := map[string]string{}
 	for _, name := range roles[1:] {
-		tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, name, "matrix", 0)
+		tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, name, "matrix", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,7 +251,7 @@ func TestRoleRouteMatrix(t *testing.T) {
 
 	// Every state-changing page route refuses a form without the CSRF token, even for an admin.
 	for _, rt := range b.srv.routes() {
-		if rt.Kind != kindPage || rt.Method != "POST" || rt.Min == RoleNone {
+		if rt.Kind != kindPage || rt.Method != "POST" || rt.Min == access.RoleNone {
 			continue
 		}
 		path := strings.NewReplacer(":id", id).Replace(rt.Path)
@@ -289,7 +290,7 @@ func dashboardFigures(body string) map[string]int {
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("acme-op", RoleOperator, "acme")
+	b.addOperator("acme-op", access.RoleOperator, "acme")
 	a1 := b.seedKey("acme", "payment.charge", "acme-key-1", `{"amount":100,"currency":"USD"}`, true)
 	a2 := b.seedKey("acme", "payment.charge", "acme-key-2", `{"amount":200,"currency":"USD"}`, false)
 	g1 := b.seedKey("globex", "globex.only", "GLOBEX-key-1", `{"amount":300,"currency":"EUR"}`, true)
@@ -343,7 +344,7 @@ func TestTenantIsolation(t *testing.T) {
 	mustNotContain(t, "find result", c.get(got.Location).Body, "GLOBEX")
 
 	// The API under the same rules.
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "acme-op", "t", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "acme-op", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -24,7 +26,7 @@ func (f operationsFunc) Get(name string) (claim.Operation, bool) { return f(name
 type reconAuditor struct{ s *Server }
 
 func (a reconAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
-	e := Entry{Actor: actor, Action: action, Target: target, Detail: detail}
+	e := audit.Entry{Actor: actor, Action: action, Target: target, Detail: detail}
 	if id, ok := detail["key_id"].(int64); ok {
 		keys, err := claim.NamesOf(ctx, a.s.db, []int64{id})
 		if err != nil {
@@ -35,7 +37,7 @@ func (a reconAuditor) Record(ctx context.Context, actor, action, target string, 
 		}
 	}
 	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenant == "" {
-		e.Tenant = a.s.auditTenantOf(ctx, objFinding, id) // a finding about the statement: its channel account's
+		e.Tenant = a.s.auditTenantOf(ctx, access.ObjFinding, id) // a finding about the statement: its channel account's
 	}
 	return a.s.audit.Append(ctx, nil, e)
 }
@@ -65,7 +67,7 @@ func findingTenants(f *reconcile.Finding, keys map[int64]string, channels map[st
 	if t, ok := keys[*f.KeyID]; ok {
 		return []string{t}
 	}
-	return []string{everyTenant}
+	return []string{access.EveryTenant}
 }
 
 // findingsPageMax bounds the database pages one listing reads to fill a page for a
@@ -74,7 +76,7 @@ const findingsPageMax = 10
 
 // listFindings returns up to f.Limit findings op may see, and the keyset cursor of the next page
 // (0: none). Rows op may not see are skipped, not counted.
-func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
+func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
 	want := f.Limit
 	var out []reconcile.Finding
 	for range findingsPageMax {
@@ -102,7 +104,7 @@ func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.Fin
 			return nil, 0, err
 		}
 		for i := range rows {
-			if decide(op, objFinding, "", findingTenants(&rows[i], tenants, channels), false) != nil {
+			if access.Decide(op, access.ObjFinding, "", findingTenants(&rows[i], tenants, channels), false) != nil {
 				continue
 			}
 			if len(out) == want {
@@ -120,8 +122,8 @@ func (s *Server) listFindings(ctx context.Context, op *Operator, f reconcile.Fin
 }
 
 // getFinding reads one finding op may see; one of a tenant op may not see is ErrNotFound.
-func (s *Server) getFinding(ctx context.Context, op *Operator, id int64) (*reconcile.Finding, error) {
-	if err := s.inScope(ctx, op, objFinding, strconv.FormatInt(id, 10), false); err != nil {
+func (s *Server) getFinding(ctx context.Context, op *access.Operator, id int64) (*reconcile.Finding, error) {
+	if err := s.scope.Check(ctx, op, access.ObjFinding, strconv.FormatInt(id, 10), false); err != nil {
 		return nil, err
 	}
 	return s.recon.GetFinding(ctx, id)
@@ -129,7 +131,7 @@ func (s *Server) getFinding(ctx context.Context, op *Operator, id int64) (*recon
 
 // findingStateCounts counts the findings matching f (whatever its state) that op may see, per
 // state: the groups are decided one by one with the rule listFindings applies to each row.
-func (s *Server) findingStateCounts(ctx context.Context, op *Operator, f reconcile.FindingFilter) (map[reconcile.FindingState]int64, error) {
+func (s *Server) findingStateCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) (map[reconcile.FindingState]int64, error) {
 	groups, err := s.recon.FindingGroups(ctx, f)
 	if err != nil {
 		return nil, err
@@ -146,12 +148,12 @@ func (s *Server) findingStateCounts(ctx context.Context, op *Operator, f reconci
 	for _, g := range groups {
 		tenants := channels[g.Channel]
 		if g.HasKey {
-			tenants = []string{everyTenant}
+			tenants = []string{access.EveryTenant}
 			if g.KeyTenant != nil {
 				tenants = []string{*g.KeyTenant}
 			}
 		}
-		if decide(op, objFinding, "", tenants, false) == nil {
+		if access.Decide(op, access.ObjFinding, "", tenants, false) == nil {
 			out[g.State] += g.N
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
@@ -22,11 +24,10 @@ import (
 
 // starAdminOnly refuses anyone but an administrator of every tenant, audited.
 func (s *Server) starAdminOnly(ctx context.Context, r *request, action, target string) error {
-	if r.op.Role >= RoleAdmin && r.op.SeesAllTenants() {
+	if r.op.Role >= access.RoleAdmin && r.op.SeesAllTenants() {
 		return nil
 	}
-	err := &RefusedError{Kind: ErrForbidden, Why: errs.Phrasef("only administrators of every tenant (*) configure a channel account's fetcher and credentials")}
-	err.Reason = err.Why.String()
+	err := errs.Refused(errs.Forbidden, errs.Phrasef("only administrators of every tenant (*) configure a channel account's fetcher and credentials"))
 	s.auditRefusal(ctx, r, action, target, err)
 	return err
 }
@@ -56,7 +57,7 @@ func (s *Server) setChannelSettings(ctx context.Context, r *request, channel str
 		for _, k := range saved.PlatformKeys {
 			keyIDs = append(keyIDs, k.ID)
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
 			Tenant: s.channelAuditTenant(ctx, channel), Detail: map[string]any{"kind": in.Kind, "api_base": saved.APIBase,
 				"platform_keys": keyIDs, "mchid": saved.MchID, "app_id": saved.AppID, "merchant_account": saved.MerchantAccount}})
 	})
@@ -83,7 +84,7 @@ func (s *Server) setChannelCredential(ctx context.Context, r *request, channel, 
 		if info.File != "" {
 			detail["file"] = info.File
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
 			Tenant: s.channelAuditTenant(ctx, channel), Detail: detail})
 	})
 	return info, err
@@ -99,7 +100,7 @@ func (s *Server) deleteChannelCredential(ctx context.Context, r *request, channe
 		if err := reconcile.DeleteCredential(ctx, tx, channel, name); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
 			Tenant: s.channelAuditTenant(ctx, channel), Detail: map[string]any{"credential": name}})
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestReconJobs_ShowTheirFetcher(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("root", access.RoleAdmin, "*")
 	c := b.signIn("root")
 	tok := b.token("root")
 	if got := c.apiPost("/api/v1/reconcile/channels/stripe-acct/settings", tok, map[string]any{"kind": "stripe", "settings": map[string]any{}}); got.Status != 200 {
@@ -57,7 +58,7 @@ func TestReconJobs_ShowTheirFetcher(t *testing.T) {
 func TestReconJobs_SourcesOffTheAllowListAreRefusedWhenSaved(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"http://127.0.0.1:8090"} })
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("root", access.RoleAdmin, "*")
 	tok := b.token("root")
 	c := b.client()
 	for _, src := range []string{
@@ -85,7 +86,7 @@ func TestReconJobs_SourcesOffTheAllowListAreRefusedWhenSaved(t *testing.T) {
 func TestReconJobs_FileSourcesAreForStarAdministratorsOnly(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("acme-admin", RoleAdmin, "acme")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.setChannel("acme-wx", "acme")
 	tok := b.token("acme-admin")
 	got := b.client().apiPost("/api/v1/reconcile/jobs", tok, map[string]any{"name": "local", "channel": "acme-wx", "format": "wechat",
@@ -104,9 +105,9 @@ func TestReconJobs_FileSourcesAreForStarAdministratorsOnly(t *testing.T) {
 func TestReconJobs_SourceSecretsAreKeptApartAndNeverShown(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
-	b.addOperator("root", RoleAdmin, "*")
-	b.addOperator("acme-viewer", RoleViewer, "acme")
-	b.addOperator("acme-admin", RoleAdmin, "acme")
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("acme-viewer", access.RoleViewer, "acme")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.setChannel("acme-wx", "acme")
 	const secret = "tok3n-S3CRET-value"
 	src := "https://reader:pa55w0rd@bills.example.com/bills/{date}?format=wechat&access_token=" + secret
@@ -160,8 +161,8 @@ func TestReconJobs_SourceSecretsAreKeptApartAndNeverShown(t *testing.T) {
 func TestChannelCredentials_StarAdministratorsOnlyNeverShownRedactedInAudit(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
-	b.addOperator("acme-admin", RoleAdmin, "acme")
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.setChannel("acme-stripe", "acme")
 	root, acme := b.token("root"), b.token("acme-admin")
 	c := b.client()

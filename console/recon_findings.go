@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -91,7 +92,7 @@ func findingRow(f reconcile.Finding, names map[int64]templates.KeyName) template
 }
 
 // findingKeyNames names the keys of a page of findings for op.
-func (s *Server) findingKeyNames(ctx context.Context, op *Operator, rows []reconcile.Finding) (map[int64]templates.KeyName, error) {
+func (s *Server) findingKeyNames(ctx context.Context, op *access.Operator, rows []reconcile.Finding) (map[int64]templates.KeyName, error) {
 	var ids []int64
 	for _, f := range rows {
 		if f.KeyID != nil {
@@ -134,7 +135,7 @@ func kindNames() []string {
 func (s *Server) findingsPage(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
 	f, fs, err := parseFindingFilter(q)
-	v := templates.FindingsView{Search: fs, Kinds: kindNames(), CanAct: r.op.Role >= RoleOperator,
+	v := templates.FindingsView{Search: fs, Kinds: kindNames(), CanAct: r.op.Role >= access.RoleOperator,
 		Notice: findingNotices[q.Get("notice")], FirstURL: "/reconcile/findings?" + searchQuery(fs).Encode()}
 	if err == nil {
 		ctx, cancel := s.ctx(c)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
@@ -90,7 +92,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if err := spec.Validate(); err != nil {
 		return nil, err // refused input changes nothing: no audit row
 	}
-	if err := s.authorize(ctx, r, action, objChannel, spec.Channel); err != nil {
+	if err := s.authorize(ctx, r, action, access.ObjChannel, spec.Channel); err != nil {
 		return nil, err
 	}
 	if original != "" {
@@ -104,8 +106,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if spec.Source != "" && !strings.HasPrefix(spec.Source, "http://") && !strings.HasPrefix(spec.Source, "https://") &&
 		!r.op.SeesAllTenants() {
 		// A file on the daemon's machine: only administrators of every tenant name one.
-		err := &RefusedError{Kind: ErrForbidden, Why: errs.Phrasef("source: only administrators of every tenant (*) may name a local file")}
-		err.Reason = err.Why.String()
+		err := errs.Refused(errs.Forbidden, errs.Phrasef("source: only administrators of every tenant (*) may name a local file"))
 		s.auditRefusal(ctx, r, action, "recon_job:"+spec.Name, err)
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	if err != nil {
 		detail["outcome"] = "error: " + truncate(err.Error(), 200)
 	}
-	if aerr := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "recon_job:" + target,
+	if aerr := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "recon_job:" + target,
 		Tenant: s.channelAuditTenant(ctx, spec.Channel), Detail: detail}); aerr != nil && err == nil {
 		return j, aerr
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -28,8 +30,8 @@ func (s *Server) setJobEnabledPage(c *gin.Context, r *request) error {
 	if err := s.recon.SetJobEnabled(ctx, name, enabled); err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.job.enable",
-		Target: "recon_job:" + name, Tenant: s.auditTenantOf(ctx, objReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.job.enable",
+		Target: "recon_job:" + name, Tenant: s.auditTenantOf(ctx, access.ObjReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
 		return err
 	}
 	notice := "disabled"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -20,14 +21,14 @@ import (
 
 // shownSource is a job's source as op is shown it: administrators of every tenant see it with
 // its secrets as "***", everyone else without its query and user info (issue 35 item 5).
-func shownSource(op *Operator, src string) string {
+func shownSource(op *access.Operator, src string) string {
 	if op.SeesAllTenants() {
 		return reconcile.MaskSource(src)
 	}
 	return reconcile.RedactSource(src)
 }
 
-func jobRow(j reconcile.ReconJob, now time.Time, op *Operator) templates.ReconJobRow {
+func jobRow(j reconcile.ReconJob, now time.Time, op *access.Operator) templates.ReconJobRow {
 	row := templates.ReconJobRow{Name: j.Name, Channel: j.Channel, Format: j.Format, Source: shownSource(op, j.Source),
 		Fetcher: j.Fetcher, Bill: j.Bill,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone, Enabled: j.Enabled,
@@ -40,7 +41,7 @@ func jobRow(j reconcile.ReconJob, now time.Time, op *Operator) templates.ReconJo
 	return row
 }
 
-func jobForm(j reconcile.ReconJob, op *Operator) templates.ReconJobForm {
+func jobForm(j reconcile.ReconJob, op *access.Operator) templates.ReconJobForm {
 	f := templates.ReconJobForm{Original: j.Name, Name: j.Name, Channel: j.Channel, Format: j.Format, Source: shownSource(op, j.Source),
 		Bill:       j.Bill,
 		Operations: strings.Join(j.Operations, ","), CronSpec: j.CronSpec, TimeZone: j.TimeZone,
@@ -70,7 +71,7 @@ func nextRuns(ctx context.Context, spec, zone string) templates.NextRunsView {
 }
 
 func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView, error) {
-	v := templates.ReconView{Formats: reconcile.Formats(), CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator,
+	v := templates.ReconView{Formats: reconcile.Formats(), CanEdit: r.op.Role >= access.RoleAdmin, CanRun: r.op.Role >= access.RoleOperator,
 		Form:      templates.ReconJobForm{TimeZone: "UTC", CronSpec: "0 6 * * *", BillDateOffsetDays: "1", Enabled: true},
 		UploadMax: fmt.Sprintf("%d MiB", s.cfg.UploadLimit>>20)}
 	jobs, err := s.visibleJobs(ctx, r.op)
@@ -94,7 +95,7 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 		return templates.ReconJobView{}, err
 	}
 	v := templates.ReconJobView{Job: jobRow(*j, time.Now(), r.op), Form: jobForm(*j, r.op), Formats: reconcile.Formats(),
-		CanEdit: r.op.Role >= RoleAdmin, CanRun: r.op.Role >= RoleOperator}
+		CanEdit: r.op.Role >= access.RoleAdmin, CanRun: r.op.Role >= access.RoleOperator}
 	v.NextRuns = nextRuns(ctx, j.CronSpec, j.TimeZone)
 	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: j.Name, Limit: 10})
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestReconLinePage_AFindingLinksToItsStatementLine: a finding's "line N" opens that line of the
@@ -14,8 +16,8 @@ import (
 func TestReconLinePage_AFindingLinksToItsStatementLine(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
-	b.addOperator("g", RoleViewer, "globex")
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("g", access.RoleViewer, "globex")
 	file, err := os.ReadFile("../reconcile/testdata/stripe/itemized.csv")
 	if err != nil {
 		t.Fatal(err)

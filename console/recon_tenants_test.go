@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestReconTenants_UploadRunNowAndListsStayInsideTheChannelAccount: a channel account of acme
@@ -17,9 +19,9 @@ import (
 func TestReconTenants_UploadRunNowAndListsStayInsideTheChannelAccount(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("acme-op", RoleOperator, "acme")
-	b.addOperator("acme-admin", RoleAdmin, "acme")
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("acme-op", access.RoleOperator, "acme")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
+	b.addOperator("root", access.RoleAdmin, "*")
 	b.seedReconJob("daily") // channel stripe
 	b.setChannel("stripe", "acme", "globex")
 	run := b.seedReconRun("stripe")
@@ -29,7 +31,7 @@ func TestReconTenants_UploadRunNowAndListsStayInsideTheChannelAccount(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "acme-op", "t", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "acme-op", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/text/encoding/simplifiedchinese"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -64,7 +66,7 @@ func (b *bundle) findingState(id int64) string {
 func TestFindingResolveIgnoreAudited(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	run := b.seedReconRun("stripe")
 	f1 := b.seedFinding(run, "LOCAL_ONLY", "txn:one", nil, `{}`)
@@ -92,7 +94,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 		id     int64
 		reason string
 	}{{"reconcile.finding.resolve", f1, "booked_next_day"}, {"reconcile.finding.ignore", f2, "test file"}} {
-		rows, _, err := b.srv.audit.List(context.Background(), AuditFilter{Action: a.action, Target: fmt.Sprintf("finding:%d", a.id)})
+		rows, _, err := b.srv.audit.List(context.Background(), audit.Filter{Action: a.action, Target: fmt.Sprintf("finding:%d", a.id)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +117,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 func TestRecoverRefusedForCompletedKey(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "done-1", `{"amount":100,"currency":"USD"}`, true)
 	run := b.seedReconRun("stripe")
@@ -137,8 +139,8 @@ func TestRecoverRefusedForCompletedKey(t *testing.T) {
 func TestFindingTenantIsolation(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("acme-op", RoleOperator, "acme")
-	b.addOperator("all", RoleViewer, "*")
+	b.addOperator("acme-op", access.RoleOperator, "acme")
+	b.addOperator("all", access.RoleViewer, "*")
 	a := b.seedKey("acme", "payment.charge", "acme-1", `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedKey("globex", "payment.charge", "globex-1", `{"amount":100,"currency":"USD"}`, true)
 	b.setChannel("stripe", "acme")
@@ -163,7 +165,7 @@ func TestFindingTenantIsolation(t *testing.T) {
 	if b.findingState(fg) != "open" {
 		t.Error("another tenant's finding was closed")
 	}
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "acme-op", "t", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "acme-op", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +202,7 @@ func TestFindingTenantIsolation(t *testing.T) {
 func TestUploadMalformedStatement(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "*")
+	b.addOperator("o", access.RoleOperator, "*")
 	file, err := os.ReadFile("../reconcile/testdata/stripe/bad_gross.csv")
 	if err != nil {
 		t.Fatal(err)
@@ -234,8 +236,8 @@ func TestUploadMalformedStatement(t *testing.T) {
 	}
 	// Over the size limit: refused before anything is read into the reconciler.
 	small := newBundle(t, func(cfg *Config) { cfg.UploadLimit = 1 << 10 })
-	small.addOperator("o", RoleOperator, "*")
-	tok, err := small.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "o", "t", 0)
+	small.addOperator("o", access.RoleOperator, "*")
+	tok, err := small.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "o", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +280,7 @@ func (c *client) uploadAPI(path, token string, fields map[string]string, file []
 func TestReconJobCron(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"name": {"bad-cron"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
 		"cron_spec": {"61 * * * *"}, "time_zone": {"UTC"}, "enabled": {"1"}, "operations": {"payment.charge"}}
@@ -330,7 +332,7 @@ func TestReconJobCron(t *testing.T) {
 func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"name": {"stripe-fees"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
 		"cron_spec": {"0 6 * * *"}, "time_zone": {"UTC"}, "enabled": {"1"}, "operations": {"payment.charge"},
@@ -373,7 +375,7 @@ func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
 func TestUploadPackedStatements(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "*")
+	b.addOperator("o", access.RoleOperator, "*")
 	c := b.signIn("o")
 
 	var bomb bytes.Buffer
@@ -423,7 +425,7 @@ func (b *bundle) setChannel(channel string, tenants ...string) {
 func TestRecover_ChannelNotSucceeded_NoButtonAndRefused(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("o", RoleOperator, "acme")
+	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "pending-1", `{"amount":100,"currency":"USD"}`, false)
 	ok := b.seedKey("acme", "payment.charge", "pending-2", `{"amount":100,"currency":"USD"}`, false)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
@@ -57,11 +59,11 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	}
 	// Only an operator of every tenant of the channel account imports into it: refused (403,
 	// audited) before anything is written.
-	if err := s.authorize(ctx, r, "reconcile.statement.upload", objChannel, u.Channel); err != nil {
+	if err := s.authorize(ctx, r, "reconcile.statement.upload", access.ObjChannel, u.Channel); err != nil {
 		return nil, err
 	}
 	if u.Job != "" {
-		if err := s.authorize(ctx, r, "reconcile.statement.upload", objReconJob, u.Job); err != nil {
+		if err := s.authorize(ctx, r, "reconcile.statement.upload", access.ObjReconJob, u.Job); err != nil {
 			return nil, err
 		}
 	}
@@ -92,7 +94,7 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
-	if aerr := s.audit.Append(actx, nil, Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.statement.upload",
+	if aerr := s.audit.Append(actx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.statement.upload",
 		Target: target, Tenant: s.channelAuditTenant(actx, u.Channel), Detail: detail}); aerr != nil && err == nil {
 		return run, aerr
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/replay"
@@ -59,7 +60,7 @@ func (b *bundle) count(sql string, args ...any) int64 {
 
 func (b *bundle) token(name string) string {
 	b.t.Helper()
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, name, "replay-test", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, name, "replay-test", 0)
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ type apiConfirm struct {
 func TestReplay_RefusedStates(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	completed := b.seedKey("acme", "payment.charge", "done-1", `{"amount":100,"currency":"USD"}`, true)
 	final := b.seedFailed("acme", "final-1", `{"amount":100,"currency":"USD"}`, false)
@@ -190,7 +191,7 @@ func TestReplay_RefusedStates(t *testing.T) {
 func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	k := b.seedKey("acme", "payment.charge", "stuck-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, false)
 	// The first not-found a quarantine ago, and the parking lease over: the replay sends now.
@@ -253,7 +254,7 @@ func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
 func TestReplay_StaleTokenAfterTheKeyChangedIsRefused(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "retry-1", `{"amount":100,"currency":"USD"}`, true)
 	c := b.signIn("olga")
 	_, token := c.previewToken(k.ID)
@@ -290,9 +291,9 @@ func TestReplay_StaleTokenAfterTheKeyChangedIsRefused(t *testing.T) {
 func TestReplay_FourEyes(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("oscar", RoleOperator, "acme")
-	b.addOperator("vic", RoleViewer, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("oscar", access.RoleOperator, "acme")
+	b.addOperator("vic", access.RoleViewer, "acme")
 	k := b.seedFailed("acme", "big-1", `{"amount":250000,"currency":"USD","payee":"bigco"}`, true)
 	b.fakeOp.has(k, "ch_big")
 	olga := b.signIn("olga")
@@ -361,7 +362,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 		}
 		c.Claims, held = st, st
 	})
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "lost-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
 	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -428,8 +429,8 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 func TestMarkFinal_AdminOnlyAuditedAndInHistory(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "stuck-1", `{"amount":100,"currency":"USD"}`, false)
 	b.exec(`UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 minute' WHERE id = ?`, k.ID)
 	olga := b.signIn("olga")
@@ -465,8 +466,8 @@ func TestMarkFinal_AdminOnlyAuditedAndInHistory(t *testing.T) {
 func TestReplay_ViewerCannotReplay(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("vic", RoleViewer, "acme")
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("vic", access.RoleViewer, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "retry-1", `{"amount":100,"currency":"USD"}`, true)
 	vic := b.signIn("vic")
 	if body := vic.get(fmt.Sprintf("/keys/%d", k.ID)).Body; strings.Contains(body, "Preview a replay") {
@@ -481,7 +482,7 @@ func TestReplay_ViewerCannotReplay(t *testing.T) {
 	}
 	// An operator's token is no use to anyone else.
 	olgaToken := b.srv.replays.ConfirmToken(replay.ActionReplay, b.ops["olga"].ID, k.ID, k.Version)
-	b.addOperator("oscar", RoleOperator, "acme")
+	b.addOperator("oscar", access.RoleOperator, "acme")
 	if got := b.signIn("oscar").post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {olgaToken}, "reason": {"x"}}, true); got.Status != 400 {
 		t.Errorf("another operator's token: %d, want 400", got.Status)
 	}
@@ -540,8 +541,8 @@ func bulkStartForm(t *testing.T, page string) url.Values {
 func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t, func(c *Config) { c.BulkCap = 6 })
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("oscar", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("oscar", access.RoleOperator, "acme")
 	found := b.seedFailed("acme", "b-found", `{"amount":100,"currency":"USD"}`, true)
 	b.fakeOp.has(found, "ch_found")
 	b.seedFailed("acme", "b-lost", `{"amount":200,"currency":"USD"}`, true)
@@ -648,8 +649,8 @@ func (o oneOperation) Get(name string) (claim.Operation, bool) { return o.op, na
 func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
-	b.addOperator("ada", RoleAdmin, "*")
+	b.addOperator("olga", access.RoleOperator, "acme")
+	b.addOperator("ada", access.RoleAdmin, "*")
 	ctx := context.Background()
 	req := claim.Request{Tenant: "acme", Operation: "mail.send", Key: "held-1", Intent: json.RawMessage(`{"to":"a"}`), Actor: "service:test"}
 	out, err := b.claims.Claim(ctx, req)
@@ -695,7 +696,7 @@ func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
 func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("olga", RoleOperator, "acme")
+	b.addOperator("olga", access.RoleOperator, "acme")
 	b.seedKey("acme", "payment.charge", "r-done", `{"amount":400,"currency":"USD"}`, true)
 	b.seedFailed("acme", "r-final", `{"amount":600,"currency":"USD"}`, false)
 	c := b.signIn("olga")

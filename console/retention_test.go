@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -19,7 +20,7 @@ var nextBefore = regexp.MustCompile(`"next_before":(\d+)`)
 func TestRetentionPolicyBelowFloor(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"operation": {"payment.charge"}, "state": {"completed"}, "keep_response": {"1d"}, "keep_key": {"2d"}}
 	got := c.post("/retention/policies", form, true)
@@ -41,7 +42,7 @@ func TestRetentionPolicyBelowFloor(t *testing.T) {
 		t.Errorf("%d audit rows for refused changes", n)
 	}
 	// The API refuses it the same way.
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "a", "t", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "a", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestRetentionPolicyBelowFloor(t *testing.T) {
 		t.Errorf("delete: %d", got.Status)
 	}
 	// A viewer reads the page without the forms.
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	mustNotContain(t, "viewer page", b.signIn("v").get("/retention").Body, `id="policy-form"`, `id="floor-form"`)
 }
 
@@ -78,7 +79,7 @@ func TestRetentionPolicyBelowFloor(t *testing.T) {
 func TestRetentionDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("v", RoleViewer, "*")
+	b.addOperator("v", access.RoleViewer, "*")
 	k := b.seedKey("acme", "payment.charge", "old-1", `{"amount":100,"currency":"USD"}`, true)
 	b.exec(`UPDATE idempotency_keys SET created_at = '2024-01-02T10:00:00Z', completed_at = '2024-01-02T10:00:00Z',
 		updated_at = '2024-01-02T10:00:00Z', expires_at = now() - interval '1 day', response_expires_at = now() - interval '2 days'
@@ -98,7 +99,7 @@ func TestRetentionDryRunChangesNothing(t *testing.T) {
 	// The dry run is in the purge history, marked as such.
 	hist := c.get("/retention")
 	mustContain(t, "history", hist.Body, "dry run", "operator:v")
-	tok, err := b.srv.ops.CreateToken(context.Background(), Change{Actor: "test"}, "v", "t", 0)
+	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "v", "t", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestRetentionDryRunChangesNothing(t *testing.T) {
 func TestLegalHold(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "acme")
+	b.addOperator("a", access.RoleAdmin, "acme")
 	k := b.seedKey("acme", "payment.charge", "hold-1", `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedKey("globex", "payment.charge", "hold-2", `{"amount":100,"currency":"USD"}`, true)
 	c := b.signIn("a")

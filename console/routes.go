@@ -9,6 +9,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
@@ -27,123 +28,123 @@ type route struct {
 	Method string
 	Path   string
 	// Min is the lowest role allowed; RoleNone marks a public route.
-	Min    Role
+	Min    access.Role
 	Kind   routeKind
 	Handle func(c *gin.Context, r *request) error
 }
 
 // request is what the enforcement point learned about the caller.
 type request struct {
-	op   *Operator
-	sess *Session // nil on the API
+	op   *access.Operator
+	sess *access.Session // nil on the API
 	ip   string
 }
 
 // routes is the route table. enforce applies it; TestRoleRouteMatrix checks all of it.
 func (s *Server) routes() []route {
 	return []route{
-		{"GET", "/healthz", RoleNone, kindProbe, s.healthz},
-		{"GET", "/readyz", RoleNone, kindProbe, s.readyz},
-		{"GET", "/metrics", RoleNone, kindProbe, s.metricsPage},
-		{"GET", "/static/*file", RoleNone, kindProbe, s.static},
-		{"GET", "/login", RoleNone, kindPage, s.loginForm},
-		{"POST", "/login", RoleNone, kindPage, s.login},
-		{"GET", "/login/sso", RoleNone, kindPage, s.ssoStart},
-		{"GET", "/login/sso/callback", RoleNone, kindPage, s.ssoCallback},
-		{"POST", "/logout", RoleViewer, kindPage, s.logout},
-		{"POST", "/settings/time-zone", RoleViewer, kindPage, s.setTimeZone},
-		{"POST", "/settings/language", RoleViewer, kindPage, s.setLanguage},
-		{"POST", "/login/language", RoleNone, kindPage, s.loginLanguage},
-		{"GET", "/", RoleViewer, kindPage, s.dashboard},
-		{"GET", "/keys", RoleViewer, kindPage, s.keys},
-		{"POST", "/keys/find", RoleViewer, kindPage, s.findKey},
-		{"GET", "/keys/:id", RoleViewer, kindPage, s.key},
-		{"POST", "/keys/:id/reveal", RoleOperator, kindPage, s.reveal},
-		{"POST", "/keys/:id/check", RoleOperator, kindPage, s.checkDownstream},
-		{"GET", "/keys/:id/replay", RoleOperator, kindPage, s.replayPreview},
-		{"POST", "/keys/:id/replay", RoleOperator, kindPage, s.confirmReplay},
-		{"POST", "/keys/:id/final", RoleAdmin, kindPage, s.markFinalPage},
-		{"POST", "/keys/:id/release", RoleAdmin, kindPage, s.releasePage},
-		{"GET", "/replays", RoleOperator, kindPage, s.replaysPage},
-		{"GET", "/replays/:id", RoleOperator, kindPage, s.replayPage},
-		{"POST", "/replays/:id/approve", RoleOperator, kindPage, s.approveReplayPage},
-		{"POST", "/replays/bulk", RoleOperator, kindPage, s.bulkPreviewPage},
-		{"GET", "/replays/bulk/:id", RoleOperator, kindPage, s.bulkPage},
-		{"GET", "/replays/bulk/:id/progress", RoleOperator, kindPage, s.bulkProgress},
-		{"POST", "/replays/bulk/start", RoleOperator, kindPage, s.bulkStartPage},
-		{"GET", "/consumers", RoleViewer, kindPage, s.consumersPage},
-		{"GET", "/jobs", RoleViewer, kindPage, s.jobsPage},
-		{"GET", "/jobs/runs", RoleViewer, kindPage, s.jobRunsPartial},
-		{"GET", "/jobs/runs/:id", RoleViewer, kindPage, s.jobRunPage},
-		{"GET", "/reconcile/runs/:id/line", RoleViewer, kindPage, s.reconLinePage},
-		{"POST", "/jobs/run", RoleOperator, kindPage, s.jobActionPage("run")},
-		{"POST", "/jobs/pause", RoleAdmin, kindPage, s.jobActionPage("pause")},
-		{"POST", "/jobs/resume", RoleAdmin, kindPage, s.jobActionPage("resume")},
-		{"POST", "/keys/:id/hold", RoleAdmin, kindPage, s.holdPage},
-		{"GET", "/retention", RoleViewer, kindPage, s.retentionPage},
-		{"GET", "/retention/preview", RoleViewer, kindPage, s.retentionPreview},
-		{"POST", "/retention/policies", RoleAdmin, kindPage, s.savePolicyPage},
-		{"POST", "/retention/policies/delete", RoleAdmin, kindPage, s.deletePolicyPage},
-		{"POST", "/retention/floor", RoleAdmin, kindPage, s.setFloorPage},
-		{"GET", "/reconcile", RoleViewer, kindPage, s.reconPage},
-		{"GET", "/reconcile/next-runs", RoleViewer, kindPage, s.reconNextRuns},
-		{"POST", "/reconcile/jobs", RoleAdmin, kindPage, s.createJobPage},
-		{"GET", "/reconcile/jobs/:name", RoleViewer, kindPage, s.reconJobPage},
-		{"POST", "/reconcile/jobs/:name", RoleAdmin, kindPage, s.updateJobPage},
-		{"POST", "/reconcile/jobs/:name/enabled", RoleAdmin, kindPage, s.setJobEnabledPage},
-		{"POST", "/reconcile/jobs/:name/run", RoleOperator, kindPage, s.runJobPage},
-		{"POST", "/reconcile/upload", RoleOperator, kindPage, s.uploadPage},
-		{"POST", "/reconcile/channels", RoleAdmin, kindPage, s.setChannelPage},
-		{"POST", "/reconcile/channels/:name", RoleAdmin, kindPage, s.setChannelPage},
-		{"POST", "/reconcile/channels/:name/settings", RoleAdmin, kindPage, s.setChannelSettingsPage},
-		{"POST", "/reconcile/channels/:name/credentials", RoleAdmin, kindPage, s.setChannelCredentialPage},
-		{"GET", "/reconcile/runs", RoleViewer, kindPage, s.reconRunsPage},
-		{"GET", "/reconcile/runs/:id", RoleViewer, kindPage, s.reconRunPage},
-		{"GET", "/reconcile/findings", RoleViewer, kindPage, s.findingsPage},
-		{"POST", "/reconcile/findings/:id/resolve", RoleOperator, kindPage, s.findingActionPage("resolve")},
-		{"POST", "/reconcile/findings/:id/ignore", RoleOperator, kindPage, s.findingActionPage("ignore")},
-		{"POST", "/reconcile/findings/:id/recover", RoleOperator, kindPage, s.findingActionPage("recover")},
-		{"GET", "/audit", RoleAdmin, kindPage, s.auditPage},
-		{"GET", "/admin/operators", RoleAdmin, kindPage, s.operatorsPage},
-		{"POST", "/admin/operators", RoleAdmin, kindPage, s.addOperator},
-		{"POST", "/admin/operators/:id/access", RoleAdmin, kindPage, s.setAccess},
-		{"POST", "/admin/operators/:id/status", RoleAdmin, kindPage, s.setStatus},
-		{"POST", "/admin/operators/:id/tokens", RoleAdmin, kindPage, s.createToken},
-		{"GET", "/api/v1/keys", RoleViewer, kindAPI, s.apiKeys},
-		{"GET", "/api/v1/keys/:id", RoleViewer, kindAPI, s.apiKey},
-		{"POST", "/api/v1/keys/find", RoleViewer, kindAPI, s.apiFindKey},
-		{"GET", "/api/v1/keys/:id/replay", RoleOperator, kindAPI, s.apiReplayPreview},
-		{"POST", "/api/v1/keys/:id/replay", RoleOperator, kindAPI, s.apiReplayConfirm},
-		{"GET", "/api/v1/keys/:id/final", RoleAdmin, kindAPI, s.apiFinalToken},
-		{"POST", "/api/v1/keys/:id/final", RoleAdmin, kindAPI, s.apiMarkFinal},
-		{"POST", "/api/v1/keys/:id/release", RoleAdmin, kindAPI, s.apiRelease},
-		{"GET", "/api/v1/replays/:id", RoleOperator, kindAPI, s.apiReplay},
-		{"POST", "/api/v1/replays/:id/approve", RoleOperator, kindAPI, s.apiReplayApprove},
-		{"POST", "/api/v1/replays/bulk", RoleOperator, kindAPI, s.apiBulkPreview},
-		{"GET", "/api/v1/replays/bulk/:id", RoleOperator, kindAPI, s.apiBulk},
-		{"POST", "/api/v1/replays/bulk/start", RoleOperator, kindAPI, s.apiBulkStart},
-		{"GET", "/api/v1/jobs", RoleViewer, kindAPI, s.apiJobs},
-		{"GET", "/api/v1/jobs/runs/:id", RoleViewer, kindAPI, s.apiJobRun},
-		{"POST", "/api/v1/jobs/run", RoleOperator, kindAPI, s.apiJobAction("run")},
-		{"POST", "/api/v1/jobs/pause", RoleAdmin, kindAPI, s.apiJobAction("pause")},
-		{"POST", "/api/v1/jobs/resume", RoleAdmin, kindAPI, s.apiJobAction("resume")},
-		{"GET", "/api/v1/retention/policies", RoleViewer, kindAPI, s.apiPolicies},
-		{"POST", "/api/v1/retention/policies", RoleAdmin, kindAPI, s.apiSavePolicy},
-		{"GET", "/api/v1/retention/preview", RoleViewer, kindAPI, s.apiPreview},
-		{"GET", "/api/v1/retention/purges", RoleViewer, kindAPI, s.apiPurges},
-		{"GET", "/api/v1/reconcile/jobs", RoleViewer, kindAPI, s.apiReconJobs},
-		{"POST", "/api/v1/reconcile/jobs", RoleAdmin, kindAPI, s.apiCreateReconJob},
-		{"GET", "/api/v1/reconcile/runs", RoleViewer, kindAPI, s.apiReconRuns},
-		{"GET", "/api/v1/reconcile/runs/:id", RoleViewer, kindAPI, s.apiReconRun},
-		{"GET", "/api/v1/reconcile/findings", RoleViewer, kindAPI, s.apiFindings},
-		{"POST", "/api/v1/reconcile/findings/:id/resolve", RoleOperator, kindAPI, s.apiFindingAction("resolve")},
-		{"POST", "/api/v1/reconcile/findings/:id/ignore", RoleOperator, kindAPI, s.apiFindingAction("ignore")},
-		{"POST", "/api/v1/reconcile/findings/:id/recover", RoleOperator, kindAPI, s.apiFindingAction("recover")},
-		{"POST", "/api/v1/reconcile/statements", RoleOperator, kindAPI, s.apiUpload},
-		{"GET", "/api/v1/reconcile/channels/:name", RoleViewer, kindAPI, s.apiChannelAccount},
-		{"POST", "/api/v1/reconcile/channels/:name/settings", RoleAdmin, kindAPI, s.apiSetChannelSettings},
-		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential", RoleAdmin, kindAPI, s.apiSetChannelCredential},
-		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential/delete", RoleAdmin, kindAPI, s.apiDeleteChannelCredential},
+		{"GET", "/healthz", access.RoleNone, kindProbe, s.healthz},
+		{"GET", "/readyz", access.RoleNone, kindProbe, s.readyz},
+		{"GET", "/metrics", access.RoleNone, kindProbe, s.metricsPage},
+		{"GET", "/static/*file", access.RoleNone, kindProbe, s.static},
+		{"GET", "/login", access.RoleNone, kindPage, s.loginForm},
+		{"POST", "/login", access.RoleNone, kindPage, s.login},
+		{"GET", "/login/sso", access.RoleNone, kindPage, s.ssoStart},
+		{"GET", "/login/sso/callback", access.RoleNone, kindPage, s.ssoCallback},
+		{"POST", "/logout", access.RoleViewer, kindPage, s.logout},
+		{"POST", "/settings/time-zone", access.RoleViewer, kindPage, s.setTimeZone},
+		{"POST", "/settings/language", access.RoleViewer, kindPage, s.setLanguage},
+		{"POST", "/login/language", access.RoleNone, kindPage, s.loginLanguage},
+		{"GET", "/", access.RoleViewer, kindPage, s.dashboard},
+		{"GET", "/keys", access.RoleViewer, kindPage, s.keys},
+		{"POST", "/keys/find", access.RoleViewer, kindPage, s.findKey},
+		{"GET", "/keys/:id", access.RoleViewer, kindPage, s.key},
+		{"POST", "/keys/:id/reveal", access.RoleOperator, kindPage, s.reveal},
+		{"POST", "/keys/:id/check", access.RoleOperator, kindPage, s.checkDownstream},
+		{"GET", "/keys/:id/replay", access.RoleOperator, kindPage, s.replayPreview},
+		{"POST", "/keys/:id/replay", access.RoleOperator, kindPage, s.confirmReplay},
+		{"POST", "/keys/:id/final", access.RoleAdmin, kindPage, s.markFinalPage},
+		{"POST", "/keys/:id/release", access.RoleAdmin, kindPage, s.releasePage},
+		{"GET", "/replays", access.RoleOperator, kindPage, s.replaysPage},
+		{"GET", "/replays/:id", access.RoleOperator, kindPage, s.replayPage},
+		{"POST", "/replays/:id/approve", access.RoleOperator, kindPage, s.approveReplayPage},
+		{"POST", "/replays/bulk", access.RoleOperator, kindPage, s.bulkPreviewPage},
+		{"GET", "/replays/bulk/:id", access.RoleOperator, kindPage, s.bulkPage},
+		{"GET", "/replays/bulk/:id/progress", access.RoleOperator, kindPage, s.bulkProgress},
+		{"POST", "/replays/bulk/start", access.RoleOperator, kindPage, s.bulkStartPage},
+		{"GET", "/consumers", access.RoleViewer, kindPage, s.consumersPage},
+		{"GET", "/jobs", access.RoleViewer, kindPage, s.jobsPage},
+		{"GET", "/jobs/runs", access.RoleViewer, kindPage, s.jobRunsPartial},
+		{"GET", "/jobs/runs/:id", access.RoleViewer, kindPage, s.jobRunPage},
+		{"GET", "/reconcile/runs/:id/line", access.RoleViewer, kindPage, s.reconLinePage},
+		{"POST", "/jobs/run", access.RoleOperator, kindPage, s.jobActionPage("run")},
+		{"POST", "/jobs/pause", access.RoleAdmin, kindPage, s.jobActionPage("pause")},
+		{"POST", "/jobs/resume", access.RoleAdmin, kindPage, s.jobActionPage("resume")},
+		{"POST", "/keys/:id/hold", access.RoleAdmin, kindPage, s.holdPage},
+		{"GET", "/retention", access.RoleViewer, kindPage, s.retentionPage},
+		{"GET", "/retention/preview", access.RoleViewer, kindPage, s.retentionPreview},
+		{"POST", "/retention/policies", access.RoleAdmin, kindPage, s.savePolicyPage},
+		{"POST", "/retention/policies/delete", access.RoleAdmin, kindPage, s.deletePolicyPage},
+		{"POST", "/retention/floor", access.RoleAdmin, kindPage, s.setFloorPage},
+		{"GET", "/reconcile", access.RoleViewer, kindPage, s.reconPage},
+		{"GET", "/reconcile/next-runs", access.RoleViewer, kindPage, s.reconNextRuns},
+		{"POST", "/reconcile/jobs", access.RoleAdmin, kindPage, s.createJobPage},
+		{"GET", "/reconcile/jobs/:name", access.RoleViewer, kindPage, s.reconJobPage},
+		{"POST", "/reconcile/jobs/:name", access.RoleAdmin, kindPage, s.updateJobPage},
+		{"POST", "/reconcile/jobs/:name/enabled", access.RoleAdmin, kindPage, s.setJobEnabledPage},
+		{"POST", "/reconcile/jobs/:name/run", access.RoleOperator, kindPage, s.runJobPage},
+		{"POST", "/reconcile/upload", access.RoleOperator, kindPage, s.uploadPage},
+		{"POST", "/reconcile/channels", access.RoleAdmin, kindPage, s.setChannelPage},
+		{"POST", "/reconcile/channels/:name", access.RoleAdmin, kindPage, s.setChannelPage},
+		{"POST", "/reconcile/channels/:name/settings", access.RoleAdmin, kindPage, s.setChannelSettingsPage},
+		{"POST", "/reconcile/channels/:name/credentials", access.RoleAdmin, kindPage, s.setChannelCredentialPage},
+		{"GET", "/reconcile/runs", access.RoleViewer, kindPage, s.reconRunsPage},
+		{"GET", "/reconcile/runs/:id", access.RoleViewer, kindPage, s.reconRunPage},
+		{"GET", "/reconcile/findings", access.RoleViewer, kindPage, s.findingsPage},
+		{"POST", "/reconcile/findings/:id/resolve", access.RoleOperator, kindPage, s.findingActionPage("resolve")},
+		{"POST", "/reconcile/findings/:id/ignore", access.RoleOperator, kindPage, s.findingActionPage("ignore")},
+		{"POST", "/reconcile/findings/:id/recover", access.RoleOperator, kindPage, s.findingActionPage("recover")},
+		{"GET", "/audit", access.RoleAdmin, kindPage, s.auditPage},
+		{"GET", "/admin/operators", access.RoleAdmin, kindPage, s.operatorsPage},
+		{"POST", "/admin/operators", access.RoleAdmin, kindPage, s.addOperator},
+		{"POST", "/admin/operators/:id/access", access.RoleAdmin, kindPage, s.setAccess},
+		{"POST", "/admin/operators/:id/status", access.RoleAdmin, kindPage, s.setStatus},
+		{"POST", "/admin/operators/:id/tokens", access.RoleAdmin, kindPage, s.createToken},
+		{"GET", "/api/v1/keys", access.RoleViewer, kindAPI, s.apiKeys},
+		{"GET", "/api/v1/keys/:id", access.RoleViewer, kindAPI, s.apiKey},
+		{"POST", "/api/v1/keys/find", access.RoleViewer, kindAPI, s.apiFindKey},
+		{"GET", "/api/v1/keys/:id/replay", access.RoleOperator, kindAPI, s.apiReplayPreview},
+		{"POST", "/api/v1/keys/:id/replay", access.RoleOperator, kindAPI, s.apiReplayConfirm},
+		{"GET", "/api/v1/keys/:id/final", access.RoleAdmin, kindAPI, s.apiFinalToken},
+		{"POST", "/api/v1/keys/:id/final", access.RoleAdmin, kindAPI, s.apiMarkFinal},
+		{"POST", "/api/v1/keys/:id/release", access.RoleAdmin, kindAPI, s.apiRelease},
+		{"GET", "/api/v1/replays/:id", access.RoleOperator, kindAPI, s.apiReplay},
+		{"POST", "/api/v1/replays/:id/approve", access.RoleOperator, kindAPI, s.apiReplayApprove},
+		{"POST", "/api/v1/replays/bulk", access.RoleOperator, kindAPI, s.apiBulkPreview},
+		{"GET", "/api/v1/replays/bulk/:id", access.RoleOperator, kindAPI, s.apiBulk},
+		{"POST", "/api/v1/replays/bulk/start", access.RoleOperator, kindAPI, s.apiBulkStart},
+		{"GET", "/api/v1/jobs", access.RoleViewer, kindAPI, s.apiJobs},
+		{"GET", "/api/v1/jobs/runs/:id", access.RoleViewer, kindAPI, s.apiJobRun},
+		{"POST", "/api/v1/jobs/run", access.RoleOperator, kindAPI, s.apiJobAction("run")},
+		{"POST", "/api/v1/jobs/pause", access.RoleAdmin, kindAPI, s.apiJobAction("pause")},
+		{"POST", "/api/v1/jobs/resume", access.RoleAdmin, kindAPI, s.apiJobAction("resume")},
+		{"GET", "/api/v1/retention/policies", access.RoleViewer, kindAPI, s.apiPolicies},
+		{"POST", "/api/v1/retention/policies", access.RoleAdmin, kindAPI, s.apiSavePolicy},
+		{"GET", "/api/v1/retention/preview", access.RoleViewer, kindAPI, s.apiPreview},
+		{"GET", "/api/v1/retention/purges", access.RoleViewer, kindAPI, s.apiPurges},
+		{"GET", "/api/v1/reconcile/jobs", access.RoleViewer, kindAPI, s.apiReconJobs},
+		{"POST", "/api/v1/reconcile/jobs", access.RoleAdmin, kindAPI, s.apiCreateReconJob},
+		{"GET", "/api/v1/reconcile/runs", access.RoleViewer, kindAPI, s.apiReconRuns},
+		{"GET", "/api/v1/reconcile/runs/:id", access.RoleViewer, kindAPI, s.apiReconRun},
+		{"GET", "/api/v1/reconcile/findings", access.RoleViewer, kindAPI, s.apiFindings},
+		{"POST", "/api/v1/reconcile/findings/:id/resolve", access.RoleOperator, kindAPI, s.apiFindingAction("resolve")},
+		{"POST", "/api/v1/reconcile/findings/:id/ignore", access.RoleOperator, kindAPI, s.apiFindingAction("ignore")},
+		{"POST", "/api/v1/reconcile/findings/:id/recover", access.RoleOperator, kindAPI, s.apiFindingAction("recover")},
+		{"POST", "/api/v1/reconcile/statements", access.RoleOperator, kindAPI, s.apiUpload},
+		{"GET", "/api/v1/reconcile/channels/:name", access.RoleViewer, kindAPI, s.apiChannelAccount},
+		{"POST", "/api/v1/reconcile/channels/:name/settings", access.RoleAdmin, kindAPI, s.apiSetChannelSettings},
+		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential", access.RoleAdmin, kindAPI, s.apiSetChannelCredential},
+		{"POST", "/api/v1/reconcile/channels/:name/credentials/:credential/delete", access.RoleAdmin, kindAPI, s.apiDeleteChannelCredential},
 	}
 }
 
@@ -159,7 +160,7 @@ const (
 func (s *Server) enforce(rt route) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := &request{ip: c.ClientIP()}
-		if rt.Min != RoleNone {
+		if rt.Min != access.RoleNone {
 			if err := s.authenticate(c, rt, r); err != nil {
 				s.fail(c, r, rt.Kind, err)
 				return
@@ -179,9 +180,9 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 			s.fail(c, r, rt.Kind, err)
 			return
 		}
-		if rt.Min != RoleNone {
+		if rt.Min != access.RoleNone {
 			if rt.Kind == kindPage && rt.Method != http.MethodGet {
-				if err := r.sess.checkCSRF(formCSRF(c)); err != nil {
+				if err := r.sess.CheckCSRF(formCSRF(c)); err != nil {
 					s.fail(c, r, rt.Kind, err)
 					return
 				}
@@ -212,7 +213,7 @@ func (s *Server) authenticate(c *gin.Context, rt route, r *request) error {
 		h := c.GetHeader("Authorization")
 		secret, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			return ErrUnauthenticated
+			return access.ErrUnauthenticated
 		}
 		op, err := s.ops.ByToken(ctx, strings.TrimSpace(secret))
 		if err != nil {
@@ -223,9 +224,9 @@ func (s *Server) authenticate(c *gin.Context, rt route, r *request) error {
 	}
 	cookie, err := c.Cookie(sessionCookie)
 	if err != nil {
-		return ErrUnauthenticated
+		return access.ErrUnauthenticated
 	}
-	sess, err := s.sessions.load(ctx, cookie)
+	sess, err := s.sessions.Load(ctx, cookie)
 	if err != nil {
 		return err
 	}
@@ -253,7 +254,7 @@ func (s *Server) fail(c *gin.Context, r *request, kind routeKind, err error) {
 		c.String(status, publicMessage(err))
 		return
 	}
-	if errors.Is(err, ErrUnauthenticated) {
+	if errors.Is(err, access.ErrUnauthenticated) {
 		target := "/login"
 		if c.Request.Method == http.MethodGet && c.Request.URL.Path != "/" {
 			target += "?next=" + url.QueryEscape(c.Request.URL.RequestURI())
@@ -281,7 +282,7 @@ func chrome(r *request, active string) templates.Chrome {
 		return templates.Chrome{}
 	}
 	ch := templates.Chrome{User: r.op.Name, Role: r.op.Role.String(), Active: active,
-		IsAdmin: r.op.Role >= RoleAdmin, IsOperator: r.op.Role >= RoleOperator}
+		IsAdmin: r.op.Role >= access.RoleAdmin, IsOperator: r.op.Role >= access.RoleOperator}
 	if r.sess != nil {
 		ch.CSRF = r.sess.CSRF
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -33,14 +34,14 @@ func TestObjectScopeMatrix(t *testing.T) {
 	ctx := context.Background()
 	type actor struct {
 		name  string
-		role  Role
+		role  access.Role
 		star  bool
 		c     *client
 		token string
 	}
-	actors := []*actor{{name: "acme-viewer", role: RoleViewer}, {name: "acme-operator", role: RoleOperator},
-		{name: "acme-admin", role: RoleAdmin}, {name: "root", role: RoleAdmin, star: true}}
-	ops := map[string]*Operator{}
+	actors := []*actor{{name: "acme-viewer", role: access.RoleViewer}, {name: "acme-operator", role: access.RoleOperator},
+		{name: "acme-admin", role: access.RoleAdmin}, {name: "root", role: access.RoleAdmin, star: true}}
+	ops := map[string]*access.Operator{}
 	for _, a := range actors {
 		tenant := "acme"
 		if a.star {
@@ -48,13 +49,13 @@ func TestObjectScopeMatrix(t *testing.T) {
 		}
 		ops[a.name] = b.addOperator(a.name, a.role, tenant)
 	}
-	requester := b.addOperator("requester", RoleOperator, "*")
+	requester := b.addOperator("requester", access.RoleOperator, "*")
 	cases := []string{"own", "other", "star"}
 	tenantOf := map[string]string{"own": "acme", "other": "globex", "star": "initech"}
 
 	// Fixtures: ref[kind][case] (bulk runs per actor: only their creator sees one).
-	ref := map[objectKind]map[string]string{}
-	set := func(k objectKind, c, v string) {
+	ref := map[access.ObjectKind]map[string]string{}
+	set := func(k access.ObjectKind, c, v string) {
 		if ref[k] == nil {
 			ref[k] = map[string]string{}
 		}
@@ -64,14 +65,14 @@ func TestObjectScopeMatrix(t *testing.T) {
 	for _, c := range cases {
 		k := b.seedKey(tenantOf[c], "payment.charge", "matrix-"+c, `{"amount":100,"currency":"USD"}`, true)
 		keys[c] = k.ID
-		set(objKey, c, strconv.FormatInt(k.ID, 10))
+		set(access.ObjKey, c, strconv.FormatInt(k.ID, 10))
 		var ids []int64
 		if err := b.db.Raw(`INSERT INTO replay_requests (key_id, tenant, key_digest, key_version, token_hash, requested_by, requester,
 			reason, preview, needs_approval, state) VALUES (?, ?, ?, 1, ?, ?, 'requester', 'matrix', 'a charge', false, 'executed')
 			RETURNING id`, k.ID, k.Tenant, k.KeyDigest, []byte("matrix-"+c), requester.ID).Scan(&ids).Error; err != nil {
 			t.Fatal(err)
 		}
-		set(objReplay, c, strconv.FormatInt(ids[0], 10))
+		set(access.ObjReplay, c, strconv.FormatInt(ids[0], 10))
 	}
 	channels := map[string]string{"own": "acme-pay", "other": "globex-pay", "star": "star-pay"}
 	b.setChannel("acme-pay", "acme")
@@ -83,10 +84,10 @@ func TestObjectScopeMatrix(t *testing.T) {
 			Source: "/data/{date}.csv", Operations: []string{"payment.charge"}, CronSpec: "0 6 * * *", TimeZone: "UTC", Enabled: true}); err != nil {
 			t.Fatal(err)
 		}
-		set(objReconJob, c, "job-"+c)
-		set(objChannel, c, ch)
+		set(access.ObjReconJob, c, "job-"+c)
+		set(access.ObjChannel, c, ch)
 		run := b.seedReconRun(ch)
-		set(objReconRun, c, strconv.FormatInt(run, 10))
+		set(access.ObjReconRun, c, strconv.FormatInt(run, 10))
 		// Findings, already resolved: about the case's key, and for "*" about a "*" statement.
 		var keyID *int64
 		if c != "star" {
@@ -99,7 +100,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 			run, run, ch, "matrix:"+c, keyID).Scan(&fids).Error; err != nil {
 			t.Fatal(err)
 		}
-		set(objFinding, c, strconv.FormatInt(fids[0], 10))
+		set(access.ObjFinding, c, strconv.FormatInt(fids[0], 10))
 		sched := "reconcile:job-" + c
 		if c == "star" {
 			sched = "reclaim"
@@ -109,9 +110,9 @@ func TestObjectScopeMatrix(t *testing.T) {
 			VALUES (?, 'x', 'schedule', 'r1', 'succeeded', now(), now(), '{}') RETURNING id`, sched).Scan(&rids).Error; err != nil {
 			t.Fatal(err)
 		}
-		set(objJobRun, c, strconv.FormatInt(rids[0], 10))
-		target := b.addOperator("target-"+c, RoleViewer, map[string]string{"own": "acme", "other": "globex", "star": "*"}[c])
-		set(objOperator, c, strconv.FormatInt(target.ID, 10))
+		set(access.ObjJobRun, c, strconv.FormatInt(rids[0], 10))
+		target := b.addOperator("target-"+c, access.RoleViewer, map[string]string{"own": "acme", "other": "globex", "star": "*"}[c])
+		set(access.ObjOperator, c, strconv.FormatInt(target.ID, 10))
 	}
 	bulk := map[string]map[string]string{} // actor → case → run id
 	for _, a := range actors {
@@ -146,7 +147,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 		"/api/v1/reconcile/channels/:name/settings": true, "/api/v1/reconcile/channels/:name/credentials/:credential": true,
 		"/api/v1/reconcile/channels/:name/credentials/:credential/delete": true}
 	checks, routes := 0, 0
-	kinds := map[objectKind]bool{}
+	kinds := map[access.ObjectKind]bool{}
 	for _, rt := range b.srv.routes() {
 		kind, param, ok, err := routeObject(rt.Path)
 		if err != nil {
@@ -156,7 +157,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if kind != objBulkRun && ref[kind] == nil {
+		if kind != access.ObjBulkRun && ref[kind] == nil {
 			t.Errorf("route %s %s names a %s, which has no fixture in this test", rt.Method, rt.Path, kind)
 			continue
 		}
@@ -166,7 +167,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 		for _, a := range actors {
 			for _, c := range cases {
 				id := ref[kind][c]
-				if kind == objBulkRun {
+				if kind == access.ObjBulkRun {
 					id = bulk[a.name][c]
 				}
 				path := strings.Replace(rt.Path, ":"+param, url.PathEscape(id), 1)
@@ -195,7 +196,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 				case starOnlyRoutes[rt.Path] && !a.star && covered:
 					want = "403" // an account's fetcher and credentials: * administrators only
 				case covered:
-				case configKinds[kind] && c == "star":
+				case kind.IsConfig() && c == "star":
 					if act {
 						want = "403"
 					}
@@ -239,7 +240,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 func TestObjectScope_HostileNamesAreNotFound(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*")
+	b.addOperator("root", access.RoleAdmin, "*")
 	c := b.signIn("root")
 	for _, name := range []string{"%00", "a%00b", "%ff%fe", strings.Repeat("x", 300)} {
 		if got := c.get("/reconcile/jobs/" + name); got.Status != 404 {

@@ -2,11 +2,12 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestOperatorScopeMatrix: (actor: acme admin, * admin) × (target: acme operator, globex
@@ -16,14 +17,14 @@ import (
 func TestOperatorScopeMatrix(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("root", RoleAdmin, "*") // stays: the "*" admin never the last one here
+	b.addOperator("root", access.RoleAdmin, "*") // stays: the "*" admin never the last one here
 	type target struct {
 		kind    string
-		role    Role
+		role    access.Role
 		tenants []string
 	}
-	targets := []target{{"acme-op", RoleOperator, []string{"acme"}}, {"globex-op", RoleOperator, []string{"globex"}},
-		{"star-admin", RoleAdmin, []string{"*"}}, {"self", 0, nil}}
+	targets := []target{{"acme-op", access.RoleOperator, []string{"acme"}}, {"globex-op", access.RoleOperator, []string{"globex"}},
+		{"star-admin", access.RoleAdmin, []string{"*"}}, {"self", 0, nil}}
 	actors := []struct {
 		kind    string
 		tenants []string
@@ -49,7 +50,7 @@ func TestOperatorScopeMatrix(t *testing.T) {
 		for _, tg := range targets {
 			for ai, action := range actions {
 				n++
-				actor := b.addOperator(fmt.Sprintf("actor%d", n), RoleAdmin, a.tenants...)
+				actor := b.addOperator(fmt.Sprintf("actor%d", n), access.RoleAdmin, a.tenants...)
 				tgt := actor
 				if tg.kind != "self" {
 					tgt = b.addOperator(fmt.Sprintf("target%d", n), tg.role, tg.tenants...)
@@ -113,8 +114,8 @@ func TestOperatorScopeMatrix(t *testing.T) {
 	}
 
 	// A tenant admin grants only what it has: another tenant or "*" is 403 naming the tenant.
-	acmeAdmin := b.addOperator("acme-boss", RoleAdmin, "acme")
-	acmeOp := b.addOperator("acme-worker", RoleOperator, "acme")
+	acmeAdmin := b.addOperator("acme-boss", access.RoleAdmin, "acme")
+	acmeOp := b.addOperator("acme-worker", access.RoleOperator, "acme")
 	c := b.signIn(acmeAdmin.Name)
 	for _, ten := range []string{"globex", "acme,globex", "*"} {
 		got := c.post(fmt.Sprintf("/admin/operators/%d/access", acmeOp.ID), map[string][]string{"role": {"operator"}, "tenants": {ten}}, true)
@@ -131,7 +132,7 @@ func TestOperatorScopeMatrix(t *testing.T) {
 		t.Errorf("refused grant changed tenants to %v", o.Tenants)
 	}
 	// An operator of acme and globex is not wholly inside acme: not manageable by an acme admin.
-	both := b.addOperator("both", RoleOperator, "acme", "globex")
+	both := b.addOperator("both", access.RoleOperator, "acme", "globex")
 	if got := c.post(fmt.Sprintf("/admin/operators/%d/status", both.ID), map[string][]string{"disabled": {"true"}}, true); got.Status != 404 {
 		t.Errorf("acme admin disables an acme+globex operator: %d, want 404", got.Status)
 	}
@@ -145,8 +146,8 @@ func TestOperatorScopeMatrix(t *testing.T) {
 func TestLastStarAdminProtected(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	a := b.addOperator("alpha", RoleAdmin, "*")
-	z := b.addOperator("zulu", RoleAdmin, "*")
+	a := b.addOperator("alpha", access.RoleAdmin, "*")
+	z := b.addOperator("zulu", access.RoleAdmin, "*")
 	ctx := context.Background()
 	ca, cz := b.signIn("alpha"), b.signIn("zulu")
 	var wg sync.WaitGroup
@@ -168,24 +169,24 @@ func TestLastStarAdminProtected(t *testing.T) {
 	if active != 1 {
 		t.Fatalf("mutual disable (%d, %d): %d active * admins, want 1", sa, sz, active)
 	}
-	var last *Operator
+	var last *access.Operator
 	for _, n := range []string{"alpha", "zulu"} {
 		if o, _ := b.srv.ops.ByName(ctx, n); !o.Disabled {
 			last = o
 		}
 	}
-	other := b.addOperator("helper", RoleAdmin, "*")
+	other := b.addOperator("helper", access.RoleAdmin, "*")
 	ch := b.signIn(other.Name)
 	// helper is active too now; disable helper's peer is fine, but first make last the only one again.
-	if err := b.srv.ops.SetDisabled(ctx, Change{Actor: "test"}, other.Name, true); err != nil {
+	if err := b.srv.ops.SetDisabled(ctx, access.Change{Actor: "test"}, other.Name, true); err != nil {
 		t.Fatal(err)
 	}
 	_ = ch
 	// The CLI (no scope) cannot disable or demote the last one either.
-	if err := b.srv.ops.SetDisabled(ctx, Change{Actor: "cli:test"}, last.Name, true); !errors.Is(err, ErrRefused) {
+	if err := b.srv.ops.SetDisabled(ctx, access.Change{Actor: "cli:test"}, last.Name, true); !isRefusal(err) {
 		t.Errorf("CLI disables the last * admin: %v", err)
 	}
-	if err := b.srv.ops.SetAccess(ctx, Change{Actor: "cli:test"}, last.Name, RoleOperator, []string{"*"}); !errors.Is(err, ErrRefused) {
+	if err := b.srv.ops.SetAccess(ctx, access.Change{Actor: "cli:test"}, last.Name, access.RoleOperator, []string{"*"}); !isRefusal(err) {
 		t.Errorf("CLI demotes the last * admin: %v", err)
 	}
 	// From the console: re-scoping oneself out of "*" is a demotion of the last one: 409 with reason.
@@ -198,14 +199,14 @@ func TestLastStarAdminProtected(t *testing.T) {
 		!strings.Contains(got.Body, "cannot disable yourself") {
 		t.Errorf("self-disable: %d", got.Status)
 	}
-	if o, _ := b.srv.ops.ByID(ctx, last.ID); o.Disabled || o.Role != RoleAdmin || !o.SeesAllTenants() {
+	if o, _ := b.srv.ops.ByID(ctx, last.ID); o.Disabled || o.Role != access.RoleAdmin || !o.SeesAllTenants() {
 		t.Errorf("the last * admin changed: %+v", o)
 	}
 	// With a second "*" admin back, the demotion goes through.
-	if err := b.srv.ops.SetDisabled(ctx, Change{Actor: "test"}, other.Name, false); err != nil {
+	if err := b.srv.ops.SetDisabled(ctx, access.Change{Actor: "test"}, other.Name, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.srv.ops.SetAccess(ctx, Change{Actor: "cli:test"}, last.Name, RoleOperator, []string{"*"}); err != nil {
+	if err := b.srv.ops.SetAccess(ctx, access.Change{Actor: "cli:test"}, last.Name, access.RoleOperator, []string{"*"}); err != nil {
 		t.Errorf("demote with another * admin active: %v", err)
 	}
 	var refusals int64

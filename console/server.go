@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
@@ -48,9 +50,9 @@ type Config struct {
 	// behind a TLS-terminating proxy). Requests over TLS always get Secure cookies.
 	SecureCookies bool
 	// Throttle bounds failed sign-ins.
-	Throttle ThrottleConfig
+	Throttle access.ThrottleConfig
 	// Argon2 is the cost of new password hashes (default DefaultArgon2).
-	Argon2 Argon2Params
+	Argon2 access.Argon2Params
 	// QueryTimeout bounds each page's database work (default 5 s); LookupTimeout bounds a
 	// downstream check (default 10 s).
 	QueryTimeout, LookupTimeout time.Duration
@@ -113,7 +115,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.UploadLimit < 0 {
 		return c, errors.New("console: UploadLimit must be positive")
 	}
-	c.Throttle = c.Throttle.withDefaults()
+	c.Throttle = c.Throttle.WithDefaults()
 	if c.SSO != nil {
 		sc := *c.SSO
 		if err := sc.validate(); err != nil {
@@ -134,10 +136,11 @@ type Server struct {
 	cfg      Config
 	db       *gorm.DB
 	claims   *claim.Store
-	ops      *Operators
-	audit    *AuditLog
-	sessions *sessions
-	throttle *throttle
+	ops      *access.Operators
+	audit    *audit.Log
+	sessions *access.Sessions
+	throttle *access.Throttle
+	scope    *access.Scope
 	metrics  *metrics
 	engine   *gin.Engine
 	recon    *reconcile.Reconciler
@@ -152,15 +155,17 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ops := NewOperators(cfg.DB, cfg.Argon2, cfg.DigestSecret)
+	log := audit.New(cfg.DB, cfg.DigestSecret)
+	ops := access.NewOperators(cfg.DB, cfg.Argon2, log)
 	s := &Server{
 		cfg:      cfg,
 		db:       cfg.DB,
 		claims:   cfg.Claims,
 		ops:      ops,
-		audit:    ops.audit,
-		sessions: &sessions{db: cfg.DB, ops: ops, idle: cfg.IdleTimeout, absolute: cfg.AbsoluteTimeout},
-		throttle: &throttle{db: cfg.DB, cfg: cfg.Throttle},
+		audit:    log,
+		sessions: access.NewSessions(cfg.DB, ops, cfg.IdleTimeout, cfg.AbsoluteTimeout),
+		throttle: access.NewThrottle(cfg.DB, cfg.Throttle),
+		scope:    access.NewScope(cfg.DB),
 		metrics:  newMetrics(),
 	}
 	if cfg.SSO != nil {
@@ -198,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	if s.replays, err = replay.New(replay.Config{DB: cfg.DB, Claims: cfg.Claims, Operations: cfg.Operations,
-		Audit: ReplayAuditor(s.audit), ApprovalAbove: cfg.ApprovalAbove, BulkCap: cfg.BulkCap,
+		Audit: s.audit, ApprovalAbove: cfg.ApprovalAbove, BulkCap: cfg.BulkCap,
 		QueryTimeout: cfg.QueryTimeout, LookupTimeout: cfg.LookupTimeout, BulkPreviewTimeout: cfg.BulkPreviewTimeout,
 		Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
@@ -237,7 +242,7 @@ func (s *Server) Replays() *replay.Workflow { return s.replays }
 func (s *Server) Handler() http.Handler { return s.engine }
 
 // Operators is the operator directory (the CLI's user commands use it too).
-func (s *Server) Operators() *Operators { return s.ops }
+func (s *Server) Operators() *access.Operators { return s.ops }
 
 // staticFS is the embedded static folder.
 func staticFS() http.FileSystem {
@@ -295,7 +300,7 @@ func (s *Server) crossOrigin(cop *http.CrossOriginProtection) gin.HandlerFunc {
 			if strings.HasPrefix(c.Request.URL.Path, "/api/") {
 				kind = kindAPI
 			}
-			s.fail(c, nil, kind, fmt.Errorf("%w (%v)", ErrCSRF, err))
+			s.fail(c, nil, kind, fmt.Errorf("%w (%v)", access.ErrCSRF, err))
 			c.Abort()
 			return
 		}

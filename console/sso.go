@@ -10,7 +10,6 @@ import (
 	"html"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +17,9 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/gin-gonic/gin"
 	"golang.org/x/oauth2"
-	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 )
 
@@ -46,49 +46,12 @@ type SSOConfig struct {
 	AllowedDomains []string
 	// GroupsClaim names the ID token claim holding the person's groups (default "groups").
 	GroupsClaim string
-	// GroupMap maps a group to a role and tenants (see ParseGroupMap).
-	GroupMap map[string]GroupGrant
+	// GroupMap maps a group to a role and tenants (see access.ParseGroupMap).
+	GroupMap access.GroupMap
 	// Scopes asked for besides openid (default email, profile).
 	Scopes []string
 	// HTTPClient talks to the provider (default: a client with a 10 s timeout).
 	HTTPClient *http.Client
-}
-
-// GroupGrant is what one mapped group gives.
-type GroupGrant struct {
-	Role    Role
-	Tenants []string
-}
-
-// ParseGroupMap reads "group=role:tenants;group=role:tenants", tenants comma-separated or "*",
-// e.g. "idemops-admins=admin:*;finance-acme=viewer:acme,globex".
-func ParseGroupMap(s string) (map[string]GroupGrant, error) {
-	out := map[string]GroupGrant{}
-	for _, entry := range strings.Split(s, ";") {
-		entry = strings.TrimSpace(entry)
-		if entry == "" {
-			continue
-		}
-		group, grant, ok := strings.Cut(entry, "=")
-		role, tenants, ok2 := strings.Cut(grant, ":")
-		group = strings.TrimSpace(group)
-		if !ok || !ok2 || group == "" {
-			return nil, inputErr("group map", "%q is not group=role:tenants", entry)
-		}
-		r, err := ParseRole(role)
-		if err != nil {
-			return nil, inputErr("group map", "%q: %q is not one of viewer, operator, admin", entry, role)
-		}
-		ts, err := ParseTenants(tenants)
-		if err != nil {
-			return nil, inputErr("group map", "%q: %v", entry, err)
-		}
-		if _, dup := out[group]; dup {
-			return nil, inputErr("group map", "group %q is mapped twice", group)
-		}
-		out[group] = GroupGrant{Role: r, Tenants: ts}
-	}
-	return out, nil
 }
 
 func (c *SSOConfig) validate() error {
@@ -170,7 +133,7 @@ func (s *Server) ssoStart(c *gin.Context, r *request) error {
 		s.showLogin(c, http.StatusBadGateway, c.Query("next"), "", "Single sign-on is unavailable: the identity provider did not answer. Try again later.")
 		return nil
 	}
-	p := ssoPending{State: randomSecret(24), Nonce: randomSecret(24), Verifier: oauth2.GenerateVerifier(), Next: safeNext(c.Query("next"))}
+	p := ssoPending{State: access.RandomSecret(24), Nonce: access.RandomSecret(24), Verifier: oauth2.GenerateVerifier(), Next: safeNext(c.Query("next"))}
 	raw, _ := json.Marshal(p)
 	s.setSSOCookie(c, base64.RawURLEncoding.EncodeToString(raw), 600)
 	c.Redirect(http.StatusFound, oc.AuthCodeURL(p.State, oidc.Nonce(p.Nonce), oauth2.S256ChallengeOption(p.Verifier)))
@@ -184,12 +147,10 @@ type ssoClaims struct {
 	EmailVerified any    `json:"email_verified"`
 }
 
-// ssoRefusal is a refused sign-in: the reason is shown and audited.
-type ssoRefusal struct{ why errs.Phrase }
-
-func (e *ssoRefusal) Error() string { return e.why.String() }
-
-func refuse(format string, args ...any) error { return &ssoRefusal{errs.Phrasef(format, args...)} }
+// refuse is a refused sign-in (access.ErrSSORefused): the reason is shown and audited.
+func refuse(format string, args ...any) error {
+	return errs.Refused(errs.Unauthorized, errs.Phrasef(format, args...)).Of(access.ErrSSORefused)
+}
 
 // ssoCallback finishes the flow: state, code exchange with the PKCE verifier, ID token
 // (signature, issuer, audience, expiry), nonce, verified email, allowed domain, then the
@@ -209,27 +170,27 @@ func (s *Server) ssoCallback(c *gin.Context, r *request) error {
 	}
 	s.setSSOCookie(c, "", -1) // one use
 	op, detail, err := s.ssoIdentify(ctx, c, pending)
-	var ref *ssoRefusal
-	if errors.As(err, &ref) {
+	var ref *errs.RefusedError
+	if errors.Is(err, access.ErrSSORefused) && errors.As(err, &ref) {
 		detail["reason"] = ref.Error()
 		s.cfg.Logger.Warn("sso sign-in refused", "reason", ref.Error(), "ip", r.ip)
-		if err := s.audit.Append(ctx, nil, Entry{Actor: "anonymous", IP: r.ip, Action: "login.sso.refused",
+		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.sso.refused",
 			Target: ssoTarget(detail), Detail: detail}); err != nil {
 			return err
 		}
 		s.metrics.logins.WithLabelValues("failure").Inc()
-		s.showLogin(c, http.StatusUnauthorized, pending.Next, "", say(c.Request.Context(), "Single sign-on refused: %s", ref.why))
+		s.showLogin(c, http.StatusUnauthorized, pending.Next, "", say(c.Request.Context(), "Single sign-on refused: %s", ref.Why))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	id, err := s.sessions.create(ctx, op, r.ip, c.Request.UserAgent())
+	id, err := s.sessions.Create(ctx, op, r.ip, c.Request.UserAgent())
 	if err != nil {
 		return err
 	}
 	detail["via"] = "sso"
-	if err := s.audit.Append(ctx, nil, Entry{Actor: op.Actor(), IP: r.ip, Action: "login", Detail: detail}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login", Detail: detail}); err != nil {
 		return err
 	}
 	s.metrics.logins.WithLabelValues("success").Inc()
@@ -252,7 +213,7 @@ func ssoTarget(detail map[string]any) string {
 	return ""
 }
 
-func (s *Server) ssoIdentify(ctx context.Context, c *gin.Context, pending ssoPending) (*Operator, map[string]any, error) {
+func (s *Server) ssoIdentify(ctx context.Context, c *gin.Context, pending ssoPending) (*access.Operator, map[string]any, error) {
 	detail := map[string]any{}
 	if e := c.Query("error"); e != "" {
 		return nil, detail, refuse("the identity provider answered %q", truncate(e, 64))
@@ -311,25 +272,8 @@ func (s *Server) ssoIdentify(ctx context.Context, c *gin.Context, pending ssoPen
 		return nil, detail, refuse("email domain %q is not allowed", truncate(domain, 64))
 	}
 	groups := claimStrings(all[s.sso.cfg.GroupsClaim])
-	if grant, matched, ok := s.sso.grant(groups); ok {
-		detail["mapping"] = "groups"
-		detail["groups"], detail["role"], detail["tenants"] = matched, grant.Role.String(), grant.Tenants
-		op, err := s.ssoMapped(ctx, c.ClientIP(), email, grant, matched)
-		return op, detail, err
-	}
-	detail["mapping"] = "email"
-	op, err := s.ops.byEmail(ctx, email)
-	if errors.Is(err, ErrNotFound) {
-		return nil, detail, refuse("no operator is named %s and none of its groups is mapped", email)
-	}
-	if err != nil {
-		return nil, detail, err
-	}
-	if op.Disabled {
-		return nil, detail, refuse("operator %s is disabled", op.Name)
-	}
-	detail["role"], detail["tenants"] = op.Role.String(), op.Tenants
-	return op, detail, nil
+	op, err := s.ops.SignInSSO(ctx, c.ClientIP(), email, groups, s.sso.cfg.GroupMap, detail)
+	return op, detail, err
 }
 
 // idTokenReason names why go-oidc refused a token in words an operator can act on.
@@ -363,92 +307,4 @@ func claimStrings(v any) []string {
 		}
 	}
 	return out
-}
-
-// grant combines the mapped groups of a person: the highest role, the union of tenants.
-func (o *sso) grant(groups []string) (GroupGrant, []string, bool) {
-	var g GroupGrant
-	var matched []string
-	for _, name := range groups {
-		m, ok := o.cfg.GroupMap[name]
-		if !ok || slices.Contains(matched, name) {
-			continue
-		}
-		matched = append(matched, name)
-		g.Role = max(g.Role, m.Role)
-		for _, t := range m.Tenants {
-			if !slices.Contains(g.Tenants, t) {
-				g.Tenants = append(g.Tenants, t)
-			}
-		}
-	}
-	if len(matched) == 0 {
-		return g, nil, false
-	}
-	if slices.Contains(g.Tenants, AllTenants) {
-		g.Tenants = []string{AllTenants}
-	}
-	sort.Strings(g.Tenants)
-	sort.Strings(matched)
-	return g, matched, true
-}
-
-// ssoMapped returns the operator named email with the mapping's role and tenants, creating it
-// (with no usable password) or updating it when it differs. Both are audited as changes by
-// "sso".
-func (s *Server) ssoMapped(ctx context.Context, ip, email string, g GroupGrant, groups []string) (*Operator, error) {
-	ch := Change{Actor: "sso", IP: ip}
-	op, err := s.ops.byEmail(ctx, email)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		if !operatorName.MatchString(email) {
-			return nil, refuse("email %s cannot be an operator name (1–64 letters, digits, '.', '_', '@', '-')", truncate(email, 80))
-		}
-		return s.ops.addSSO(ctx, ch, email, g, groups)
-	case err != nil:
-		return nil, err
-	case op.Disabled:
-		return nil, refuse("operator %s is disabled", op.Name)
-	case op.Role == g.Role && slices.Equal(op.Tenants, g.Tenants):
-		return op, nil
-	}
-	if err := s.ops.SetAccess(ctx, ch, op.Name, g.Role, g.Tenants); err != nil {
-		if errors.Is(err, ErrConflict) || errors.Is(err, ErrInvalidInput) {
-			return nil, refuse("the mapping cannot be applied to %s: %v", op.Name, err)
-		}
-		return nil, err
-	}
-	return s.ops.ByID(ctx, op.ID)
-}
-
-// byEmail returns the operator whose name is email, ignoring case.
-func (d *Operators) byEmail(ctx context.Context, email string) (*Operator, error) {
-	r, err := d.one(ctx, "lower(o.name) = ?", strings.ToLower(email))
-	if err != nil {
-		return nil, err
-	}
-	return r.operator(), nil
-}
-
-// ssoNoPassword is the password hash of operators made by single sign-on: no password matches it.
-const ssoNoPassword = "sso:no-password"
-
-// addSSO creates an operator for a person the group mapping let in; it has no password.
-func (d *Operators) addSSO(ctx context.Context, ch Change, name string, g GroupGrant, groups []string) (*Operator, error) {
-	var id int64
-	err := d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Raw(`INSERT INTO operators (name, password_hash, role) VALUES (?, ?, ?) RETURNING id`,
-			name, ssoNoPassword, g.Role.String()).Scan(&id).Error; err != nil {
-			return fmt.Errorf("add operator: %w", err)
-		}
-		if err := setTenants(tx, id, g.Tenants); err != nil {
-			return err
-		}
-		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + name,
-			Detail: map[string]any{"role": g.Role.String(), "tenants": g.Tenants, "groups": groups, "via": "sso"}})
-	})
-	if err != nil {
-		return nil, err
-	}
-	return d.ByID(ctx, id)
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/access"
 )
 
 // testIdP is an OpenID provider in the test process: a real discovery document and JWKS, ID
@@ -74,7 +76,7 @@ func newTestIdP(t *testing.T) *testIdP {
 			return
 		}
 		p.mu.Lock()
-		code := randomSecret(16)
+		code := access.RandomSecret(16)
 		p.codes[code] = idpGrant{challenge: q.Get("code_challenge"), nonce: q.Get("nonce"), redirect: q.Get("redirect_uri"), claims: p.user}
 		p.mu.Unlock()
 		http.Redirect(w, r, q.Get("redirect_uri")+"?"+url.Values{"code": {code}, "state": {q.Get("state")}}.Encode(), http.StatusFound)
@@ -97,7 +99,7 @@ func newTestIdP(t *testing.T) *testIdP {
 			_, _ = w.Write([]byte(`{"error":"invalid_grant"}`))
 			return
 		}
-		claims := map[string]any{"iss": p.ts.URL, "sub": "sub-" + randomSecret(4), "aud": idpClientID,
+		claims := map[string]any{"iss": p.ts.URL, "sub": "sub-" + access.RandomSecret(4), "aud": idpClientID,
 			"iat": time.Now().Unix(), "exp": time.Now().Add(5 * time.Minute).Unix(), "nonce": g.nonce}
 		for k, v := range g.claims {
 			claims[k] = v
@@ -105,7 +107,7 @@ func newTestIdP(t *testing.T) *testIdP {
 		if tamper != nil {
 			tamper(claims)
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + randomSecret(8), "token_type": "Bearer",
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at-" + access.RandomSecret(8), "token_type": "Bearer",
 			"expires_in": 300, "id_token": p.sign(claims)})
 	})
 	p.ts = httptest.NewServer(mux)
@@ -127,7 +129,7 @@ func (p *testIdP) sign(claims map[string]any) string {
 }
 
 func ssoBundle(t *testing.T, idp *testIdP, mod ...func(*Config)) *bundle {
-	gm, err := ParseGroupMap("idemops-finance=operator:acme,globex; idemops-viewers=viewer:initech; idemops-admins=admin:*")
+	gm, err := access.ParseGroupMap("idemops-finance=operator:acme,globex; idemops-viewers=viewer:initech; idemops-admins=admin:*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ func (b *bundle) auditCount(action string) int64 {
 func TestSSOSignIn(t *testing.T) {
 	idp := newTestIdP(t)
 	b := ssoBundle(t, idp)
-	b.addOperator("bob@example.com", RoleViewer, "acme")
+	b.addOperator("bob@example.com", access.RoleViewer, "acme")
 
 	login := b.client().get("/login")
 	mustContain(t, "login page", login.Body, "Sign in with SSO", `name="password"`)
@@ -189,10 +191,10 @@ func TestSSOSignIn(t *testing.T) {
 		t.Fatalf("after mapped sign-in: %d %s", home.Status, home.Location)
 	}
 	ann, err := b.srv.ops.ByName(context.Background(), "ann@example.com")
-	if err != nil || ann.Role != RoleOperator || strings.Join(ann.Tenants, ",") != "acme,globex,initech" {
+	if err != nil || ann.Role != access.RoleOperator || strings.Join(ann.Tenants, ",") != "acme,globex,initech" {
 		t.Fatalf("mapped operator: %+v %v", ann, err)
 	}
-	if _, err := b.srv.ops.Authenticate(context.Background(), "ann@example.com", ssoNoPassword); err == nil {
+	if _, err := b.srv.ops.Authenticate(context.Background(), "ann@example.com", "sso:no-password"); err == nil {
 		t.Fatal("an SSO-made operator must have no usable password")
 	}
 	// The mapping follows the provider: fewer groups next time, less access.
@@ -201,7 +203,7 @@ func TestSSOSignIn(t *testing.T) {
 		"groups": []any{"idemops-viewers"}}, nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("second mapped sign-in: %d %s", r.Status, r.Body)
 	}
-	if ann, _ = b.srv.ops.ByName(context.Background(), "ann@example.com"); ann.Role != RoleViewer || strings.Join(ann.Tenants, ",") != "initech" {
+	if ann, _ = b.srv.ops.ByName(context.Background(), "ann@example.com"); ann.Role != access.RoleViewer || strings.Join(ann.Tenants, ",") != "initech" {
 		t.Fatalf("re-mapped operator: %+v", ann)
 	}
 
@@ -281,7 +283,7 @@ func TestSSORefusals(t *testing.T) {
 func TestSSOLocalLoginOff(t *testing.T) {
 	idp := newTestIdP(t)
 	b := ssoBundle(t, idp, func(c *Config) { c.DisableLocalLogin = true })
-	b.addOperator("erin@example.com", RoleAdmin, "*")
+	b.addOperator("erin@example.com", access.RoleAdmin, "*")
 	c := b.client()
 	page := c.get("/login")
 	mustContain(t, "login page", page.Body, "Sign in with SSO")
@@ -315,12 +317,12 @@ func TestSSOLocalLoginOff(t *testing.T) {
 }
 
 func TestParseGroupMap(t *testing.T) {
-	m, err := ParseGroupMap("a=admin:*; b=viewer:x,y")
-	if err != nil || m["a"].Role != RoleAdmin || strings.Join(m["b"].Tenants, ",") != "x,y" {
+	m, err := access.ParseGroupMap("a=admin:*; b=viewer:x,y")
+	if err != nil || m["a"].Role != access.RoleAdmin || strings.Join(m["b"].Tenants, ",") != "x,y" {
 		t.Fatalf("%+v %v", m, err)
 	}
 	for _, bad := range []string{"a", "a=boss:*", "a=viewer:", "=viewer:x", "a=viewer:x;a=admin:*"} {
-		if _, err := ParseGroupMap(bad); err == nil {
+		if _, err := access.ParseGroupMap(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

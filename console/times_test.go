@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemops/idemops/access"
 )
 
 // TestTimeZoneSwitch: pages show times as "2006-01-02 15:04:05 UTC" with how long ago beside
@@ -14,7 +16,7 @@ import (
 func TestTimeZoneSwitch(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "tz-1", `{"amount":100,"currency":"USD"}`, true)
 	page := "/keys/" + strconv.FormatInt(k.ID, 10)
 	c := b.signIn("a")
@@ -68,7 +70,7 @@ func TestTimeZoneSwitch(t *testing.T) {
 func TestTimeFormatsOnPages(t *testing.T) {
 	t.Parallel()
 	b := newBundle(t)
-	b.addOperator("a", RoleAdmin, "*")
+	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "tz-2", `{"amount":100,"currency":"USD"}`, true)
 	b.seedReconJob("daily")
 	c := b.signIn("a") // signing in records a last login: the operators page shows it

@@ -16,6 +16,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
@@ -210,7 +211,7 @@ var keyStates = []string{string(claim.StateProcessing), string(claim.StateComple
 	string(claim.StateFailedFinal)}
 
 // checkPlan verifies a start form's plan and token and decodes it; anything altered, another
-// operator's or expired is an InputError naming the field, and nothing is written.
+// operator's or expired is an *errs.FieldError naming the field, and nothing is written.
 func (w *Workflow) checkPlan(a Actor, plan, token string) (*BulkPlan, error) {
 	if len(plan) > maxPlan || !hmac.Equal([]byte(w.bulkMAC(a.ID, plan)), []byte(strings.TrimSpace(token))) {
 		return nil, inputErr("token", "is not a bulk preview of yours or was altered; preview the bulk replay again")
@@ -253,7 +254,7 @@ func (w *Workflow) checkPlan(a Actor, plan, token string) (*BulkPlan, error) {
 // StartBulk starts a previewed selection: checks the confirmation (a's, unaltered, not expired,
 // not used), stores the run with its items as running, with a's tenants and address for the
 // job to act under, audits the start with the selection, and asks the daemon to run BulkJob
-// now. Single-use by the confirmation's hash. Errors: InputError, RefusedError.
+// now. Single-use by the confirmation's hash. Errors: *errs.FieldError, *errs.RefusedError.
 func (w *Workflow) StartBulk(ctx context.Context, a Actor, plan, token, reason string) (*BulkRun, error) {
 	p, err := w.checkPlan(a, plan, token)
 	if err != nil {
@@ -304,7 +305,7 @@ func (w *Workflow) StartBulk(ctx context.Context, a Actor, plan, token, reason s
 		for i, it := range p.Items {
 			keyIDs[i] = it.KeyID
 		}
-		if err := w.audit.Append(ctx, tx, AuditEntry{Actor: a.Ref(), IP: a.IP, Action: "replay.bulk_start",
+		if err := w.audit.Append(ctx, tx, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.bulk_start",
 			Target: fmt.Sprintf("bulk:%d", runID), Detail: map[string]any{"filter": p.Filter, "selected": p.Selected,
 				"total": p.Total, "capped": p.Capped, "counts": p.Counts, "reason": reason, "keys": keyIDs}}); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
@@ -210,7 +211,7 @@ func (w *Workflow) finishBulk(ctx context.Context, run *takenRun, state string, 
 		if errText != "" {
 			detail["error"] = errArg
 		}
-		return w.audit.Append(fin, tx, AuditEntry{Actor: run.actor().Ref(), IP: run.actor().IP, Action: "replay.bulk_done",
+		return w.audit.Append(fin, tx, audit.Entry{Actor: run.actor().Ref(), IP: run.actor().IP, Action: "replay.bulk_done",
 			Target: fmt.Sprintf("bulk:%d", run.ID), Detail: detail})
 	})
 	if err != nil {
@@ -254,7 +255,7 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 		}
 		req, _, err = w.request(ctx, ask{actor: a, key: k, version: it.KeyVersion, token: token, reason: reason, bulkRun: &run.ID})
 	}
-	var re *RefusedError
+	var re *errs.RefusedError
 	switch {
 	case errors.As(err, &re):
 		return "refused", errs.Stored(re.Phrasing()), nil

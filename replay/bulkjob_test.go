@@ -14,8 +14,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
@@ -67,7 +68,7 @@ func newWorkflow(t testing.TB, db *gorm.DB) (*claim.Store, *replay.Workflow) {
 		t.Fatal(err)
 	}
 	w, err := replay.New(replay.Config{DB: db, Claims: st, Operations: operations,
-		Audit: console.ReplayAuditor(console.NewAuditLog(db, testSecret)), ApprovalAbove: -1,
+		Audit: audit.New(db, testSecret), ApprovalAbove: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +133,8 @@ func newFixture(t *testing.T) *fixture {
 	})
 	st, w := newWorkflow(t, db)
 	t.Cleanup(w.Close)
-	op, err := console.NewOperators(db, console.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, testSecret).Add(context.Background(),
-		console.Change{Actor: "test"}, console.NewOperator{Name: "olga", Password: "correct horse battery", Role: console.RoleOperator,
+	op, err := access.NewOperators(db, access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, audit.New(db, testSecret)).Add(context.Background(),
+		access.Change{Actor: "test"}, access.NewOperator{Name: "olga", Password: "correct horse battery", Role: access.RoleOperator,
 			Tenants: []string{"acme"}})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 )
@@ -99,7 +100,7 @@ func (w *Workflow) ListForKey(ctx context.Context, a Actor, keyID int64, limit i
 // Confirm is the confirmation of a single replay: a's token from the preview of k (read within
 // a's scope just now) and a reason. It records the request and, unless it needs a second
 // operator's approval, executes it. A confirmation used before answers its request again (dup)
-// and executes nothing. Errors: InputError (token, reason), RefusedError (stale or refused).
+// and executes nothing. Errors: *errs.FieldError (token, reason), *errs.RefusedError (stale or refused).
 func (w *Workflow) Confirm(ctx context.Context, a Actor, k *claim.Key, token, reason string) (req *Request, dup bool, err error) {
 	version, err := w.CheckToken(ActionReplay, a.ID, k.ID, token)
 	if err != nil {
@@ -140,18 +141,18 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 	if refusal.Format == "" {
 		if _, err := w.operation(k.Operation); err != nil {
 			refusal = errs.Verbatim(err.Error())
-			if re := (*RefusedError)(nil); errors.As(err, &re) {
+			if re := (*errs.RefusedError)(nil); errors.As(err, &re) {
 				refusal = re.Phrasing()
 			}
 		}
 	}
 	if refusal.Format != "" {
-		if err := w.audit.Append(ctx, nil, AuditEntry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.refused",
+		if err := w.audit.Append(ctx, nil, audit.Entry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.refused",
 			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
 			Detail: map[string]any{"digest": k.KeyDigest, "version": a.version, "reason": refusal.String(), "bulk_run": a.bulkRun}}); err != nil {
 			return nil, false, err
 		}
-		return nil, false, &RefusedError{Reason: refusal.String(), Kind: ErrRefused, Why: refusal}
+		return nil, false, errs.Refused(errs.Conflict, refusal)
 	}
 	needs := w.needsApproval(k)
 	action := actionPhrase(k)
@@ -173,7 +174,7 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 			return nil // a concurrent submit of the same confirmation won
 		}
 		id = ids[0]
-		return w.audit.Append(ctx, tx, AuditEntry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.request",
+		return w.audit.Append(ctx, tx, audit.Entry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.request",
 			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
 			Detail: map[string]any{"request": id, "digest": k.KeyDigest, "version": a.version, "reason": a.reason,
 				"needs_approval": needs, "bulk_run": a.bulkRun}})
@@ -199,16 +200,15 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 
 // Approve is the second pair of eyes: a (another operator) approves the pending request r
 // (read within a's scope), which then executes. The requester cannot approve their own
-// (refused here with ErrForbidden, audited, and by a constraint).
+// (refused here as forbidden, audited, and by a constraint).
 func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, error) {
 	if r.RequestedBy == a.ID {
-		if err := w.audit.Append(ctx, nil, AuditEntry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve_refused",
+		if err := w.audit.Append(ctx, nil, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve_refused",
 			Target: fmt.Sprintf("replay:%d", r.ID), Tenant: r.Tenant,
 			Detail: map[string]any{"digest": r.KeyDigest, "reason": "self-approval"}}); err != nil {
 			return nil, err
 		}
-		why := errs.Phrasef("you requested this replay: a second operator must approve it")
-		return nil, &RefusedError{Kind: ErrForbidden, Reason: why.String(), Why: why}
+		return nil, errs.Refused(errs.Forbidden, errs.Phrasef("you requested this replay: a second operator must approve it"))
 	}
 	if r.State != "pending" {
 		return nil, refused("request %d is %s, not waiting for approval", r.ID, r.State)
@@ -224,7 +224,7 @@ func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, 
 		if ok = len(ids) == 1; !ok {
 			return nil
 		}
-		return w.audit.Append(ctx, tx, AuditEntry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve",
+		return w.audit.Append(ctx, tx, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve",
 			Target: fmt.Sprintf("replay:%d", r.ID), Tenant: r.Tenant,
 			Detail: map[string]any{"digest": r.KeyDigest, "key": r.KeyID, "requester": r.Requester}})
 	})
@@ -319,7 +319,7 @@ func (w *Workflow) run(ctx context.Context, r *Request, ip string, hold bool) (*
 	if err == nil {
 		lease, err = w.claims.TakeoverAt(ctx, r.KeyID, r.KeyVersion, actor)
 	}
-	var re *RefusedError
+	var re *errs.RefusedError
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):
 		state, kind, why = "refused", "refused", errs.Phrasef("the key changed since the preview: nothing was done; preview it again")
@@ -360,7 +360,7 @@ func (w *Workflow) finish(ctx context.Context, r *Request, ip, state, kind strin
 		if res.RowsAffected == 0 {
 			return nil
 		}
-		return w.audit.Append(ctx, tx, AuditEntry{Actor: "operator:" + r.Requester, IP: ip, Action: "replay.execute",
+		return w.audit.Append(ctx, tx, audit.Entry{Actor: "operator:" + r.Requester, IP: ip, Action: "replay.execute",
 			Target: fmt.Sprintf("key:%d", r.KeyID), Tenant: r.Tenant,
 			Detail: map[string]any{"request": r.ID, "digest": r.KeyDigest, "state": state, "outcome": kind, "approver": r.Approver}})
 	})

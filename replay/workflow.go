@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 )
 
@@ -31,7 +32,7 @@ type Config struct {
 	// Operations finds a key's Operation; nil refuses every replay ("no operations configured").
 	Operations func(name string) (claim.Operation, bool)
 	// Audit receives the workflow's audit rows (required).
-	Audit Auditor
+	Audit *audit.Log
 	// ApprovalAbove is the four-eyes threshold: a replay of a key whose amount is above this many
 	// minor units waits for a second operator's approval (default 100000; -1: never).
 	ApprovalAbove int64
@@ -78,22 +79,6 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Auditor appends to the audit log, in tx when it is not nil (so the row commits with the
-// change it records).
-type Auditor interface {
-	Append(ctx context.Context, tx *gorm.DB, e AuditEntry) error
-}
-
-// AuditEntry is one audit row.
-type AuditEntry struct {
-	Actor  string
-	IP     string
-	Action string
-	Target string
-	Tenant string
-	Detail map[string]any
-}
-
 // AllTenants in Actor.Tenants means every tenant.
 const AllTenants = "*"
 
@@ -129,7 +114,7 @@ type Workflow struct {
 	cfg      Config
 	db       *gorm.DB
 	claims   *claim.Store
-	audit    Auditor
+	audit    *audit.Log
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
 	tokenKey []byte
@@ -212,7 +197,7 @@ func (w *Workflow) ConfirmToken(action string, operatorID, keyID, version int64)
 }
 
 // CheckToken verifies a confirmation token of action for the operator and key and returns the
-// version it is bound to; an InputError naming "token" otherwise.
+// version it is bound to; an *errs.FieldError naming "token" otherwise.
 func (w *Workflow) CheckToken(action string, operatorID, keyID int64, token string) (int64, error) {
 	bad := inputErr("token", "is not a confirmation of this key by you; open the preview again")
 	parts := strings.Split(strings.TrimSpace(token), ".")

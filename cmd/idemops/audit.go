@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/audit"
 )
 
 func newAuditCmd() *cobra.Command {
@@ -21,9 +21,9 @@ rows, which the chain alone cannot show (--expect-min-seq N detects truncation o
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var opt console.VerifyOptions
+			var opt audit.VerifyOptions
 			if v, _ := cmd.Flags().GetString("expect-head"); v != "" {
-				h, err := console.ParseAuditHead(v)
+				h, err := audit.ParseHead(v)
 				if err != nil {
 					return usagef("--expect-head: %v", err)
 				}
@@ -45,7 +45,7 @@ rows, which the chain alone cannot show (--expect-min-seq N detects truncation o
 			if err != nil {
 				return err
 			}
-			res, err := console.NewAuditLog(d.DB, secret).Verify(ctx, opt)
+			res, err := audit.New(d.DB, secret).Verify(ctx, opt)
 			if err != nil {
 				return err
 			}

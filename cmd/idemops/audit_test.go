@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -45,9 +45,9 @@ func TestAuditVerify_PrintsTheHeadAndChecksItBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit := console.NewAuditLog(db, []byte(auditTestSecret))
+	chain := audit.New(db, []byte(auditTestSecret))
 	for i := 0; i < 4; i++ {
-		if err := audit.Append(context.Background(), nil, console.Entry{Actor: "cli:test", Action: "test.action", Target: fmt.Sprint(i)}); err != nil {
+		if err := chain.Append(context.Background(), nil, audit.Entry{Actor: "cli:test", Action: "test.action", Target: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,19 +83,19 @@ func TestAuditVerify_PrintsTheHeadAndChecksItBack(t *testing.T) {
 	var log bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	g := newAuditGauges(prometheus.NewRegistry(), logger)
-	head := logAuditHead(context.Background(), audit, logger, nil, g)
+	head := logAuditHead(context.Background(), chain, logger, nil, g)
 	if head == nil || head.Seq != 4 || !strings.Contains(log.String(), fmt.Sprintf(`msg="audit head" seq=4 hash=%s`, hash)) {
 		t.Fatalf("daemon log: %q", log.String())
 	}
 	if v := testutil.ToFloat64(g.verified); v < float64(time.Now().Add(-time.Minute).Unix()) || testutil.ToFloat64(g.broken) != 0 {
 		t.Errorf("after an intact verification: verified at %v, broken %v", v, testutil.ToFloat64(g.broken))
 	}
-	_ = audit.Append(context.Background(), nil, console.Entry{Actor: "cli:test", Action: "test.action"})
-	if head = logAuditHead(context.Background(), audit, logger, head, g); head.Seq != 5 {
+	_ = chain.Append(context.Background(), nil, audit.Entry{Actor: "cli:test", Action: "test.action"})
+	if head = logAuditHead(context.Background(), chain, logger, head, g); head.Seq != 5 {
 		t.Errorf("resumed head %v", head)
 	}
 	// Under another secret every seal is wrong: the chain reads as broken, for the alert.
-	logAuditHead(context.Background(), console.NewAuditLog(db, []byte("another secret of enough length")), logger, nil, g)
+	logAuditHead(context.Background(), audit.New(db, []byte("another secret of enough length")), logger, nil, g)
 	if testutil.ToFloat64(g.broken) != 1 {
 		t.Errorf("a broken chain leaves idemops_audit_chain_broken at %v", testutil.ToFloat64(g.broken))
 	}

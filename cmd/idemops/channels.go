@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -44,7 +44,7 @@ func newReconcileChannelCmd() *cobra.Command {
 				if tenants, err = reconcile.SetChannelTenants(ctx, tx, args[0], tenants, actor); err != nil {
 					return err
 				}
-				return console.NewAuditLog(d.DB, secret).Append(ctx, tx, console.Entry{Actor: actor, Action: "reconcile.channel.set_tenants",
+				return audit.New(d.DB, secret).Append(ctx, tx, audit.Entry{Actor: actor, Action: "reconcile.channel.set_tenants",
 					Target: "channel:" + args[0], Detail: map[string]any{"tenants": tenants, "before": before}})
 			})
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/chaos"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
@@ -227,10 +228,10 @@ func chaosConsoleCmd() *cobra.Command {
 		// Two operators: a replay of a large amount needs a second one to approve it.
 		var lines []string
 		for _, name := range []string{"chaos-a", "chaos-b"} {
-			change := console.Change{Actor: "operator:chaos"}
-			_, err := srv.Operators().Add(ctx, change, console.NewOperator{Name: name, Password: "chaos-" + randomToken(12),
-				Role: console.RoleAdmin, Tenants: []string{console.AllTenants}})
-			if err != nil && !errors.Is(err, console.ErrConflict) {
+			change := access.Change{Actor: "operator:chaos"}
+			_, err := srv.Operators().Add(ctx, change, access.NewOperator{Name: name, Password: "chaos-" + randomToken(12),
+				Role: access.RoleAdmin, Tenants: []string{access.AllTenants}})
+			if err != nil && !errors.Is(err, access.ErrConflict) {
 				return fmt.Errorf("chaos operator: %w", err)
 			}
 			tok, err := srv.Operators().CreateToken(ctx, change, name, "chaos-"+randomToken(6), time.Hour)

@@ -19,6 +19,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/console"
 )
 
@@ -161,7 +163,7 @@ func readPassword(cmd *cobra.Command) (string, error) {
 	return string(a), nil
 }
 
-func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console.Operators) error) error {
+func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *access.Operators) error) error {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, true, true)
 	if err != nil {
@@ -172,7 +174,7 @@ func withOperators(cmd *cobra.Command, fn func(ctx context.Context, ops *console
 	if err != nil {
 		return err
 	}
-	return fn(ctx, console.NewOperators(d.DB, console.DefaultArgon2, secret))
+	return fn(ctx, access.NewOperators(d.DB, access.DefaultArgon2, audit.New(d.DB, secret)))
 }
 
 func newUserCmd() *cobra.Command {
@@ -185,11 +187,11 @@ func newUserCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			roleFlag, _ := cmd.Flags().GetString("role")
 			tenantsFlag, _ := cmd.Flags().GetString("tenants")
-			role, err := console.ParseRole(roleFlag)
+			role, err := access.ParseRole(roleFlag)
 			if err != nil {
 				return usagef("--role: %s is not one of viewer, operator, admin", roleFlag)
 			}
-			tenants, err := console.ParseTenants(tenantsFlag)
+			tenants, err := access.ParseTenants(tenantsFlag)
 			if err != nil {
 				return usagef("--tenants: %v", err)
 			}
@@ -197,8 +199,8 @@ func newUserCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				o, err := ops.Add(ctx, console.Change{Actor: operatorActor()}, console.NewOperator{Name: args[0], Password: pw, Role: role, Tenants: tenants})
+			return withOperators(cmd, func(ctx context.Context, ops *access.Operators) error {
+				o, err := ops.Add(ctx, access.Change{Actor: operatorActor()}, access.NewOperator{Name: args[0], Password: pw, Role: role, Tenants: tenants})
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "added %s (%s, tenants %s)\n", o.Name, o.Role, strings.Join(o.Tenants, ","))
 				}
@@ -220,8 +222,8 @@ func newUserCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				err := ops.SetPassword(ctx, console.Change{Actor: operatorActor()}, args[0], pw)
+			return withOperators(cmd, func(ctx context.Context, ops *access.Operators) error {
+				err := ops.SetPassword(ctx, access.Change{Actor: operatorActor()}, args[0], pw)
 				if err == nil {
 					fmt.Fprintf(cmd.OutOrStdout(), "password of %s changed\n", args[0])
 				}
@@ -235,8 +237,8 @@ func newUserCmd() *cobra.Command {
 		return &cobra.Command{
 			Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-					err := ops.SetDisabled(ctx, console.Change{Actor: operatorActor()}, args[0], disabled)
+				return withOperators(cmd, func(ctx context.Context, ops *access.Operators) error {
+					err := ops.SetDisabled(ctx, access.Change{Actor: operatorActor()}, args[0], disabled)
 					if err == nil {
 						fmt.Fprintf(cmd.OutOrStdout(), "%s: %sd\n", args[0], use)
 					}
@@ -252,8 +254,8 @@ func newUserCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			label, _ := cmd.Flags().GetString("label")
 			ttl, _ := cmd.Flags().GetDuration("ttl")
-			return withOperators(cmd, func(ctx context.Context, ops *console.Operators) error {
-				secret, err := ops.CreateToken(ctx, console.Change{Actor: operatorActor()}, args[0], label, ttl)
+			return withOperators(cmd, func(ctx context.Context, ops *access.Operators) error {
+				secret, err := ops.CreateToken(ctx, access.Change{Actor: operatorActor()}, args[0], label, ttl)
 				if err == nil {
 					fmt.Fprintln(cmd.OutOrStdout(), secret)
 				}

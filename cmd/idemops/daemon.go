@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
@@ -114,9 +114,8 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	}
 	// Bulk replays started in any console run here, as jobs (replay.BulkJob).
 	if deps.Replays == nil {
-		audit := console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret)
 		if deps.Replays, err = replay.New(replay.Config{DB: deps.DB, Claims: deps.Store, Operations: deps.Operations.Get,
-			Audit: console.ReplayAuditor(audit), Logger: deps.Logger}); err != nil {
+			Audit: audit.New(deps.DB, deps.Store.Config().DigestSecret), Logger: deps.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -220,8 +219,8 @@ func newDaemonCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				audit, logger := console.NewAuditLog(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-				go logAuditHeads(life, audit, logger, every, reg)
+				chain, logger := audit.New(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+				go logAuditHeads(life, chain, logger, every, reg)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
 			<-cmd.Context().Done()
@@ -244,13 +243,13 @@ func newDaemonCmd() *cobra.Command {
 
 // logAuditHeads writes the audit log's head to the daemon's log every interval, so a checkpoint
 // lives outside the database; each time it verifies only the rows after the head it logged last.
-func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, every time.Duration, reg prometheus.Registerer) {
+func logAuditHeads(ctx context.Context, log *audit.Log, logger *slog.Logger, every time.Duration, reg prometheus.Registerer) {
 	g := newAuditGauges(reg, logger)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var last *console.AuditHead
+	var last *audit.Head
 	for {
-		last = logAuditHead(ctx, audit, logger, last, g)
+		last = logAuditHead(ctx, log, logger, last, g)
 		select {
 		case <-ctx.Done():
 			return
@@ -261,10 +260,10 @@ func logAuditHeads(ctx context.Context, audit *console.AuditLog, logger *slog.Lo
 
 // logAuditHead verifies the rows after last (all rows when nil), logs the head as
 // "audit head seq=N hash=H" (or the break it found), and returns the head to resume from.
-func logAuditHead(ctx context.Context, audit *console.AuditLog, logger *slog.Logger, last *console.AuditHead, g *auditGauges) *console.AuditHead {
+func logAuditHead(ctx context.Context, log *audit.Log, logger *slog.Logger, last *audit.Head, g *auditGauges) *audit.Head {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	res, err := audit.Verify(ctx, console.VerifyOptions{From: last})
+	res, err := log.Verify(ctx, audit.VerifyOptions{From: last})
 	switch {
 	case err != nil:
 		logger.Error("audit verify", "err", err)

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
@@ -225,10 +227,10 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 		func() float64 { return float64(world.Answers.Dropped()) })); err != nil {
 		return nil, err
 	}
-	change := console.Change{Actor: "operator:demo"}
-	_, err = srv.Operators().Add(ctx, change, console.NewOperator{Name: p.operatorUser, Password: p.operatorPassword,
-		Role: console.RoleAdmin, Tenants: []string{console.AllTenants}})
-	if errors.Is(err, console.ErrConflict) { // a previous demo run made it: give it this run's password
+	change := access.Change{Actor: "operator:demo"}
+	_, err = srv.Operators().Add(ctx, change, access.NewOperator{Name: p.operatorUser, Password: p.operatorPassword,
+		Role: access.RoleAdmin, Tenants: []string{access.AllTenants}})
+	if errors.Is(err, access.ErrConflict) { // a previous demo run made it: give it this run's password
 		err = srv.Operators().SetPassword(ctx, change, p.operatorUser, p.operatorPassword)
 		if err == nil {
 			err = srv.Operators().SetDisabled(ctx, change, p.operatorUser, false)
@@ -301,7 +303,7 @@ func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop 
 	if logger == nil {
 		logger = slog.Default()
 	}
-	go logAuditHeads(life, console.NewAuditLog(deps.DB, deps.Store.Config().DigestSecret), logger, time.Minute, deps.Registerer)
+	go logAuditHeads(life, audit.New(deps.DB, deps.Store.Config().DigestSecret), logger, time.Minute, deps.Registerer)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

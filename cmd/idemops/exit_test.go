@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
@@ -73,7 +73,7 @@ func TestExitCode_OneTableForEveryPackage(t *testing.T) {
 		{fmt.Errorf("key 7: %w", claim.ErrNotFound), 2},
 		{&reconcile.LineError{Line: 3, Reason: "bad amount"}, 1},
 		{reconcile.ErrArchive, 1},
-		{fmt.Errorf("operator alice: %w", console.ErrConflict), 2},
+		{fmt.Errorf("operator alice: %w", access.ErrConflict), 2},
 		{fmt.Errorf("fetch: %w", reconcile.ErrFetch), 1},
 		{&pgconn.PgError{Code: "42P01", Message: `relation "job_runs" does not exist`}, 1},
 		{fmt.Errorf("plain failure"), 1},

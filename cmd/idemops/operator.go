@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 )
@@ -22,7 +23,7 @@ import (
 type operatorSession struct {
 	d   *database
 	srv *console.Server
-	op  *console.Operator
+	op  *access.Operator
 }
 
 func (s *operatorSession) Close() {

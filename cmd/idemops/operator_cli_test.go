@@ -12,8 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
@@ -95,13 +96,13 @@ func TestOperatorCLI_KeysAndReplaysWithinTheOperatorsTenants(t *testing.T) {
 	}
 	small, large, other := makeKey("acme", "cli-small", 250), makeKey("acme", "cli-large", 500000), makeKey("globex", "cli-other", 300)
 
-	ops := console.NewOperators(db, console.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, secret)
+	ops := access.NewOperators(db, access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, audit.New(db, secret))
 	tokenFile := func(name string) string {
-		if _, err := ops.Add(ctx, console.Change{Actor: "operator:test"}, console.NewOperator{Name: name,
-			Password: "a long password 123", Role: console.RoleOperator, Tenants: []string{"acme"}}); err != nil {
+		if _, err := ops.Add(ctx, access.Change{Actor: "operator:test"}, access.NewOperator{Name: name,
+			Password: "a long password 123", Role: access.RoleOperator, Tenants: []string{"acme"}}); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := ops.CreateToken(ctx, console.Change{Actor: "operator:test"}, name, "cli", 0)
+		tok, err := ops.CreateToken(ctx, access.Change{Actor: "operator:test"}, name, "cli", 0)
 		if err != nil {
 			t.Fatal(err)
 		}

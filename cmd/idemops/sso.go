@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/console"
 )
 
@@ -62,7 +63,7 @@ func ssoConfig(cmd *cobra.Command, cfg *console.Config) error {
 			sc.AllowedDomains = append(sc.AllowedDomains, strings.ToLower(d))
 		}
 	}
-	gm, err := console.ParseGroupMap(flagOrEnv(cmd, "sso-group-map", "IDEMOPS_SSO_GROUP_MAP"))
+	gm, err := access.ParseGroupMap(flagOrEnv(cmd, "sso-group-map", "IDEMOPS_SSO_GROUP_MAP"))
 	if err != nil {
 		return usagef("--sso-group-map: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/console"
 )
 
@@ -22,7 +23,7 @@ func TestSSOFlags_BadValuesAreUsageErrorsNamingTheFlag(t *testing.T) {
 	}
 	ok := []string{"--sso-issuer", "https://id.example", "--sso-client-id", "idemops", "--sso-redirect-url", "https://console.example/login/sso/callback"}
 	cfg, err := run(append(ok, "--sso-group-map", "ops=admin:*;fin=viewer:acme", "--sso-allowed-domains", "Example.com", "--local-login=false")...)
-	if err != nil || cfg.SSO == nil || !cfg.DisableLocalLogin || cfg.SSO.GroupMap["fin"].Role != console.RoleViewer ||
+	if err != nil || cfg.SSO == nil || !cfg.DisableLocalLogin || cfg.SSO.GroupMap["fin"].Role != access.RoleViewer ||
 		cfg.SSO.AllowedDomains[0] != "example.com" || cfg.SSO.GroupsClaim != "groups" {
 		t.Fatalf("%+v %v", cfg, err)
 	}

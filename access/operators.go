@@ -1,16 +1,9 @@
-package console
+package access
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,108 +11,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
 )
-
-// Role orders what an operator may do: viewer < operator < admin.
-type Role int
-
-const (
-	// RoleNone is the role of an anonymous request (public routes only).
-	RoleNone Role = iota
-	// RoleViewer browses keys (redacted), the dashboard.
-	RoleViewer
-	// RoleOperator may also reveal request and response bodies and check downstream.
-	RoleOperator
-	// RoleAdmin may also manage operators and read the audit log.
-	RoleAdmin
-)
-
-// Roles lists the assignable roles, lowest first.
-var Roles = []Role{RoleViewer, RoleOperator, RoleAdmin}
-
-func (r Role) String() string {
-	switch r {
-	case RoleViewer:
-		return "viewer"
-	case RoleOperator:
-		return "operator"
-	case RoleAdmin:
-		return "admin"
-	}
-	return "anonymous"
-}
-
-// ParseRole reads a role name.
-func ParseRole(s string) (Role, error) {
-	for _, r := range Roles {
-		if r.String() == strings.TrimSpace(s) {
-			return r, nil
-		}
-	}
-	return RoleNone, inputErr("role", "%q is not one of viewer, operator, admin", s)
-}
-
-// AllTenants is the tenant entry that grants every tenant.
-const AllTenants = "*"
-
-// Operator is a person (or automation, through a token) using the console.
-type Operator struct {
-	ID          int64
-	Name        string
-	Role        Role
-	Tenants     []string // sorted; ["*"] for every tenant
-	Disabled    bool
-	CreatedAt   time.Time
-	LastLoginAt *time.Time
-	TimeZone    string // IANA zone the console shows this operator's times in
-	Language    string // console language chosen in the header ("en", "zh-CN"; "" = the browser's)
-}
-
-// SeesAllTenants reports whether o may see every tenant.
-func (o *Operator) SeesAllTenants() bool { return slices.Contains(o.Tenants, AllTenants) }
-
-// MaySee reports whether o may see keys of tenant.
-func (o *Operator) MaySee(tenant string) bool {
-	return o.SeesAllTenants() || slices.Contains(o.Tenants, tenant)
-}
-
-// Actor is how o appears in key events and the audit log.
-func (o *Operator) Actor() string { return "operator:" + o.Name }
-
-var operatorName = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,64}$`)
-
-// ParseTenants reads a comma-separated tenant list ("*" for all).
-func ParseTenants(s string) ([]string, error) {
-	var out []string
-	for _, t := range strings.Split(s, ",") {
-		t = strings.TrimSpace(t)
-		if t == "" {
-			continue
-		}
-		if len(t) > 128 || strings.ContainsAny(t, "|\x00\n\r") {
-			return nil, inputErr("tenants", "%q is not a tenant name", t)
-		}
-		if !slices.Contains(out, t) {
-			out = append(out, t)
-		}
-	}
-	if len(out) == 0 {
-		return nil, inputErr("tenants", "name at least one tenant, or * for all")
-	}
-	if slices.Contains(out, AllTenants) {
-		return []string{AllTenants}, nil
-	}
-	sort.Strings(out)
-	return out, nil
-}
 
 // Operators manages operator accounts and API tokens. Every change is written together with its
 // audit row, in one transaction.
 type Operators struct {
 	db     *gorm.DB
 	argon  Argon2Params
-	audit  *AuditLog
+	audit  *audit.Log
 	dummy  string // a hash to check against when the name is unknown, so timing tells nothing
 	tokens time.Duration
 
@@ -128,15 +29,21 @@ type Operators struct {
 	passwordChecks atomic.Int64
 }
 
-// NewOperators returns the operator directory on db. Its changes are audited in the log keyed
-// from digestSecret (the deployment's digest secret; see NewAuditLog).
-func NewOperators(db *gorm.DB, argon Argon2Params, digestSecret []byte) *Operators {
+// NewOperators returns the operator directory on db; every change is audited in log.
+func NewOperators(db *gorm.DB, argon Argon2Params, log *audit.Log) *Operators {
 	if argon.MemoryKiB == 0 {
 		argon = DefaultArgon2
 	}
 	dummy, _ := HashPassword("not-a-password-of-anyone", argon)
-	return &Operators{db: db, argon: argon, audit: NewAuditLog(db, digestSecret), dummy: dummy}
+	return &Operators{db: db, argon: argon, audit: log, dummy: dummy}
 }
+
+// Audit is the log the directory writes its changes to.
+func (d *Operators) Audit() *audit.Log { return d.audit }
+
+// PasswordChecks is how many argon2 verifications Authenticate has run (a test proves the
+// throttle refuses before this work is spent).
+func (d *Operators) PasswordChecks() int64 { return d.passwordChecks.Load() }
 
 // Change says who changes what, for the audit log.
 type Change struct {
@@ -249,16 +156,16 @@ type NewOperator struct {
 // Add creates an operator. ErrConflict when the name is taken.
 func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operator, error) {
 	if !operatorName.MatchString(n.Name) {
-		return nil, inputErr("name", "use 1–64 letters, digits, '.', '_', '@' or '-'")
+		return nil, fieldErr("name", "use 1–64 letters, digits, '.', '_', '@' or '-'")
 	}
 	if err := ValidatePassword(n.Password); err != nil {
 		return nil, err
 	}
 	if n.Role == RoleNone {
-		return nil, inputErr("role", "is required")
+		return nil, fieldErr("role", "is required")
 	}
 	if len(n.Tenants) == 0 {
-		return nil, inputErr("tenants", "name at least one tenant, or * for all")
+		return nil, fieldErr("tenants", "name at least one tenant, or * for all")
 	}
 	hash, err := HashPassword(n.Password, d.argon)
 	if err != nil {
@@ -277,7 +184,7 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 		if err := setTenants(tx, id, n.Tenants); err != nil {
 			return err
 		}
-		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + n.Name,
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + n.Name,
 			Detail: map[string]any{"role": n.Role.String(), "tenants": n.Tenants}})
 	})
 	if err != nil {
@@ -302,7 +209,7 @@ func setTenants(tx *gorm.DB, id int64, tenants []string) error {
 // once.
 func (d *Operators) SetAccess(ctx context.Context, ch Change, name string, role Role, tenants []string) error {
 	if role == RoleNone || len(tenants) == 0 {
-		return inputErr("role", "role and tenants are required")
+		return fieldErr("role", "role and tenants are required")
 	}
 	return d.update(ctx, ch, name, "operator.set_access", map[string]any{"role": role.String(), "tenants": tenants},
 		func(tx *gorm.DB, id int64) error {
@@ -372,7 +279,7 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 		if err := lastStarAdmin(tx, rows[0].operator().activeStarAdmin(), name); err != nil {
 			return err
 		}
-		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + name, Detail: detail})
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + name, Detail: detail})
 	})
 }
 
@@ -387,70 +294,23 @@ func (d *Operators) SetTimeZone(ctx context.Context, ch Change, id int64, zone s
 		if len(names) == 0 {
 			return fmt.Errorf("operator: %w", ErrNotFound)
 		}
-		return d.audit.Append(ctx, tx, Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.time_zone",
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.time_zone",
 			Target: "operator:" + names[0], Detail: map[string]any{"time_zone": zone}})
 	})
 }
 
-// tokenPrefix marks idemops API tokens, so a leaked one is recognizable in a secret scanner.
-const tokenPrefix = "idemops_"
-
-// hashSecret is the stored form of a session id or token: SHA-256, hex-encoded for the query
-// (bound as text and decoded in SQL).
-func hashSecret(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-func randomSecret(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand never fails on supported platforms
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// CreateToken makes an API token for operator name, valid for ttl (0: no expiry), and returns
-// the bearer secret; only its hash is stored, so it is shown once.
-func (d *Operators) CreateToken(ctx context.Context, ch Change, name, label string, ttl time.Duration) (string, error) {
-	label = strings.TrimSpace(label)
-	if label == "" || len(label) > 64 {
-		return "", inputErr("token name", "use 1–64 characters")
-	}
-	secret := tokenPrefix + randomSecret(32)
-	var expires *time.Time
-	if ttl > 0 {
-		t := time.Now().Add(ttl)
-		expires = &t
-	}
-	err := d.update(ctx, ch, name, "token.create", map[string]any{"token": label}, func(tx *gorm.DB, id int64) error {
-		return tx.Exec(`INSERT INTO api_tokens (operator_id, name, token_hash, expires_at) VALUES (?, ?, decode(?, 'hex'), ?)`,
-			id, label, hashSecret(secret), expires).Error
+// SetLanguage sets the console language of operator id (audited as operator.language); code is
+// an offered language (templates.ParseLang) or "" to follow the browser again.
+func (d *Operators) SetLanguage(ctx context.Context, ch Change, id int64, code string) error {
+	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var names []string
+		if err := tx.Raw(`UPDATE operators SET language = ?, updated_at = now() WHERE id = ? RETURNING name`, code, id).Scan(&names).Error; err != nil {
+			return fmt.Errorf("operator.language: %w", err)
+		}
+		if len(names) == 0 {
+			return fmt.Errorf("operator: %w", ErrNotFound)
+		}
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.language",
+			Target: "operator:" + names[0], Detail: map[string]any{"language": code}})
 	})
-	if err != nil {
-		return "", err
-	}
-	return secret, nil
-}
-
-// ByToken returns the enabled operator owning a live bearer token.
-func (d *Operators) ByToken(ctx context.Context, secret string) (*Operator, error) {
-	if !strings.HasPrefix(secret, tokenPrefix) || len(secret) > 128 {
-		return nil, ErrUnauthenticated
-	}
-	var ids []int64
-	err := d.db.WithContext(ctx).Raw(`UPDATE api_tokens SET last_used_at = now()
-		WHERE token_hash = decode(?, 'hex') AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		RETURNING operator_id`, hashSecret(secret)).Scan(&ids).Error
-	if err != nil {
-		return nil, fmt.Errorf("check token: %w", err)
-	}
-	if len(ids) == 0 {
-		return nil, ErrUnauthenticated
-	}
-	o, err := d.ByID(ctx, ids[0])
-	if err != nil || o.Disabled {
-		return nil, ErrUnauthenticated
-	}
-	return o, nil
 }

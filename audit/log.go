@@ -1,4 +1,8 @@
-package console
+// Package audit is idemops' audit log: the append-only, HMAC-chained record of every operator
+// action and every reveal. Whoever changes something an operator may act on writes its row in
+// the same transaction as the change (Append with the caller's tx); Verify walks the chain and
+// Head names its newest row, the checkpoint kept outside the database.
+package audit
 
 import (
 	"context"
@@ -15,37 +19,37 @@ import (
 	"gorm.io/gorm"
 )
 
-// AuditLog is the append-only record of every state-changing action and every reveal. Rows form
+// Log is the append-only record of every state-changing action and every reveal. Rows form
 // one chain: each stores the hash of the row before it and is sealed with HMAC-SHA-256 under a
 // key derived from the deployment's digest secret (not stored in the database), so an edited,
 // inserted or deleted row is detectable (Verify) even by someone who can rewrite the table. Only
-// the truncation of the newest rows needs a head recorded outside the database (AuditHead).
+// the truncation of the newest rows needs a head recorded outside the database (Head).
 // A trigger refuses UPDATE, DELETE and TRUNCATE.
-type AuditLog struct {
+type Log struct {
 	db  *gorm.DB
 	key []byte
 }
 
-// NewAuditLog returns the audit log on db, keyed from the deployment's digest secret. Without a
+// New returns the audit log on db, keyed from the deployment's digest secret. Without a
 // secret it can list rows but not append or verify them.
-func NewAuditLog(db *gorm.DB, digestSecret []byte) *AuditLog {
-	a := &AuditLog{db: db}
+func New(db *gorm.DB, digestSecret []byte) *Log {
+	a := &Log{db: db}
 	if len(digestSecret) > 0 {
-		a.key = auditKey(digestSecret)
+		a.key = chainKey(digestSecret)
 	}
 	return a
 }
 
-// auditKey derives the chain's HMAC key from the digest secret under its own label, so the
+// chainKey derives the chain's HMAC key from the digest secret under its own label, so the
 // key-digest HMACs and the audit seals never share a key.
-func auditKey(secret []byte) []byte {
+func chainKey(secret []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("idemops audit chain v1"))
 	return m.Sum(nil)
 }
 
-// ErrNoAuditKey is returned by Append and Verify on a log made without the digest secret.
-var ErrNoAuditKey = errors.New("the audit log has no key: the deployment's digest secret is required")
+// ErrNoKey is returned by Append and Verify on a log made without the digest secret.
+var ErrNoKey = errors.New("the audit log has no key: the deployment's digest secret is required")
 
 // Entry is one audited action. Detail must not hold raw keys, requests or responses: digests only.
 type Entry struct {
@@ -57,8 +61,8 @@ type Entry struct {
 	Detail map[string]any
 }
 
-// AuditRow is a stored entry.
-type AuditRow struct {
+// Row is a stored entry.
+type Row struct {
 	Seq      int64
 	At       time.Time
 	Actor    string
@@ -83,32 +87,32 @@ const (
 var genesisHash = strings.Repeat("0", 64)
 
 // chainFields JSON-encodes the row's fields as an array, so no field boundary is ambiguous.
-func chainFields(r AuditRow) []byte {
+func chainFields(r Row) []byte {
 	b, _ := json.Marshal([]any{r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail, r.PrevHash})
 	return b
 }
 
 // chainHash is the unkeyed SHA-256 of rows written before the chain was keyed.
-func chainHash(r AuditRow) string {
+func chainHash(r Row) string {
 	sum := sha256.Sum256(chainFields(r))
 	return hex.EncodeToString(sum[:])
 }
 
 // seal is the keyed hash of a row: HMAC-SHA-256 under the audit key.
-func (a *AuditLog) seal(r AuditRow) string {
+func (a *Log) seal(r Row) string {
 	m := hmac.New(sha256.New, a.key)
 	m.Write([]byte(algHMAC + "\n"))
 	m.Write(chainFields(r))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// auditLockID serializes appends, so the chain never forks and seq has no gaps.
-const auditLockID = 0x1de0a0d17
+// lockID serializes appends, so the chain never forks and seq has no gaps.
+const lockID = 0x1de0a0d17
 
 // Append writes e in tx (or in its own transaction when tx is nil), after the chain's last row.
-func (a *AuditLog) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
+func (a *Log) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
 	if a.key == nil {
-		return fmt.Errorf("audit %s: %w", e.Action, ErrNoAuditKey)
+		return fmt.Errorf("audit %s: %w", e.Action, ErrNoKey)
 	}
 	if tx == nil {
 		return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return a.Append(ctx, tx, e) })
@@ -120,14 +124,14 @@ func (a *AuditLog) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
 	if err != nil {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
-	if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, auditLockID).Error; err != nil {
+	if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, lockID).Error; err != nil {
 		return fmt.Errorf("audit %s: lock: %w", e.Action, err)
 	}
-	var last []AuditRow
+	var last []Row
 	if err := tx.Raw(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&last).Error; err != nil {
 		return fmt.Errorf("audit %s: read chain head: %w", e.Action, err)
 	}
-	r := AuditRow{Seq: 1, PrevHash: genesisHash, At: time.Now().UTC().Truncate(time.Microsecond),
+	r := Row{Seq: 1, PrevHash: genesisHash, At: time.Now().UTC().Truncate(time.Microsecond),
 		Actor: e.Actor, Action: e.Action, Target: e.Target, Tenant: e.Tenant, IP: e.IP, Detail: string(detail), Alg: algHMAC}
 	if len(last) == 1 {
 		r.Seq, r.PrevHash = last[0].Seq+1, last[0].Hash
@@ -141,55 +145,55 @@ func (a *AuditLog) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
 	return nil
 }
 
-// AuditHead is the chain's newest row as (sequence, hash): a checkpoint. Recorded outside the
+// Head is the chain's newest row as (sequence, hash): a checkpoint. Recorded outside the
 // database (the verifier's output, the daemon's log, the console's metrics), it lets a later
 // Verify detect the deletion of the newest rows, which the chain alone cannot show.
-type AuditHead struct {
+type Head struct {
 	Seq  int64
 	Hash string
 }
 
 // String is the form `idemops audit verify --expect-head` takes: SEQ:HASH.
-func (h AuditHead) String() string { return fmt.Sprintf("%d:%s", h.Seq, h.Hash) }
+func (h Head) String() string { return fmt.Sprintf("%d:%s", h.Seq, h.Hash) }
 
-// ParseAuditHead reads SEQ:HASH (a positive sequence, 64 hex digits).
-func ParseAuditHead(s string) (AuditHead, error) {
+// ParseHead reads SEQ:HASH (a positive sequence, 64 hex digits).
+func ParseHead(s string) (Head, error) {
 	seq, hash, ok := strings.Cut(s, ":")
 	if !ok {
-		return AuditHead{}, fmt.Errorf("%q is not SEQ:HASH", s)
+		return Head{}, fmt.Errorf("%q is not SEQ:HASH", s)
 	}
 	n, err := strconv.ParseInt(seq, 10, 64)
 	if err != nil || n < 1 {
-		return AuditHead{}, fmt.Errorf("%q: the sequence must be a positive integer", s)
+		return Head{}, fmt.Errorf("%q: the sequence must be a positive integer", s)
 	}
 	hash = strings.ToLower(hash)
 	if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
-		return AuditHead{}, fmt.Errorf("%q: the hash must be 64 hex digits", s)
+		return Head{}, fmt.Errorf("%q: the hash must be 64 hex digits", s)
 	}
-	return AuditHead{Seq: n, Hash: hash}, nil
+	return Head{Seq: n, Hash: hash}, nil
 }
 
 // Head returns the chain's newest row (zero when the log is empty), without verifying it.
-func (a *AuditLog) Head(ctx context.Context) (AuditHead, error) {
-	var rows []AuditRow
+func (a *Log) Head(ctx context.Context) (Head, error) {
+	var rows []Row
 	if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&rows).Error; err != nil {
-		return AuditHead{}, fmt.Errorf("audit head: %w", err)
+		return Head{}, fmt.Errorf("audit head: %w", err)
 	}
 	if len(rows) == 0 {
-		return AuditHead{}, nil
+		return Head{}, nil
 	}
-	return AuditHead{Seq: rows[0].Seq, Hash: rows[0].Hash}, nil
+	return Head{Seq: rows[0].Seq, Hash: rows[0].Hash}, nil
 }
 
 // VerifyOptions are the checkpoints a Verify is given. ExpectHead is a head recorded earlier: its
 // row must still be there with the same hash. MinSeq is a sequence recorded earlier: the chain
 // must reach it (weaker: it detects truncation, not a rewrite of the rows up to it).
 type VerifyOptions struct {
-	ExpectHead *AuditHead
+	ExpectHead *Head
 	MinSeq     int64
 	// From resumes a walk at a head verified before (the daemon's incremental check): that row
 	// must still have that hash, and only the rows after it are walked.
-	From *AuditHead
+	From *Head
 }
 
 // VerifyResult is what Verify found: Rows checked, the head reached, how many of them are
@@ -197,7 +201,7 @@ type VerifyOptions struct {
 type VerifyResult struct {
 	Rows   int64
 	Legacy int64
-	Head   AuditHead
+	Head   Head
 	BadSeq int64
 	Reason string
 	// Unverified says what this walk could not prove, in a sentence ("" when nothing).
@@ -209,15 +213,15 @@ func (v VerifyResult) OK() bool { return v.BadSeq == 0 }
 
 // Verify walks the chain in batches and stops at the first row whose sequence number, previous
 // hash or seal is wrong, or that contradicts a checkpoint in opt.
-func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, error) {
+func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, error) {
 	if a.key == nil {
-		return VerifyResult{}, fmt.Errorf("audit verify: %w", ErrNoAuditKey)
+		return VerifyResult{}, fmt.Errorf("audit verify: %w", ErrNoKey)
 	}
 	const batch = 1000
 	var res VerifyResult
 	prev, after, keyed := genesisHash, int64(0), false
 	if opt.From != nil && opt.From.Seq > 0 {
-		var rows []AuditRow
+		var rows []Row
 		if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash, alg FROM audit_log WHERE seq = ?`, opt.From.Seq).Scan(&rows).Error; err != nil {
 			return res, fmt.Errorf("audit verify: %w", err)
 		}
@@ -233,7 +237,7 @@ func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult,
 		return res, nil
 	}
 	for {
-		var rows []AuditRow
+		var rows []Row
 		if err := a.db.WithContext(ctx).Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg
 			FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?`, after, batch).Scan(&rows).Error; err != nil {
 			return res, fmt.Errorf("audit verify: %w", err)
@@ -263,7 +267,7 @@ func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult,
 				return fail(r.Seq, fmt.Sprintf("row %d is not the checkpoint's (%s): the rows up to it were rewritten, or the newest rows deleted and others appended", cp.Seq, cp))
 			}
 			res.Rows++
-			res.Head = AuditHead{Seq: r.Seq, Hash: r.Hash}
+			res.Head = Head{Seq: r.Seq, Hash: r.Hash}
 			prev, after = r.Hash, r.Seq
 		}
 		if len(rows) < batch {
@@ -296,8 +300,8 @@ func (a *AuditLog) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult,
 	return res, nil
 }
 
-// AuditFilter selects audit rows; Before is the keyset cursor (seq of the last row shown).
-type AuditFilter struct {
+// Filter selects audit rows; Before is the keyset cursor (seq of the last row shown).
+type Filter struct {
 	Actor, Action, Tenant, Target string
 	// Tenants, when set, limits rows to these tenants and to rows of no tenant.
 	Tenants  []string
@@ -307,7 +311,7 @@ type AuditFilter struct {
 }
 
 // List returns rows matching f, newest first, and whether more follow.
-func (a *AuditLog) List(ctx context.Context, f AuditFilter) ([]AuditRow, bool, error) {
+func (a *Log) List(ctx context.Context, f Filter) ([]Row, bool, error) {
 	if f.Limit <= 0 || f.Limit > 200 {
 		f.Limit = 50
 	}
@@ -337,7 +341,7 @@ func (a *AuditLog) List(ctx context.Context, f AuditFilter) ([]AuditRow, bool, e
 	if f.Before > 0 {
 		q = q.Where("seq < ?", f.Before)
 	}
-	var rows []AuditRow
+	var rows []Row
 	if err := q.Order("seq DESC").Limit(f.Limit + 1).Scan(&rows).Error; err != nil {
 		return nil, false, fmt.Errorf("list audit: %w", err)
 	}

@@ -1,4 +1,4 @@
-package console
+package access
 
 import (
 	"context"
@@ -16,18 +16,24 @@ type Session struct {
 	idHash   string
 }
 
-// sessions stores sessions in PostgreSQL so console replicas are stateless. The cookie holds a
+// Sessions stores sessions in PostgreSQL so console replicas are stateless. The cookie holds a
 // random id; the table holds its SHA-256 only.
-type sessions struct {
+type Sessions struct {
 	db       *gorm.DB
 	ops      *Operators
 	idle     time.Duration
 	absolute time.Duration
 }
 
-// create starts a session for o and returns the cookie value.
-func (s *sessions) create(ctx context.Context, o *Operator, ip, userAgent string) (string, error) {
-	id := randomSecret(32)
+// NewSessions returns the session store on db: a session ends after idle without use or
+// absolute after it began, whichever comes first.
+func NewSessions(db *gorm.DB, ops *Operators, idle, absolute time.Duration) *Sessions {
+	return &Sessions{db: db, ops: ops, idle: idle, absolute: absolute}
+}
+
+// Create starts a session for o and returns the cookie value.
+func (s *Sessions) Create(ctx context.Context, o *Operator, ip, userAgent string) (string, error) {
+	id := RandomSecret(32)
 	if len(userAgent) > 256 {
 		userAgent = userAgent[:256]
 	}
@@ -39,7 +45,7 @@ func (s *sessions) create(ctx context.Context, o *Operator, ip, userAgent string
 		}
 		if err := tx.Exec(`INSERT INTO sessions (id_hash, operator_id, csrf_token, expires_at, ip, user_agent)
 			VALUES (decode(?, 'hex'), ?, ?, now() + ? * interval '1 second', ?, ?)`,
-			hashSecret(id), o.ID, randomSecret(32), s.absolute.Seconds(), ip, userAgent).Error; err != nil {
+			hashSecret(id), o.ID, RandomSecret(32), s.absolute.Seconds(), ip, userAgent).Error; err != nil {
 			return err
 		}
 		return tx.Exec(`UPDATE operators SET last_login_at = now() WHERE id = ?`, o.ID).Error
@@ -58,9 +64,9 @@ type sessionRow struct {
 	Stale      bool
 }
 
-// load returns the live session for a cookie value: ErrUnauthenticated when it is unknown, idle
+// Load returns the live session for a cookie value: ErrUnauthenticated when it is unknown, idle
 // too long, past its absolute lifetime, or its operator is disabled.
-func (s *sessions) load(ctx context.Context, cookie string) (*Session, error) {
+func (s *Sessions) Load(ctx context.Context, cookie string) (*Session, error) {
 	if cookie == "" || len(cookie) > 128 {
 		return nil, ErrUnauthenticated
 	}
@@ -94,12 +100,14 @@ func (s *sessions) load(ctx context.Context, cookie string) (*Session, error) {
 	return &Session{Operator: o, CSRF: r.CSRFToken, idHash: h}, nil
 }
 
-func (s *sessions) delete(ctx context.Context, sess *Session) error {
+// Delete ends sess.
+func (s *Sessions) Delete(ctx context.Context, sess *Session) error {
 	return s.db.WithContext(ctx).Exec(`DELETE FROM sessions WHERE id_hash = decode(?, 'hex')`, sess.idHash).Error
 }
 
-// checkCSRF compares a submitted token with the session's, in constant time.
-func (sess *Session) checkCSRF(token string) error {
+// CheckCSRF compares a submitted token with the session's, in constant time: ErrCSRF when they
+// differ.
+func (sess *Session) CheckCSRF(token string) error {
 	if token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(sess.CSRF)) != 1 {
 		return ErrCSRF
 	}

@@ -1,4 +1,4 @@
-package console
+package access
 
 import (
 	"context"
@@ -19,7 +19,9 @@ type ThrottleConfig struct {
 	Lockout   time.Duration
 }
 
-func (c ThrottleConfig) withDefaults() ThrottleConfig {
+// WithDefaults fills the zero fields: 5 failures per name, 20 per address, within 15 minutes, lock
+// out for 15 minutes.
+func (c ThrottleConfig) WithDefaults() ThrottleConfig {
 	if c.UserLimit == 0 {
 		c.UserLimit = 5
 	}
@@ -35,10 +37,15 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 	return c
 }
 
-// throttle keeps attempt counts in login_throttle, shared by every console replica.
-type throttle struct {
+// Throttle keeps sign-in attempt counts in login_throttle, shared by every console replica.
+type Throttle struct {
 	db  *gorm.DB
 	cfg ThrottleConfig
+}
+
+// NewThrottle returns the throttle on db with cfg (zero fields take the defaults).
+func NewThrottle(db *gorm.DB, cfg ThrottleConfig) *Throttle {
+	return &Throttle{db: db, cfg: cfg.WithDefaults()}
 }
 
 // ThrottledError is ErrThrottled with the time left until the lockout ends (for Retry-After).
@@ -47,8 +54,8 @@ type ThrottledError struct{ RetryAfter time.Duration }
 func (e *ThrottledError) Error() string { return ErrThrottled.Error() }
 func (e *ThrottledError) Unwrap() error { return ErrThrottled }
 
-// retryAfterSeconds is the Retry-After value: whole seconds, rounded up, at least 1.
-func (e *ThrottledError) retryAfterSeconds() int {
+// RetryAfterSeconds is the Retry-After value: whole seconds, rounded up, at least 1.
+func (e *ThrottledError) RetryAfterSeconds() int {
 	s := int(math.Ceil(e.RetryAfter.Seconds()))
 	if s < 1 {
 		s = 1
@@ -56,7 +63,7 @@ func (e *ThrottledError) retryAfterSeconds() int {
 	return s
 }
 
-// attempt counts one sign-in attempt for the name and for the address BEFORE the password is
+// Attempt counts one sign-in attempt for the name and for the address BEFORE the password is
 // checked, so parallel attempts cannot all slip past a read-then-count check: each scope's count
 // is bumped by one atomic INSERT … ON CONFLICT DO UPDATE … RETURNING, and PostgreSQL's row lock
 // serialises concurrent bumps, so within a window at most limit attempts per scope see a count
@@ -64,7 +71,7 @@ func (e *ThrottledError) retryAfterSeconds() int {
 // lockout (started is true for it alone); attempts during a lockout keep counting but neither
 // extend nor restart it. It returns a *ThrottledError when either scope is locked out; the caller
 // must then not check the password.
-func (t *throttle) attempt(ctx context.Context, user, ip string) (started bool, err error) {
+func (t *Throttle) Attempt(ctx context.Context, user, ip string) (started bool, err error) {
 	var wait time.Duration
 	for _, s := range []struct {
 		scope, subject string
@@ -119,9 +126,9 @@ func (t *throttle) attempt(ctx context.Context, user, ip string) (started bool, 
 	return false, nil
 }
 
-// succeed clears the name's count, and takes this attempt back off the address's count (an
+// Succeed clears the name's count, and takes this attempt back off the address's count (an
 // address counts failures, so an office signing in many times is not locked out by successes).
-func (t *throttle) succeed(ctx context.Context, user, ip string) error {
+func (t *Throttle) Succeed(ctx context.Context, user, ip string) error {
 	if err := t.db.WithContext(ctx).Exec(`DELETE FROM login_throttle WHERE scope = 'user' AND subject = ?`,
 		strings.ToLower(user)).Error; err != nil {
 		return fmt.Errorf("clear sign-in count: %w", err)

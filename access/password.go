@@ -1,4 +1,4 @@
-package console
+package access
 
 import (
 	"crypto/rand"
@@ -79,9 +79,9 @@ func CheckPassword(encoded, pw string) bool {
 func ValidatePassword(pw string) error {
 	switch {
 	case len(pw) < MinPasswordLen:
-		return inputErr("password", "must be at least %d characters", MinPasswordLen)
+		return fieldErr("password", "must be at least %d characters", MinPasswordLen)
 	case len(pw) > maxPasswordLen:
-		return inputErr("password", "must be at most %d characters", maxPasswordLen)
+		return fieldErr("password", "must be at most %d characters", maxPasswordLen)
 	}
 	return nil
 }
