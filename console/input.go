@@ -68,3 +68,10 @@ func inputErrFrom(err error) error {
 	}
 	return err
 }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

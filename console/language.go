@@ -1,8 +1,6 @@
 package console
 
 import (
-	"crypto/subtle"
-	"net/http"
 	"net/url"
 
 	"github.com/gin-gonic/gin"
@@ -46,37 +44,4 @@ func backTo(c *gin.Context) string {
 		return safeNext(ref.RequestURI())
 	}
 	return "/"
-}
-
-// setLanguage saves the operator's console language from the header switch (audited as
-// operator.language), mirrors it in the cookie for the sign-in page, and goes back.
-func (s *Server) setLanguage(c *gin.Context, r *request) error {
-	code, ok := templates.ParseLang(c.PostForm("lang"))
-	if !ok {
-		return inputErr("lang", "%q is not a console language (en, zh-CN)", truncate(c.PostForm("lang"), 32))
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	if err := s.ops.SetLanguage(ctx, s.change(r), r.op.ID, code); err != nil {
-		return err
-	}
-	s.setCookie(c, langCookie, code, 365*24*3600)
-	c.Redirect(http.StatusSeeOther, backTo(c))
-	return nil
-}
-
-// loginLanguage is the sign-in page's switch: no operator yet, so only the cookie (the form
-// carries the sign-in page's pre-session CSRF token, checked like the sign-in form's).
-func (s *Server) loginLanguage(c *gin.Context, _ *request) error {
-	cookie, _ := c.Cookie(loginCookie)
-	if cookie == "" || subtle.ConstantTimeCompare([]byte(cookie), []byte(c.PostForm("csrf"))) != 1 {
-		return access.ErrCSRF
-	}
-	code, ok := templates.ParseLang(c.PostForm("lang"))
-	if !ok {
-		return inputErr("lang", "%q is not a console language (en, zh-CN)", truncate(c.PostForm("lang"), 32))
-	}
-	s.setCookie(c, langCookie, code, 365*24*3600)
-	c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(safeNext(c.PostForm("next"))))
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
@@ -159,3 +160,28 @@ func (s *Server) findingStateCounts(ctx context.Context, op *access.Operator, f 
 	}
 	return out, nil
 }
+
+var reconNotices = map[string]string{
+	"created":  "Recon job created; the daemon runs it on its schedule.",
+	"updated":  "Recon job saved.",
+	"enabled":  "Recon job enabled.",
+	"disabled": "Recon job disabled: its schedule is paused.",
+	"run":      "Run requested: the daemon's leader starts it at its next poll.",
+	"channel":  "Channel account's tenants saved.",
+}
+
+var findingNotices = map[string]string{
+	"resolved":  "Finding resolved.",
+	"ignored":   "Finding ignored.",
+	"recovered": "Recover done: the key was completed from the channel's document and the finding resolved.",
+}
+
+const (
+	reconRunsShown     = 30
+	findingsShown      = 50
+	nextRunsShown      = 5
+	uploadTimeout      = 15 * time.Minute
+	reconStatementFile = "statement"
+)
+
+func (s *Server) reconActor(r *request) string { return r.op.Name }

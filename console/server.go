@@ -1,9 +1,3 @@
-// Package console is the operator console: a gin server with server-rendered pages (templ +
-// htmx, assets embedded), sign-in with argon2id passwords and PostgreSQL sessions, roles with
-// per-operator tenant lists enforced at one point (the route table and its middleware), an
-// append-only hash-chained audit log, and a JSON API for automation with bearer tokens.
-//
-// The console reads keys and their history; every write to a key goes through claim.Store.
 package console
 
 import (

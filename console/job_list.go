@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,19 +11,11 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/access"
-	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
 )
-
-// The daemon's pages read its tables through the daemon package and steer it the way the
-// daemon itself is steered: run now, pause and resume are rows the leader reads at its next
-// poll, written together with their audit row. Running a job now is an operator's call;
-// pausing and resuming stop or restart a safety net (the reclaimer, the purge), so they are
-// an administrator's.
 
 // jobsNotices are the fixed messages a redirect after a job action may show.
 var jobsNotices = map[string]string{
@@ -164,43 +155,6 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 	return v, nil
 }
 
-// jobRunParam is the job run the path names (the page and the API).
-func (s *Server) jobRunParam(c *gin.Context) (*daemon.Run, error) {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, err := daemon.GetRun(ctx, s.db, id)
-	if errors.Is(err, daemon.ErrUnknownRun) {
-		return nil, fmt.Errorf("job run %d: %w", id, ErrNotFound)
-	}
-	return run, err
-}
-
-// runError is a job run's error in ctx's language: said from its phrase when the job's error
-// carried one; else the stored text looked up whole (the daemon's own fixed texts: a run left
-// by an earlier leader, one stopped before its pass was complete), or as it is.
-func runError(ctx context.Context, r daemon.Run) string {
-	if r.ErrorPhrase.Valid {
-		return templates.Say(ctx, r.ErrorPhrase.Phrase)
-	}
-	return templates.SayText(ctx, r.Error)
-}
-
-// jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
-func (s *Server) jobRunPage(c *gin.Context, r *request) error {
-	run, err := s.jobRunParam(c)
-	if err != nil {
-		return err
-	}
-	row := jobRunRow(c.Request.Context(), *run)
-	row.Error = runError(c.Request.Context(), *run)
-	s.render(c, http.StatusOK, templates.JobRunPage(chrome(r, "jobs"), row))
-	return nil
-}
-
 // jobsPage is GET /jobs.
 func (s *Server) jobsPage(c *gin.Context, r *request) error {
 	v, err := s.jobsQuery(c, r)
@@ -233,42 +187,6 @@ func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
 	return nil
 }
 
-// jobAction runs one of the daemon's schedule switches with its audit row, in one transaction.
-func (s *Server) jobAction(ctx context.Context, r *request, action, name string) error {
-	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 128 {
-		return inputErr("name", "name the schedule (1–128 characters)")
-	}
-	// The schedule's scope: a recon job's is its channel account's, the others' every tenant's.
-	if err := s.authorize(ctx, r, "job."+action, access.ObjSchedule, name); err != nil {
-		return err
-	}
-	apply := map[string]func(context.Context, *gorm.DB, string) error{
-		"run": daemon.RunNow, "pause": daemon.Pause, "resume": daemon.Resume}[action]
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := apply(ctx, tx, name); err != nil {
-			if errors.Is(err, daemon.ErrUnknownSchedule) {
-				return fmt.Errorf("schedule %q: %w", truncate(name, 40), ErrNotFound)
-			}
-			return err
-		}
-		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, access.ObjSchedule, name)})
-	})
-}
-
-func (s *Server) jobActionPage(action string) func(c *gin.Context, r *request) error {
-	return func(c *gin.Context, r *request) error {
-		ctx, cancel := s.ctx(c)
-		defer cancel()
-		if err := s.jobAction(ctx, r, action, c.PostForm("name")); err != nil {
-			return err
-		}
-		c.Redirect(http.StatusSeeOther, "/jobs?notice="+url.QueryEscape(action))
-		return nil
-	}
-}
-
 // apiJobs is GET /api/v1/jobs: the leader, replicas, schedules and recent runs.
 func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
@@ -291,93 +209,4 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	}
 	c.JSON(http.StatusOK, gin.H{"leader": leader, "replicas": replicas, "schedules": schedules, "runs": runs})
 	return nil
-}
-
-// apiJobRun is GET /api/v1/jobs/runs/{id}: one run with its progress, stats and error.
-func (s *Server) apiJobRun(c *gin.Context, r *request) error {
-	run, err := s.jobRunParam(c)
-	if err != nil {
-		return err
-	}
-	c.JSON(http.StatusOK, run)
-	return nil
-}
-
-// apiJobAction is POST /api/v1/jobs/{run,pause,resume} {"name": schedule}.
-func (s *Server) apiJobAction(action string) func(c *gin.Context, r *request) error {
-	return func(c *gin.Context, r *request) error {
-		var b struct {
-			Name string `json:"name"`
-		}
-		if err := bindJSON(c, &b); err != nil {
-			return err
-		}
-		ctx, cancel := s.ctx(c)
-		defer cancel()
-		if err := s.jobAction(ctx, r, action, b.Name); err != nil {
-			return err
-		}
-		c.JSON(http.StatusAccepted, gin.H{"schedule": b.Name, "action": action})
-		return nil
-	}
-}
-
-// scheduleTenants resolves the tenant set of each named schedule (objectTenants for a list).
-func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[string][]string, error) {
-	out := make(map[string][]string, len(names))
-	for _, n := range names {
-		if _, ok := out[n]; ok {
-			continue
-		}
-		ts, err := s.scope.Tenants(ctx, access.ObjSchedule, n)
-		if errors.Is(err, ErrNotFound) {
-			ts, err = []string{access.EveryTenant}, nil // a recon job deleted since: "*" only
-		}
-		if err != nil {
-			return nil, err
-		}
-		out[n] = ts
-	}
-	return out, nil
-}
-
-// visibleSchedules lists the schedules op may see (configuration: sharing a tenant suffices).
-func (s *Server) visibleSchedules(ctx context.Context, op *access.Operator) ([]daemon.Schedule, error) {
-	all, err := daemon.ListSchedules(ctx, s.db)
-	if err != nil {
-		return nil, err
-	}
-	return visibleBySchedule(ctx, s, op, all, access.ObjSchedule, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
-}
-
-// visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
-// stats count the keys of every tenant of its schedule).
-func (s *Server) visibleJobRuns(ctx context.Context, op *access.Operator, f daemon.RunFilter) ([]daemon.Run, error) {
-	runs, err := daemon.ListRuns(ctx, s.db, f)
-	if err != nil {
-		return nil, err
-	}
-	return visibleBySchedule(ctx, s, op, runs, access.ObjJobRun, func(r daemon.Run) (string, string) { return r.Schedule, "" })
-}
-
-// visibleBySchedule keeps the items op may see as objects of kind whose tenants are their
-// schedule's; ref gives an item's schedule and its name in refusals.
-func visibleBySchedule[T any](ctx context.Context, s *Server, op *access.Operator, items []T, kind access.ObjectKind,
-	ref func(T) (schedule, name string)) ([]T, error) {
-	names := make([]string, len(items))
-	for i, it := range items {
-		names[i], _ = ref(it)
-	}
-	tenants, err := s.scheduleTenants(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	out := items[:0]
-	for _, it := range items {
-		schedule, name := ref(it)
-		if access.Decide(op, kind, name, tenants[schedule], false) == nil {
-			out = append(out, it)
-		}
-	}
-	return out, nil
 }

@@ -3,33 +3,11 @@ package console
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/replay"
 )
-
-// A bulk replay's keys are chosen here, within the operator's scope (the ids picked on the
-// search page, or everything the search matches up to BulkCap); the replay package previews,
-// starts and — as the daemon's job — runs it.
-
-// getBulkRun reads a run; only the operator who started it sees it (its keys are within their
-// tenants, not necessarily within another operator's), and only while their tenants still cover
-// its keys' (scope.go).
-func (s *Server) getBulkRun(ctx context.Context, op *access.Operator, id int64) (*replay.BulkRun, error) {
-	if err := s.scope.Check(ctx, op, access.ObjBulkRun, strconv.FormatInt(id, 10), false); err != nil {
-		return nil, err
-	}
-	run, err := s.replays.BulkRun(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if run.OperatorID != op.ID {
-		return nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
-	}
-	return run, nil
-}
 
 // matchingIDs collects the ids of up to limit+1 keys of the search, newest first.
 func (s *Server) matchingIDs(ctx context.Context, op *access.Operator, f KeyFilter, limit int) ([]int64, error) {

@@ -1,0 +1,68 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/replay"
+	"github.com/idemops/idemops/templates"
+)
+
+// getReplay reads a request op may see (another tenant's is ErrNotFound).
+func (s *Server) getReplay(ctx context.Context, op *access.Operator, id int64) (*replay.Request, error) {
+	req, err := s.replays.Request(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := access.Decide(op, access.ObjReplay, strconv.FormatInt(id, 10), []string{req.Tenant}, false); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// replayParam reads the request named by the route's {id} (GET /replays/{id}, GET
+// /api/v1/replays/{id}).
+func (s *Server) replayParam(ctx context.Context, c *gin.Context, r *request) (*replay.Request, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	return s.getReplay(ctx, r.op, id)
+}
+
+// replayPage is GET /replays/{id}.
+func (s *Server) replayPage(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	req, err := s.replayParam(ctx, c, r)
+	if err != nil {
+		return err
+	}
+	row := s.replayRow(ctx, req, r.op)
+	if req.State == "executing" {
+		row.Waiting = templates.Say(ctx, s.replays.Waiting(ctx, req.KeyID))
+	}
+	one := []templates.ReplayRow{row}
+	if err := s.nameReplayRows(ctx, r.op, one); err != nil {
+		return err
+	}
+	row = one[0]
+	s.render(c, http.StatusOK, templates.ReplayPage(chrome(r, "replays"), templates.ReplayView{Req: row}))
+	return nil
+}
+
+// apiReplay is GET /api/v1/replays/{id}.
+func (s *Server) apiReplay(c *gin.Context, r *request) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	req, err := s.replayParam(ctx, c, r)
+	if err != nil {
+		return err
+	}
+	c.JSON(http.StatusOK, req)
+	return nil
+}
