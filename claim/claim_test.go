@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -173,7 +174,7 @@ func TestClaim_BadInputIsRejectedWithATypedErrorAndNoRow(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
 			continue
 		}
-		var fe *claim.FieldError
+		var fe *errs.FieldError
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.reason) {
 			t.Errorf("%s: error %q does not name the problem (%q)", c.name, err, c.reason)
 		}

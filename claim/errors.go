@@ -29,26 +29,10 @@ var (
 	ErrSnapshotTooLarge = errs.New(errs.TooLarge, "response snapshot too large")
 )
 
-// FieldError says which input was wrong and why; it wraps one of the sentinel errors above.
-type FieldError struct {
-	Field  string
-	Reason string
-	Kind   error
-	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
-}
-
-// Phrasing is "field: reason".
-func (e *FieldError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
-
-func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
-func (e *FieldError) Unwrap() error { return e.Kind }
-
-// ErrorKind is the kind of the sentinel it wraps; the error's text is what a user is shown.
-func (e *FieldError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
-
+// fieldErr is bad input naming the field (an *errs.FieldError), an instance of kind (one of the
+// sentinels above).
 func fieldErr(kind error, field, format string, args ...any) error {
-	why := errs.Phrasef(format, args...)
-	return &FieldError{Field: field, Reason: why.String(), Kind: kind, Why: why}
+	return errs.Fieldf(field, format, args...).Of(kind)
 }
 
 // Failure is an Operation's verdict that an attempt failed. Retryable failures leave the key

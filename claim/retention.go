@@ -610,7 +610,7 @@ var ErrInvalidHold = errs.New(errs.Invalid, "invalid legal hold request")
 // SetLegalHold puts a key on legal hold (hold true) or lifts it, with a key event by actor
 // (operator:NAME) carrying the reason. A key on hold is never tombstoned or purged. It reports
 // whether anything changed (setting a hold twice records nothing). ErrNotFound when there is no
-// such key; a *FieldError wrapping ErrInvalidHold for a bad actor or reason.
+// such key; an *errs.FieldError of ErrInvalidHold for a bad actor or reason.
 func SetLegalHold(ctx context.Context, db *gorm.DB, keyID int64, hold bool, actor, reason string) (bool, error) {
 	reason = strings.TrimSpace(reason)
 	switch {

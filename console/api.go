@@ -26,7 +26,7 @@ func bindJSON(c *gin.Context, v any) error {
 		return fmt.Errorf("read body: %w", err)
 	}
 	if err := inputcheck.JSON(raw); err != nil {
-		return inputErrFrom(err)
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()

@@ -28,7 +28,7 @@ func checkInput(c *gin.Context) error {
 		}
 	}
 	if err := inputcheck.Values(c.Request.URL.Query()); err != nil {
-		return inputErrFrom(err)
+		return err
 	}
 	if c.Request.Body == nil || c.Request.Method == http.MethodGet || c.Request.Method == http.MethodHead {
 		return nil
@@ -50,23 +50,14 @@ func checkInput(c *gin.Context) error {
 		return inputErr("body", "is not a well-formed form (%s)", truncate(err.Error(), 120))
 	}
 	if err := inputcheck.Values(c.Request.PostForm); err != nil {
-		return inputErrFrom(err)
+		return err
 	}
 	if mf := c.Request.MultipartForm; mf != nil {
 		if err := inputcheck.Values(mf.Value); err != nil {
-			return inputErrFrom(err)
+			return err
 		}
 	}
 	return nil
-}
-
-// inputErrFrom turns an inputcheck refusal into a field error (400 naming the field).
-func inputErrFrom(err error) error {
-	var ie *inputcheck.Error
-	if errors.As(err, &ie) {
-		return errs.Field(ie.Field, errs.Verbatim(ie.Reason))
-	}
-	return err
 }
 
 func truncate(s string, n int) string {

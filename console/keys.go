@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -93,8 +94,8 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 	}
 	// The value is read as JSON when it is JSON (containment): an escaped NUL ("\u0000") would
 	// reach PostgreSQL's jsonb, which refuses it.
-	if ie := (*inputcheck.Error)(nil); errors.As(inputcheck.JSON([]byte(f.Value)), &ie) {
-		return f, inputErr("value", "%s", ie.Reason)
+	if ie := (*errs.FieldError)(nil); errors.As(inputcheck.JSON([]byte(f.Value)), &ie) {
+		return f, inputErr("value", "%s", ie.Why)
 	}
 	if len(f.Tenant) > 128 || len(f.Operation) > 128 || len(f.Value) > 256 {
 		return f, inputErr("tenant", "filters are limited to 128 characters (value: 256)")

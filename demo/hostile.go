@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
 )
 
@@ -18,10 +19,10 @@ func refuseHostileText(next http.Handler) http.Handler {
 		if err == nil {
 			err = inputcheck.Values(r.URL.Query())
 		}
-		var ie *inputcheck.Error
+		var ie *errs.FieldError
 		if errors.As(err, &ie) {
 			b, _ := json.Marshal(httpidem.Problem{Type: "/problems/invalid-field", Title: "Invalid request parameter",
-				Status: http.StatusBadRequest, Detail: ie.Error(), Field: ie.Field})
+				Status: http.StatusBadRequest, Detail: ie.Error(), Field: ie.Name})
 			w.Header().Set("Content-Type", "application/problem+json")
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = w.Write(b)
@@ -34,9 +35,9 @@ func refuseHostileText(next http.Handler) http.Handler {
 // refuseHostileJSON is validateCharge's first check: a string or member name of the body with a
 // NUL byte or bytes that are not UTF-8 is refused naming its field.
 func refuseHostileJSON(raw []byte) error {
-	var ie *inputcheck.Error
+	var ie *errs.FieldError
 	if errors.As(inputcheck.JSON(raw), &ie) {
-		return httpidem.Refuse(ie.Field, ie.Reason)
+		return httpidem.Refuse(ie.Name, ie.Why.String())
 	}
 	return nil
 }

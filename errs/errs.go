@@ -88,7 +88,7 @@ func (k Kind) Status() int { return k.meaning().status }
 func (k Kind) Exit() int { return k.meaning().exit }
 
 // Kinded is an error that carries a kind: a sentinel made by New or Sentence, or a package's
-// typed error (claim.FieldError, reconcile.LineError, …) that names its kind.
+// typed error (a FieldError, a RefusedError, reconcile.LineError, …) that names its kind.
 type Kinded interface {
 	error
 	ErrorKind() Kind
@@ -254,13 +254,3 @@ type phrasedError struct {
 func (e *phrasedError) Error() string    { return e.err.Error() }
 func (e *phrasedError) Unwrap() error    { return e.err }
 func (e *phrasedError) Phrasing() Phrase { return e.why }
-
-// FieldPhrase is a field error's text as a phrase, "field: reason": why, or the English reason
-// as fixed text when the error was built without a phrase. The typed field errors of claim,
-// replay, retention and the console share it.
-func FieldPhrase(field string, why Phrase, reason string) Phrase {
-	if why.Format == "" {
-		why = Verbatim(reason)
-	}
-	return Phrasef("%s: %s", field, why)
-}

@@ -102,24 +102,8 @@ var (
 	ErrCannotRecover = errs.New(errs.Conflict, "cannot recover")
 )
 
-// FieldError is an ErrInvalid naming the field that is wrong: "invalid: field: reason".
-type FieldError struct {
-	Field string
-	Why   errs.Phrase // the reason, as a phrase for a console that speaks another language
-}
-
-func (e *FieldError) Error() string { return "invalid: " + e.Field + ": " + e.Why.String() }
-
-// Unwrap is ErrInvalid, so errors.Is(err, ErrInvalid) finds it.
-func (e *FieldError) Unwrap() error { return ErrInvalid }
-
-// ErrorKind is invalid; the error's text is what a user is shown.
-func (e *FieldError) ErrorKind() errs.Kind { return errs.Invalid }
-
-// Phrasing is the error's text as a phrase.
-func (e *FieldError) Phrasing() errs.Phrase { return errs.Phrasef("invalid: %s: %s", e.Field, e.Why) }
-
-// invalidf is an ErrInvalid naming the field that is wrong.
+// invalidf is bad input naming the field: an *errs.FieldError under ErrInvalid as its context,
+// "invalid: field: reason" (errors.Is ErrInvalid; errors.As *errs.FieldError).
 func invalidf(field, format string, args ...any) error {
-	return &FieldError{Field: field, Why: errs.Phrasef(format, args...)}
+	return errs.Errorf("%w: %w", ErrInvalid, errs.Fieldf(field, format, args...))
 }

@@ -108,6 +108,6 @@
 // The daemon: NewPurgeJob(db, Config) is a daemon.Job named "purge"; its schedule's params are
 // Params as JSON ({"dry_run": bool, "operation": "…", "batch": n}). The console and the CLI:
 // ListPolicies, SavePolicy, DeletePolicy, GetFloor, SetFloor, PurgeJob.Purge / DryRun,
-// PurgeHistory, SetLegalHold. Bad input is an *InputError wrapping ErrInvalidPolicy,
+// PurgeHistory, SetLegalHold. Bad input is an *errs.FieldError of ErrInvalidPolicy,
 // ErrBelowFloor or ErrInvalidOptions (IsInputError: HTTP 400, exit 2).
 package retention

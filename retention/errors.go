@@ -2,7 +2,6 @@ package retention
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/idemops/idemops/errs"
 )
@@ -24,26 +23,10 @@ var (
 	ErrTooManyTimeouts = errs.New(errs.Unavailable, "purge batches keep timing out")
 )
 
-// InputError says which field was wrong and why; it wraps one of the errors above.
-type InputError struct {
-	Field  string
-	Reason string
-	Kind   error
-	Why    errs.Phrase // Reason as a phrase, for a console that speaks another language
-}
-
-// Phrasing is "field: reason".
-func (e *InputError) Phrasing() errs.Phrase { return errs.FieldPhrase(e.Field, e.Why, e.Reason) }
-
-func (e *InputError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Reason) }
-func (e *InputError) Unwrap() error { return e.Kind }
-
-// ErrorKind is the kind of the sentinel it wraps; the error's text is what a user is shown.
-func (e *InputError) ErrorKind() errs.Kind { return errs.KindOf(e.Kind) }
-
+// inputErr is bad input naming the field (an *errs.FieldError), an instance of kind (one of the
+// errors above).
 func inputErr(kind error, field, format string, args ...any) error {
-	why := errs.Phrasef(format, args...)
-	return &InputError{Field: field, Reason: why.String(), Kind: kind, Why: why}
+	return errs.Fieldf(field, format, args...).Of(kind)
 }
 
 // IsInputError reports whether err is bad input from the caller (HTTP 400, exit 2).

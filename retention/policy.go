@@ -224,7 +224,7 @@ func ValidatePolicy(ctx context.Context, db *gorm.DB, p Policy) error {
 }
 
 // SavePolicy validates p and stores it (insert or replace) on behalf of actor. It returns an
-// *InputError wrapping ErrInvalidPolicy for malformed input and ErrBelowFloor for a keep-key
+// *errs.FieldError of ErrInvalidPolicy for malformed input and ErrBelowFloor for a keep-key
 // period under the floor; nothing is written then. Saving moves the purge's stamp cursor back to
 // the start, so the next purge re-stamps the expiry of existing keys under the new policy.
 func SavePolicy(ctx context.Context, db *gorm.DB, p Policy, actor string) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -15,8 +16,8 @@ func TestSavePolicy_BelowTheFloorIsRefusedWithTheReason(t *testing.T) {
 	err := retention.SavePolicy(b.ctx, b.db, retention.Policy{Operation: "payment.charge", State: claim.StateCompleted,
 		KeepResponse: day, KeepKey: 48 * time.Hour}, "operator:alice")
 
-	var ie *retention.InputError
-	if !errors.Is(err, retention.ErrBelowFloor) || !errors.As(err, &ie) || ie.Field != "keep_key" {
+	var ie *errs.FieldError
+	if !errors.Is(err, retention.ErrBelowFloor) || !errors.As(err, &ie) || ie.Name != "keep_key" {
 		t.Fatalf("got %v, want an ErrBelowFloor input error on keep_key", err)
 	}
 	// The default floor: 24 h retry + 72 h back-fill + 48 h reconciliation lag = 6 days.
@@ -49,8 +50,8 @@ func TestSavePolicy_BadInputIsATypedErrorAndNothingIsSaved(t *testing.T) {
 		{"beyond ten years", retention.Policy{Operation: "*", State: claim.StateCompleted, KeepResponse: day, KeepKey: 4000 * day}, "keep_key"},
 	} {
 		err := retention.SavePolicy(b.ctx, b.db, tc.p, "operator:alice")
-		var ie *retention.InputError
-		if !errors.Is(err, retention.ErrInvalidPolicy) || !errors.As(err, &ie) || ie.Field != tc.field {
+		var ie *errs.FieldError
+		if !errors.Is(err, retention.ErrInvalidPolicy) || !errors.As(err, &ie) || ie.Name != tc.field {
 			t.Errorf("%s: got %v, want ErrInvalidPolicy on %s", tc.name, err, tc.field)
 		}
 	}

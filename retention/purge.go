@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 )
 
 // Config tunes purges. Zero fields take the defaults in one place, withDefaults; NewPurgeJob
@@ -173,7 +174,7 @@ func ParseParams(params []byte) (Options, error) {
 func (j *PurgeJob) options(o Options) (Options, error) {
 	if o.Operation != "" {
 		if err := ValidOperation("operation", o.Operation); err != nil {
-			return o, &InputError{Field: "operation", Reason: err.(*InputError).Reason, Kind: ErrInvalidOptions, Why: err.(*InputError).Why}
+			return o, errs.Field("operation", err.(*errs.FieldError).Why).Of(ErrInvalidOptions)
 		}
 	}
 	switch {
@@ -256,7 +257,7 @@ func (j *PurgeJob) DryRun(ctx context.Context, operation, actor string) (*Report
 // Purge runs one purge: stamp (bring expiry columns in line with the policies), delete (keys
 // whose period is over, with their events), tombstone (responses whose period is over). Each
 // phase works in batches, each batch its own transaction with a statement timeout; one
-// purge_log row records the run. It returns an *InputError for bad options (nothing runs), and
+// purge_log row records the run. It returns an *errs.FieldError for bad options (nothing runs), and
 // the report so far with the error that stopped it otherwise.
 func (j *PurgeJob) Purge(ctx context.Context, opts Options, p daemon.Progress) (*Report, error) {
 	opts, err := j.options(opts)

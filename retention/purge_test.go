@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -330,7 +331,7 @@ func TestPurge_BadOptionsAreRefusedBeforeAnythingRuns(t *testing.T) {
 	b := setup(t)
 	for _, o := range []retention.Options{{BatchSize: 1}, {BatchSize: retention.MaxBatchSize + 1}, {Operation: "a|b"}} {
 		_, err := b.job.Purge(b.ctx, o, nil)
-		var ie *retention.InputError
+		var ie *errs.FieldError
 		if !errors.Is(err, retention.ErrInvalidOptions) || !errors.As(err, &ie) {
 			t.Errorf("%+v: %v, want an ErrInvalidOptions input error", o, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
@@ -68,8 +69,8 @@ func TestExitCode_OneTableForEveryPackage(t *testing.T) {
 		{fmt.Errorf("run 9: %w", reconcile.ErrNotFound), 2},
 		{fmt.Errorf("schedule: %w", daemon.ErrInvalidSchedule), 2},
 		{daemon.ErrUnknownJob, 2},
-		{&retention.InputError{Field: "keep_key", Reason: "below the floor", Kind: retention.ErrBelowFloor}, 2},
-		{&claim.FieldError{Field: "reason", Reason: "required", Kind: claim.ErrInvalidHold}, 2},
+		{errs.Fieldf("keep_key", "below the floor").Of(retention.ErrBelowFloor), 2},
+		{errs.Fieldf("reason", "required").Of(claim.ErrInvalidHold), 2},
 		{fmt.Errorf("key 7: %w", claim.ErrNotFound), 2},
 		{&reconcile.LineError{Line: 3, Reason: "bad amount"}, 1},
 		{reconcile.ErrArchive, 1},

@@ -12,15 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemops/idemops/errs"
 )
 
-// Error names the field whose text was refused.
-type Error struct {
-	Field  string
-	Reason string
-}
-
-func (e *Error) Error() string { return e.Field + ": " + e.Reason }
+// refuse is the error of a refused field: an *errs.FieldError ("field: reason", kind invalid).
+func refuse(field, reason string) error { return errs.Field(field, errs.Verbatim(reason)) }
 
 // Problem says what is wrong with s, or "" when nothing is.
 func Problem(s string) string {
@@ -48,7 +45,7 @@ func Name(s string) string {
 // Text checks one value of the named field.
 func Text(field, s string) error {
 	if p := Problem(s); p != "" {
-		return &Error{Field: Name(field), Reason: p}
+		return refuse(Name(field), p)
 	}
 	return nil
 }
@@ -62,7 +59,7 @@ func Values(v map[string][]string) error {
 	slices.Sort(names) // so the same request always names the same field
 	for _, k := range names {
 		if p := Problem(k); p != "" {
-			return &Error{Field: Name(k), Reason: "its name " + p}
+			return refuse(Name(k), "its name "+p)
 		}
 		for _, s := range v[k] {
 			if err := Text(k, s); err != nil {
@@ -141,13 +138,13 @@ func JSON(raw []byte) error {
 			n := len(stack)
 			if n > 0 && stack[n-1].object && stack[n-1].wantKey {
 				if p := stringProblem(t, span); p != "" {
-					return &Error{Field: path(t), Reason: "a member name " + p}
+					return refuse(path(t), "a member name "+p)
 				}
 				stack[n-1].key, stack[n-1].wantKey = t, false
 				continue
 			}
 			if p := stringProblem(t, span); p != "" {
-				return &Error{Field: path(""), Reason: p}
+				return refuse(path(""), p)
 			}
 			done()
 		default:

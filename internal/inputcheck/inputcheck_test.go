@@ -3,6 +3,8 @@ package inputcheck
 import (
 	"errors"
 	"testing"
+
+	"github.com/idemops/idemops/errs"
 )
 
 func TestJSON_NamesTheFieldOfTheFirstBadString(t *testing.T) {
@@ -23,11 +25,11 @@ func TestJSON_NamesTheFieldOfTheFirstBadString(t *testing.T) {
 		{`{"payee":`, "", ""}, // a syntax error is the decoder's to report
 	} {
 		err := JSON([]byte(tc.body))
-		var ie *Error
+		var ie *errs.FieldError
 		switch {
 		case tc.field == "" && err != nil:
 			t.Errorf("%s: %v, want accepted", tc.body, err)
-		case tc.field != "" && (!errors.As(err, &ie) || ie.Field != tc.field || ie.Reason != tc.reason):
+		case tc.field != "" && (!errors.As(err, &ie) || ie.Name != tc.field || ie.Why.String() != tc.reason):
 			t.Errorf("%s: %v, want %s: %s", tc.body, err, tc.field, tc.reason)
 		}
 	}
