@@ -174,16 +174,3 @@ func (r *Reconciler) ListChannelAccounts(ctx context.Context) ([]ChannelAccount,
 	}
 	return out, nil
 }
-
-// keysInScope rewrites a matching statement's references to idempotency_keys ("idempotency_keys
-// k") so that it reads only the keys of the channel account's tenants (listed in the temporary
-// table match_tenants); all is true for an account of every tenant, and the statement is
-// left exactly as written.
-var keysRef = regexp.MustCompile(`\bidempotency_keys k\b`)
-
-func keysInScope(q string, all bool) string {
-	if all {
-		return q
-	}
-	return keysRef.ReplaceAllString(q, `(SELECT * FROM idempotency_keys WHERE tenant IN (SELECT tenant FROM match_tenants)) k`)
-}

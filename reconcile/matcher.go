@@ -112,7 +112,7 @@ SELECT l.id AS line_id, l.line_no, l.channel_txn_id AS txn, l.merchant_order_no 
        l.status, k.id AS key_id, k.state AS key_state, k.amount_minor AS key_amount, upper(k.currency) AS key_currency,
        CASE WHEN k.id IS NOT NULL THEN 'merchant_order_no' END AS matched_by, false AS repeat, false AS secondary
 FROM statement_lines l
-LEFT JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no
+LEFT JOIN (SELECT * FROM idempotency_keys WHERE $2::text[] IS NULL OR tenant = ANY($2::text[])) k ON k.downstream_key = l.merchant_order_no
 WHERE l.statement_id = $1 AND l.status IN ('success', 'failed')`
 
 	// The lean plan, for a statement whose import saw no repeated txn id or order number: one
@@ -134,7 +134,8 @@ WITH j AS (
     SELECT l.id AS line_id, l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor AS line_amount, l.currency AS line_currency,
            l.status, k.id AS key_id, k.state, k.amount_minor, k.currency, k.downstream_key, k.resource_id, k.completed_at, k.operation
     FROM (SELECT * FROM statement_lines WHERE statement_id = $1 AND status IN ('success', 'failed')) l
-    FULL JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no
+    FULL JOIN (SELECT * FROM idempotency_keys WHERE $5::text[] IS NULL OR tenant = ANY($5::text[])) k
+           ON k.downstream_key = l.merchant_order_no
     WHERE (l.id IS NOT NULL AND (k.id IS NULL OR NOT (
                (l.status = 'success' AND k.state = 'completed' AND (k.currency IS NULL OR upper(k.currency) = l.currency)
                 AND (k.amount_minor IS NULL OR k.amount_minor = l.amount_minor))
@@ -151,7 +152,7 @@ INSERT INTO local_only SELECT key_id, downstream_key, resource_id, amount_minor,
 	matchByTxnSQL = `
 UPDATE match_lines m SET key_id = k.id, key_state = k.state, key_amount = k.amount_minor, key_currency = upper(k.currency),
        matched_by = 'channel_txn_id'
-FROM idempotency_keys k
+FROM (SELECT * FROM idempotency_keys WHERE $2::text[] IS NULL OR tenant = ANY($2::text[])) k
 WHERE m.key_id IS NULL AND m.txn <> '' AND k.resource_id = m.txn
   AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[]))`
 
@@ -248,7 +249,7 @@ WHERE c.kind IS NOT NULL AND NOT m.repeat AND NOT m.secondary`
 	localOnlySQL = `
 CREATE TEMP TABLE local_only ON COMMIT DROP AS
 SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation
-FROM idempotency_keys k
+FROM (SELECT * FROM idempotency_keys WHERE $4::text[] IS NULL OR tenant = ANY($4::text[])) k
 WHERE k.state = 'completed' AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
@@ -317,7 +318,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	if err != nil {
 		return nil, fmt.Errorf("match: statement %d: %w", statementID, err)
 	}
-	// Matching reads only keys of the channel account's tenants (accounts.go): a line naming
+	// Matching reads only keys of the channel account's tenants (scope, below): a line naming
 	// another tenant's key is a line without a key, and no other tenant's key is LOCAL_ONLY here.
 	tenants, err := r.ChannelTenants(ctx, channel)
 	if err != nil {
@@ -334,7 +335,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	defer tx.Rollback()
 	res := &MatchResult{Counts: map[Kind]int64{}}
 	exec := func(what, q string, args ...any) (int64, error) {
-		out, err := tx.ExecContext(ctx, keysInScope(q, allTenants), args...)
+		out, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return 0, fmt.Errorf("match statement %d: %s: %w", statementID, what, err)
 		}
@@ -358,11 +359,12 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, err
 		}
 	}
+	// The statements that read idempotency_keys read it as (… WHERE $N IS NULL OR tenant =
+	// ANY($N)) k: scope is NULL for an account of every tenant (the planner folds the condition
+	// away) and the account's tenants otherwise.
+	var scope any
 	if !allTenants {
-		if _, err := exec("tenants", `CREATE TEMP TABLE match_tenants ON COMMIT DROP AS SELECT unnest($1::text[]) AS tenant`,
-			textArray(tenants)); err != nil {
-			return nil, err
-		}
+		scope = textArray(tenants)
 	}
 	from, to := dayStart.Add(-ms.Grace), dayEnd.Add(-ms.Grace)
 	// The lean plan when the import saw no repeats; the full one otherwise, or when a line
@@ -378,10 +380,10 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			if _, err := exec("lean tables", leanLocalOnlyTableSQL); err != nil {
 				return nil, err
 			}
-			if _, err := exec("lines", leanMatchSQL, statementID, ms.Operations, from, to); err != nil {
+			if _, err := exec("lines", leanMatchSQL, statementID, ms.Operations, from, to, scope); err != nil {
 				return nil, err
 			}
-		} else if res.Lines, err = exec("lines", matchLinesSQL, statementID); err != nil {
+		} else if res.Lines, err = exec("lines", matchLinesSQL, statementID, scope); err != nil {
 			return nil, err
 		}
 		if rowCount < hashJoinThreshold { // larger ones are planned with enable_nestloop off
@@ -397,7 +399,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
 		}
 		if unmatched {
-			if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations); err != nil {
+			if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations, scope); err != nil {
 				return nil, err
 			}
 		}
@@ -448,7 +450,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	}
 	if len(ms.Operations) > 0 {
 		if !lean {
-			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to); err != nil {
+			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to, scope); err != nil {
 				return nil, err
 			}
 		}
