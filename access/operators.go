@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/errs"
@@ -54,36 +54,14 @@ type Change struct {
 	Scope []string
 }
 
-type operatorRow struct {
-	ID           int64
-	Name         string
-	PasswordHash string
-	Role         string
-	Disabled     bool
-	CreatedAt    time.Time
-	LastLoginAt  *time.Time
-	TimeZone     string
-	Language     string
-	Tenants      string // comma-joined
+// operators is a query of operators with their tenants (in the database's order), on db.
+func operators(db *gorm.DB) *gorm.DB {
+	return db.Model(&operatorModel{}).Preload("Tenants", func(db *gorm.DB) *gorm.DB { return db.Order("tenant") })
 }
 
-const operatorSelect = `SELECT o.id, o.name, o.password_hash, o.role, o.disabled, o.created_at, o.last_login_at, o.time_zone, o.language,
-	COALESCE((SELECT string_agg(t.tenant, ',' ORDER BY t.tenant) FROM operator_tenants t WHERE t.operator_id = o.id), '') AS tenants
-	FROM operators o`
-
-func (r operatorRow) operator() *Operator {
-	role, _ := ParseRole(r.Role)
-	var tenants []string
-	if r.Tenants != "" {
-		tenants = strings.Split(r.Tenants, ",")
-	}
-	return &Operator{ID: r.ID, Name: r.Name, Role: role, Tenants: tenants, Disabled: r.Disabled,
-		CreatedAt: r.CreatedAt, LastLoginAt: r.LastLoginAt, TimeZone: r.TimeZone, Language: r.Language}
-}
-
-func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorRow, error) {
-	var rows []operatorRow
-	if err := d.db.WithContext(ctx).Raw(operatorSelect+" WHERE "+where, arg).Scan(&rows).Error; err != nil {
+func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorModel, error) {
+	var rows []operatorModel
+	if err := operators(d.db.WithContext(ctx)).Where(where, arg).Limit(1).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read operator: %w", err)
 	}
 	if len(rows) == 0 {
@@ -94,7 +72,7 @@ func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorRo
 
 // ByName returns the operator called name.
 func (d *Operators) ByName(ctx context.Context, name string) (*Operator, error) {
-	r, err := d.one(ctx, "o.name = ?", name)
+	r, err := d.one(ctx, "name = ?", name)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +81,7 @@ func (d *Operators) ByName(ctx context.Context, name string) (*Operator, error) 
 
 // ByID returns the operator with id.
 func (d *Operators) ByID(ctx context.Context, id int64) (*Operator, error) {
-	r, err := d.one(ctx, "o.id = ?", id)
+	r, err := d.one(ctx, "id = ?", id)
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +90,13 @@ func (d *Operators) ByID(ctx context.Context, id int64) (*Operator, error) {
 
 // List returns every operator by name (bounded: operators are people, not rows of traffic).
 func (d *Operators) List(ctx context.Context) ([]*Operator, error) {
-	var rows []operatorRow
-	if err := d.db.WithContext(ctx).Raw(operatorSelect + " ORDER BY o.name LIMIT 1000").Scan(&rows).Error; err != nil {
+	var rows []operatorModel
+	if err := operators(d.db.WithContext(ctx)).Order("name").Limit(1000).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list operators: %w", err)
 	}
 	out := make([]*Operator, len(rows))
-	for i, r := range rows {
-		out[i] = r.operator()
+	for i := range rows {
+		out[i] = rows[i].operator()
 	}
 	return out, nil
 }
@@ -129,7 +107,7 @@ func (d *Operators) Authenticate(ctx context.Context, name, password string) (*O
 	if len(password) > maxPasswordLen {
 		return nil, ErrBadCredentials
 	}
-	r, err := d.one(ctx, "o.name = ?", name)
+	r, err := d.one(ctx, "name = ?", name)
 	if errors.Is(err, ErrNotFound) {
 		d.passwordChecks.Add(1)
 		CheckPassword(d.dummy, password)
@@ -171,17 +149,16 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 	if err != nil {
 		return nil, err
 	}
-	var id int64
+	m := operatorModel{Name: n.Name, PasswordHash: hash, Role: n.Role.String()}
 	err = d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Raw(`INSERT INTO operators (name, password_hash, role) VALUES (?, ?, ?) RETURNING id`,
-			n.Name, hash, n.Role.String()).Scan(&id).Error; err != nil {
+		if err := tx.Omit("Tenants").Create(&m).Error; err != nil {
 			var pe *pgconn.PgError
 			if errors.As(err, &pe) && pe.Code == "23505" {
 				return errs.Errorf("operator %s: %w", n.Name, ErrConflict)
 			}
 			return fmt.Errorf("add operator: %w", err)
 		}
-		if err := setTenants(tx, id, n.Tenants); err != nil {
+		if err := setTenants(tx, m.ID, n.Tenants); err != nil {
 			return err
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + n.Name,
@@ -190,19 +167,33 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 	if err != nil {
 		return nil, err
 	}
-	return d.ByID(ctx, id)
+	return d.ByID(ctx, m.ID)
 }
 
+// setTenants replaces the tenants of operator id.
 func setTenants(tx *gorm.DB, id int64, tenants []string) error {
-	if err := tx.Exec(`DELETE FROM operator_tenants WHERE operator_id = ?`, id).Error; err != nil {
+	if err := tx.Where("operator_id = ?", id).Delete(&tenantModel{}).Error; err != nil {
 		return fmt.Errorf("set tenants: %w", err)
 	}
-	for _, t := range tenants {
-		if err := tx.Exec(`INSERT INTO operator_tenants (operator_id, tenant) VALUES (?, ?)`, id, t).Error; err != nil {
-			return fmt.Errorf("set tenants: %w", err)
-		}
+	rows := make([]tenantModel, len(tenants))
+	for i, t := range tenants {
+		rows[i] = tenantModel{OperatorID: id, Tenant: t}
+	}
+	if err := tx.Create(&rows).Error; err != nil {
+		return fmt.Errorf("set tenants: %w", err)
 	}
 	return nil
+}
+
+// endSessions signs operator id out everywhere (its access changed).
+func endSessions(tx *gorm.DB, id int64) error {
+	return tx.Exec(`DELETE FROM sessions WHERE operator_id = ?`, id).Error
+}
+
+// changeOperator updates the columns of operator id, with updated_at.
+func changeOperator(tx *gorm.DB, id int64, cols map[string]any) error {
+	cols["updated_at"] = gorm.Expr("now()")
+	return tx.Model(&operatorModel{ID: id}).Updates(cols).Error
 }
 
 // SetAccess changes an operator's role and tenants; their sessions end so the change applies at
@@ -213,13 +204,13 @@ func (d *Operators) SetAccess(ctx context.Context, ch Change, name string, role 
 	}
 	return d.update(ctx, ch, name, "operator.set_access", map[string]any{"role": role.String(), "tenants": tenants},
 		func(tx *gorm.DB, id int64) error {
-			if err := tx.Exec(`UPDATE operators SET role = ?, updated_at = now() WHERE id = ?`, role.String(), id).Error; err != nil {
+			if err := changeOperator(tx, id, map[string]any{"role": role.String()}); err != nil {
 				return err
 			}
 			if err := setTenants(tx, id, tenants); err != nil {
 				return err
 			}
-			return tx.Exec(`DELETE FROM sessions WHERE operator_id = ?`, id).Error
+			return endSessions(tx, id)
 		})
 }
 
@@ -233,10 +224,10 @@ func (d *Operators) SetPassword(ctx context.Context, ch Change, name, password s
 		return err
 	}
 	return d.update(ctx, ch, name, "operator.passwd", map[string]any{}, func(tx *gorm.DB, id int64) error {
-		if err := tx.Exec(`UPDATE operators SET password_hash = ?, updated_at = now() WHERE id = ?`, hash, id).Error; err != nil {
+		if err := changeOperator(tx, id, map[string]any{"password_hash": hash}); err != nil {
 			return err
 		}
-		return tx.Exec(`DELETE FROM sessions WHERE operator_id = ?`, id).Error
+		return endSessions(tx, id)
 	})
 }
 
@@ -247,13 +238,13 @@ func (d *Operators) SetDisabled(ctx context.Context, ch Change, name string, dis
 		action = "operator.disable"
 	}
 	return d.update(ctx, ch, name, action, map[string]any{}, func(tx *gorm.DB, id int64) error {
-		if err := tx.Exec(`UPDATE operators SET disabled = ?, updated_at = now() WHERE id = ?`, disabled, id).Error; err != nil {
+		if err := changeOperator(tx, id, map[string]any{"disabled": disabled}); err != nil {
 			return err
 		}
 		if !disabled {
 			return nil
 		}
-		return tx.Exec(`DELETE FROM sessions WHERE operator_id = ?`, id).Error
+		return endSessions(tx, id)
 	})
 }
 
@@ -262,12 +253,12 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 		if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, adminLockID).Error; err != nil {
 			return fmt.Errorf("%s: lock: %w", action, err)
 		}
-		q, args := "o.name = ?", []any{name}
+		q := operators(tx).Clauses(clause.Locking{Strength: "UPDATE"}).Where("name = ?", name)
 		if where, sargs := scopeWhere(ch.Scope); where != "" {
-			q, args = q+" AND "+where, append(args, sargs...)
+			q = q.Where(where, sargs...)
 		}
-		var rows []operatorRow
-		if err := tx.Raw(operatorSelect+" WHERE "+q+" FOR UPDATE OF o", args...).Scan(&rows).Error; err != nil {
+		var rows []operatorModel
+		if err := q.Limit(1).Find(&rows).Error; err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
 		if len(rows) == 0 {
@@ -288,11 +279,14 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 func (d *Operators) SetTimeZone(ctx context.Context, ch Change, id int64, zone string) error {
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var names []string
-		if err := tx.Raw(`UPDATE operators SET time_zone = ?, updated_at = now() WHERE id = ? RETURNING name`, zone, id).Scan(&names).Error; err != nil {
+		if err := tx.Model(&operatorModel{}).Where("id = ?", id).Pluck("name", &names).Error; err != nil {
 			return fmt.Errorf("operator.time_zone: %w", err)
 		}
 		if len(names) == 0 {
 			return fmt.Errorf("operator: %w", ErrNotFound)
+		}
+		if err := changeOperator(tx, id, map[string]any{"time_zone": zone}); err != nil {
+			return fmt.Errorf("operator.time_zone: %w", err)
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.time_zone",
 			Target: "operator:" + names[0], Detail: map[string]any{"time_zone": zone}})
@@ -304,11 +298,14 @@ func (d *Operators) SetTimeZone(ctx context.Context, ch Change, id int64, zone s
 func (d *Operators) SetLanguage(ctx context.Context, ch Change, id int64, code string) error {
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var names []string
-		if err := tx.Raw(`UPDATE operators SET language = ?, updated_at = now() WHERE id = ? RETURNING name`, code, id).Scan(&names).Error; err != nil {
+		if err := tx.Model(&operatorModel{}).Where("id = ?", id).Pluck("name", &names).Error; err != nil {
 			return fmt.Errorf("operator.language: %w", err)
 		}
 		if len(names) == 0 {
 			return fmt.Errorf("operator: %w", ErrNotFound)
+		}
+		if err := changeOperator(tx, id, map[string]any{"language": code}); err != nil {
+			return fmt.Errorf("operator.language: %w", err)
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.language",
 			Target: "operator:" + names[0], Detail: map[string]any{"language": code}})

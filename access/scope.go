@@ -37,27 +37,31 @@ func Covers(actor, target []string) bool {
 	return true
 }
 
-// scopeWhere is the SQL form of Covers for operators o: "" when scope sees every tenant.
-// scope nil means no restriction (the CLI, run by whoever holds the database).
+// scopeWhere is the SQL form of Covers for a query of operators: "" when scope sees every
+// tenant. scope nil means no restriction (the CLI, run by whoever holds the database).
 func scopeWhere(scope []string) (string, []any) {
 	if scope == nil || slices.Contains(scope, AllTenants) {
 		return "", nil
 	}
-	return `EXISTS (SELECT 1 FROM operator_tenants st WHERE st.operator_id = o.id)
-		AND NOT EXISTS (SELECT 1 FROM operator_tenants st WHERE st.operator_id = o.id AND st.tenant NOT IN ?)`,
+	return `EXISTS (SELECT 1 FROM operator_tenants st WHERE st.operator_id = operators.id)
+		AND NOT EXISTS (SELECT 1 FROM operator_tenants st WHERE st.operator_id = operators.id AND st.tenant NOT IN ?)`,
 		[]any{scope}
+}
+
+// inScope is a query of the operators actor may see and manage.
+func (d *Operators) inScope(ctx context.Context, actor *Operator) *gorm.DB {
+	q := operators(d.db.WithContext(ctx))
+	if where, args := scopeWhere(actor.Tenants); where != "" {
+		q = q.Where(where, args...)
+	}
+	return q
 }
 
 // ForActor returns the operator with id as seen by actor: ErrNotFound when it is missing or
 // outside actor's tenants.
 func (d *Operators) ForActor(ctx context.Context, actor *Operator, id int64) (*Operator, error) {
-	where, args := scopeWhere(actor.Tenants)
-	q := "o.id = ?"
-	if where != "" {
-		q += " AND " + where
-	}
-	var rows []operatorRow
-	if err := d.db.WithContext(ctx).Raw(operatorSelect+" WHERE "+q, append([]any{id}, args...)...).Scan(&rows).Error; err != nil {
+	var rows []operatorModel
+	if err := d.inScope(ctx, actor).Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read operator: %w", err)
 	}
 	if len(rows) == 0 {
@@ -68,18 +72,13 @@ func (d *Operators) ForActor(ctx context.Context, actor *Operator, id int64) (*O
 
 // ListFor returns the operators actor may see and manage, by name (bounded).
 func (d *Operators) ListFor(ctx context.Context, actor *Operator) ([]*Operator, error) {
-	where, args := scopeWhere(actor.Tenants)
-	q := operatorSelect
-	if where != "" {
-		q += " WHERE " + where
-	}
-	var rows []operatorRow
-	if err := d.db.WithContext(ctx).Raw(q+" ORDER BY o.name LIMIT 1000", args...).Scan(&rows).Error; err != nil {
+	var rows []operatorModel
+	if err := d.inScope(ctx, actor).Order("name").Limit(1000).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list operators: %w", err)
 	}
 	out := make([]*Operator, len(rows))
-	for i, r := range rows {
-		out[i] = r.operator()
+	for i := range rows {
+		out[i] = rows[i].operator()
 	}
 	return out, nil
 }
@@ -95,8 +94,8 @@ func lastStarAdmin(tx *gorm.DB, wasStarAdmin bool, name string) error {
 		return nil
 	}
 	var n int64
-	if err := tx.Raw(`SELECT count(*) FROM operators o WHERE o.role = 'admin' AND NOT o.disabled
-		AND EXISTS (SELECT 1 FROM operator_tenants t WHERE t.operator_id = o.id AND t.tenant = '*')`).Scan(&n).Error; err != nil {
+	if err := tx.Model(&operatorModel{}).Where(`role = 'admin' AND NOT disabled
+		AND EXISTS (SELECT 1 FROM operator_tenants t WHERE t.operator_id = operators.id AND t.tenant = '*')`).Count(&n).Error; err != nil {
 		return err
 	}
 	if n == 0 {

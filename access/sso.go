@@ -147,7 +147,7 @@ func (d *Operators) ssoMapped(ctx context.Context, ip, email string, g GroupGran
 
 // byEmail returns the operator whose name is email, ignoring case.
 func (d *Operators) byEmail(ctx context.Context, email string) (*Operator, error) {
-	r, err := d.one(ctx, "lower(o.name) = ?", strings.ToLower(email))
+	r, err := d.one(ctx, "lower(name) = ?", strings.ToLower(email))
 	if err != nil {
 		return nil, err
 	}
@@ -159,13 +159,12 @@ const ssoNoPassword = "sso:no-password"
 
 // addSSO creates an operator for a person the group mapping let in; it has no password.
 func (d *Operators) addSSO(ctx context.Context, ch Change, name string, g GroupGrant, groups []string) (*Operator, error) {
-	var id int64
+	m := operatorModel{Name: name, PasswordHash: ssoNoPassword, Role: g.Role.String()}
 	err := d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Raw(`INSERT INTO operators (name, password_hash, role) VALUES (?, ?, ?) RETURNING id`,
-			name, ssoNoPassword, g.Role.String()).Scan(&id).Error; err != nil {
+		if err := tx.Omit("Tenants").Create(&m).Error; err != nil {
 			return fmt.Errorf("add operator: %w", err)
 		}
-		if err := setTenants(tx, id, g.Tenants); err != nil {
+		if err := setTenants(tx, m.ID, g.Tenants); err != nil {
 			return err
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + name,
@@ -174,5 +173,5 @@ func (d *Operators) addSSO(ctx context.Context, ch Change, name string, g GroupG
 	if err != nil {
 		return nil, err
 	}
-	return d.ByID(ctx, id)
+	return d.ByID(ctx, m.ID)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // tokenPrefix marks idemops API tokens, so a leaked one is recognizable in a secret scanner.
@@ -21,6 +22,12 @@ const tokenPrefix = "idemops_"
 func hashSecret(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// tokenHash is the stored form of a bearer token: its SHA-256.
+func tokenHash(secret string) []byte {
+	sum := sha256.Sum256([]byte(secret))
+	return sum[:]
 }
 
 // RandomSecret is n random bytes, base64url-encoded: session ids, tokens, SSO state and nonces.
@@ -46,8 +53,7 @@ func (d *Operators) CreateToken(ctx context.Context, ch Change, name, label stri
 		expires = &t
 	}
 	err := d.update(ctx, ch, name, "token.create", map[string]any{"token": label}, func(tx *gorm.DB, id int64) error {
-		return tx.Exec(`INSERT INTO api_tokens (operator_id, name, token_hash, expires_at) VALUES (?, ?, decode(?, 'hex'), ?)`,
-			id, label, hashSecret(secret), expires).Error
+		return tx.Create(&tokenModel{OperatorID: id, Name: label, TokenHash: tokenHash(secret), ExpiresAt: expires}).Error
 	})
 	if err != nil {
 		return "", err
@@ -60,17 +66,17 @@ func (d *Operators) ByToken(ctx context.Context, secret string) (*Operator, erro
 	if !strings.HasPrefix(secret, tokenPrefix) || len(secret) > 128 {
 		return nil, ErrUnauthenticated
 	}
-	var ids []int64
-	err := d.db.WithContext(ctx).Raw(`UPDATE api_tokens SET last_used_at = now()
-		WHERE token_hash = decode(?, 'hex') AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		RETURNING operator_id`, hashSecret(secret)).Scan(&ids).Error
+	var live []tokenModel
+	err := d.db.WithContext(ctx).Model(&live).Clauses(clause.Returning{Columns: []clause.Column{{Name: "operator_id"}}}).
+		Where("token_hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())", tokenHash(secret)).
+		Update("last_used_at", gorm.Expr("now()")).Error
 	if err != nil {
 		return nil, fmt.Errorf("check token: %w", err)
 	}
-	if len(ids) == 0 {
+	if len(live) == 0 {
 		return nil, ErrUnauthenticated
 	}
-	o, err := d.ByID(ctx, ids[0])
+	o, err := d.ByID(ctx, live[0].OperatorID)
 	if err != nil || o.Disabled {
 		return nil, ErrUnauthenticated
 	}
