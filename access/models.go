@@ -4,7 +4,9 @@ import "time"
 
 // The admin tables this package owns, as gorm models: gorm does their plain CRUD (the claim hot
 // path and the sign-in throttle's atomic upsert stay SQL, see docs/ARCHITECTURE.md). Columns
-// with a database default are read back, not written on insert.
+// with a database default are not written on insert (<-:update, or <-:false when never); gorm
+// drops a column it may not write from an update without a word, so every column an update sets
+// must allow it.
 
 // operatorModel is a row of operators, with its tenants (operator_tenants).
 type operatorModel struct {
@@ -14,7 +16,7 @@ type operatorModel struct {
 	Role         string
 	Disabled     bool
 	CreatedAt    time.Time `gorm:"<-:false"`
-	UpdatedAt    time.Time `gorm:"<-:false"`
+	UpdatedAt    time.Time `gorm:"<-:update;autoUpdateTime:false"`
 	LastLoginAt  *time.Time
 	TimeZone     string        `gorm:"<-:update"`
 	Language     string        `gorm:"<-:update"`

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/cronspec"
@@ -109,6 +110,30 @@ func validateName(field, v string) error {
 	return nil
 }
 
+// scheduleModel is a row of schedules, the table gorm does the plain CRUD of; the leader's poll
+// and its moves of next_run_at stay SQL (scheduler.go).
+type scheduleModel struct {
+	Name           string `gorm:"primaryKey"`
+	Job            string
+	Params         string `gorm:"type:jsonb"`
+	Spec           string
+	TimeZone       string
+	TimeoutMs      int64
+	NextRunAt      time.Time
+	Paused         bool       `gorm:"<-:update"`
+	RunRequestedAt *time.Time `gorm:"<-:update"`
+	CreatedAt      time.Time  `gorm:"<-:false"`
+	UpdatedAt      time.Time  `gorm:"<-:update;autoUpdateTime:false"`
+}
+
+func (scheduleModel) TableName() string { return "schedules" }
+
+// model is the row s defines, next due at tm's next time after now.
+func (s *ScheduleSpec) model(tm timing) *scheduleModel {
+	return &scheduleModel{Name: s.Name, Job: s.Job, Params: string(s.Params), Spec: s.Spec, TimeZone: s.TimeZone,
+		TimeoutMs: s.Timeout.Milliseconds(), NextRunAt: tm.Next(time.Now())}
+}
+
 // SaveSchedule creates the schedule or replaces its definition; its next run is computed afresh
 // from now. Whether it is paused is kept. Errors: ErrInvalidSchedule, ErrInvalidConfig.
 func SaveSchedule(ctx context.Context, db *gorm.DB, s ScheduleSpec) error {
@@ -116,12 +141,10 @@ func SaveSchedule(ctx context.Context, db *gorm.DB, s ScheduleSpec) error {
 	if err != nil {
 		return err
 	}
-	err = db.WithContext(ctx).Exec(`INSERT INTO schedules (name, job, params, spec, time_zone, timeout_ms, next_run_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET job = EXCLUDED.job, params = EXCLUDED.params, spec = EXCLUDED.spec,
-			time_zone = EXCLUDED.time_zone, timeout_ms = EXCLUDED.timeout_ms, next_run_at = EXCLUDED.next_run_at,
-			updated_at = now()`,
-		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.Next(time.Now())).Error
+	replace := clause.AssignmentColumns([]string{"job", "params", "spec", "time_zone", "timeout_ms", "next_run_at"})
+	replace = append(replace, clause.Assignment{Column: clause.Column{Name: "updated_at"}, Value: gorm.Expr("now()")})
+	err = db.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "name"}}, DoUpdates: replace}).
+		Create(s.model(tm)).Error
 	if err != nil {
 		return fmt.Errorf("save schedule %s: %w", s.Name, err)
 	}
@@ -135,18 +158,18 @@ func ensureSchedule(ctx context.Context, db *gorm.DB, s ScheduleSpec) error {
 	if err != nil {
 		return err
 	}
-	err = db.WithContext(ctx).Exec(`INSERT INTO schedules (name, job, params, spec, time_zone, timeout_ms, next_run_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
-		s.Name, s.Job, string(s.Params), s.Spec, s.TimeZone, s.Timeout.Milliseconds(), tm.Next(time.Now())).Error
+	err = db.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(s.model(tm)).Error
 	if err != nil {
 		return fmt.Errorf("create schedule %s: %w", s.Name, err)
 	}
 	return nil
 }
 
-// scheduleUpdate runs one UPDATE on the named schedule and maps "no row" to ErrUnknownSchedule.
-func scheduleUpdate(ctx context.Context, db *gorm.DB, what, name, set string) error {
-	res := db.WithContext(ctx).Exec(`UPDATE schedules SET `+set+`, updated_at = now() WHERE name = ?`, name)
+// scheduleUpdate sets the named schedule's columns (and updated_at) and maps "no row" to
+// ErrUnknownSchedule.
+func scheduleUpdate(ctx context.Context, db *gorm.DB, what, name string, set map[string]any) error {
+	set["updated_at"] = gorm.Expr("now()")
+	res := db.WithContext(ctx).Model(&scheduleModel{}).Where("name = ?", name).Updates(set)
 	if res.Error != nil {
 		return fmt.Errorf("%s %s: %w", what, name, res.Error)
 	}
@@ -159,23 +182,23 @@ func scheduleUpdate(ctx context.Context, db *gorm.DB, what, name, set string) er
 // RunNow asks the leader to run the schedule at its next poll (even when paused), without
 // moving its regular next run. ErrUnknownSchedule when there is none by that name.
 func RunNow(ctx context.Context, db *gorm.DB, name string) error {
-	return scheduleUpdate(ctx, db, "run now", name, `run_requested_at = COALESCE(run_requested_at, now())`)
+	return scheduleUpdate(ctx, db, "run now", name, map[string]any{"run_requested_at": gorm.Expr("COALESCE(run_requested_at, now())")})
 }
 
 // Pause stops the schedule's regular runs (RunNow still works). ErrUnknownSchedule.
 func Pause(ctx context.Context, db *gorm.DB, name string) error {
-	return scheduleUpdate(ctx, db, "pause", name, `paused = true`)
+	return scheduleUpdate(ctx, db, "pause", name, map[string]any{"paused": true})
 }
 
 // Resume restarts the schedule's regular runs. A slot missed while paused runs once, at once —
 // the same rule as for downtime. ErrUnknownSchedule.
 func Resume(ctx context.Context, db *gorm.DB, name string) error {
-	return scheduleUpdate(ctx, db, "resume", name, `paused = false`)
+	return scheduleUpdate(ctx, db, "resume", name, map[string]any{"paused": false})
 }
 
 // DeleteSchedule removes a schedule; its past runs stay. ErrUnknownSchedule.
 func DeleteSchedule(ctx context.Context, db *gorm.DB, name string) error {
-	res := db.WithContext(ctx).Exec(`DELETE FROM schedules WHERE name = ?`, name)
+	res := db.WithContext(ctx).Where("name = ?", name).Delete(&scheduleModel{})
 	if res.Error != nil {
 		return fmt.Errorf("delete schedule %s: %w", name, res.Error)
 	}
