@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/idemops/idemops/claim"
 )
@@ -145,43 +146,56 @@ func (p Policy) validate(floor Floor) error {
 	return nil
 }
 
-type policyRow struct {
-	Operation           string
-	State               string
+// policyModel is a row of retention_policies, settingsModel the one row of retention_settings:
+// gorm does their plain CRUD. Columns with a database default are not written on insert; gorm
+// drops a column it may not write from an update without a word, so every column an update sets
+// allows it.
+type policyModel struct {
+	Operation           string `gorm:"primaryKey"`
+	State               string `gorm:"primaryKey"`
 	KeepResponseSeconds int64
 	KeepKeySeconds      int64
-	UpdatedAt           time.Time
+	UpdatedAt           time.Time `gorm:"<-:update;autoUpdateTime:false"`
 	UpdatedBy           string
 }
 
-func (r policyRow) policy() Policy {
+func (policyModel) TableName() string { return "retention_policies" }
+
+type settingsModel struct {
+	ID                       bool `gorm:"primaryKey"`
+	ClientRetrySeconds       int64
+	BackfillSeconds          int64
+	ReconciliationLagSeconds int64
+	StampCursorAt            time.Time
+	StampCursorID            int64
+	StampGeneration          int64
+	UpdatedAt                time.Time `gorm:"<-:update;autoUpdateTime:false"`
+	UpdatedBy                string
+}
+
+func (settingsModel) TableName() string { return "retention_settings" }
+
+// settings is an update of the settings row (there is one, id true).
+func settings(tx *gorm.DB) *gorm.DB { return tx.Model(&settingsModel{}).Where("id") }
+
+func (r policyModel) policy() Policy {
 	return Policy{Operation: r.Operation, State: claim.State(r.State),
 		KeepResponse: time.Duration(r.KeepResponseSeconds) * time.Second, KeepKey: time.Duration(r.KeepKeySeconds) * time.Second,
 		UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 }
 
-type floorRow struct {
-	ClientRetrySeconds       int64
-	BackfillSeconds          int64
-	ReconciliationLagSeconds int64
-	UpdatedAt                time.Time
-	UpdatedBy                string
-}
-
-func (r floorRow) floor() Floor {
+func (r settingsModel) floor() Floor {
 	return Floor{ClientRetry: time.Duration(r.ClientRetrySeconds) * time.Second, Backfill: time.Duration(r.BackfillSeconds) * time.Second,
 		ReconciliationLag: time.Duration(r.ReconciliationLagSeconds) * time.Second, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 }
 
-const floorSQL = `SELECT client_retry_seconds, backfill_seconds, reconciliation_lag_seconds, updated_at, updated_by FROM retention_settings`
-
 func readFloor(db *gorm.DB, lock bool) (Floor, error) {
-	q := floorSQL
+	q := db.Model(&settingsModel{})
 	if lock {
-		q += ` FOR UPDATE`
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
-	var rows []floorRow
-	if err := db.Raw(q).Scan(&rows).Error; err != nil {
+	var rows []settingsModel
+	if err := q.Find(&rows).Error; err != nil {
 		return Floor{}, fmt.Errorf("read retention floor: %w", err)
 	}
 	if len(rows) != 1 {
@@ -201,9 +215,8 @@ func ListPolicies(ctx context.Context, db *gorm.DB) (*PolicySet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rows []policyRow
-	if err := db.WithContext(ctx).Raw(`SELECT operation, state, keep_response_seconds, keep_key_seconds, updated_at, updated_by
-		FROM retention_policies ORDER BY operation <> '*', operation, state`).Scan(&rows).Error; err != nil {
+	var rows []policyModel
+	if err := db.WithContext(ctx).Order("operation <> '*', operation, state").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list retention policies: %w", err)
 	}
 	set := &PolicySet{Floor: floor, Policies: make([]Policy, len(rows))}
@@ -241,11 +254,12 @@ func SavePolicy(ctx context.Context, db *gorm.DB, p Policy, actor string) error 
 		if err := p.validate(floor); err != nil {
 			return err
 		}
-		if err := tx.Exec(`INSERT INTO retention_policies (operation, state, keep_response_seconds, keep_key_seconds, updated_by)
-			VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (operation, state) DO UPDATE SET keep_response_seconds = EXCLUDED.keep_response_seconds,
-				keep_key_seconds = EXCLUDED.keep_key_seconds, updated_at = now(), updated_by = EXCLUDED.updated_by`,
-			p.Operation, string(p.State), int64(p.KeepResponse/time.Second), int64(p.KeepKey/time.Second), actor).Error; err != nil {
+		replace := clause.AssignmentColumns([]string{"keep_response_seconds", "keep_key_seconds", "updated_by"})
+		replace = append(replace, clause.Assignment{Column: clause.Column{Name: "updated_at"}, Value: gorm.Expr("now()")})
+		row := policyModel{Operation: p.Operation, State: string(p.State), KeepResponseSeconds: int64(p.KeepResponse / time.Second),
+			KeepKeySeconds: int64(p.KeepKey / time.Second), UpdatedBy: actor}
+		if err := tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "operation"}, {Name: "state"}}, DoUpdates: replace}).
+			Create(&row).Error; err != nil {
 			return fmt.Errorf("save retention policy %s/%s: %w", p.Operation, p.State, err)
 		}
 		return resetStampCursor(tx)
@@ -262,7 +276,7 @@ func DeletePolicy(ctx context.Context, db *gorm.DB, operation string, state clai
 		if _, err := readFloor(tx, true); err != nil {
 			return err
 		}
-		res := tx.Exec(`DELETE FROM retention_policies WHERE operation = ? AND state = ?`, operation, string(state))
+		res := tx.Where("operation = ? AND state = ?", operation, string(state)).Delete(&policyModel{})
 		if res.Error != nil {
 			return fmt.Errorf("delete retention policy %s/%s: %w", operation, state, res.Error)
 		}
@@ -291,9 +305,9 @@ func SetFloor(ctx context.Context, db *gorm.DB, f Floor, actor string) error {
 		if _, err := readFloor(tx, true); err != nil {
 			return err
 		}
-		var short []policyRow
-		if err := tx.Raw(`SELECT operation, state, keep_key_seconds FROM retention_policies WHERE keep_key_seconds < ?
-			ORDER BY keep_key_seconds, operation, state LIMIT 1`, int64(f.Total()/time.Second)).Scan(&short).Error; err != nil {
+		var short []policyModel
+		if err := tx.Where("keep_key_seconds < ?", int64(f.Total()/time.Second)).
+			Order("keep_key_seconds, operation, state").Limit(1).Find(&short).Error; err != nil {
 			return fmt.Errorf("check policies against the floor: %w", err)
 		}
 		if len(short) > 0 {
@@ -301,10 +315,9 @@ func SetFloor(ctx context.Context, db *gorm.DB, f Floor, actor string) error {
 			return inputErr(ErrBelowFloor, "floor", "%s would be above the keep_key %s of policy %s/%s",
 				f, FormatPeriod(time.Duration(s.KeepKeySeconds)*time.Second), s.Operation, s.State)
 		}
-		if err := tx.Exec(`UPDATE retention_settings SET client_retry_seconds = ?, backfill_seconds = ?,
-			reconciliation_lag_seconds = ?, updated_at = now(), updated_by = ?,
-			stamp_generation = stamp_generation + 1`,
-			int64(f.ClientRetry/time.Second), int64(f.Backfill/time.Second), int64(f.ReconciliationLag/time.Second), actor).Error; err != nil {
+		if err := settings(tx).Updates(map[string]any{"client_retry_seconds": int64(f.ClientRetry / time.Second),
+			"backfill_seconds": int64(f.Backfill / time.Second), "reconciliation_lag_seconds": int64(f.ReconciliationLag / time.Second),
+			"updated_at": gorm.Expr("now()"), "updated_by": actor, "stamp_generation": gorm.Expr("stamp_generation + 1")}).Error; err != nil {
 			return fmt.Errorf("save retention floor: %w", err)
 		}
 		return nil
@@ -320,8 +333,8 @@ func checkActor(actor string) error {
 
 // resetStampCursor makes the next purge re-stamp every ended key under the current policies.
 func resetStampCursor(tx *gorm.DB) error {
-	if err := tx.Exec(`UPDATE retention_settings SET stamp_cursor_at = '0001-01-01 00:00:00+00', stamp_cursor_id = 0,
-		stamp_generation = stamp_generation + 1`).Error; err != nil {
+	if err := settings(tx).Updates(map[string]any{"stamp_cursor_at": gorm.Expr("'0001-01-01 00:00:00+00'"), "stamp_cursor_id": 0,
+		"stamp_generation": gorm.Expr("stamp_generation + 1")}).Error; err != nil {
 		return fmt.Errorf("reset stamp cursor: %w", err)
 	}
 	return nil
