@@ -14,6 +14,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	scope := keyScope(r.op)
 	v := templates.DashboardView{Window: "keys created in the last 24 hours"}
 
-	byState, err := claim.CountByState(ctx, s.db, scope, dashboardWindow)
+	byState, err := keys.CountByState(ctx, s.db, scope, dashboardWindow)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
@@ -45,24 +46,24 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 
 	// Open keys of any age.
 	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
-		n, err := claim.CountInState(ctx, s.db, scope, st)
+		n, err := keys.CountInState(ctx, s.db, scope, st)
 		if err != nil {
 			return fmt.Errorf("dashboard: open keys: %w", err)
 		}
 		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(string(st), "_", " "), N: n, Href: "/keys?state=" + string(st)})
 	}
-	expired, err := claim.CountExpiredLeases(ctx, s.db, scope, 0)
+	expired, err := keys.CountExpiredLeases(ctx, s.db, scope, 0)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	attention, err := claim.CountNeedsAttention(ctx, s.db, scope)
+	attention, err := keys.CountNeedsAttention(ctx, s.db, scope)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	v.ExpiredLeases = templates.Count{Label: "expired leases", N: expired, Href: "/keys?state=processing"}
 	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?attention=1"}
 
-	minutes, err := claim.ClaimsPerMinute(ctx, s.db, scope)
+	minutes, err := keys.ClaimsPerMinute(ctx, s.db, scope)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
@@ -76,7 +77,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 }
 
 // claimsChart lays out one bar per minute of the last hour in a 600×150 box.
-func claimsChart(now time.Time, rows []claim.MinuteCount) templates.Chart {
+func claimsChart(now time.Time, rows []keys.MinuteCount) templates.Chart {
 	const minutes, width, height = 60, 600.0, 140.0
 	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
 	counts := make([]int64, minutes)

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/idemops/idemops/access"
-	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -31,7 +31,7 @@ func (s *Server) keyNames(ctx context.Context, op *access.Operator, ids []int64)
 	if len(want) > keyNamesMax {
 		want = want[:keyNamesMax]
 	}
-	rows, err := claim.NamesOf(ctx, s.db, want)
+	rows, err := keys.NamesOf(ctx, s.db, want)
 	if err != nil {
 		return nil, err
 	}

@@ -17,22 +17,23 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/inputcheck"
+	"github.com/idemops/idemops/keys"
 )
 
 // PageSize is how many keys a search page shows.
-const PageSize = claim.SearchPageSize
+const PageSize = keys.SearchPageSize
 
 // KeyFilter, Cursor and KeySummary are claim's: the key search is claim's query; the console
 // parses it from a URL (ParseKeyFilter) and renders its rows.
 type (
-	KeyFilter  = claim.KeyFilter
-	Cursor     = claim.Cursor
-	KeySummary = claim.KeySummary
+	KeyFilter  = keys.KeyFilter
+	Cursor     = keys.Cursor
+	KeySummary = keys.KeySummary
 )
 
 // ParseCursor reads a cursor written by Cursor.String.
 func ParseCursor(s string) (*Cursor, error) {
-	c, ok := claim.ParseCursor(s)
+	c, ok := keys.ParseCursor(s)
 	if !ok {
 		return nil, inputErr("after", "is not a page cursor")
 	}
@@ -113,8 +114,8 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > claim.SearchMaxLimit {
-			return f, inputErr("limit", "must be between 1 and %d", claim.SearchMaxLimit)
+		if err != nil || n < 1 || n > keys.SearchMaxLimit {
+			return f, inputErr("limit", "must be between 1 and %d", keys.SearchMaxLimit)
 		}
 		f.Limit = n
 	}
@@ -125,13 +126,13 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 func isState(s claim.State) bool { return s.Valid() }
 
 // keyScope is the tenants op may see, as claim's reads take them.
-func keyScope(op *access.Operator) claim.Scope {
-	return claim.Scope{All: op.SeesAllTenants(), Tenants: op.Tenants}
+func keyScope(op *access.Operator) keys.Scope {
+	return keys.Scope{All: op.SeesAllTenants(), Tenants: op.Tenants}
 }
 
-// SearchKeys returns one page of keys op may see that match f (claim.SearchKeys in op's scope).
+// SearchKeys returns one page of keys op may see that match f (keys.SearchKeys in op's scope).
 func SearchKeys(ctx context.Context, db *gorm.DB, op *access.Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
-	return claim.SearchKeys(ctx, db, keyScope(op), f)
+	return keys.SearchKeys(ctx, db, keyScope(op), f)
 }
 
 // getKey reads one key op may see; a key of another tenant is ErrNotFound, exactly like a
@@ -164,21 +165,11 @@ func parseID(s string) (int64, error) {
 	return id, nil
 }
 
-// MaxFound bounds a find by key (claim.MaxFound).
-const MaxFound = claim.MaxFound
+// MaxFound bounds a find by key (keys.MaxFound).
+const MaxFound = keys.MaxFound
 
-// FindKeys returns the keys op may see whose raw key is exactly key (claim.FindKeys in op's
+// FindKeys returns the keys op may see whose raw key is exactly key (keys.FindKeys in op's
 // scope).
 func FindKeys(ctx context.Context, db *gorm.DB, op *access.Operator, key string) ([]KeySummary, error) {
-	return claim.FindKeys(ctx, db, keyScope(op), key)
-}
-
-// tenantCondition is the SQL condition that limits keys to the tenants op may see: "" for an
-// operator of every tenant, none when op sees no tenant at all (claim.Scope's condition).
-func tenantCondition(op *access.Operator) (cond string, args []any, none bool) {
-	cond, args, none = keyScope(op).SQL()
-	if cond == "true" {
-		cond = ""
-	}
-	return cond, args, none
+	return keys.FindKeys(ctx, db, keyScope(op), key)
 }

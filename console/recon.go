@@ -10,6 +10,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -29,7 +30,7 @@ type reconAuditor struct{ s *Server }
 func (a reconAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
 	e := audit.Entry{Actor: actor, Action: action, Target: target, Detail: detail}
 	if id, ok := detail["key_id"].(int64); ok {
-		keys, err := claim.NamesOf(ctx, a.s.db, []int64{id})
+		keys, err := keys.NamesOf(ctx, a.s.db, []int64{id})
 		if err != nil {
 			return fmt.Errorf("audit %s: key tenant: %w", action, err)
 		}
@@ -49,7 +50,7 @@ func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string,
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := claim.NamesOf(ctx, s.db, ids)
+	rows, err := keys.NamesOf(ctx, s.db, ids)
 	if err != nil {
 		return nil, fmt.Errorf("finding keys: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -34,27 +33,10 @@ func (s *Server) reconLinePage(c *gin.Context, r *request) error {
 	if run.StatementID == nil {
 		return fmt.Errorf("run %d has no statement: %w", id, ErrNotFound)
 	}
-	var lines []struct {
-		LineNo          int
-		ChannelTxnID    string
-		MerchantOrderNo string
-		AmountMinor     int64
-		Currency        string
-		Status          string
-		OccurredAt      time.Time
-		Raw             string
-		KeyID           *int64
+	l, err := s.recon.StoredLine(ctx, *run.StatementID, n)
+	if err != nil {
+		return err
 	}
-	if err := s.db.WithContext(ctx).Raw(`SELECT l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor, l.currency, l.status,
-			l.occurred_at, l.raw, k.id AS key_id
-		FROM statement_lines l LEFT JOIN idempotency_keys k ON k.downstream_key = l.merchant_order_no AND l.merchant_order_no <> ''
-		WHERE l.statement_id = ? AND l.line_no = ? LIMIT 1`, *run.StatementID, n).Scan(&lines).Error; err != nil {
-		return fmt.Errorf("read statement line: %w", err)
-	}
-	if len(lines) == 0 {
-		return fmt.Errorf("line %d of run %d: %w", n, id, ErrNotFound)
-	}
-	l := lines[0]
 	v := templates.ReconLineView{RunID: id, RunHref: fmt.Sprintf("/reconcile/runs/%d", id), StatementID: *run.StatementID,
 		FindingsHref: fmt.Sprintf("/reconcile/findings?run=%d", id), Line: l.LineNo, ChannelTxnID: l.ChannelTxnID,
 		MerchantOrderNo: l.MerchantOrderNo, Amount: money.Display(l.AmountMinor, l.Currency), Status: l.Status,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 )
 
 // Operations finds the Operation a key belongs to by its name (downstream.Registry implements
@@ -332,10 +333,10 @@ func (j *ReclaimJob) refreshGauges(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	db := j.store.DB()
-	if n, err := claim.CountNeedsAttention(ctx, db, claim.AllTenants()); err == nil {
+	if n, err := keys.CountNeedsAttention(ctx, db, keys.AllTenants()); err == nil {
 		j.m.attention.Set(float64(n))
 	}
-	if n, err := claim.CountExpiredLeases(ctx, db, claim.AllTenants(), backlogCountCap); err == nil {
+	if n, err := keys.CountExpiredLeases(ctx, db, keys.AllTenants(), backlogCountCap); err == nil {
 		j.m.backlog.Set(float64(n))
 	}
 }

@@ -26,6 +26,7 @@ var order = [][]string{
 	{"internal/testinfra/..."},
 	{"claim"},
 	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
+	{"keys"},
 	{"downstream/..."},
 	{"daemon/..."},
 	{"audit"},

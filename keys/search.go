@@ -1,4 +1,4 @@
-package claim
+package keys
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // Reads of the keys table that other packages need (the console's search, find by key and
@@ -63,7 +65,7 @@ const (
 type KeyFilter struct {
 	Tenant    string
 	Operation string
-	State     State
+	State     claim.State
 	From, To  *time.Time
 	Digest    string
 	// Field and Value filter on the canonical request: request @> {"Field": Value}; a dotted
@@ -127,16 +129,16 @@ func ParseCursor(s string) (c *Cursor, ok bool) {
 
 // KeySummary is one row of a search result.
 type KeySummary struct {
-	ID             int64     `json:"id"`
-	Tenant         string    `json:"tenant"`
-	Operation      string    `json:"operation"`
-	Key            string    `json:"key"`
-	KeyDigest      string    `json:"digest"`
-	State          State     `json:"state"`
-	Attempts       int       `json:"attempts"`
-	NeedsAttention bool      `json:"needs_attention"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	ID             int64       `json:"id"`
+	Tenant         string      `json:"tenant"`
+	Operation      string      `json:"operation"`
+	Key            string      `json:"key"`
+	KeyDigest      string      `json:"digest"`
+	State          claim.State `json:"state"`
+	Attempts       int         `json:"attempts"`
+	NeedsAttention bool        `json:"needs_attention"`
+	CreatedAt      time.Time   `json:"created_at"`
+	UpdatedAt      time.Time   `json:"updated_at"`
 }
 
 const summaryColumns = `id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at`
@@ -230,7 +232,7 @@ const MaxFound = 100
 // (migration 00035): the digest cannot serve it, it is an HMAC over tenant|operation|key.
 // Errors: ErrInvalidKey.
 func FindKeys(ctx context.Context, db *gorm.DB, scope Scope, key string) ([]KeySummary, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := claim.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	cond, args, none := scope.SQL()

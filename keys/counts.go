@@ -1,4 +1,4 @@
-package claim
+package keys
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // StateCount is how many keys of one operation are in one state.
 type StateCount struct {
 	Operation string
-	State     State
+	State     claim.State
 	N         int64
 }
 
@@ -38,7 +40,7 @@ func CountByState(ctx context.Context, db *gorm.DB, scope Scope, window time.Dur
 
 // CountInState counts the keys in scope in state st, of any age: processing is served by the
 // partial reclaim index, the other states by the state index.
-func CountInState(ctx context.Context, db *gorm.DB, scope Scope, st State) (int64, error) {
+func CountInState(ctx context.Context, db *gorm.DB, scope Scope, st claim.State) (int64, error) {
 	return count(ctx, db, scope, "state = ?", st)
 }
 

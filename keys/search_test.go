@@ -1,4 +1,4 @@
-package claim_test
+package keys_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 // seedKeys inserts keys straight into the table (test set-up): tenant, key, state; processing
@@ -34,12 +35,12 @@ func TestSearchKeys_ScopeKeepsOtherTenantsOut(t *testing.T) {
 		b.seedKey("acme", fmt.Sprintf("k-%d", i), claim.StateCompleted, false, false)
 	}
 	b.seedKey("globex", "k-0", claim.StateCompleted, false, false)
-	acme := claim.Scope{Tenants: []string{"acme"}}
+	acme := keys.Scope{Tenants: []string{"acme"}}
 
 	seen := map[int64]bool{}
-	f := claim.KeyFilter{Limit: 2}
+	f := keys.KeyFilter{Limit: 2}
 	for range 10 {
-		rows, next, err := claim.SearchKeys(ctx, b.db, acme, f)
+		rows, next, err := keys.SearchKeys(ctx, b.db, acme, f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,7 @@ func TestSearchKeys_ScopeKeepsOtherTenantsOut(t *testing.T) {
 		if next == nil {
 			break
 		}
-		if f.After, _ = claim.ParseCursor(next.String()); f.After == nil {
+		if f.After, _ = keys.ParseCursor(next.String()); f.After == nil {
 			t.Fatalf("cursor %q does not parse back", next.String())
 		}
 	}
@@ -60,18 +61,18 @@ func TestSearchKeys_ScopeKeepsOtherTenantsOut(t *testing.T) {
 		t.Errorf("acme's pages saw %d keys, want 5", len(seen))
 	}
 	for name, tc := range map[string]struct {
-		scope claim.Scope
-		f     claim.KeyFilter
+		scope keys.Scope
+		f     keys.KeyFilter
 		want  int
 	}{
-		"all tenants":                {claim.AllTenants(), claim.KeyFilter{}, 6},
-		"another tenant's filter":    {acme, claim.KeyFilter{Tenant: "globex"}, 0},
-		"no tenant":                  {claim.Scope{}, claim.KeyFilter{}, 0},
-		"request field in scope":     {acme, claim.KeyFilter{Field: "customer.id", Value: "c1"}, 5},
-		"state outside every key":    {claim.AllTenants(), claim.KeyFilter{State: claim.StateFailedFinal}, 0},
-		"tenant filter in all scope": {claim.AllTenants(), claim.KeyFilter{Tenant: "globex"}, 1},
+		"all tenants":                {keys.AllTenants(), keys.KeyFilter{}, 6},
+		"another tenant's filter":    {acme, keys.KeyFilter{Tenant: "globex"}, 0},
+		"no tenant":                  {keys.Scope{}, keys.KeyFilter{}, 0},
+		"request field in scope":     {acme, keys.KeyFilter{Field: "customer.id", Value: "c1"}, 5},
+		"state outside every key":    {keys.AllTenants(), keys.KeyFilter{State: claim.StateFailedFinal}, 0},
+		"tenant filter in all scope": {keys.AllTenants(), keys.KeyFilter{Tenant: "globex"}, 1},
 	} {
-		rows, _, err := claim.SearchKeys(ctx, b.db, tc.scope, tc.f)
+		rows, _, err := keys.SearchKeys(ctx, b.db, tc.scope, tc.f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,18 +81,18 @@ func TestSearchKeys_ScopeKeepsOtherTenantsOut(t *testing.T) {
 		}
 	}
 	for name, tc := range map[string]struct {
-		scope claim.Scope
+		scope keys.Scope
 		want  int
-	}{"acme": {acme, 1}, "all": {claim.AllTenants(), 2}, "none": {claim.Scope{}, 0}} {
-		rows, err := claim.FindKeys(ctx, b.db, tc.scope, "k-0")
+	}{"acme": {acme, 1}, "all": {keys.AllTenants(), 2}, "none": {keys.Scope{}, 0}} {
+		rows, err := keys.FindKeys(ctx, b.db, tc.scope, "k-0")
 		if err != nil || len(rows) != tc.want {
 			t.Errorf("find k-0 in %s: %d keys (%v), want %d", name, len(rows), err, tc.want)
 		}
 	}
-	if _, err := claim.FindKeys(ctx, b.db, acme, ""); err == nil {
+	if _, err := keys.FindKeys(ctx, b.db, acme, ""); err == nil {
 		t.Error("find of an empty key: no error")
 	}
-	if _, ok := claim.ParseCursor("12_x"); ok {
+	if _, ok := keys.ParseCursor("12_x"); ok {
 		t.Error("ParseCursor accepted 12_x")
 	}
 }
@@ -107,7 +108,7 @@ func TestCounts_StatesAttentionAndExpiredLeasesInScope(t *testing.T) {
 	b.seedKey("globex", "stale", claim.StateProcessing, true, true)
 	b.seedKey("globex", "retry", claim.StateFailedRetryable, false, false)
 	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET created_at = now() - interval '2 days' WHERE key = 'done'`)
-	acme, all := claim.Scope{Tenants: []string{"acme"}}, claim.AllTenants()
+	acme, all := keys.Scope{Tenants: []string{"acme"}}, keys.AllTenants()
 
 	check := func(name string, got int64, err error, want int64) {
 		t.Helper()
@@ -115,32 +116,32 @@ func TestCounts_StatesAttentionAndExpiredLeasesInScope(t *testing.T) {
 			t.Errorf("%s: %d (%v), want %d", name, got, err, want)
 		}
 	}
-	n, err := claim.CountExpiredLeases(ctx, b.db, acme, 0)
+	n, err := keys.CountExpiredLeases(ctx, b.db, acme, 0)
 	check("acme expired leases", n, err, 2)
-	n, err = claim.CountExpiredLeases(ctx, b.db, all, 0)
+	n, err = keys.CountExpiredLeases(ctx, b.db, all, 0)
 	check("all expired leases", n, err, 3)
-	n, err = claim.CountExpiredLeases(ctx, b.db, all, 2)
+	n, err = keys.CountExpiredLeases(ctx, b.db, all, 2)
 	check("all expired leases capped at 2", n, err, 2)
-	n, err = claim.CountExpiredLeases(ctx, b.db, claim.Scope{}, 0)
+	n, err = keys.CountExpiredLeases(ctx, b.db, keys.Scope{}, 0)
 	check("no tenant's expired leases", n, err, 0)
-	n, err = claim.CountNeedsAttention(ctx, b.db, acme)
+	n, err = keys.CountNeedsAttention(ctx, b.db, acme)
 	check("acme attention", n, err, 1)
-	n, err = claim.CountNeedsAttention(ctx, b.db, all)
+	n, err = keys.CountNeedsAttention(ctx, b.db, all)
 	check("all attention", n, err, 2)
-	n, err = claim.CountInState(ctx, b.db, acme, claim.StateProcessing)
+	n, err = keys.CountInState(ctx, b.db, acme, claim.StateProcessing)
 	check("acme processing", n, err, 3)
-	n, err = claim.CountInState(ctx, b.db, all, claim.StateFailedRetryable)
+	n, err = keys.CountInState(ctx, b.db, all, claim.StateFailedRetryable)
 	check("all failed_retryable", n, err, 1)
 
 	// The window leaves the two-day-old completed key out.
-	rows, err := claim.CountByState(ctx, b.db, acme, 24*time.Hour)
+	rows, err := keys.CountByState(ctx, b.db, acme, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != 1 || rows[0].State != claim.StateProcessing || rows[0].N != 3 {
 		t.Errorf("acme by state in 24 h: %+v, want processing 3", rows)
 	}
-	mins, err := claim.ClaimsPerMinute(ctx, b.db, all)
+	mins, err := keys.ClaimsPerMinute(ctx, b.db, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +162,11 @@ func TestNamesOf_NamesTheKeysThatExist(t *testing.T) {
 	if err := b.db.Raw(`SELECT id FROM idempotency_keys WHERE key = 'order-1'`).Scan(&id).Error; err != nil {
 		t.Fatal(err)
 	}
-	got, err := claim.NamesOf(ctx, b.db, []int64{id, id + 1000})
-	if err != nil || len(got) != 1 || got[0] != (claim.KeyName{ID: id, Tenant: "acme", Operation: "payment.charge", Key: "order-1"}) {
+	got, err := keys.NamesOf(ctx, b.db, []int64{id, id + 1000})
+	if err != nil || len(got) != 1 || got[0] != (keys.KeyName{ID: id, Tenant: "acme", Operation: "payment.charge", Key: "order-1"}) {
 		t.Errorf("NamesOf = %+v, %v; want only order-1 named", got, err)
 	}
-	if got, err := claim.NamesOf(ctx, b.db, nil); err != nil || got != nil {
+	if got, err := keys.NamesOf(ctx, b.db, nil); err != nil || got != nil {
 		t.Errorf("NamesOf(nil) = %v, %v", got, err)
 	}
 }
