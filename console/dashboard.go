@@ -111,11 +111,11 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 // cards (the jobs page's model). When the daemon's tables are missing the page says the daemon
 // is not running.
 func (s *Server) daemonStatus(ctx context.Context, r *request, v *templates.DashboardView) error {
-	var present *string
-	if err := s.db.WithContext(ctx).Raw(`SELECT to_regclass('daemon_leader')::text`).Scan(&present).Error; err != nil {
-		return fmt.Errorf("dashboard: daemon tables: %w", err)
+	installed, err := daemon.Installed(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
 	}
-	if present == nil {
+	if !installed {
 		v.DaemonNote = "Daemon not running: its tables do not exist yet (start `idemops daemon`)."
 		return nil
 	}

@@ -141,3 +141,13 @@ func Replicas(ctx context.Context, db *gorm.DB) ([]Replica, error) {
 	}
 	return rows, nil
 }
+
+// Installed reports whether the daemon's tables exist (its migrations ran): a console started on
+// a database no daemon ever used says so instead of failing on them.
+func Installed(ctx context.Context, db *gorm.DB) (bool, error) {
+	var present *string
+	if err := db.WithContext(ctx).Raw(`SELECT to_regclass('daemon_leader')::text`).Scan(&present).Error; err != nil {
+		return false, fmt.Errorf("daemon tables: %w", err)
+	}
+	return present != nil, nil
+}
