@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,41 @@ const (
 func States() []State {
 	return []State{StateProcessing, StateCompleted, StateFailedRetryable, StateFailedFinal}
 }
+
+// Settled reports whether a key in state s holds its answer for good: completed and failed_final
+// keys are replayed to every later request and never executed again. Processing and
+// failed_retryable keys are not: a later attempt, the reclaimer or an operator may still execute
+// them (or complete them from the document downstream).
+func (s State) Settled() bool { return s == StateCompleted || s == StateFailedFinal }
+
+// Ended reports whether a key in state s is done with its attempt (every state but processing):
+// the states a retention policy names, since a processing key is never purged.
+func (s State) Ended() bool { return s.Valid() && s != StateProcessing }
+
+// StatesWhere lists the states for which rule holds, in lifecycle order.
+func StatesWhere(rule func(State) bool) []State {
+	var out []State
+	for _, s := range States() {
+		if rule(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// SQLList writes states as a SQL list of literals, ('processing', 'failed_retryable'), for a
+// statement that filters the state column by one of claim's rules; the values are claim's
+// constants, never input.
+func SQLList(states []State) string {
+	q := make([]string, len(states))
+	for i, s := range states {
+		q[i] = s.SQL()
+	}
+	return "(" + strings.Join(q, ", ") + ")"
+}
+
+// SQL writes s as a SQL literal, 'completed' (see SQLList).
+func (s State) SQL() string { return "'" + string(s) + "'" }
 
 // Valid reports whether s is one of States.
 func (s State) Valid() bool {

@@ -59,7 +59,7 @@ func CountExpiredLeases(ctx context.Context, db *gorm.DB, scope Scope, upTo int)
 	if none {
 		return 0, nil
 	}
-	sql := `SELECT 1 FROM idempotency_keys WHERE ` + cond + ` AND state = 'processing' AND lease_expires_at < now()`
+	sql := `SELECT 1 FROM idempotency_keys WHERE ` + cond + ` AND state = ` + claim.StateProcessing.SQL() + ` AND lease_expires_at < now()`
 	if upTo > 0 {
 		sql += ` LIMIT ?`
 		args = append(args, upTo)

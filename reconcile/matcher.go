@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/idemops/idemops/claim"
 )
 
 // Kind is the kind of a finding.
@@ -72,6 +74,15 @@ type MatchResult struct {
 	Closed int64 `json:"closed"`
 }
 
+// The key states the statements compare with are claim's, asked, not written here: a charge the
+// channel made agrees with a completed key; a key not settled yet (claim.State.Settled) is a
+// charge the keys do not know of (CHANNEL_ONLY, recoverable); a failed_final key is a mismatch.
+var (
+	completed   = claim.StateCompleted.SQL()
+	failedFinal = claim.StateFailedFinal.SQL()
+	unsettled   = claim.SQLList(claim.StatesWhere(func(s claim.State) bool { return !s.Settled() }))
+)
+
 // The matcher works set-based in one transaction on temporary tables (dropped at commit). A
 // statement of hashJoinThreshold lines or more is matched with enable_nestloop off: it was just
 // imported and has no statistics, and the planner would take it for a handful of lines.
@@ -105,7 +116,7 @@ type MatchResult struct {
 // the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join that keeps only the lines
 // that can make a finding and the keys of the window that no line names; steps 2 and 3 have
 // nothing to do. A line matched through its txn id sends it back to the full plan.
-const (
+var (
 	matchLinesSQL = `
 CREATE TEMP TABLE match_lines ON COMMIT DROP AS
 SELECT l.id AS line_id, l.line_no, l.channel_txn_id AS txn, l.merchant_order_no AS order_no, l.amount_minor, l.currency,
@@ -137,10 +148,10 @@ WITH j AS (
     FULL JOIN (SELECT * FROM idempotency_keys WHERE $5::text[] IS NULL OR tenant = ANY($5::text[])) k
            ON k.downstream_key = l.merchant_order_no
     WHERE (l.id IS NOT NULL AND (k.id IS NULL OR NOT (
-               (l.status = 'success' AND k.state = 'completed' AND (k.currency IS NULL OR upper(k.currency) = l.currency)
+               (l.status = 'success' AND k.state = ` + completed + ` AND (k.currency IS NULL OR upper(k.currency) = l.currency)
                 AND (k.amount_minor IS NULL OR k.amount_minor = l.amount_minor))
-            OR (l.status = 'failed' AND k.state <> 'completed'))))
-       OR (l.id IS NULL AND k.state = 'completed' AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4)
+            OR (l.status = 'failed' AND k.state <> ` + completed + `))))
+       OR (l.id IS NULL AND k.state = ` + completed + ` AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4)
 ), lines AS (
     INSERT INTO match_lines
     SELECT line_id, line_no, channel_txn_id, merchant_order_no, line_amount, line_currency, status, key_id, state, amount_minor,
@@ -236,9 +247,9 @@ SELECT c.kind,
 FROM match_lines m
 CROSS JOIN LATERAL (SELECT CASE
     WHEN m.key_id IS NULL THEN CASE WHEN m.status = 'success' THEN 'CHANNEL_ONLY' END
-    WHEN m.status = 'success' AND m.key_state IN ('processing', 'failed_retryable') THEN 'CHANNEL_ONLY'
-    WHEN m.status = 'success' AND m.key_state = 'failed_final' THEN 'STATUS_MISMATCH'
-    WHEN m.status = 'failed' AND m.key_state = 'completed' THEN 'STATUS_MISMATCH'
+    WHEN m.status = 'success' AND m.key_state IN ` + unsettled + ` THEN 'CHANNEL_ONLY'
+    WHEN m.status = 'success' AND m.key_state = ` + failedFinal + ` THEN 'STATUS_MISMATCH'
+    WHEN m.status = 'failed' AND m.key_state = ` + completed + ` THEN 'STATUS_MISMATCH'
     WHEN m.status = 'success' AND m.key_currency IS NOT NULL AND m.key_currency <> m.currency THEN 'CURRENCY_MISMATCH'
     WHEN m.status = 'success' AND m.key_amount IS NOT NULL AND m.key_amount <> m.amount_minor THEN 'AMOUNT_MISMATCH'
 END AS kind) c
@@ -250,7 +261,7 @@ WHERE c.kind IS NOT NULL AND NOT m.repeat AND NOT m.secondary`
 CREATE TEMP TABLE local_only ON COMMIT DROP AS
 SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation
 FROM (SELECT * FROM idempotency_keys WHERE $4::text[] IS NULL OR tenant = ANY($4::text[])) k
-WHERE k.state = 'completed' AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
+WHERE k.state = ` + completed + ` AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
 	// Keys completed within the grace of the day start (before it, or after it by a clock's

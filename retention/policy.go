@@ -22,7 +22,7 @@ const MaxPeriod = 3650 * 24 * time.Hour
 
 // PolicyStates are the states a policy may name: the ones a key ends in. Processing keys have
 // no retention; they are never purged.
-var PolicyStates = []claim.State{claim.StateCompleted, claim.StateFailedFinal, claim.StateFailedRetryable}
+var PolicyStates = claim.StatesWhere(claim.State.Ended)
 
 // Policy is how long keys of one operation ("*": all without their own) that ended in one state
 // keep their response, and how long they are kept at all. After KeepResponse the key stays as a

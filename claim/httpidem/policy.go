@@ -59,7 +59,7 @@ type RetentionTerm struct {
 type RetentionFunc func(ctx context.Context) ([]claim.ExpiryPolicy, error)
 
 // publishedStates are the states whose answers are kept and replayed.
-var publishedStates = []claim.State{claim.StateCompleted, claim.StateFailedFinal}
+var publishedStates = claim.StatesWhere(claim.State.Settled)
 
 // BuildKeyPolicy returns the policy for operations (none: the defaults for every operation),
 // with the retention in force now: an operation's own policy, else the '*' policy, else the
