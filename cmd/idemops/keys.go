@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/keys"
 )
 
 func newKeysCmd() *cobra.Command {
@@ -88,7 +89,7 @@ func newKeysSearchCmd() *cobra.Command {
 	f.String("field", "", "a request field (dotted path) whose value --value must be")
 	f.String("value", "", "the value of --field")
 	f.Bool("attention", false, "only keys flagged as needing an operator")
-	f.String("limit", "", fmt.Sprintf("at most this many (default %d, at most %d)", claim.SearchPageSize, claim.SearchMaxLimit))
+	f.String("limit", "", fmt.Sprintf("at most this many (default %d, at most %d)", keys.SearchPageSize, keys.SearchMaxLimit))
 	f.String("after", "", "continue after this cursor (printed by the previous page)")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per key")
 	return cmd

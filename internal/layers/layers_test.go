@@ -22,7 +22,7 @@ const module = "github.com/idemops/idemops/"
 var order = [][]string{
 	{"errs"},
 	{"money"},
-	{"internal/cronspec", "internal/inputcheck", "migrations"},
+	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "migrations", "proto"},
 	{"internal/testinfra/..."},
 	{"claim"},
 	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
@@ -113,7 +113,10 @@ func TestLayers_ImportsRunDownward(t *testing.T) {
 			continue
 		}
 		for _, im := range ims {
-			if gi := group(im); gi > g {
+			switch gi := group(im); {
+			case gi < 0:
+				t.Errorf("%s imports %s, which is in no group of the order: place it (and in docs/ARCHITECTURE.md)", pkg, im)
+			case gi > g:
 				t.Errorf("%s imports %s, which stands above it", pkg, im)
 			}
 		}
