@@ -526,7 +526,10 @@ func TestRun_RenewsTheLeaseWhileExecuting(t *testing.T) {
 		out, _ := b.store.Run(ctx, op, req("k", payment(100)))
 		done <- out
 	}()
-	time.Sleep(1800 * time.Millisecond) // past the unrenewed TTL
+	pgtest.Await(t, b.db, 5*time.Second, "the key claimed", func() bool { return b.count(`SELECT count(*) FROM idempotency_keys`) == 1 },
+		"idempotency_keys")
+	// Past the first lease's expiry: only the renewals keep the key.
+	pgtest.SleepUntil(t, b.db, `SELECT created_at + interval '1.8 s' FROM idempotency_keys WHERE key = 'k'`)
 	out, err := b.store.Claim(ctx, claim.Request{Tenant: "t1", Operation: "payment.charge", Key: "k", Intent: payment(100), Spec: op.Intent()})
 	if err != nil || out.Kind != claim.InProgress {
 		t.Fatalf("a renewed lease was taken over: %+v %v", out, err)

@@ -250,35 +250,14 @@ func TestClaim_TerminatedBackendIsReadAgainThenClaimed(t *testing.T) {
 		out, err := b.store.Claim(ctx, req("killed-1", payment(400)))
 		done <- result{out, err}
 	}()
-	waiting := func() []int {
-		var pids []int
-		b.db.Raw(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
-			AND query LIKE '%INSERT INTO idempotency_keys%'`).Scan(&pids)
-		return pids
-	}
-	var pid int
-	for i := 0; pid == 0; i++ {
-		if pids := waiting(); len(pids) == 1 {
-			pid = pids[0]
-		} else if i > 200 {
-			t.Fatal("the claim never waited on the lock")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pid := pgtest.AwaitLockWait(t, b.db, 5*time.Second, "INSERT INTO idempotency_keys")
 	var ok bool
 	if err := b.db.Raw(`SELECT pg_terminate_backend(?)`, pid).Scan(&ok).Error; err != nil || !ok {
 		t.Fatalf("terminate %d: %v %v", pid, ok, err)
 	}
 	// The claim re-reads (finds nothing) and inserts again on a new backend: wait for it, then
 	// let it through.
-	for i := 0; ; i++ {
-		if pids := waiting(); len(pids) == 1 && pids[0] != pid {
-			break
-		} else if i > 200 {
-			t.Fatal("the claim did not come back after its backend was terminated")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.AwaitLockWait(t, b.db, 5*time.Second, "INSERT INTO idempotency_keys", pid)
 	if err := blocker.Rollback(); err != nil {
 		t.Fatal(err)
 	}

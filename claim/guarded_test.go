@@ -142,7 +142,7 @@ func TestTransition_ARowMovedIntoFromConcurrentlyIsNotAConflict(t *testing.T) {
 			return claim.Transition[orderStatus]{Table: "rorders", ID: "o1", From: "pending", To: "paid"}.Apply(ctx, tx)
 		})
 	}()
-	time.Sleep(200 * time.Millisecond) // the transition has skipped the row and waits on its lock
+	pgtest.AwaitLockWait(t, b.db, 5*time.Second, "rorders") // the transition skipped the row and waits on its lock
 	if err := other.Commit().Error; err != nil {
 		t.Fatal(err)
 	}

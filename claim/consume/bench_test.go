@@ -149,12 +149,14 @@ func drain(b *testing.B, c *Consumer, conn *amqp.Connection, n int) time.Duratio
 	done := make(chan struct{})
 	began := time.Now()
 	go func() { defer close(done); _ = c.Run(ctx, ch) }()
-	deadline := time.Now().Add(5 * time.Minute)
+	changed := WatchStats(c)
+	timeout := time.After(5 * time.Minute)
 	for c.Stats().Processed < int64(n) {
-		if time.Now().After(deadline) {
+		select {
+		case <-changed:
+		case <-timeout:
 			b.Fatalf("drained %d of %d", c.Stats().Processed, n)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	took := time.Since(began)
 	cancel()

@@ -134,6 +134,16 @@ type Consumer struct {
 	// them took effect (each is then handled alone). Nil: one at a time.
 	processBatch func(ctx context.Context, items []item) ([]outcome, error)
 	stats        struct{ processed, duplicates, retried, invalid, ackErrors, batches atomic.Int64 }
+	// statsChanged, when set (tests only, export_test.go), is called after every change of stats.
+	statsChanged atomic.Pointer[func()]
+}
+
+// bump counts one event in n and signals the change to a test watching it.
+func (c *Consumer) bump(n *atomic.Int64) {
+	n.Add(1)
+	if f := c.statsChanged.Load(); f != nil {
+		(*f)()
+	}
 }
 
 type outcome int
@@ -313,7 +323,7 @@ func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 		m := Message{Body: d.Body, MessageID: d.MessageId, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered, Headers: d.Headers}
 		tenant, key, err := c.cfg.BusinessKey(m)
 		if err != nil || key == "" {
-			c.stats.invalid.Add(1)
+			c.bump(&c.stats.invalid)
 			c.cfg.Logger.Warn("consume: message without a business key rejected", "consumer", c.cfg.Consumer, "err", err)
 			_ = d.Reject(false)
 			continue
@@ -322,7 +332,7 @@ func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 	}
 	if len(items) > 1 && c.processBatch != nil {
 		if outs, err := c.processBatch(ctx, items); err == nil {
-			c.stats.batches.Add(1)
+			c.bump(&c.stats.batches)
 			for i, it := range items {
 				c.settle(it.d, outs[i])
 			}
@@ -341,15 +351,15 @@ func (c *Consumer) settle(d amqp.Delivery, o outcome) {
 	case outProcessed, outDuplicate:
 		if err := d.Ack(false); err != nil {
 			// Committed, not acknowledged: the broker redelivers it and the dedup row drops it.
-			c.stats.ackErrors.Add(1)
+			c.bump(&c.stats.ackErrors)
 		}
 		if o == outProcessed {
-			c.stats.processed.Add(1)
+			c.bump(&c.stats.processed)
 		} else {
-			c.stats.duplicates.Add(1)
+			c.bump(&c.stats.duplicates)
 		}
 	default:
-		c.stats.retried.Add(1)
+		c.bump(&c.stats.retried)
 		time.Sleep(c.cfg.RetryDelay)
 		_ = d.Nack(false, true)
 	}

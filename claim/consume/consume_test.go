@@ -29,7 +29,7 @@ func TestConsume_DuplicateDeliveriesHaveOneEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, c, b.url)
-	waitFor(t, "every delivery settled", func() bool { s := c.Stats(); return s.Processed+s.Duplicates == n })
+	waitStats(t, c, "every delivery settled", func(s consume.Stats) bool { return s.Processed+s.Duplicates == n })
 	if got := b.count(`SELECT count(*) FROM effects`); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
@@ -66,11 +66,12 @@ func TestConsume_RolledBackBusinessTxLeavesNoDedupRowAndIsRedelivered(t *testing
 	serve(t, c, b.url)
 	b.publish([]event{{Tenant: "acme", OrderID: "ord-9", Amount: 100}})
 	<-failed
-	time.Sleep(100 * time.Millisecond) // rolled back by now; handed back only after RetryDelay
+	// The failed handling rolled back (counted as retried); it is handed back only after RetryDelay.
+	waitStats(t, c, "the failed handling rolled back", func(s consume.Stats) bool { return s.Retried == 1 })
 	if got := b.count(`SELECT count(*) FROM consumed_messages WHERE business_key = 'ord-9'`); got != 0 {
 		t.Fatalf("a rolled-back business transaction left %d dedup rows", got)
 	}
-	waitFor(t, "the redelivery processed", func() bool { return c.Stats().Processed == 1 })
+	waitStats(t, c, "the redelivery processed", func(s consume.Stats) bool { return s.Processed == 1 })
 	if !redelivered.Load() {
 		t.Fatal("the second handling was not a redelivery")
 	}
@@ -109,12 +110,12 @@ func TestConsume_KilledAfterCommitBeforeAckDropsTheRedelivery(t *testing.T) {
 	if err := c.Run(context.Background(), ch1); err == nil {
 		t.Fatal("Run on the killed connection returned no error")
 	}
-	waitFor(t, "the commit of the first handling", func() bool { return c.Stats().Processed == 1 })
+	waitStats(t, c, "the commit of the first handling", func(s consume.Stats) bool { return s.Processed == 1 })
 	if s := c.Stats(); s.AckErrors != 1 {
 		t.Fatalf("stats = %+v, want the ack lost", s)
 	}
 	serve(t, c, b.url) // the restarted consumer gets the redelivery
-	waitFor(t, "the redelivery dropped", func() bool { return c.Stats().Duplicates == 1 })
+	waitStats(t, c, "the redelivery dropped", func(s consume.Stats) bool { return s.Duplicates == 1 })
 	if got := b.count(`SELECT count(*) FROM effects WHERE order_id = 'ord-5'`); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
@@ -132,7 +133,7 @@ func TestConsume_MessageWithoutBusinessKeyIsRejected(t *testing.T) {
 	}
 	serve(t, c, b.url)
 	b.publish([]event{{Tenant: "acme"}, {Tenant: "acme", OrderID: "ord-2", Amount: 1}})
-	waitFor(t, "both settled", func() bool { s := c.Stats(); return s.Invalid == 1 && s.Processed == 1 })
+	waitStats(t, c, "both settled", func(s consume.Stats) bool { return s.Invalid == 1 && s.Processed == 1 })
 	if got := b.count(`SELECT count(*) FROM effects`); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
@@ -182,7 +183,7 @@ func TestConsume_FailureInABatchHandsBackOnlyTheFailingMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, c, b.url)
-	waitFor(t, "every order processed", func() bool { return c.Stats().Processed == n })
+	waitStats(t, c, "every order processed", func(s consume.Stats) bool { return s.Processed == n })
 	if got := b.count(`SELECT count(*) FROM effects`); got != n {
 		t.Fatalf("effects = %d, want %d", got, n)
 	}

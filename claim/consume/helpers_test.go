@@ -129,15 +129,18 @@ func serve(t testing.TB, c *consume.Consumer, url string) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
-// waitFor polls cond until it holds or 30 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
+// waitStats waits until cond holds of c's stats, re-checking at each change the consumer
+// signals; it fails after 30 s.
+func waitStats(t testing.TB, c *consume.Consumer, what string, cond func(consume.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	changed := consume.WatchStats(c)
+	timeout := time.After(30 * time.Second)
+	for !cond(c.Stats()) {
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s (stats %+v)", what, c.Stats())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -54,9 +54,15 @@ func TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	wg.Add(1)
 	go func() { // the daemon's schedule, compressed
 		defer wg.Done()
-		for rctx.Err() == nil {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			_, _ = relay.RunOnce(rctx, nil, daemon.NopProgress{})
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
 	}()
 	t.Cleanup(func() { stopRelay(); wg.Wait() })
@@ -64,7 +70,7 @@ func TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	cfg.Topology = b.topo
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	c, err := consume.New(db, cfg, func(ctx context.Context, tx *gorm.DB, m consume.Message) error {
-		time.Sleep(2 * time.Millisecond) // keep messages in flight when the broker goes
+		time.Sleep(2 * time.Millisecond) // handling takes a while, so messages are in flight when the broker goes
 		return writeEffect(ctx, tx, m)
 	})
 	if err != nil {
@@ -72,17 +78,19 @@ func TestConsume_BrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	}
 	serve(t, c, broker.URL())
 
-	waitFor(t, "a quarter of the effects", func() bool { return b.count(`SELECT count(*) FROM effects`) >= n/4 })
+	pgtest.Await(t, b.db, 30*time.Second, "a quarter of the effects", func() bool { return b.count(`SELECT count(*) FROM effects`) >= n/4 },
+		"effects")
 	t.Logf("%s: a quarter consumed; restarting", time.Since(began))
 	if err := broker.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("broker restarted in %s", broker.StartupTime)
-	waitFor(t, "every outbox row sent and every event consumed", func() bool {
+	pgtest.Await(t, b.db, 60*time.Second, "every outbox row sent and every event consumed", func() bool {
 		return b.count(`SELECT count(*) FROM outbox WHERE state <> 'sent'`) == 0 && b.count(`SELECT count(*) FROM effects`) >= n
-	})
+	}, "outbox", "effects")
 	t.Logf("%s: all consumed", time.Since(began))
-	time.Sleep(300 * time.Millisecond) // a doubled effect would land now
+	// Nothing signals that no more deliveries will come: a doubled effect would land within this.
+	time.Sleep(300 * time.Millisecond)
 	if got := b.count(`SELECT count(*) FROM effects`); got != n {
 		t.Fatalf("effects = %d, want %d", got, n)
 	}

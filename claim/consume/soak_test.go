@@ -52,7 +52,7 @@ func soak(t testing.TB, n int) time.Duration {
 	}
 	began := time.Now()
 	serve(t, c, b.url)
-	waitFor(t, "the stream consumed", func() bool { s := c.Stats(); return s.Processed+s.Duplicates >= int64(len(stream)) })
+	waitStats(t, c, "the stream consumed", func(s consume.Stats) bool { return s.Processed+s.Duplicates >= int64(len(stream)) })
 	took := time.Since(began)
 	s := c.Stats()
 	if s.Processed != int64(n) || s.Duplicates != int64(len(stream)-n) {

@@ -15,6 +15,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/consume"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // shipping is the remote part of a spanning consumer: another service's table, written outside
@@ -101,7 +102,7 @@ func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = c.Serve(ctx, b.url) }()
 	b.publish([]event{{Tenant: "acme", OrderID: "ord-7", Amount: 900}})
-	waitFor(t, "the crash after the remote call", func() bool { return c.Stats().Retried == 1 })
+	waitStats(t, c, "the crash after the remote call", func(s consume.Stats) bool { return s.Retried == 1 })
 	cancel() // the consumer is gone; its message goes back to the queue
 	wg.Wait()
 	if got := b.count(`SELECT count(*) FROM idempotency_keys WHERE operation = 'fulfillment.ship' AND state = 'processing'`); got != 1 {
@@ -112,10 +113,11 @@ func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the daemon's compensation", func() bool {
-		stats, err := reclaim.RunOnce(context.Background(), nil, daemon.NopProgress{})
-		return err == nil && stats.Changed()
-	})
+	// The dead consumer's lease must run out before the reclaimer may take the key over.
+	pgtest.SleepUntil(t, b.db, `SELECT lease_expires_at FROM idempotency_keys WHERE operation = 'fulfillment.ship'`)
+	if stats, err := reclaim.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil || !stats.Changed() {
+		t.Fatalf("the daemon's compensation: %v, %v", stats, err)
+	}
 	if got := b.count(`SELECT count(*) FROM idempotency_keys WHERE operation = 'fulfillment.ship' AND state = 'completed'`); got != 1 {
 		t.Fatalf("completed dedup records = %d, want 1", got)
 	}
@@ -128,7 +130,7 @@ func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, c2, b.url)
-	waitFor(t, "the redelivery dropped", func() bool { return c2.Stats().Duplicates == 1 })
+	waitStats(t, c2, "the redelivery dropped", func(s consume.Stats) bool { return s.Duplicates == 1 })
 	if got := b.count(`SELECT count(*) FROM effects WHERE order_id = 'ord-7'`); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}

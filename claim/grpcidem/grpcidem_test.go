@@ -52,10 +52,15 @@ type payments struct {
 	calls   atomic.Int64
 	flakes  atomic.Int64
 	release chan struct{}
+	called  chan struct{} // a signal per call, for tests that wait for the handler
 }
 
 func (p *payments) charge(ctx context.Context, in *chargeReq) (*chargeReply, error) {
 	n := p.calls.Add(1)
+	select {
+	case p.called <- struct{}{}:
+	default:
+	}
 	reply := &chargeReply{PaymentID: fmt.Sprintf("pay_%d", n), Status: "succeeded"}
 	switch in.Outcome {
 	case "decline":
@@ -147,7 +152,7 @@ func newWorld(t *testing.T, tweaks ...func(*claim.Config, *grpcidem.Method)) *wo
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, db: db, pay: &payments{db: db, release: make(chan struct{})}, keys: make(chan string, 100),
+	w := &world{t: t, db: db, pay: &payments{db: db, release: make(chan struct{}), called: make(chan struct{}, 100)}, keys: make(chan string, 100),
 		answers: claim.NewAnswerRecorder(db, claim.AnswerRecorderConfig{FlushEvery: time.Hour})}
 	tokens := map[string]string{"tok-a": "tenant-a", "tok-b": "tenant-b"}
 	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Store: store, Service: "test", Answers: w.answers,
@@ -344,7 +349,7 @@ func TestServer_InProgressIsAbortedWithRetryHint(t *testing.T) {
 	blocking.Outcome = "block"
 	first := make(chan result, 1)
 	go func() { first <- w.call(w.conn, "tok-a", []string{"k-slow"}, blocking) }()
-	waitCalls(t, &w.pay.calls, 1)
+	waitCalls(t, w.pay, 1)
 	r := w.call(w.conn, "tok-a", []string{"k-slow"}, blocking)
 	wantStatus(t, r, codes.Aborted, grpcidem.ReasonInProgress)
 	if grpcidem.RetryDelay(r.err) < time.Second || len(r.trailer.Get(grpcidem.MetadataRetryAfter)) != 1 {
@@ -479,7 +484,7 @@ func TestClient_OneKeyAcrossGRPCAndOwnRetries(t *testing.T) {
 	blocking.Outcome = "block"
 	first := make(chan result, 1)
 	go func() { first <- w.call(w.conn, "tok-a", []string{"caller-key"}, blocking) }()
-	waitCalls(t, &w.pay.calls, 3)
+	waitCalls(t, w.pay, 3)
 	time.AfterFunc(300*time.Millisecond, func() { close(w.pay.release) })
 	// MaxHint shortens the server's hint (≤ 5 s while a holder is live) to keep the test short.
 	patient := grpcidem.NewClientInterceptor(grpcidem.ClientConfig{MaxHint: 200 * time.Millisecond, MaxAttempts: 20})
@@ -504,13 +509,16 @@ func drain(ch chan string) []string {
 	}
 }
 
-func waitCalls(t *testing.T, n *atomic.Int64, want int64) {
+// waitCalls waits until the handler has been reached want times, on its per-call signal.
+func waitCalls(t *testing.T, p *payments, want int64) {
 	t.Helper()
-	for i := 0; i < 500 && n.Load() < want; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n.Load() < want {
-		t.Fatalf("handler reached %d times, want %d", n.Load(), want)
+	timeout := time.After(5 * time.Second)
+	for p.calls.Load() < want {
+		select {
+		case <-p.called:
+		case <-timeout:
+			t.Fatalf("handler reached %d times, want %d", p.calls.Load(), want)
+		}
 	}
 }
 

@@ -37,7 +37,7 @@ func eachFlavor(t *testing.T, f func(t *testing.T, flavor string)) {
 }
 
 func newFailingRoutes(t *testing.T, flavor string) *failingRoutes {
-	w := newWorldOn(t, 0, flavor)
+	w := newWorldOn(t, flavor)
 	pgtest.Exec(t, w.db, `CREATE TABLE shop_orders (id text PRIMARY KEY)`)
 	f := &failingRoutes{world: w}
 	// handle is the route's work: an order row in the route's transaction, then the answer.
@@ -281,7 +281,7 @@ func testFailure_ExternalCrashIsHeldNotAnEndless409(t *testing.T, f *failingRout
 // A handler slower than the lease keeps it (renewed while it runs): a retry meanwhile answers
 // 409, and the handler's answer is recorded, not lost to a takeover.
 func TestMiddleware_SlowHandlerKeepsItsLease(t *testing.T) {
-	w := newWorld(t, 0)
+	w := newWorld(t)
 	const ttl = 2 * time.Second
 	store, err := claim.NewStore(w.db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret"), LeaseTTL: ttl})
 	if err != nil {
@@ -300,7 +300,8 @@ func TestMiddleware_SlowHandlerKeepsItsLease(t *testing.T) {
 	done := make(chan resp)
 	go func() { done <- w.post("/", "", []string{"k-slow"}, `{}`) }()
 	<-started
-	time.Sleep(ttl + ttl/3) // past one TTL: only the renewals keep the lease
+	// Past the first lease's expiry (claimed plus one TTL): only the renewals keep the key.
+	pgtest.SleepUntil(t, w.db, `SELECT created_at + interval '2.7 s' FROM idempotency_keys WHERE key = 'k-slow'`)
 	r := w.post("/", "", []string{"k-slow"}, `{}`)
 	close(gate)
 	if r.status != 409 {

@@ -28,10 +28,11 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-// chargeOp is a downstream in memory that takes `delay` to charge.
+// chargeOp is a downstream in memory. While gate is set, a charge waits for it to close (the
+// test holds a request in progress).
 type chargeOp struct {
 	executes atomic.Int64
-	delay    time.Duration
+	gate     chan struct{}
 }
 
 func (o *chargeOp) Name() string { return "payment.charge" }
@@ -40,7 +41,13 @@ func (o *chargeOp) Intent() claim.IntentSpec {
 }
 func (o *chargeOp) Execute(ctx context.Context, l *claim.Lease) (*claim.Document, error) {
 	n := o.executes.Add(1)
-	time.Sleep(o.delay)
+	if o.gate != nil {
+		select {
+		case <-o.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &claim.Document{ResourceID: fmt.Sprintf("pay_%d", n)}, nil
 }
 func (o *chargeOp) Lookup(context.Context, *claim.Lease) (*claim.Document, error) { return nil, nil }
@@ -63,19 +70,35 @@ type world struct {
 var flavors = []string{"gin", "net/http"}
 
 // newWorld serves /charge (Handler) and /orders (Middleware) with bearer-token tenants, on gin.
-func newWorld(t *testing.T, delay time.Duration) *world {
+func newWorld(t *testing.T) *world {
 	t.Parallel()
-	return newWorldOn(t, delay, "gin")
+	return newWorldOn(t, "gin")
+}
+
+// holdCharges makes every charge wait until release is called, so a request stays in progress.
+func (w *world) holdCharges() (release func()) {
+	w.op.gate = make(chan struct{})
+	return sync.OnceFunc(func() { close(w.op.gate) })
+}
+
+// awaitProcessing waits until a request holds a key (its claim committed).
+func (w *world) awaitProcessing() {
+	w.t.Helper()
+	pgtest.Await(w.t, w.db, 10*time.Second, "a request holding the key", func() bool {
+		var n int64
+		w.db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'processing'`).Scan(&n)
+		return n == 1
+	}, "idempotency_keys")
 }
 
 // newWorldOn is newWorld on the given flavor; the caller runs t.Parallel.
-func newWorldOn(t *testing.T, delay time.Duration, flavor string) *world {
+func newWorldOn(t *testing.T, flavor string) *world {
 	db := pgtest.New(t)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, op: &chargeOp{delay: delay}, store: store, db: db}
+	w := &world{t: t, op: &chargeOp{}, store: store, db: db}
 	w.status.Store("created")
 	tokens := map[string]string{"tok-a": "tenant-a", "tok-b": "tenant-b"}
 	tenant := func(r *http.Request) (string, error) {
@@ -174,7 +197,7 @@ func TestConformance(t *testing.T) {
 	for _, flavor := range flavors {
 		t.Run(flavor, func(t *testing.T) {
 			t.Parallel()
-			testConformance(t, newWorldOn(t, 0, flavor))
+			testConformance(t, newWorldOn(t, flavor))
 		})
 	}
 }
@@ -233,45 +256,40 @@ func testConformance(t *testing.T, w *world) {
 }
 
 func TestInProgressAnswers409WithRetryAfter(t *testing.T) {
-	w := newWorld(t, 700*time.Millisecond)
+	w := newWorld(t)
+	release := w.holdCharges()
+	defer release()
 	done := make(chan resp)
 	go func() { done <- w.post("/charge", "tok-a", []string{"slow"}, pay) }()
-	for i := 0; ; i++ { // wait until the first request holds the key
-		var n int64
-		w.db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'processing'`).Scan(&n)
-		if n == 1 {
-			break
-		}
-		if i > 500 {
-			t.Fatal("first request never claimed the key")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	w.awaitProcessing()
 	r := w.post("/charge", "tok-a", []string{"slow"}, pay)
 	if r.status != 409 || problemType(t, r) != "request-in-progress" || r.header.Get("Retry-After") == "" {
 		t.Fatalf("want 409 with problem type and Retry-After: %d %v %s", r.status, r.header, r.body)
 	}
+	release()
 	if r := <-done; r.status != 201 {
 		t.Fatalf("first request: %d %s", r.status, r.body)
 	}
 }
 
 func TestParallelIdenticalRequestsExecuteOnce(t *testing.T) {
-	w := newWorld(t, 100*time.Millisecond)
-	var wg sync.WaitGroup
-	statuses := make([]int, 50)
-	for i := range statuses {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			statuses[i] = w.post("/charge", "tok-a", []string{"par"}, pay).status
-		}(i)
+	w := newWorld(t)
+	release := w.holdCharges()
+	defer release()
+	const n = 50
+	statuses := make(chan int, n)
+	for range n {
+		go func() { statuses <- w.post("/charge", "tok-a", []string{"par"}, pay).status }()
 	}
-	wg.Wait()
-	for _, s := range statuses {
-		if s != 201 && s != 409 {
-			t.Fatalf("status %d", s)
+	// One of them holds the key and charges; every other is answered while it does.
+	for range n - 1 {
+		if s := <-statuses; s != 409 {
+			t.Fatalf("status %d while the first request charges, want 409", s)
 		}
+	}
+	release()
+	if s := <-statuses; s != 201 {
+		t.Fatalf("the charging request: %d, want 201", s)
 	}
 	if n := w.op.executes.Load(); n != 1 {
 		t.Fatalf("executes = %d", n)
@@ -280,7 +298,7 @@ func TestParallelIdenticalRequestsExecuteOnce(t *testing.T) {
 
 func TestMiddleware_ReplayReturnsCreationTimeResponseEvenAfterTheResourceChanged(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, flavor string) {
-		w := newWorldOn(t, 0, flavor)
+		w := newWorldOn(t, flavor)
 		first := w.post("/orders", "tok-a", []string{"o-1"}, `{"sku":"x","qty":1}`)
 		if first.status != 201 || first.header.Get("Set-Cookie") == "" {
 			t.Fatalf("%+v", first)
@@ -301,7 +319,7 @@ func TestMiddleware_ReplayReturnsCreationTimeResponseEvenAfterTheResourceChanged
 
 func TestMiddleware_NaturalKeyNeedsNoHeader(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, flavor string) {
-		w := newWorldOn(t, 0, flavor)
+		w := newWorldOn(t, flavor)
 		a := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
 		b := w.post("/likes", "tok-a", nil, `{"user_id":1,"article_id":"a"}`)
 		if a.status != 200 || b.status != 200 || b.header.Get(httpidem.HeaderReplayed) != "true" {
@@ -312,7 +330,7 @@ func TestMiddleware_NaturalKeyNeedsNoHeader(t *testing.T) {
 
 func TestExpiredResultAnswers410WithoutExecuting(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, flavor string) {
-		w := newWorldOn(t, 0, flavor)
+		w := newWorldOn(t, flavor)
 		if r := w.post("/charge", "tok-a", []string{"old"}, pay); r.status != 201 {
 			t.Fatal(r)
 		}

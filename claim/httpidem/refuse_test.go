@@ -21,7 +21,7 @@ func TestRefuseRequest_ReleasesTheClaim(t *testing.T) {
 }
 
 func testRefuseRequest(t *testing.T, flavor string) {
-	w := newWorldOn(t, 0, flavor)
+	w := newWorldOn(t, flavor)
 	var calls atomic.Int64
 	route := httpidem.Route{Operation: "transfer.create"}
 	amount := func(body io.Reader) int64 {

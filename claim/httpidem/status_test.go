@@ -29,20 +29,12 @@ func statusDoc(t *testing.T, r resp) httpidem.StatusDoc {
 // replay gives; another tenant's key answers exactly like a missing one.
 func TestStatus_InProgressPointsToTheLookupScopedToTheCaller(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, flavor string) {
-		w := newWorldOn(t, 600*time.Millisecond, flavor)
+		w := newWorldOn(t, flavor)
+		release := w.holdCharges()
+		defer release()
 		done := make(chan resp)
 		go func() { done <- w.post("/charge", "tok-a", []string{"k-status"}, pay) }()
-		for i := 0; ; i++ { // until the first request holds the key
-			var n int64
-			w.db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'processing'`).Scan(&n)
-			if n == 1 {
-				break
-			}
-			if i > 500 {
-				t.Fatal("first request never claimed the key")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		w.awaitProcessing()
 		busy := w.post("/charge", "tok-a", []string{"k-status"}, pay)
 		if busy.status != 409 {
 			t.Fatalf("not in progress: %+v", busy)
@@ -56,6 +48,7 @@ func TestStatus_InProgressPointsToTheLookupScopedToTheCaller(t *testing.T) {
 		if d := statusDoc(t, w.do("GET", loc, "tok-a", []string{"k-status"}, "")); d.State != "processing" || d.Response != nil || d.RetryAfterSeconds < 1 {
 			t.Fatalf("while processing: %+v", d)
 		}
+		release()
 		first := <-done
 		d := statusDoc(t, w.do("GET", loc, "tok-a", []string{"k-status"}, ""))
 		replay := w.post("/charge", "tok-a", []string{"k-status"}, pay)
@@ -84,7 +77,7 @@ func TestStatus_InProgressPointsToTheLookupScopedToTheCaller(t *testing.T) {
 // the 400 key problems and the 410 all say the same periods.
 func TestKeyPolicy_PublishedFromTheLiveRetentionPolicy(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, flavor string) {
-		w := newWorldOn(t, 0, flavor)
+		w := newWorldOn(t, flavor)
 		policy := func() *httpidem.KeyPolicy {
 			r := w.do("GET", "/idempotency/policy", "", nil, "")
 			var p httpidem.KeyPolicy
