@@ -101,16 +101,19 @@ func start(t testing.TB, d *daemon.Daemon) (kill func()) {
 	return cancel
 }
 
-// eventually polls cond every 10 ms until it holds, failing after timeout. Where the daemon
-// signals the point a test waits for (TestSignals), wait on the signal instead.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+// passUntil runs pass, then again each time the rows of the outbox are due again (their next
+// attempt, written by the relay), until done holds; at most max passes.
+func passUntil(t testing.TB, db *gorm.DB, max int, what string, pass func(), done func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	for i := 0; ; i++ {
+		pass()
+		if done() {
+			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		if i == max {
+			t.Fatalf("%s: not done after %d passes", what, max)
+		}
+		pgtest.SleepUntil(t, db, `SELECT min(next_attempt_at) FROM outbox WHERE state IN ('pending', 'sending')`)
 	}
 }
 
@@ -123,6 +126,7 @@ type fakeOp struct {
 	redrive   bool
 
 	lookups atomic.Int64
+	looked  testsignal.Signal[int64] // each lookup, with the count so far, once a test Inits it
 	mu      sync.Mutex
 	applied map[int64]int
 	exec    map[int64]int
@@ -147,7 +151,7 @@ func (o *fakeOp) Execute(_ context.Context, l *claim.Lease) (*claim.Document, er
 	return found(l)
 }
 func (o *fakeOp) Lookup(ctx context.Context, l *claim.Lease) (*claim.Document, error) {
-	o.lookups.Add(1)
+	o.looked.Signal(o.lookups.Add(1))
 	if o.delay > 0 {
 		select {
 		case <-time.After(o.delay):
@@ -256,7 +260,6 @@ type countingJob struct {
 	runs    atomic.Int64
 	batches int           // batches per run (0: one)
 	batch   time.Duration // how long a batch takes
-	ignore  bool          // ignore ShouldStop and ctx (a badly behaved job)
 	fail    error
 
 	finishedBatches atomic.Int64
@@ -271,21 +274,17 @@ func (j *countingJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) 
 	stats := daemon.Stats{"batches": 0}
 	n := max(j.batches, 1)
 	for i := range n {
-		if !j.ignore && daemon.ShouldStop(ctx) {
+		if daemon.ShouldStop(ctx) {
 			if ctx.Err() != nil {
 				return stats, ctx.Err()
 			}
 			return stats, daemon.ErrStopped
 		}
 		j.batchStarted.Signal(j.startedBatches.Add(1))
-		if j.ignore {
-			time.Sleep(j.batch)
-		} else {
-			select {
-			case <-time.After(j.batch):
-			case <-ctx.Done():
-				return stats, ctx.Err()
-			}
+		select {
+		case <-time.After(j.batch):
+		case <-ctx.Done():
+			return stats, ctx.Err()
 		}
 		j.batchFinished.Signal(j.finishedBatches.Add(1))
 		stats["batches"]++

@@ -106,10 +106,11 @@ func outboxRow(t *testing.T, db *gorm.DB) daemon.OutboxRow {
 // relayUntilSent runs r until the only row is sent (bounded).
 func relayUntilSent(t *testing.T, r *daemon.OutboxRelay, db *gorm.DB) {
 	t.Helper()
-	eventually(t, 5*time.Second, "the row sent", func() bool {
+	passUntil(t, db, 100, "the row sent", func() {
 		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func() bool {
 		return outboxRow(t, db).State == "sent"
 	})
 }
@@ -201,10 +202,11 @@ func TestOutbox_BackoffAndCapLeaveAFailedRowVisible(t *testing.T) {
 	if stats, _ := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); stats["claimed"] != 0 {
 		t.Fatalf("claimed again inside the backoff: %v", stats)
 	}
-	eventually(t, 3*time.Second, "the row failed", func() bool {
+	passUntil(t, db, 100, "the row failed", func() {
 		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func() bool {
 		return outboxRow(t, db).State == "failed"
 	})
 	row = outboxRow(t, db)

@@ -58,10 +58,11 @@ func TestOutbox_SendWithUnknownOutcomeIsResentOnlyAfterTwoNotFoundsAQuarantineAp
 		c.BaseBackoff, c.MaxBackoff, c.MaxAttempts = 50*time.Millisecond, 400*time.Millisecond, 50
 		c.Quarantine = 3 * time.Second // longer than downstream's 2 s lag
 	})
-	eventually(t, 20*time.Second, "the row sent", func() bool {
+	passUntil(t, db, 100, "the row sent", func() {
 		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func() bool {
 		return outboxRow(t, db).State == "sent"
 	})
 	down.acting.Wait() // every send that reached downstream has acted
@@ -131,11 +132,13 @@ func TestOutbox_TwoOverlappingRunsOverOneSlowBatchDeliverEachOnce(t *testing.T) 
 		aDone <- err
 	}()
 	<-down.arrived // A is inside its first send
-	eventually(t, 10*time.Second, "A's claims lapsed", func() bool {
-		var n int64
-		db.Raw(`SELECT count(*) FROM outbox WHERE state = 'sending' AND next_attempt_at < now()`).Scan(&n)
-		return n == int64(len(keys))
-	})
+	// A's claims lapse at their send lease's end, written on the rows.
+	pgtest.SleepUntil(t, db, `SELECT max(next_attempt_at) FROM outbox WHERE state = 'sending'`)
+	var lapsed int64
+	db.Raw(`SELECT count(*) FROM outbox WHERE state = 'sending' AND next_attempt_at < now()`).Scan(&lapsed)
+	if lapsed != int64(len(keys)) {
+		t.Fatalf("%d of A's %d claims lapsed", lapsed, len(keys))
+	}
 	if _, err := runB.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +146,11 @@ func TestOutbox_TwoOverlappingRunsOverOneSlowBatchDeliverEachOnce(t *testing.T) 
 	if err := <-aDone; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "every row sent", func() bool {
+	passUntil(t, db, 100, "every row sent", func() {
 		if _, err := runB.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func() bool {
 		var n int64
 		db.Raw(`SELECT count(*) FROM outbox WHERE state <> 'sent'`).Scan(&n)
 		return n == 0
@@ -189,10 +193,11 @@ func TestOutbox_LookupErrorNeverLeadsToASend(t *testing.T) {
 	enqueue(t, db, "dk-blind")
 	down := &blindDownstream{}
 	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) { c.MaxAttempts, c.Quarantine = 5, 10*time.Millisecond })
-	eventually(t, 10*time.Second, "the row failed", func() bool {
+	passUntil(t, db, 100, "the row failed", func() {
 		if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func() bool {
 		return outboxRow(t, db).State == "failed"
 	})
 	down.mu.Lock()

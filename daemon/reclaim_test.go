@@ -118,6 +118,7 @@ func TestReclaim_LeaderKilledMidBatchLosesNothingAndTheOtherCarriesOn(t *testing
 	dbA := open(t, url)
 	opA := newFakeOp(chargeOp, found)
 	opA.delay = 100 * time.Millisecond
+	opA.looked.Init()
 	a := newDaemon(t, dbA, "a", nil)
 	if err := a.Register(newReclaim(t, newStore(t, dbA, "a", nil), ops{chargeOp: opA},
 		daemon.ReclaimConfig{BatchSize: 20, Workers: 2}), "* * * * * *"); err != nil {
@@ -135,11 +136,12 @@ func TestReclaim_LeaderKilledMidBatchLosesNothingAndTheOtherCarriesOn(t *testing
 	}
 	start(t, b)
 
-	eventually(t, 5*time.Second, "a in the middle of a batch", func() bool { return opA.lookups.Load() >= 5 })
+	opA.looked.WaitFor(t, 5*time.Second, "a in the middle of a batch", func(n int64) bool { return n >= 5 })
 	killA()
 	closeDB(dbA)
 
-	eventually(t, 10*time.Second, "every key completed", func() bool { return stateCounts(t, db, ids)["completed"] == len(ids) })
+	pgtest.Await(t, db, 10*time.Second, "every key completed", func() bool { return stateCounts(t, db, ids)["completed"] == len(ids) },
+		"idempotency_keys")
 	if !b.IsLeader() {
 		t.Fatal("b is not the leader")
 	}
@@ -213,7 +215,8 @@ func TestReclaim_EachDownstreamVerdictEndsTheKeyAsTheContractSays(t *testing.T) 
 		for k, v := range stats {
 			total[k] += v
 		}
-		time.Sleep(10 * time.Millisecond)
+		// A key parked after a lookup holds a lease until its next look: the next pass is due then.
+		pgtest.SleepUntil(t, db, `SELECT min(lease_expires_at) FROM idempotency_keys WHERE state = 'processing'`)
 	}
 	for k, want := range map[string]int64{"recovered": 1, "failed_final": 1, "failed_retryable": 1, "redriven": 1, "not_found": 2} {
 		if total[k] != want {
