@@ -139,24 +139,20 @@ func a11yVisit(t *testing.T, br *browser, axe string, p a11yPage, lang string, w
 	setTheme(t, br, "light")
 	if p.form != nil {
 		fields, _ := json.Marshal(p.form)
-		if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](fmt.Sprintf(`(() => {
+		submit := chromedp.Evaluate[any](fmt.Sprintf(`(() => {
 			const f = document.createElement('form'); f.method = 'post'; f.action = %q;
 			const fields = %s; fields.csrf = [document.querySelector('input[name=csrf]').value];
 			for (const [k, vs] of Object.entries(fields)) for (const v of vs) {
 				const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }
-			window.__a11yOld = true; document.body.appendChild(f); f.submit(); return null; })()`, p.path, fields))); err != nil {
+			document.body.appendChild(f); f.submit(); return null; })()`, p.path, fields))
+		// RunResponse waits for the navigation the submit starts to load (the browser's event).
+		if _, err := chromedp.RunResponse(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := submit(ctx, t)
+			return err
+		})); err != nil {
 			t.Fatalf("%s: post: %v", p.name, err)
 		}
-		// Poll across the navigation (an evaluation during it fails; try again).
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(30 * time.Millisecond) {
-			ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!window.__a11yOld && document.readyState === 'complete' && !!document.querySelector('main')`))
-			if err == nil && ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the POST's page did not load (%v)", p.name, err)
-			}
-		}
+		br.step(p.name+" page", chromedp.WaitReady(`main`))
 	} else {
 		br.step(p.name, chromedp.Navigate(br.base+p.path), chromedp.WaitReady(`main`))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -63,19 +64,14 @@ func (b *bundle) startDaemon() *gatedJob {
 		_ = d.Stop(sctx)
 		cancel()
 	})
-	b.eventually("a leader", func() bool { return d.IsLeader() })
+	b.await("a leader", d.IsLeader, "daemon_leader") // the lease is renewed every 250 ms: a change each time
 	return job
 }
 
-func (b *bundle) eventually(what string, cond func() bool) {
+// await waits until cond holds, re-checking it whenever one of tables changes (pgtest.Await).
+func (b *bundle) await(what string, cond func() bool, tables ...string) {
 	b.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.Await(b.t, b.db, 10*time.Second, what, cond, tables...)
 }
 
 // TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns: the jobs page shows the leader, the
@@ -107,15 +103,15 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 || got.Location != "/jobs?notice=run" {
 		t.Fatalf("run now: %d %s", got.Status, got.Location)
 	}
-	b.eventually("the run to start", func() bool {
+	b.await("the run to start", func() bool {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'running' AND done = 3`) == 1
-	})
+	}, "job_runs")
 	running := olga.get("/jobs/runs").Body
 	mustContain(t, "runs while running", running, `hx-trigger="every 1s"`, "run_now", "running", "3/10", "sweeping")
 	close(job.gate)
-	b.eventually("the run to finish", func() bool {
+	b.await("the run to finish", func() bool {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'succeeded'`) == 1
-	})
+	}, "job_runs")
 	done := olga.get("/jobs/runs").Body
 	mustContain(t, "runs after the run", done, `data-polling="false"`, "succeeded", "swept=10")
 	mustNotContain(t, "runs after the run", done, "hx-get")
@@ -171,16 +167,16 @@ func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
 	if got := olga.post("/jobs/run", url.Values{"name": {"sweep"}}, true); got.Status != 303 {
 		t.Fatalf("run now: %d", got.Status)
 	}
-	b.eventually("the run to start", func() bool {
+	b.await("the run to start", func() bool {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'running' AND done = 3`) == 1
-	})
+	}, "job_runs")
 	running := olga.get("/jobs?job=sweep&status=running").Body
 	mustContain(t, "filtered while running", running, `hx-get="/jobs/runs?job=sweep&amp;status=running"`, "3/10",
 		`<option value="running" selected`)
 	close(job.gate)
-	b.eventually("the run to finish", func() bool {
+	b.await("the run to finish", func() bool {
 		return b.count(`SELECT count(*) FROM job_runs WHERE job = 'sweep' AND status = 'succeeded'`) == 1
-	})
+	}, "job_runs")
 	id := b.count(`SELECT id FROM job_runs WHERE job = 'sweep'`)
 	href := "/jobs/runs/" + strconv.FormatInt(id, 10)
 	mustContain(t, "succeeded filter", olga.get("/jobs?status=succeeded").Body, `href="`+href+`"`, "swept=10")

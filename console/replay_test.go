@@ -17,6 +17,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -395,11 +396,10 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 		t.Fatalf("while waiting: state %s, owner %v; want processing, held", k.State, k.LeaseOwner)
 	}
 	var body string
-	for deadline := time.Now().Add(quarantine + 10*time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-		if body = c.get(got.Location).Body; strings.Contains(body, "sent: downstream created ch_sent_") {
-			break
-		}
-	}
+	pgtest.Await(t, b.db, quarantine+10*time.Second, "the replay's outcome", func() bool {
+		body = c.get(got.Location).Body
+		return strings.Contains(body, "sent: downstream created ch_sent_")
+	}, "replay_requests")
 	mustContain(t, "outcome", body, "sent: downstream created ch_sent_")
 	if strings.Contains(body, `hx-trigger="every 2s"`) {
 		t.Error("the finished replay's page still refreshes itself")
@@ -503,14 +503,9 @@ func (b *bundle) runJobs() {
 func (b *bundle) waitBulk(id int64) {
 	b.t.Helper()
 	b.runJobs()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'cancelled', 'failed')`, id) == 1 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	b.t.Fatalf("bulk run %d did not finish", id)
+	pgtest.Await(b.t, b.db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {
+		return b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'cancelled', 'failed')`, id) == 1
+	}, "replay_bulk_runs")
 }
 
 // bulkRows counts what a bulk preview must not write: runs, items, replay requests, audit rows.

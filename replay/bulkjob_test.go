@@ -193,16 +193,11 @@ func (f *fixture) count(sql string, args ...any) int64 {
 	return n
 }
 
-// waitFor polls cond (the state lives in another process, so there is no signal to wait on).
-func (f *fixture) waitFor(what string, limit time.Duration, cond func() bool) {
+// waitFor waits until cond holds, re-checking it whenever one of tables changes (the state lives
+// in another process, which writes it to the same database: pgtest.Await hears its commits).
+func (f *fixture) waitFor(what string, limit time.Duration, cond func() bool, tables ...string) {
 	f.t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	pgtest.Await(f.t, f.db, limit, what, cond, tables...)
 }
 
 // TestBulkJob_KilledMidBulkIsFinishedByTheNextDaemonOncePerKey: a daemon process replaying a
@@ -232,7 +227,7 @@ func TestBulkJob_KilledMidBulkIsFinishedByTheNextDaemonOncePerKey(t *testing.T) 
 		default:
 		}
 		return f.count(`SELECT processed FROM replay_bulk_runs WHERE id = ?`, run.ID) >= 3
-	})
+	}, "replay_bulk_runs")
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +261,7 @@ func TestBulkJob_KilledMidBulkIsFinishedByTheNextDaemonOncePerKey(t *testing.T) 
 	f.waitFor("the fresh daemon to finish the run and record its job run's end", 30*time.Second, func() bool {
 		return f.count(`SELECT count(*) FROM replay_bulk_runs r JOIN job_runs j ON j.id = r.job_run_id
 			WHERE r.id = ? AND r.state <> 'running' AND j.status <> 'running'`, run.ID) == 1
-	})
+	}, "replay_bulk_runs", "job_runs")
 
 	got, err := f.w.BulkRun(context.Background(), run.ID)
 	if err != nil {
