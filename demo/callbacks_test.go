@@ -30,12 +30,13 @@ func fastCallbacks(cfg paysim.Config) paysim.Config {
 // settled waits until paysim has no callback left to send and checks every one was acknowledged.
 func (e *env) settled() {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for !e.w.Paysim.CallbacksSettled() {
-		if time.Now().After(deadline) {
+		select {
+		case <-e.w.Paysim.CallbacksChanged():
+		case <-timeout:
 			e.t.Fatal("callbacks still pending after 20 s")
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	for _, cb := range e.w.Paysim.Callbacks() {
 		if cb.Status != paysim.CallbackDelivered {
@@ -245,12 +246,9 @@ func TestChannelTraffic_RefundsAndClosesReachTheOrders(t *testing.T) {
 		e.w.Orders.DB.Raw(`SELECT count(*) FROM demo_orders WHERE status = ?`, status).Scan(&n)
 		return n
 	}
-	for count("refunded") == 0 || count("closed") == 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("after 5 s: %d refunded, %d closed orders", count("refunded"), count("closed"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	pgtest.Await(t, e.w.Orders.DB, 5*time.Second, "a refunded and a closed order", func() bool {
+		return count("refunded") > 0 && count("closed") > 0
+	}, "demo_orders")
 	cancel()
 	<-done
 }

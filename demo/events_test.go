@@ -59,12 +59,14 @@ func TestEvents_PaymentReachesFulfillmentOnce(t *testing.T) {
 	if _, err := relay.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	timeout := time.After(20 * time.Second)
 	for f, s := w.Fulfillment.Stats(), w.Shipping.Stats(); f.Processed+f.Duplicates < 2 || s.Processed+s.Duplicates < 2; f, s = w.Fulfillment.Stats(), w.Shipping.Stats() {
-		if time.Now().After(deadline) {
+		select { // each consumer signals every change of its stats
+		case <-w.Fulfillment.StatsChanged():
+		case <-w.Shipping.StatsChanged():
+		case <-timeout:
 			t.Fatalf("fulfillment stats %+v, shipping stats %+v", f, s)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	var n int64
 	db.Raw(`SELECT count(*) FROM fulfillments WHERE tenant = 'acme'`).Scan(&n)

@@ -18,6 +18,7 @@ import (
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 // grpcClient is a real gRPC client over a real loopback connection to the demo world.
@@ -148,17 +149,11 @@ func TestGRPC_InProgressIsAbortedWithARetryHint(t *testing.T) {
 	c := e.grpc()
 	first := make(chan grpcReply, 1)
 	go func() { first <- c.charge(e.key, "g-slow", grpcCharge) }()
-	for i := 0; ; i++ { // wait for the first call's claim
+	pgtest.Await(t, e.store.DB(), 5*time.Second, "the first call's claim", func() bool {
 		var n int64
 		e.store.DB().Raw(`SELECT count(*) FROM idempotency_keys WHERE key = 'g-slow'`).Scan(&n)
-		if n == 1 {
-			break
-		}
-		if i > 200 {
-			t.Fatal("the first call never claimed its key")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n == 1
+	}, "idempotency_keys")
 	r := c.charge(e.key, "g-slow", grpcCharge)
 	wantGRPC(t, r, codes.Aborted, grpcidem.ReasonInProgress)
 	if grpcidem.RetryDelay(r.err) < time.Second || len(r.trailer.Get(grpcidem.MetadataRetryAfter)) != 1 {

@@ -17,6 +17,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/testinfra/clock"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
 	"github.com/idemops/idemops/reconcile"
@@ -111,18 +112,10 @@ func TestLogs_CarryDigestsNeverKeysOrBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ { // takeover once the crashed lease lapses
-		stats, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stats.Changed() {
-			break
-		}
-		if i > 100 {
-			t.Fatal("the reclaimer never took the crashed key over")
-		}
-		time.Sleep(50 * time.Millisecond)
+	// Takeover once the crashed attempt's lease lapses (one TTL after the crash).
+	pgtest.SleepUntil(t, db, `SELECT max(lease_expires_at) FROM idempotency_keys WHERE state = 'processing'`)
+	if stats, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil || !stats.Changed() {
+		t.Fatalf("the reclaimer did not take the crashed key over: %v, %v", stats, err)
 	}
 	relay, err := daemon.NewOutboxRelay(db, w.Senders(), daemon.OutboxConfig{})
 	if err != nil {
@@ -188,10 +181,4 @@ func TestLogs_CarryDigestsNeverKeysOrBodies(t *testing.T) {
 
 // waitPastShanghaiMidnight keeps the run inside one Shanghai day, the bill date the
 // reconciliation reads.
-func waitPastShanghaiMidnight(t *testing.T) {
-	now := time.Now().In(paysim.Shanghai)
-	y, m, d := now.Date()
-	if left := time.Date(y, m, d+1, 0, 0, 0, 0, paysim.Shanghai).Sub(now); left < 30*time.Second {
-		time.Sleep(left + time.Second)
-	}
-}
+func waitPastShanghaiMidnight(t *testing.T) { clock.AvoidMidnight(t, paysim.Shanghai, 30*time.Second) }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/testinfra/clock"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
@@ -95,15 +96,7 @@ func (e *e2e) reconcile(date string, file []byte) (*reconcile.Run, error) {
 
 // waitPastMidnight keeps the scenario inside one Shanghai day: the keys' completion times (the
 // database's clock) and paysim's charge times (its own clock) must fall on the bill date.
-func waitPastMidnight(t *testing.T) {
-	now := time.Now().In(paysim.Shanghai)
-	y, m, d := now.Date()
-	midnight := time.Date(y, m, d+1, 0, 0, 0, 0, paysim.Shanghai)
-	if left := midnight.Sub(now); left < 30*time.Second {
-		t.Logf("waiting %s for the Shanghai day to turn", left)
-		time.Sleep(left + time.Second)
-	}
-}
+func waitPastMidnight(t *testing.T) { clock.AvoidMidnight(t, paysim.Shanghai, 30*time.Second) }
 
 // TestE2E_DemoWorldFaultsProduceEachKindOfFindingExactlyOnce drives the demo payments service
 // and paysim into every discrepancy reconciliation knows, reconciles paysim's WeChat bill of
@@ -352,15 +345,8 @@ func TestE2E_DemoWorldFaultsProduceEachKindOfFindingExactlyOnce(t *testing.T) {
 	// Recover the crashed payment from the channel's document through the claim logic. Its
 	// lease (1 s) must lapse first: until then another attempt may still be working on it.
 	crashID := e.keyID("crash-1")
-	var recovery *reconcile.Recovery
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		recovery, err = rec.Recover(ctx, crashFinding.ID, "alice", "the channel has the charge; the service crashed")
-		if err == nil || !errors.Is(err, reconcile.ErrCannotRecover) || !strings.Contains(err.Error(), "live lease") ||
-			time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	pgtest.SleepUntil(t, db, `SELECT lease_expires_at FROM idempotency_keys WHERE id = ?`, crashID)
+	recovery, err := rec.Recover(ctx, crashFinding.ID, "alice", "the channel has the charge; the service crashed")
 	if err != nil {
 		t.Fatal(err)
 	}

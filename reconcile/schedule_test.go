@@ -97,6 +97,8 @@ func TestJobs_CreateUpdateList(t *testing.T) {
 type recordingProgress struct {
 	mu     sync.Mutex
 	phases map[string]int64
+	// waiting, when set, receives a signal when the run reports it waits for its statement.
+	waiting chan struct{}
 }
 
 func (p *recordingProgress) Report(phase string, done, _ int64) {
@@ -106,6 +108,12 @@ func (p *recordingProgress) Report(phase string, done, _ int64) {
 		p.phases = map[string]int64{}
 	}
 	p.phases[phase] = max(p.phases[phase], done)
+	if p.waiting != nil && phase == "waiting" {
+		select {
+		case p.waiting <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func TestJob_RetriesAStatementThatIsNotReadyYet(t *testing.T) {
@@ -114,12 +122,12 @@ func TestJob_RetriesAStatementThatIsNotReadyYet(t *testing.T) {
 	b.createJob("wechat-daily", filepath.Join(dir, "wechat_{yyyymmdd}.csv"), 0)
 	k := b.key("paid", 100, "CNY", claim.StateCompleted)
 	file := wechatBill([]wechatLine{{At: billDay.Add(9 * time.Hour), Txn: "T1", Order: k.DownstreamKey, Status: "SUCCESS", Amount: 100}}, 0)
+	p := &recordingProgress{waiting: make(chan struct{}, 1)}
 	go func() {
-		time.Sleep(150 * time.Millisecond)
+		<-p.waiting // the job found no statement and waits for it: now it is published
 		os.WriteFile(filepath.Join(dir, "wechat_20240301.csv.tmp"), file, 0o644)
 		os.Rename(filepath.Join(dir, "wechat_20240301.csv.tmp"), filepath.Join(dir, "wechat_20240301.csv"))
 	}()
-	p := &recordingProgress{}
 	stats, err := reconcile.NewJob(b.rec).RunOnce(b.ctx, []byte(`{"job": "wechat-daily", "date": "2024-03-01"}`), p)
 	if err != nil {
 		t.Fatal(err)

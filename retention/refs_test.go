@@ -96,18 +96,8 @@ func TestPurge_KeyChangedAfterItWasPickedIsCheckedAgain(t *testing.T) {
 	}
 	done := make(chan *retention.Report, 1)
 	go func() { done <- b.purge(retention.Options{}) }()
-	// Commit the hold once the purge waits on the row (bounded: 10 s).
-	waiting := false
-	for i := 0; i < 200 && !waiting; i++ {
-		waiting = b.count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM idempotency_keys%'`) > 0
-		if !waiting {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if !waiting {
-		t.Fatal("the purge never waited on the row being written")
-	}
+	// Commit the hold once the purge waits on the row.
+	pgtest.AwaitLockWait(t, b.db, 10*time.Second, "DELETE FROM idempotency_keys")
 	if err := writer.Commit().Error; err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func BenchmarkConsumeDedupVsPlain(b *testing.B) {
 // plainConsumer is the baseline: the same consume loop and business transaction, no dedup row.
 func plainConsumer(db *gorm.DB, cfg Config, handle Handler) *Consumer {
 	cfg, _ = cfg.withDefaults()
-	c := &Consumer{cfg: cfg}
+	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
 	c.process = func(ctx context.Context, m Message, _, _ string) outcome {
 		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return handle(ctx, tx, m) }); err != nil {
 			return outRetry
@@ -149,7 +149,7 @@ func drain(b *testing.B, c *Consumer, conn *amqp.Connection, n int) time.Duratio
 	done := make(chan struct{})
 	began := time.Now()
 	go func() { defer close(done); _ = c.Run(ctx, ch) }()
-	changed := WatchStats(c)
+	changed := c.StatsChanged()
 	timeout := time.After(5 * time.Minute)
 	for c.Stats().Processed < int64(n) {
 		select {

@@ -134,17 +134,22 @@ type Consumer struct {
 	// them took effect (each is then handled alone). Nil: one at a time.
 	processBatch func(ctx context.Context, items []item) ([]outcome, error)
 	stats        struct{ processed, duplicates, retried, invalid, ackErrors, batches atomic.Int64 }
-	// statsChanged, when set (tests only, export_test.go), is called after every change of stats.
-	statsChanged atomic.Pointer[func()]
+	// changed signals a change of stats (see StatsChanged).
+	changed chan struct{}
 }
 
-// bump counts one event in n and signals the change to a test watching it.
+// bump counts one event in n and signals the change.
 func (c *Consumer) bump(n *atomic.Int64) {
 	n.Add(1)
-	if f := c.statsChanged.Load(); f != nil {
-		(*f)()
+	select {
+	case c.changed <- struct{}{}:
+	default: // a signal is pending: whoever waits reads Stats afresh anyway
 	}
 }
+
+// StatsChanged receives a signal after each change of Stats (at most one waits), so a caller —
+// a health check, a test — waits for the consumer's event instead of polling Stats.
+func (c *Consumer) StatsChanged() <-chan struct{} { return c.changed }
 
 type outcome int
 
@@ -171,7 +176,7 @@ func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
 	if db == nil || handle == nil {
 		return nil, errors.New("consume: a database and a handler are required")
 	}
-	c := &Consumer{cfg: cfg}
+	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
 		first := false
 		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

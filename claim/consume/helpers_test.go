@@ -133,7 +133,7 @@ func serve(t testing.TB, c *consume.Consumer, url string) {
 // signals; it fails after 30 s.
 func waitStats(t testing.TB, c *consume.Consumer, what string, cond func(consume.Stats) bool) {
 	t.Helper()
-	changed := consume.WatchStats(c)
+	changed := c.StatsChanged()
 	timeout := time.After(30 * time.Second)
 	for !cond(c.Stats()) {
 		select {

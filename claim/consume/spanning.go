@@ -51,7 +51,7 @@ func NewSpanning(store *claim.Store, cfg Config, op claim.Operation) (*Consumer,
 	if store == nil || op == nil {
 		return nil, errors.New("consume: a claim store and an operation are required")
 	}
-	c := &Consumer{cfg: cfg}
+	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
 		out, err := store.Run(ctx, op, claim.Request{Tenant: tenant, Key: key, Intent: m.Body,
 			Actor: "consumer:" + cfg.Consumer})

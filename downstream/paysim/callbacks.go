@@ -128,6 +128,10 @@ func (s *Server) Callbacks() []Callback {
 	return out
 }
 
+// CallbacksChanged receives a signal after each callback delivery attempt (at most one waits), so
+// a test or the demo waits for the channel's event instead of polling Callbacks.
+func (s *Server) CallbacksChanged() <-chan struct{} { return s.attempted }
+
 // CallbacksSettled reports whether no callback is waiting for delivery.
 func (s *Server) CallbacksSettled() bool {
 	s.mu.Lock()
@@ -316,6 +320,10 @@ func (s *Server) deliver(hc *http.Client, url string, c *Callback) {
 		}
 	}
 	s.changed()
+	select {
+	case s.attempted <- struct{}{}:
+	default: // a signal is pending: whoever waits reads the callbacks afresh anyway
+	}
 }
 
 // adminCloseOrder handles POST /_paysim/orders/{merchant_order_no}/close: the channel closes

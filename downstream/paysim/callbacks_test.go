@@ -65,12 +65,13 @@ func (rc *receiver) types(order string, all bool) []string {
 
 func settle(t *testing.T, srv *paysim.Server) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := time.After(10 * time.Second)
 	for !srv.CallbacksSettled() {
-		if time.Now().After(deadline) {
+		select {
+		case <-srv.CallbacksChanged():
+		case <-timeout:
 			t.Fatalf("callbacks still pending: %+v", srv.Callbacks())
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -190,10 +191,13 @@ func TestCallbacks_PendingOnesSurviveARestart(t *testing.T) {
 	if _, err := c.CreateCharge(context.Background(), "o-durable", charge(100, "CNY", "", "bob", ""), ""); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); srv.Callbacks()[0].Attempts == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first attempt never happened")
-		}
+	select {
+	case <-srv.CallbacksChanged():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first attempt never happened")
+	}
+	if srv.Callbacks()[0].Attempts == 0 {
+		t.Fatal("an attempt was signalled but not counted")
 	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)

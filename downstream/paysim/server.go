@@ -36,6 +36,8 @@ type Server struct {
 	dirty       bool
 
 	notifyWake chan struct{}
+	// attempted signals each callback delivery attempt (see CallbacksChanged).
+	attempted chan struct{}
 
 	proto protocol // the statement protocols' keys, merchants and download URLs
 
@@ -59,7 +61,7 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, st: st, faultCounts: map[string]uint64{}, stop: make(chan struct{}),
-		notifyWake: make(chan struct{}, 1)}
+		notifyWake: make(chan struct{}, 1), attempted: make(chan struct{}, 1)}
 	s.routes()
 	s.saverRun.Add(1)
 	go s.notifyLoop()
