@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
 )
 
@@ -123,10 +125,7 @@ func checkMakeRunStops(t *testing.T, root string, stop func(makePID int) error) 
 		t.Fatalf("make run still running 10 s after the signal\n%s", stderr.String())
 	}
 	for _, pid := range started {
-		for alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if alive(pid) {
+		if !awaitExit(pid, deadline) && alive(pid) {
 			t.Errorf("%s (pid %d) still running 10 s after the signal", processName(pid), pid)
 		}
 	}
@@ -181,6 +180,25 @@ func parentOf(pid int) int {
 func processName(pid int) string {
 	name, _ := procStat(pid)
 	return name
+}
+
+// awaitExit waits until process pid has terminated, or deadline: the kernel signals the
+// termination on the process's pidfd (readable once it exits, a zombie included). It reports
+// whether the process is gone.
+func awaitExit(pid int, deadline time.Time) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return !alive(pid) // ESRCH: gone already
+	}
+	defer unix.Close(fd)
+	for {
+		ms := max(int(time.Until(deadline).Milliseconds()), 0)
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 1
+	}
 }
 
 // alive: the process exists and is not a zombie waiting to be reaped.

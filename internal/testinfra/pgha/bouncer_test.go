@@ -24,7 +24,7 @@ type memOp struct {
 	mu    sync.Mutex
 	docs  map[string]*claim.Document
 	execs map[string]int
-	delay time.Duration
+	gate  chan struct{} // an execution waits until it is closed (a charge in progress)
 }
 
 func (m *memOp) Name() string { return "payment.charge" }
@@ -32,7 +32,11 @@ func (m *memOp) Intent() claim.IntentSpec {
 	return claim.IntentSpec{Ignore: []string{"client_ts"}, AmountField: "amount_minor", CurrencyField: "currency"}
 }
 func (m *memOp) Execute(ctx context.Context, l *claim.Lease) (*claim.Document, error) {
-	time.Sleep(m.delay)
+	select {
+	case <-m.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.execs[l.DownstreamKey]++
@@ -87,21 +91,24 @@ func TestBouncer_ClaimPathThroughTransactionPooling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := &memOp{docs: map[string]*claim.Document{}, execs: map[string]int{}, delay: 30 * time.Millisecond}
+	op := &memOp{docs: map[string]*claim.Document{}, execs: map[string]int{}, gate: make(chan struct{})}
 	request := func(key string, amount int) claim.Request {
 		return claim.Request{Tenant: "t1", Key: key, Actor: "service:test",
 			Intent: json.RawMessage(fmt.Sprintf(`{"amount_minor": %d, "currency": "CNY", "payee": "p", "client_ts": %q}`,
 				amount, time.Now().Format(time.RFC3339Nano)))}
 	}
 
-	// Racing duplicates: one execution, the others wait or replay.
+	// Racing duplicates: one execution (held until the others are answered), the others are
+	// answered in progress or, once it completed, replayed.
 	var wg sync.WaitGroup
 	var kinds sync.Map
 	var failures atomic.Int64
+	answered := make(chan struct{}, 24)
 	for range 24 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { answered <- struct{}{} }()
 			out, err := store.Run(ctx, op, request("dup-1", 500))
 			if err != nil {
 				failures.Add(1)
@@ -112,6 +119,10 @@ func TestBouncer_ClaimPathThroughTransactionPooling(t *testing.T) {
 			n.(*atomic.Int64).Add(1)
 		}()
 	}
+	for range 23 {
+		<-answered
+	}
+	close(op.gate) // from now on executions pass at once
 	wg.Wait()
 	count := func(k claim.Kind) int64 {
 		if n, ok := kinds.Load(k); ok {

@@ -262,6 +262,8 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	probeDone := make(chan struct{})
 	go func() {
 		defer close(probeDone)
+		tick := time.NewTicker(100 * time.Millisecond) // the probe's cadence
+		defer tick.Stop()
 		for i := 0; probeCtx.Err() == nil; i++ {
 			started := time.Now()
 			cctx, cancel := context.WithTimeout(probeCtx, 3*time.Second)
@@ -281,11 +283,14 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			} else if k != 0 && started.UnixNano() > k && os.Getenv("PGHA_LOG") != "" {
 				fmt.Fprintf(os.Stderr, "probe %s (+%s): %v %v\n", started.Format("15:04:05.000"), time.Since(started), out, err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-probeCtx.Done():
+			case <-tick.C:
+			}
 		}
 	}()
 
-	time.Sleep(4 * time.Second) // traffic on the healthy pair
+	time.Sleep(4 * time.Second) // traffic on the healthy pair: the scenario's own duration, not a wait
 	primary, err := set.Primary(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +317,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	}
 	promotedAfter := time.Since(time.Unix(0, killedAt.Load()))
 	waitFor(t, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
-	time.Sleep(3 * time.Second) // traffic on the new primary
+	time.Sleep(3 * time.Second) // traffic on the new primary: the scenario's own duration, not a wait
 	stopTraffic()
 	stopProbe()
 	<-probeDone
@@ -423,6 +428,9 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	fmt.Printf("failover: %d keys, %d double charges, %d lost, claims back after %.1f s\n", len(payments), doubles, lost, back.Seconds())
 }
 
+// waitFor polls cond: what it waits for happens across a failover (a standby promoted, a
+// daemon elected on the new primary), and no signal survives the kill of the primary it was
+// listened for on.
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
