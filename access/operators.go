@@ -277,37 +277,30 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 // SetTimeZone sets the zone operator id sees times in (audited as operator.time_zone); zone is
 // checked by the caller (templates.LoadZone).
 func (d *Operators) SetTimeZone(ctx context.Context, ch Change, id int64, zone string) error {
-	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var names []string
-		if err := tx.Model(&operatorModel{}).Where("id = ?", id).Pluck("name", &names).Error; err != nil {
-			return fmt.Errorf("operator.time_zone: %w", err)
-		}
-		if len(names) == 0 {
-			return fmt.Errorf("operator: %w", ErrNotFound)
-		}
-		if err := changeOperator(tx, id, map[string]any{"time_zone": zone}); err != nil {
-			return fmt.Errorf("operator.time_zone: %w", err)
-		}
-		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.time_zone",
-			Target: "operator:" + names[0], Detail: map[string]any{"time_zone": zone}})
-	})
+	return d.setPreference(ctx, ch, id, "time_zone", zone)
 }
 
 // SetLanguage sets the console language of operator id (audited as operator.language); code is
 // an offered language (templates.ParseLang) or "" to follow the browser again.
 func (d *Operators) SetLanguage(ctx context.Context, ch Change, id int64, code string) error {
+	return d.setPreference(ctx, ch, id, "language", code)
+}
+
+// setPreference sets an operator's own display setting (column), audited as operator.COLUMN.
+func (d *Operators) setPreference(ctx context.Context, ch Change, id int64, column, value string) error {
+	action := "operator." + column
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var names []string
 		if err := tx.Model(&operatorModel{}).Where("id = ?", id).Pluck("name", &names).Error; err != nil {
-			return fmt.Errorf("operator.language: %w", err)
+			return fmt.Errorf("%s: %w", action, err)
 		}
 		if len(names) == 0 {
 			return fmt.Errorf("operator: %w", ErrNotFound)
 		}
-		if err := changeOperator(tx, id, map[string]any{"language": code}); err != nil {
-			return fmt.Errorf("operator.language: %w", err)
+		if err := changeOperator(tx, id, map[string]any{column: value}); err != nil {
+			return fmt.Errorf("%s: %w", action, err)
 		}
-		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.language",
-			Target: "operator:" + names[0], Detail: map[string]any{"language": code}})
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: action,
+			Target: "operator:" + names[0], Detail: map[string]any{column: value}})
 	})
 }
