@@ -220,7 +220,7 @@ func (p *sourcePolicy) checkSettingURL(raw string) error {
 		return invalidf("settings.api_base", "%q is not an http(s) URL without user or query", truncateName(raw))
 	}
 	if err := p.allowURL(u); err != nil {
-		return &FieldError{Field: "settings.api_base", Why: phraseOf(err)}
+		return invalidWhy("settings.api_base", phraseOf(err))
 	}
 	return nil
 }

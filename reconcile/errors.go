@@ -105,5 +105,10 @@ var (
 // invalidf is bad input naming the field: an *errs.FieldError under ErrInvalid as its context,
 // "invalid: field: reason" (errors.Is ErrInvalid; errors.As *errs.FieldError).
 func invalidf(field, format string, args ...any) error {
-	return errs.Errorf("%w: %w", ErrInvalid, errs.Fieldf(field, format, args...))
+	return invalidWhy(field, errs.Phrasef(format, args...))
+}
+
+// invalidWhy is invalidf with the reason as a phrase already made.
+func invalidWhy(field string, why errs.Phrase) error {
+	return errs.Errorf("%w: %w", ErrInvalid, errs.Field(field, why))
 }

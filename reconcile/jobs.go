@@ -315,7 +315,7 @@ func (r *Reconciler) saveJob(ctx context.Context, original string, spec JobSpec)
 	if isUniqueViolation(err) {
 		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
 	}
-	var fe *FieldError
+	var fe *errs.FieldError
 	if errors.As(err, &fe) || errors.Is(err, ErrNotFound) {
 		return nil, err
 	}

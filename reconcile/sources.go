@@ -163,7 +163,7 @@ func (p *sourcePolicy) allowURL(u *url.URL) error {
 }
 
 // checkSource checks a job's source pattern with a sample date: an allowed http(s) origin, or a
-// path under the file root. Errors: a FieldError on "source" naming the rule.
+// path under the file root. Errors: an *errs.FieldError on "source" naming the rule.
 func (p *sourcePolicy) checkSource(src string) error {
 	sample := ExpandSource(src, "2006-01-02")
 	if isHTTPSource(sample) {
@@ -172,7 +172,7 @@ func (p *sourcePolicy) checkSource(src string) error {
 			return invalidf("source", "%q is not a valid URL template", RedactSource(src))
 		}
 		if err := p.allowURL(u); err != nil {
-			return &FieldError{Field: "source", Why: phraseOf(err)}
+			return invalidWhy("source", phraseOf(err))
 		}
 		return nil
 	}
@@ -180,7 +180,7 @@ func (p *sourcePolicy) checkSource(src string) error {
 		return invalidf("source", "only http(s) URLs and file paths are sources")
 	}
 	if _, err := p.filePath(sample); err != nil {
-		return &FieldError{Field: "source", Why: phraseOf(err)}
+		return invalidWhy("source", phraseOf(err))
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ const module = "github.com/idemops/idemops/"
 // folder and everything under it.
 var order = [][]string{
 	{"errs"},
-	{"money"},
+	{"money", "chanproto"},
 	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "migrations", "proto"},
 	{"internal/testinfra/..."},
 	{"claim"},
