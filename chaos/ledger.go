@@ -13,11 +13,21 @@ import (
 )
 
 // LedgerSlowShare is the share of ledger posts the ledger acts on late: it keeps the request
-// LedgerSlowAct — past the relay's send timeout (10 s) — and only then books the entry, so the
-// relay has given up on an entry that does arrive.
+// LedgerSlowAct — past the relay's send timeout in this world (OutboxSendTimeout) — and only
+// then books the entry, so the relay has given up on an entry that does arrive.
 const (
-	LedgerSlowShare = 0.15
-	LedgerSlowAct   = 12 * time.Second
+	LedgerSlowShare = 0.05
+	LedgerSlowAct   = OutboxSendTimeout + 2*time.Second
+)
+
+// The chaos world's outbox relay: a short send timeout and enough workers that the ledger's slow
+// posts do not starve the other rows of a batch (a post held past the timeout blocks its worker
+// until then), and a quarantine longer than the ledger's lag, so that the relay's second look
+// sees an entry the ledger booked late.
+const (
+	OutboxSendTimeout = 3 * time.Second
+	OutboxWorkers     = 16
+	OutboxQuarantine  = 8 * time.Second
 )
 
 // ledger is the world's external ledger: a downstream with no idempotency (every POST books an

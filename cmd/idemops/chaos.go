@@ -193,6 +193,7 @@ func chaosDaemonCmd() *cobra.Command {
 		}
 		stop, err := startDaemon(cmd.Context(), daemonDeps{DB: d.DB, Store: store, Operations: operationSet{w.Operations},
 			Senders: w.Senders(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: name, LeaseTTL: 4 * time.Second, RenewEvery: time.Second},
+			Outbox:      daemon.OutboxConfig{SendTimeout: chaos.OutboxSendTimeout, Workers: chaos.OutboxWorkers, Quarantine: chaos.OutboxQuarantine},
 			ReclaimSpec: "@every 3s", OutboxSpec: "@every 2s"})
 		if err != nil {
 			return err
