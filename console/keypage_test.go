@@ -8,6 +8,7 @@ import (
 	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
@@ -235,5 +237,48 @@ func TestKeyPage_EventsShowTheTraceTheyWereWrittenIn(t *testing.T) {
 	mustContain(t, "traced event", body, `<dt>Trace</dt><dd class="mono trace-id">`+id+`</dd>`)
 	if n := strings.Count(body, `class="mono trace-id"`); n != 1 {
 		t.Errorf("%d events show a trace; want only the traced one", n)
+	}
+}
+
+// TestTracing_ConsoleActionsAreSpansAndTheirKeyEventsCarryTheTrace: each console request is a
+// server span named by its route; an operator's action (check downstream) traces down into the
+// claim path, and the key event it writes carries that request's trace id.
+func TestTracing_ConsoleActionsAreSpansAndTheirKeyEventsCarryTheTrace(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	b := newBundle(t, func(c *Config) {
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, TracerProvider: tp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Claims, c.TracerProvider = st, tp
+	})
+	b.addOperator("olga", access.RoleOperator, "acme")
+	c := b.signIn("olga")
+	k := b.seedKey("acme", "payment.charge", "act-1", `{"amount":100,"currency":"EUR"}`, true)
+	if r := c.post(fmt.Sprintf("/keys/%d/check", k.ID), url.Values{}, true); r.Status >= 400 {
+		t.Fatalf("check downstream: %d", r.Status)
+	}
+	var check tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == "POST /keys/:id/check" {
+			check = s
+		}
+	}
+	if check.Name == "" || check.SpanKind != trace.SpanKindServer {
+		t.Fatalf("no server span for the check among %d spans", len(exp.GetSpans()))
+	}
+	evs, err := b.claims.History(context.Background(), k.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs {
+		found = found || strings.Contains(string(e.Detail), check.SpanContext.TraceID().String())
+	}
+	if !found {
+		t.Errorf("no key event carries the check's trace %s: %v", check.SpanContext.TraceID(), evs)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/access"
@@ -70,7 +72,10 @@ type Config struct {
 	SSO *SSOConfig
 	// DisableLocalLogin refuses password sign-in (the form is not shown); it needs SSO.
 	DisableLocalLogin bool
-	Logger            *slog.Logger
+	// TracerProvider traces each request as a span (default: OpenTelemetry's global provider,
+	// a no-op unless telemetry.Setup installed one).
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -128,6 +133,7 @@ func (c Config) withDefaults() (Config, error) {
 // Server is the console. Mount Handler() anywhere (idemops console, serve, demo).
 type Server struct {
 	cfg      Config
+	tracer   trace.Tracer
 	db       *gorm.DB
 	claims   *claim.Store
 	ops      *access.Operators
@@ -151,8 +157,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	log := audit.New(cfg.DB, cfg.DigestSecret)
 	ops := access.NewOperators(cfg.DB, cfg.Argon2, log)
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
 	s := &Server{
 		cfg:      cfg,
+		tracer:   tp.Tracer("github.com/idemops/idemops/console"),
 		db:       cfg.DB,
 		claims:   cfg.Claims,
 		ops:      ops,
@@ -210,7 +221,7 @@ func New(cfg Config) (*Server, error) {
 	if err := e.SetTrustedProxies(nil); err != nil {
 		return nil, err
 	}
-	e.Use(s.recoverPanics, s.securityHeaders, s.countRequests, s.crossOrigin(http.NewCrossOriginProtection()), s.limitBody, s.language)
+	e.Use(s.recoverPanics, s.traceRequests, s.securityHeaders, s.countRequests, s.crossOrigin(http.NewCrossOriginProtection()), s.limitBody, s.language)
 	for _, rt := range s.routes() {
 		// A route that names an object must say which kind it is, so enforce can check its scope.
 		if _, _, _, err := routeObject(rt.Path); err != nil {
