@@ -63,11 +63,16 @@ func operations(name string) (claim.Operation, bool) {
 
 // newWorkflow is the replay workflow over db as a daemon or console process makes it.
 func newWorkflow(t testing.TB, db *gorm.DB) (*claim.Store, *replay.Workflow) {
+	return newWorkflowOps(t, db, operations)
+}
+
+// newWorkflowOps is newWorkflow over the operations ops.
+func newWorkflowOps(t testing.TB, db *gorm.DB, ops func(string) (claim.Operation, bool)) (*claim.Store, *replay.Workflow) {
 	st, err := claim.NewStore(db, claim.Config{DigestSecret: testSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := replay.New(replay.Config{DB: db, Claims: st, Operations: operations,
+	w, err := replay.New(replay.Config{DB: db, Claims: st, Operations: ops,
 		Audit: audit.New(db, testSecret), ApprovalAbove: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -120,7 +125,10 @@ type fixture struct {
 	actor  replay.Actor
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureOps(t, operations) }
+
+// newFixtureOps is newFixture whose workflow finds operations in ops.
+func newFixtureOps(t *testing.T, ops func(string) (claim.Operation, bool)) *fixture {
 	url := pgtest.URL(t)
 	db, err := pglocal.Open(url)
 	if err != nil {
@@ -131,7 +139,7 @@ func newFixture(t *testing.T) *fixture {
 			sqlDB.Close()
 		}
 	})
-	st, w := newWorkflow(t, db)
+	st, w := newWorkflowOps(t, db, ops)
 	t.Cleanup(w.Close)
 	op, err := access.NewOperators(db, access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, audit.New(db, testSecret)).Add(context.Background(),
 		access.Change{Actor: "test"}, access.NewOperator{Name: "olga", Password: "correct horse battery", Role: access.RoleOperator,

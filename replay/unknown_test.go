@@ -1,0 +1,98 @@
+package replay_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/replay"
+)
+
+// channel is a payment channel that keeps what it charged: Lookup finds every charge Execute
+// made. It counts charges per downstream key.
+type channel struct {
+	mu      sync.Mutex
+	charges map[string]int
+}
+
+func (*channel) Name() string { return "payment.charge" }
+func (*channel) Intent() claim.IntentSpec {
+	return claim.IntentSpec{AmountField: "amount", CurrencyField: "currency"}
+}
+func (c *channel) Execute(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.charges[l.DownstreamKey]++
+	return &claim.Document{ResourceID: "ch_" + l.DownstreamKey[:8]}, nil
+}
+func (c *channel) Lookup(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.charges[l.DownstreamKey] == 0 {
+		return nil, nil
+	}
+	return &claim.Document{ResourceID: "ch_" + l.DownstreamKey[:8]}, nil
+}
+func (*channel) Apply(_ context.Context, _ *gorm.DB, _ *claim.Lease, doc *claim.Document) (*claim.Snapshot, error) {
+	return &claim.Snapshot{Status: 201, Body: []byte(`{"charge":"` + doc.ResourceID + `"}`), ResourceID: doc.ResourceID}, nil
+}
+
+func (c *channel) count(dk string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.charges[dk]
+}
+
+// TestReplay_ReleasedForRetryKeyAsksDownstreamFirstNeverChargesTwice: the service charged, then
+// lost the answer (failed retryable); an administrator released the key for retry. An operator's
+// replay preview finds the charge at the channel ("nothing is sent"), and the confirmed replay
+// records it: it asks downstream first whatever flags the lease carries, and the channel is
+// charged once.
+func TestReplay_ReleasedForRetryKeyAsksDownstreamFirstNeverChargesTwice(t *testing.T) {
+	t.Parallel()
+	ch := &channel{charges: map[string]int{}}
+	f := newFixtureOps(t, func(name string) (claim.Operation, bool) { return ch, name == ch.Name() })
+	ctx := context.Background()
+	out, err := f.claims.Claim(ctx, claim.Request{Tenant: "acme", Operation: ch.Name(), Key: "paid-then-lost",
+		Intent: json.RawMessage(`{"amount":500,"currency":"USD"}`), Spec: ch.Intent(), Actor: "service:test"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %+v %v", out, err)
+	}
+	if _, err := ch.Execute(ctx, out.Lease); err != nil { // the charge went through…
+		t.Fatal(err)
+	}
+	if err := f.claims.Fail(ctx, nil, out.Lease, claim.RetryableFailure("timeout", "no answer from the channel")); err != nil {
+		t.Fatal(err) // …and its answer was lost
+	}
+	k, _ := f.claims.Get(ctx, out.KeyID)
+	if err := f.claims.ReleaseForRetry(ctx, nil, k.ID, k.Version, "operator:ada", "looked like nothing went out"); err != nil {
+		t.Fatal(err)
+	}
+	k, _ = f.claims.Get(ctx, out.KeyID)
+
+	p := f.w.Preview(ctx, f.actor, k)
+	if p.Outcome != replay.PredictRecorded || p.Token == "" {
+		t.Fatalf("preview: %+v; want recorded, nothing sent", p)
+	}
+	req, _, err := f.w.Confirm(ctx, f.actor, k, p.Token, "the channel has it; record it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ch.count(out.Lease.DownstreamKey); n != 1 {
+		t.Errorf("the channel was charged %d times; want 1 (the preview said nothing is sent)", n)
+	}
+	if req.OutcomeKind == nil || *req.OutcomeKind != "recorded" {
+		t.Errorf("replay outcome %s (%s); want recorded", deref(req.OutcomeKind), deref(req.Outcome))
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
