@@ -143,7 +143,9 @@ func (s *Store) adminAction(ctx context.Context, tx *gorm.DB, what string, keyID
 
 // releaseForRetrySQL returns a key nobody holds to failed_retryable with the operator's word that
 // its failed attempt left nothing outside: the hold and its stored answer go, and the next
-// attempt with the same intent executes (attempt + 1) without a downstream check.
+// attempt with the same intent executes (attempt + 1) without a downstream check where none is
+// possible (a wrapped handler: Lease.MustCheckDownstream is false); Drive, which holds an
+// Operation, asks downstream first all the same.
 const releaseForRetrySQL = `
 WITH u AS (
     UPDATE idempotency_keys

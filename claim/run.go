@@ -64,9 +64,11 @@ func (s *Store) Run(ctx context.Context, op Operation, req Request) (*Outcome, e
 
 // DriveOptions says what a holder may do once absence downstream is proven.
 type DriveOptions struct {
-	// Execute: run the operation once downstream has twice said "not found" a quarantine apart
-	// (client retries, operator replays). When false (the daemon), the key becomes
-	// failed_retryable instead, unless the Operation opts into redrive.
+	// Execute: run the operation on a fresh claim, or once downstream has twice said "not found"
+	// a quarantine apart (client retries, operator replays whose preview showed a send, the
+	// reclaimer for an operation that opts into redrive). When false, Execute is never called on
+	// any branch: downstream is asked, and a proven absence leaves the key failed_retryable for
+	// the client's own retry.
 	Execute bool
 	// HoldThroughQuarantine: on a first not-found, keep the lease (renewed) and wait out the
 	// quarantine here, then look again and execute or record — instead of parking the key for the
@@ -74,11 +76,18 @@ type DriveOptions struct {
 	// reclaimer (which takes only lapsed leases) cannot take it over in between. Bounded by ctx:
 	// when ctx ends first, the lease lapses and the key is the reclaimer's again.
 	HoldThroughQuarantine bool
+	// HoldIfNotFound, when set, is the held failure (HeldFailure, with its answer) the key ends
+	// in at the first not-found: for a holder that knows the document exists — reconciliation's
+	// Recover, whose finding rests on the channel's statement — a not-found contradicts what it
+	// knows; an operator decides, and neither this drive nor a later retry executes.
+	HoldIfNotFound *Failure
 }
 
-// Drive takes an acquired lease to its end. Fresh claims execute at once; takeovers and retries
-// ask downstream first: found → complete (or fail) from downstream's document, executing
-// nothing; not found → execute only on the second not-found a quarantine after the first;
+// Drive takes an acquired lease to its end. A fresh claim executes at once; every other lease
+// asks downstream first — a takeover, a retry, a key an operator released for retry (its flags
+// say nothing happened outside, but an Operation can always ask), and any drive without
+// Execute: found → complete (or fail) from downstream's document, executing nothing; not found
+// → execute only on the second not-found a quarantine after the first, and only with Execute;
 // cannot answer → the key is parked with a backoff and, after a few tries, flagged.
 func (s *Store) Drive(ctx context.Context, op Operation, l *Lease, opt DriveOptions) (out *Outcome, err error) {
 	if !s.tracing {
@@ -99,30 +108,37 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 	defer stop()
 	out := &Outcome{KeyID: l.KeyID, Digest: l.Digest}
 
-	if l.MustCheckDownstream() {
+	if l.MustCheckDownstream() || l.Attempt > 1 || !opt.Execute {
 		// The claim's rule for an unknown outcome (Judge): act only on absence proven by two
 		// not-founds a quarantine apart.
 		for held := false; ; held = true {
 			lctx, lspan := s.startSpan(ctx, "idemops.downstream.lookup", l.Digest, l.Operation, l.Attempt)
 			doc, err := op.Lookup(lctx, l)
 			endSpan(lspan, err)
-			switch s.Judge(doc != nil, err, l.NotFoundAt) {
-			case AskLater:
+			v := s.Judge(doc != nil, err, l.NotFoundAt)
+			switch {
+			case v == AskLater:
 				wait, rerr := s.RecordLookupError(ctx, l, err)
 				if rerr != nil {
 					return nil, rerr
 				}
 				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
 				return out, nil
-			case Found:
+			case v == Found:
 				return s.finish(ctx, op, l, doc, true)
-			case NotFoundOnce:
-				if opt.HoldThroughQuarantine && !held {
-					if err := s.holdThroughQuarantine(ctx, l); err != nil {
-						return nil, err
-					}
-					continue // look again, holding the key
+			case opt.HoldIfNotFound != nil:
+				if err := s.Fail(context.WithoutCancel(ctx), nil, l, opt.HoldIfNotFound); err != nil {
+					return nil, err
 				}
+				out.Kind, out.State, out.Failure = Failed, StateFailedRetryable, opt.HoldIfNotFound
+				out.Snapshot = opt.HoldIfNotFound.Snapshot
+				return out, nil
+			case v == NotFoundOnce && opt.HoldThroughQuarantine && !held:
+				if err := s.holdThroughQuarantine(ctx, l); err != nil {
+					return nil, err
+				}
+				continue // look again, holding the key
+			case v == NotFoundOnce:
 				wait, err := s.RecordDownstreamNotFound(ctx, l)
 				if err != nil {
 					return nil, err
@@ -132,11 +148,7 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 			}
 			break // Absent: proven
 		}
-		redrive := false
-		if r, ok := op.(Redriver); ok {
-			redrive = r.Redrive()
-		}
-		if !opt.Execute && !redrive {
+		if !opt.Execute {
 			f := RetryableFailure("downstream_not_found", "downstream twice said not found; the client may retry")
 			if err := s.Fail(ctx, nil, l, f); err != nil {
 				return nil, err

@@ -88,9 +88,10 @@ type reclaimParams struct {
 }
 
 // ReclaimJob takes over processing keys whose lease expired and drives each through
-// claim.Store.Drive without executing: downstream is asked first, and the key is completed or
-// failed from downstream's document, parked for the quarantine after a not-found, or parked with
-// a backoff (and eventually flagged) when downstream cannot answer.
+// claim.Store.Drive, executing only for an operation that opts into redrive (claim.Redriver)
+// once absence is proven: downstream is asked first, and the key is completed or failed from
+// downstream's document, parked for the quarantine after a not-found, or parked with a backoff
+// (and eventually flagged) when downstream cannot answer.
 type ReclaimJob struct {
 	store *claim.Store
 	ops   Operations
@@ -263,7 +264,9 @@ func (j *ReclaimJob) reclaimOne(ctx context.Context, l *claim.Lease) string {
 		return outUnknownOperation
 	}
 	obs := &observedOp{Operation: op}
-	out, err := j.store.Drive(ctx, obs, l, claim.DriveOptions{Execute: false})
+	// Drive executes only with Execute: the reclaimer lets it for operations that opt into
+	// redrive, once downstream proved the key absent.
+	out, err := j.store.Drive(ctx, obs, l, claim.DriveOptions{Execute: obs.Redrive()})
 	switch {
 	case errors.Is(err, claim.ErrLeaseLost):
 		return outLeaseLost

@@ -327,6 +327,18 @@ func (f *Finding) Recoverable() error {
 	return nil
 }
 
+// statementHold is the failure Recover holds a key with when the channel's lookup does not find
+// the charge its statement shows: the outcome is unknown until an operator decides (release for
+// retry, mark final, or resolve the finding after asking the channel). A client retry of the key
+// is answered 500 outcome-unknown meanwhile, never executed.
+func statementHold(f *Finding) *claim.Failure {
+	body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": "Outcome unknown", "status": 500,
+		"detail": "the outcome of this request is unknown and is being resolved by an operator; do not retry it as a new request"})
+	return claim.HeldFailure("statement_not_found",
+		fmt.Sprintf("the channel's statement shows this charge (finding %d) but its lookup does not find it; held for an operator", f.ID),
+		&claim.Snapshot{Status: 500, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: body})
+}
+
 // Recovery is what Recover did.
 type Recovery struct {
 	Finding *Finding      `json:"finding"`
@@ -337,8 +349,10 @@ type Recovery struct {
 
 // Recover applies the channel's document to the finding's key through the claim logic — the
 // same path as a daemon takeover: Takeover as operator:NAME, then Drive without executing, which
-// looks the document up downstream and, when found, applies and completes the key (event
-// recovered_from_downstream). It is for CHANNEL_ONLY and STATUS_MISMATCH findings where the
+// always looks the document up downstream first and, when found, applies and completes the key
+// (event recovered_from_downstream); when the lookup does not find what the statement shows, the
+// key is held for an operator (statement_not_found) and nothing is executed, on a redrive
+// operation too. It is for CHANNEL_ONLY and STATUS_MISMATCH findings where the
 // channel succeeded and the key is failed_retryable or processing with an expired lease. When
 // the lookup recovers the key the finding is resolved (reason code recovered); otherwise it stays
 // open and the error says what the claim logic answered. Audited as reconcile.finding.recover
@@ -384,7 +398,10 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 	if err != nil {
 		return nil, fmt.Errorf("recover finding %d: %w", findingID, err)
 	}
-	out, err := r.cfg.Store.Drive(ctx, op, lease, claim.DriveOptions{Execute: false})
+	// The finding rests on the channel's statement: Recover never executes (on a redrive
+	// operation either), and a lookup that misses what the statement shows holds the key for an
+	// operator rather than leaving it to a retry that would charge again.
+	out, err := r.cfg.Store.Drive(ctx, op, lease, claim.DriveOptions{Execute: false, HoldIfNotFound: statementHold(f)})
 	if err != nil {
 		return nil, fmt.Errorf("recover finding %d: %w", findingID, err)
 	}

@@ -253,7 +253,8 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 		if run.Reason != nil {
 			reason = *run.Reason
 		}
-		req, _, err = w.request(ctx, ask{actor: a, key: k, version: it.KeyVersion, token: token, reason: reason, bulkRun: &run.ID})
+		req, _, err = w.request(ctx, ask{actor: a, key: k, version: it.KeyVersion, token: token, reason: reason, bulkRun: &run.ID,
+			predicted: Prediction(it.Predicted)})
 	}
 	var re *errs.RefusedError
 	switch {

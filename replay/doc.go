@@ -3,9 +3,11 @@
 // guards, never a side path: the operator previews it (the Operation's Lookup, read-only),
 // confirms it with a reason and a token bound to the key's version, and — above ApprovalAbove —
 // a second operator approves it. Execution is claim.Store.TakeoverAt + Drive: downstream is
-// looked up first, exactly as for a client retry or the daemon. Which keys may be replayed and
-// when a quarantine is over are the claim's rules (Key.ReplayRefusal, Store.QuarantineOver);
-// this package holds the workflow's own bookkeeping (replay_requests, replay_bulk_runs,
+// looked up first whatever flags the key carries (a key released for retry too), and the replay
+// executes only when its preview showed a send — the prediction travels in the confirmation
+// token (CheckReplayToken), is checked again at the confirmation and is kept on the request.
+// Which keys may be replayed and what a lookup allows are the claim's rules (Key.ReplayRefusal,
+// claim.Judge); this package holds the workflow's own bookkeeping (replay_requests, replay_bulk_runs,
 // replay_bulk_items).
 //
 // A bulk replay is previewed (writing nothing), started once from the preview's HMAC-signed

@@ -30,6 +30,10 @@ const (
 	PredictLookupError Prediction = "lookup_error"
 )
 
+// sends says whether a replay predicted so may execute: only a preview that showed a send (now,
+// or after the quarantine's second look) lets its replay execute.
+func (p Prediction) sends() bool { return p == PredictSend || p == PredictNotFoundOnce }
+
 // Predictions are every prediction a preview makes.
 var Predictions = []Prediction{PredictRefused, PredictRecorded, PredictRecordedFailed, PredictSend,
 	PredictNotFoundOnce, PredictLookupError}
@@ -65,7 +69,7 @@ func (w *Workflow) Preview(ctx context.Context, a Actor, k *claim.Key) Preview {
 		return p
 	}
 	p.Allowed, p.NeedsApproval = true, w.needsApproval(k)
-	p.Token = w.ConfirmToken(ActionReplay, a.ID, k.ID, k.Version)
+	p.Token = w.replayToken(a.ID, k.ID, k.Version, p.Outcome)
 	return p
 }
 
@@ -81,17 +85,18 @@ func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Predicti
 	lctx, cancel := context.WithTimeout(ctx, w.cfg.LookupTimeout)
 	defer cancel()
 	doc, err := o.Lookup(lctx, k.LookupLease(a.Ref()))
-	switch {
-	case err != nil:
+	// The claim's rule (claim.Judge) decides, as it will when the replay runs.
+	switch v := w.claims.Judge(doc != nil, err, k.NotFoundAt); {
+	case v == claim.AskLater:
 		return PredictLookupError, errs.Phrasef("downstream could not answer (%s) — a replay now only records that and parks the key for a backoff; nothing is sent",
 			truncate(err.Error(), 200))
-	case doc != nil && doc.Failure != nil:
+	case v == claim.Found && doc.Failure != nil:
 		return PredictRecordedFailed, errs.Phrasef("the channel already has this %s and it failed (%s) — it will be recorded as failed, nothing is sent",
 			nounOf(k), doc.Failure.Code)
-	case doc != nil:
+	case v == claim.Found:
 		return PredictRecorded, errs.Phrasef("the channel already has this %s (%s) — it will be recorded, nothing is sent",
 			nounOf(k), doc.ResourceID)
-	case w.claims.QuarantineOver(k.NotFoundAt):
+	case v == claim.Absent:
 		return PredictSend, errs.Phrasef("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
 			actionPhrase(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
 	default:

@@ -26,6 +26,10 @@ type Request struct {
 	AmountMinor *int64  `json:"amount_minor"`
 	Currency    *string `json:"currency"`
 	Preview     string  `json:"preview"`
+	// Prediction is what the preview it was confirmed from said the replay would do; the
+	// replay executes only when that was a send (nil for requests made before it was kept:
+	// they never execute).
+	Prediction *string `json:"prediction"`
 	// PreviewPhrase is Preview as a phrase, for a console that says it in the operator's
 	// language when it shows the request (not when it was made); not Valid for older rows.
 	PreviewPhrase errs.NullPhrase `json:"-"`
@@ -45,7 +49,7 @@ type Request struct {
 }
 
 const requestColumns = `id, key_id, tenant, key_digest, key_version, requested_by, requester, reason, amount_minor, currency,
-	preview, preview_phrase::text AS preview_phrase, needs_approval, state, approved_by, approver, outcome_kind, outcome,
+	preview, prediction, preview_phrase::text AS preview_phrase, needs_approval, state, approved_by, approver, outcome_kind, outcome,
 	outcome_phrase::text AS outcome_phrase, bulk_run_id, created_at, updated_at, approved_at, finished_at`
 
 func (w *Workflow) requestWhere(ctx context.Context, where string, args ...any) (*Request, error) {
@@ -99,17 +103,20 @@ func (w *Workflow) ListForKey(ctx context.Context, a Actor, keyID int64, limit i
 
 // Confirm is the confirmation of a single replay: a's token from the preview of k (read within
 // a's scope just now) and a reason. It records the request and, unless it needs a second
-// operator's approval, executes it. A confirmation used before answers its request again (dup)
-// and executes nothing. Errors: *errs.FieldError (token, reason), *errs.RefusedError (stale or refused).
+// operator's approval, executes it — executing downstream only when the preview showed a send.
+// A confirmation used before answers its request again (dup) and executes nothing. Errors:
+// *errs.FieldError (token, reason), *errs.RefusedError (stale or refused, or downstream's answer
+// moved from "nothing is sent" to a send since the preview).
 func (w *Workflow) Confirm(ctx context.Context, a Actor, k *claim.Key, token, reason string) (req *Request, dup bool, err error) {
-	version, err := w.CheckToken(ActionReplay, a.ID, k.ID, token)
+	version, predicted, err := w.CheckReplayToken(a.ID, k.ID, token)
 	if err != nil {
 		return nil, false, err
 	}
 	if reason, err = CheckReason(reason); err != nil {
 		return nil, false, err
 	}
-	return w.request(ctx, ask{actor: a, key: k, version: version, token: tokenHash(ActionReplay, token), reason: reason})
+	return w.request(ctx, ask{actor: a, key: k, version: version, token: tokenHash(ActionReplay, token), reason: reason,
+		predicted: predicted})
 }
 
 // ask is one confirmed replay of one key.
@@ -120,6 +127,8 @@ type ask struct {
 	token   []byte     // hash of the single-use confirmation
 	reason  string
 	bulkRun *int64
+	// predicted is what the preview showed ("" when unknown): only a send lets the replay execute.
+	predicted Prediction
 }
 
 // request records a confirmed replay and, unless it needs a second operator's approval,
@@ -146,6 +155,14 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 			}
 		}
 	}
+	if refusal.Format == "" {
+		// Checked again at the confirmation: a preview that said "nothing is sent" confirms no
+		// send, whatever downstream says now.
+		if now, _ := w.predict(ctx, a.actor, k); now.sends() && !a.predicted.sends() {
+			refusal = errs.Phrasef("downstream's answer changed since the preview (it showed %s, now %s): nothing was done; preview it again",
+				errs.Verbatim(string(a.predicted)), errs.Verbatim(string(now)))
+		}
+	}
 	if refusal.Format != "" {
 		if err := w.audit.Append(ctx, nil, audit.Entry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.refused",
 			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
@@ -164,10 +181,10 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 	err = w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var ids []int64
 		if err := tx.Raw(`INSERT INTO replay_requests (key_id, tenant, key_digest, key_version, token_hash, requested_by, requester,
-				reason, amount_minor, currency, preview, preview_phrase, needs_approval, state, bulk_run_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, ?, ?, ?) ON CONFLICT (token_hash) DO NOTHING RETURNING id`,
+				reason, amount_minor, currency, preview, preview_phrase, prediction, needs_approval, state, bulk_run_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::jsonb, NULLIF(?, ''), ?, ?, ?) ON CONFLICT (token_hash) DO NOTHING RETURNING id`,
 			k.ID, k.Tenant, k.KeyDigest, a.version, a.token, a.actor.ID, a.actor.Name, a.reason, k.AmountMinor, k.Currency,
-			action.String(), errs.Stored(action), needs, state, a.bulkRun).Scan(&ids).Error; err != nil {
+			action.String(), errs.Stored(action), string(a.predicted), needs, state, a.bulkRun).Scan(&ids).Error; err != nil {
 			return fmt.Errorf("insert replay request: %w", err)
 		}
 		if len(ids) == 0 {
@@ -336,7 +353,10 @@ func (w *Workflow) run(ctx context.Context, r *Request, ip string, hold bool) (*
 		state, kind, why = "failed", "error", errs.Phrasef("the takeover failed; the error was logged")
 		w.log.Error("replay takeover failed", "request", id, "digest", r.KeyDigest, "err", err)
 	default:
-		out, derr := w.claims.Drive(driveCtx, o, lease, claim.DriveOptions{Execute: true, HoldThroughQuarantine: hold})
+		// Downstream is asked first whatever the key's flags; it executes only when the preview
+		// this request was confirmed from showed a send.
+		sends := r.Prediction != nil && Prediction(*r.Prediction).sends()
+		out, derr := w.claims.Drive(driveCtx, o, lease, claim.DriveOptions{Execute: sends, HoldThroughQuarantine: hold && sends})
 		kind, why = w.describeOutcome(ctx, r.KeyID, out, derr, hold)
 		if derr != nil {
 			state = "failed"

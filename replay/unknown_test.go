@@ -96,3 +96,73 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestReplay_ExecutesOnlyWhatItsPreviewShowed: a preview that said "the channel already has it —
+// nothing is sent" confirms no send, even when downstream's answer has changed to "not found"
+// (a quarantine after a first one) by the confirmation: the prediction is checked again and the
+// confirmation is refused; a confirmation that carries no preview's prediction never executes.
+func TestReplay_ExecutesOnlyWhatItsPreviewShowed(t *testing.T) {
+	t.Parallel()
+	ch := &channel{charges: map[string]int{}}
+	f := newFixtureOps(t, func(name string) (claim.Operation, bool) { return ch, name == ch.Name() })
+	ctx := context.Background()
+	failed := func(key string, charged bool) *claim.Key {
+		t.Helper()
+		out, err := f.claims.Claim(ctx, claim.Request{Tenant: "acme", Operation: ch.Name(), Key: key,
+			Intent: json.RawMessage(`{"amount":700,"currency":"USD"}`), Spec: ch.Intent(), Actor: "service:test"})
+		if err != nil || out.Kind != claim.Acquired {
+			t.Fatalf("claim: %+v %v", out, err)
+		}
+		if charged {
+			if _, err := ch.Execute(ctx, out.Lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.claims.Fail(ctx, nil, out.Lease, claim.RetryableFailure("timeout", "no answer from the channel")); err != nil {
+			t.Fatal(err)
+		}
+		k, _ := f.claims.Get(ctx, out.KeyID)
+		return k
+	}
+
+	k := failed("recorded-then-missing", true)
+	p := f.w.Preview(ctx, f.actor, k)
+	if p.Outcome != replay.PredictRecorded {
+		t.Fatalf("preview: %+v; want recorded", p)
+	}
+	ch.mu.Lock()
+	ch.charges[k.DownstreamKey] = 0 // the channel's lookup no longer finds it…
+	ch.mu.Unlock()
+	f.db.Exec(`UPDATE idempotency_keys SET not_found_at = now() - interval '1 hour' WHERE id = ?`, k.ID) // …for a quarantine now
+	k, _ = f.claims.Get(ctx, k.ID)
+	if _, _, err := f.w.Confirm(ctx, f.actor, k, p.Token, "record it"); err == nil {
+		t.Error("a confirmation of a 'nothing is sent' preview went ahead although a replay now would send")
+	}
+	if n := ch.count(k.DownstreamKey); n != 0 {
+		t.Errorf("the channel was charged %d times by a confirmation of 'nothing is sent'", n)
+	}
+
+	// A confirmation without a preview's prediction (a token of the older form) never sends.
+	k = failed("no-prediction", false)
+	f.db.Exec(`UPDATE idempotency_keys SET not_found_at = now() - interval '1 hour' WHERE id = ?`, k.ID)
+	k, _ = f.claims.Get(ctx, k.ID)
+	req, _, err := f.w.Confirm(ctx, f.actor, k, f.w.ConfirmToken(replay.ActionReplay, f.actor.ID, k.ID, k.Version), "try")
+	if err == nil && req.OutcomeKind != nil && *req.OutcomeKind == "sent" || ch.count(k.DownstreamKey) != 0 {
+		t.Errorf("a confirmation without a prediction sent (%v, %d charges)", err, ch.count(k.DownstreamKey))
+	}
+
+	// The preview that showed a send sends, once.
+	k = failed("proven-absent", false)
+	f.db.Exec(`UPDATE idempotency_keys SET not_found_at = now() - interval '1 hour' WHERE id = ?`, k.ID)
+	k, _ = f.claims.Get(ctx, k.ID)
+	p = f.w.Preview(ctx, f.actor, k)
+	if p.Outcome != replay.PredictSend {
+		t.Fatalf("preview: %+v; want send", p)
+	}
+	if req, _, err := f.w.Confirm(ctx, f.actor, k, p.Token, "send it"); err != nil || req.OutcomeKind == nil || *req.OutcomeKind != "sent" {
+		t.Fatalf("confirm of a send: %+v %v", req, err)
+	}
+	if n := ch.count(k.DownstreamKey); n != 1 {
+		t.Errorf("charged %d times; want 1", n)
+	}
+}

@@ -190,6 +190,38 @@ func (w *Workflow) tokenMAC(action string, operatorID, keyID, version int64, non
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// replayToken is the confirmation of a replay preview that predicted pred:
+// "version.prediction.nonce.mac", the prediction under the MAC, so that a confirmation executes
+// only what its preview showed (CheckReplayToken).
+func (w *Workflow) replayToken(operatorID, keyID, version int64, pred Prediction) string {
+	n := nonce(12)
+	return strconv.FormatInt(version, 10) + "." + string(pred) + "." + n + "." +
+		w.tokenMAC(ActionReplay+"/"+string(pred), operatorID, keyID, version, n)
+}
+
+// CheckReplayToken verifies a replay confirmation for the operator and key and returns the
+// version it is bound to and what its preview predicted. A token made by ConfirmToken(ActionReplay,
+// …) carries no prediction (""), and a replay confirmed with it never executes. An InputError
+// naming "token" when it is not a confirmation of this key by this operator.
+func (w *Workflow) CheckReplayToken(operatorID, keyID int64, token string) (int64, Prediction, error) {
+	parts := strings.Split(strings.TrimSpace(token), ".")
+	if len(parts) != 4 || len(token) > 256 {
+		version, err := w.CheckToken(ActionReplay, operatorID, keyID, token)
+		return version, "", err
+	}
+	bad := inputErr("token", "is not a confirmation of this key by you; open the preview again")
+	version, err := strconv.ParseInt(parts[0], 10, 64)
+	pred := Prediction(parts[1])
+	if err != nil || version <= 0 || !slices.Contains(Predictions, pred) {
+		return 0, "", bad
+	}
+	want := w.tokenMAC(ActionReplay+"/"+string(pred), operatorID, keyID, version, parts[2])
+	if !hmac.Equal([]byte(want), []byte(parts[3])) {
+		return 0, "", bad
+	}
+	return version, pred, nil
+}
+
 // ConfirmToken is a confirmation of action on key keyID at version by the operator.
 func (w *Workflow) ConfirmToken(action string, operatorID, keyID, version int64) string {
 	n := nonce(12)
