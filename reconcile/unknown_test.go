@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/idemops/idemops/claim"
@@ -65,5 +67,34 @@ func TestRecover_RedriveOperationNeverExecutesAFindingTheStatementShows(t *testi
 	}
 	if got, _ := b.rec.GetFinding(b.ctx, f.ID); got.State != reconcile.FindingOpen {
 		t.Errorf("finding %s; want it open", got.State)
+	}
+}
+
+// buggyLookup is the test channel whose Lookup has a bug: an index out of range.
+type buggyLookup struct{ *chargeOp }
+
+func (buggyLookup) Lookup(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	_ = l.DownstreamKey[:len(l.DownstreamKey)+1]
+	return nil, nil
+}
+
+// TestRecover_PanickingLookupIsRecoveredNothingExecuted: a panic in the operation's Lookup
+// during Recover is recovered where it happens: Recover answers an error naming the panic's
+// type, the key is parked (its lookup counted as failed), the finding stays open, nothing runs.
+func TestRecover_PanickingLookupIsRecoveredNothingExecuted(t *testing.T) {
+	b := setup(t, func(c *reconcile.Config) {
+		r := c.Operations.(registry)
+		for name, op := range r {
+			r[name] = buggyLookup{op.(*chargeOp)}
+		}
+	})
+	k, f := channelOnly(b, "buggy")
+	_, err := b.rec.Recover(b.ctx, f.ID, "alice", "the channel has the charge")
+	if err == nil || !strings.Contains(err.Error(), "runtime.boundsError") {
+		t.Fatalf("recover: %v; want an error naming the panic's type", err)
+	}
+	key, _ := b.store.Get(b.ctx, k.ID)
+	if b.op.executes != 0 || key.State != claim.StateProcessing || key.LookupFailures != 1 {
+		t.Errorf("executes %d, key %s with %d failed lookups; want parked after one", b.op.executes, key.State, key.LookupFailures)
 	}
 }

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 
@@ -164,5 +165,61 @@ func TestReplay_ExecutesOnlyWhatItsPreviewShowed(t *testing.T) {
 	}
 	if n := ch.count(k.DownstreamKey); n != 1 {
 		t.Errorf("charged %d times; want 1", n)
+	}
+}
+
+// buggyChannel is a channel whose Execute has a bug (an index out of range) and whose lookup
+// never finds anything.
+type buggyChannel struct{ channel }
+
+func (*buggyChannel) Lookup(context.Context, *claim.Lease) (*claim.Document, error) { return nil, nil }
+func (*buggyChannel) Execute(_ context.Context, l *claim.Lease) (*claim.Document, error) {
+	_ = l.DownstreamKey[:len(l.DownstreamKey)+1]
+	return nil, nil
+}
+
+// TestReplay_PanickingExecuteIsRecoveredAndTheKeyHeld: a panic in the operation's Execute during
+// an operator's replay (held in the background) and during a bulk replay (in the daemon's job)
+// is recovered where it happens: the request ends failed naming the panic's type, the key is
+// held for an operator (the action may have reached the channel), and the process stays up.
+func TestReplay_PanickingExecuteIsRecoveredAndTheKeyHeld(t *testing.T) {
+	t.Parallel()
+	ch := &buggyChannel{channel{charges: map[string]int{}}}
+	f := newFixtureOps(t, func(name string) (claim.Operation, bool) { return ch, name == ch.Name() })
+	ctx := context.Background()
+	keys := f.seedProvenAbsent(3)
+
+	k := &keys[0]
+	p := f.w.Preview(ctx, f.actor, k)
+	if p.Outcome != replay.PredictSend {
+		t.Fatalf("preview: %+v; want send", p)
+	}
+	req, _, err := f.w.Confirm(ctx, f.actor, k, p.Token, "send it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.State != "failed" || !strings.Contains(deref(req.Outcome), "runtime.boundsError") {
+		t.Errorf("request %s: %s; want failed, naming the panic's type", req.State, deref(req.Outcome))
+	}
+
+	run := f.start(keys[1:])
+	d := newReplica(t, f.db, "cli", f.w)
+	if _, err := d.RunJob(ctx, replay.BulkJobName); err != nil {
+		t.Fatal(err)
+	}
+	items, err := f.w.BulkItems(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range items {
+		if deref(it.Result) != "error" || !strings.Contains(deref(it.Detail), "runtime.boundsError") {
+			t.Errorf("bulk item %d: %s (%s); want an error naming the panic's type", it.KeyID, deref(it.Result), deref(it.Detail))
+		}
+	}
+	for _, k := range keys {
+		got, _ := f.claims.Get(ctx, k.ID)
+		if got.State != claim.StateFailedRetryable || !got.Held {
+			t.Errorf("key %d: %s, held %v; want held for an operator", k.ID, got.State, got.Held)
+		}
 	}
 }
