@@ -113,7 +113,7 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 		// not-founds a quarantine apart.
 		for held := false; ; held = true {
 			lctx, lspan := s.startSpan(ctx, "idemops.downstream.lookup", l.Digest, l.Operation, l.Attempt)
-			doc, err := op.Lookup(lctx, l)
+			doc, err := lookupSafely(lctx, op, l)
 			endSpan(lspan, err)
 			v := s.Judge(doc != nil, err, l.NotFoundAt)
 			switch {
@@ -121,6 +121,10 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 				wait, rerr := s.RecordLookupError(ctx, l, err)
 				if rerr != nil {
 					return nil, rerr
+				}
+				if p := (*PanicError)(nil); errors.As(err, &p) {
+					s.cfg.Logger.Error("operation panicked; key parked", "digest", l.Digest, "method", p.Method, "panic_type", p.Type)
+					return nil, fmt.Errorf("%s: %w", l.Digest, p)
 				}
 				out.Kind, out.State, out.RetryAfter = InProgress, StateProcessing, wait
 				return out, nil
@@ -162,10 +166,13 @@ func (s *Store) drive(ctx context.Context, op Operation, l *Lease, opt DriveOpti
 	}
 
 	ectx, espan := s.startSpan(ctx, "idemops.downstream.execute", l.Digest, l.Operation, l.Attempt)
-	doc, err := op.Execute(ectx, l)
+	doc, err := executeSafely(ectx, op, l)
 	endSpan(espan, err)
 	if ctxErr := context.Cause(ctx); ctxErr != nil && errors.Is(ctxErr, ErrLeaseLost) {
 		return nil, fmt.Errorf("execute %s: %w", l.Digest, ErrLeaseLost)
+	}
+	if p := (*PanicError)(nil); errors.As(err, &p) {
+		return nil, s.holdPanicked(ctx, l, p)
 	}
 	if err != nil {
 		f := asFailure(err)
@@ -213,7 +220,7 @@ func (s *Store) finishTraced(ctx context.Context, op Operation, l *Lease, doc *D
 		kind, event = Recovered, "recovered_from_downstream"
 	}
 	apply := func(tx *gorm.DB) error {
-		snap, err := op.Apply(ctx, tx, l, doc)
+		snap, err := applySafely(ctx, op, tx, l, doc)
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", l.Digest, err)
 		}
@@ -243,6 +250,9 @@ func (s *Store) finishTraced(ctx context.Context, op Operation, l *Lease, doc *D
 			err = fmt.Errorf("complete %s: %w", l.Digest, ErrLeaseLost)
 			break
 		}
+	}
+	if p := (*PanicError)(nil); errors.As(err, &p) {
+		return nil, s.holdPanicked(ctx, l, p) // the transaction rolled back; downstream has the document
 	}
 	if err != nil {
 		return nil, err

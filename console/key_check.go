@@ -73,7 +73,7 @@ func (s *Server) lookup(parent context.Context, op *access.Operator, k *claim.Ke
 	}
 	ctx, cancel := context.WithTimeout(parent, s.cfg.LookupTimeout)
 	defer cancel()
-	doc, err := o.Lookup(ctx, k.LookupLease(op.Actor()))
+	doc, err := claim.LookupSafely(ctx, o, k.LookupLease(op.Actor()))
 	switch {
 	case err != nil:
 		v.Error = errs.Verbatim(truncate(err.Error(), 300))

@@ -164,7 +164,7 @@ func NewOutboxRelay(db *gorm.DB, senders Senders, cfg OutboxConfig) (*OutboxRela
 	}
 	return &OutboxRelay{db: db, senders: senders, cfg: cfg, m: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "idemops", Subsystem: "outbox", Name: "messages_total",
-		Help: "Outbox sends by outcome (sent, found_downstream, not_found, retry, failed, released, lost_claim, error).",
+		Help: "Outbox sends by outcome (sent, found_downstream, not_found, retry, failed, released, lost_claim, panicked, error).",
 	}, []string{"outcome"})}, nil
 }
 
@@ -184,6 +184,7 @@ const (
 	obReleased  = "released"
 	obLostClaim = "lost_claim"
 	obNotFound  = "not_found"
+	obPanicked  = "panicked"
 	obError     = "error"
 )
 
@@ -226,6 +227,7 @@ func (r *OutboxRelay) RunOnce(ctx context.Context, _ []byte, p Progress) (Stats,
 		mu.Unlock()
 		r.m.WithLabelValues(outcome).Inc()
 	}
+	var recovered panics
 	done := 0
 	for done < r.cfg.MaxPerRun {
 		if ShouldStop(ctx) {
@@ -241,15 +243,15 @@ func (r *OutboxRelay) RunOnce(ctx context.Context, _ []byte, p Progress) (Stats,
 			break
 		}
 		stats[obClaimed] += int64(len(batch))
-		r.relayBatch(ctx, batch, count)
+		r.relayBatch(ctx, batch, count, &recovered)
 		done += len(batch)
 		p.Report("relay", int64(done), 0)
 	}
-	return stats, nil
+	return stats, recovered.err("senders", "their rows are back to pending, and an earlier send counts as possibly delivered")
 }
 
 // relayBatch sends a batch with a small worker pool.
-func (r *OutboxRelay) relayBatch(ctx context.Context, batch []claimedMessage, count func(string)) {
+func (r *OutboxRelay) relayBatch(ctx context.Context, batch []claimedMessage, count func(string), recovered *panics) {
 	work := make(chan claimedMessage)
 	var wg sync.WaitGroup
 	for range min(r.cfg.Workers, len(batch)) {
@@ -257,7 +259,7 @@ func (r *OutboxRelay) relayBatch(ctx context.Context, batch []claimedMessage, co
 		go func() {
 			defer wg.Done()
 			for m := range work {
-				count(r.relayOne(ctx, m))
+				count(r.relayOneSafely(ctx, m, recovered))
 			}
 		}()
 	}
@@ -268,8 +270,22 @@ func (r *OutboxRelay) relayBatch(ctx context.Context, batch []claimedMessage, co
 	wg.Wait()
 }
 
-// relayOne sends one claimed row and records the result.
-func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
+// relayOneSafely is relayOne with a panic outside the Sender recovered too: the row stays
+// sending until its claim lapses, and is then taken again (an earlier send counted, if one began).
+func (r *OutboxRelay) relayOneSafely(ctx context.Context, m claimedMessage, recovered *panics) (outcome string) {
+	defer func() {
+		if p := claim.RecoveredPanic("relay", recover()); p != nil {
+			r.cfg.Logger.Error("outbox worker panicked", "job", OutboxJobName, "outbox_id", m.ID, "panic_type", p.Type)
+			recovered.add(p)
+			outcome = obPanicked
+		}
+	}()
+	return r.relayOne(ctx, m, recovered)
+}
+
+// relayOne sends one claimed row and records the result. A Sender's panic is recovered here, as
+// what it is: a Lookup that could not answer, or a send whose outcome is unknown.
+func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage, recovered *panics) string {
 	log := r.cfg.Logger.With("job", OutboxJobName, "outbox_id", m.ID, "operation", m.Operation)
 	if ctx.Err() != nil {
 		// Cut short before any send: hand the row back untouched by this attempt.
@@ -282,7 +298,7 @@ func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
 	// An earlier send may have reached downstream (it timed out, or its relay died before
 	// recording it): a downstream without idempotency is asked first, by the claim's rule.
 	if lk, ok := s.(Looker); ok && m.Sends > 0 {
-		if outcome, settled := r.settleUnknown(ctx, lk, m, log); settled {
+		if outcome, settled := r.settleUnknown(ctx, lk, m, log, recovered); settled {
 			return outcome
 		}
 	}
@@ -290,8 +306,12 @@ func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
 		return outcome
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-	err := s.Send(sctx, m.DownstreamKey, []byte(m.Payload))
+	err := sendSafely(sctx, s, m)
 	cancel()
+	if p := (*claim.PanicError)(nil); errors.As(err, &p) {
+		log.Error("sender panicked; the send's outcome is unknown", "panic_type", p.Type)
+		recovered.add(p)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped mid-send: whether it arrived is unknown. The row stays sending until its
@@ -311,10 +331,14 @@ func (r *OutboxRelay) relayOne(ctx context.Context, m claimedMessage) string {
 // settleUnknown looks up a row whose earlier send has an unknown outcome and settles it by
 // claim.Judge. settled false: downstream proved absence (two not-founds a quarantine apart) and
 // the row may be sent.
-func (r *OutboxRelay) settleUnknown(ctx context.Context, lk Looker, m claimedMessage, log *slog.Logger) (outcome string, settled bool) {
+func (r *OutboxRelay) settleUnknown(ctx context.Context, lk Looker, m claimedMessage, log *slog.Logger, recovered *panics) (outcome string, settled bool) {
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-	found, err := lk.Lookup(lctx, m.DownstreamKey)
+	found, err := lookupSafely(lctx, lk, m)
 	cancel()
+	if p := (*claim.PanicError)(nil); errors.As(err, &p) {
+		log.Error("looker panicked; nothing is sent", "panic_type", p.Type)
+		recovered.add(p)
+	}
 	switch claim.Judge(found, err, m.NotFoundAt, r.cfg.Quarantine) {
 	case claim.AskLater:
 		return r.failed(ctx, m, fmt.Errorf("lookup before resend: %w", err), false), true
@@ -328,6 +352,26 @@ func (r *OutboxRelay) settleUnknown(ctx context.Context, lk Looker, m claimedMes
 		return r.notFoundOnce(ctx, m), true
 	}
 	return "", false
+}
+
+// sendSafely is Send with a panic recovered as an error (the send's outcome is unknown).
+func sendSafely(ctx context.Context, s Sender, m claimedMessage) (err error) {
+	defer func() {
+		if p := claim.RecoveredPanic("send", recover()); p != nil {
+			err = p
+		}
+	}()
+	return s.Send(ctx, m.DownstreamKey, []byte(m.Payload))
+}
+
+// lookupSafely is Lookup with a panic recovered as an error (a lookup that could not answer).
+func lookupSafely(ctx context.Context, lk Looker, m claimedMessage) (found bool, err error) {
+	defer func() {
+		if p := claim.RecoveredPanic("lookup", recover()); p != nil {
+			found, err = false, p
+		}
+	}()
+	return lk.Lookup(ctx, m.DownstreamKey)
 }
 
 // notFoundOnce records downstream's first "not found" after a send with an unknown outcome and

@@ -117,7 +117,7 @@ func NewReclaimJob(store *claim.Store, ops Operations, cfg ReclaimConfig) (*Recl
 	return &ReclaimJob{store: store, ops: ops, cfg: cfg, m: reclaimMetrics{
 		keys: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "idemops", Subsystem: "reclaim", Name: "keys_total",
-			Help: "Keys the reclaimer took over, by outcome (recovered, failed_final, failed_retryable, not_found, lookup_error, unknown_operation, redriven, lease_lost, error).",
+			Help: "Keys the reclaimer took over, by outcome (recovered, failed_final, failed_retryable, not_found, lookup_error, unknown_operation, redriven, lease_lost, panicked, error).",
 		}, []string{"outcome"}),
 		attention: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "idemops", Subsystem: "reclaim", Name: "keys_needing_attention",
@@ -149,6 +149,7 @@ const (
 	outUnknownOperation = "unknown_operation"
 	outRedriven         = "redriven"
 	outLeaseLost        = "lease_lost"
+	outPanicked         = "panicked"
 	outError            = "error"
 )
 
@@ -181,6 +182,7 @@ func (j *ReclaimJob) RunOnce(ctx context.Context, params []byte, p Progress) (St
 		mu.Unlock()
 		j.m.keys.WithLabelValues(outcome).Inc()
 	}
+	var recovered panics
 	var runErr error
 	taken := 0
 	for taken < cfg.MaxPerRun {
@@ -199,12 +201,15 @@ func (j *ReclaimJob) RunOnce(ctx context.Context, params []byte, p Progress) (St
 		taken += len(leases)
 		stats[outTakenOver] += int64(len(leases))
 		p.Report("reclaim", int64(taken)-int64(len(leases)), 0)
-		j.driveBatch(ctx, cfg.Workers, leases, count, func(done int) {
+		j.driveBatch(ctx, cfg.Workers, leases, count, &recovered, func(done int) {
 			p.Report("reclaim", int64(taken-len(leases)+done), 0)
 		})
 		p.Report("reclaim", int64(taken), 0)
 	}
 	j.refreshGauges(ctx)
+	if runErr == nil {
+		runErr = recovered.err("keys' operations", "those keys are held (or parked after a lookup) for an operator")
+	}
 	return stats, runErr
 }
 
@@ -219,7 +224,7 @@ func stopErr(ctx context.Context) error {
 // driveBatch drives every lease of a batch with a small worker pool. The batch is finished even
 // when the daemon asks to stop; only a cancelled ctx cuts it short, and then the leases left
 // undriven simply expire again and are taken over later.
-func (j *ReclaimJob) driveBatch(ctx context.Context, workers int, leases []*claim.Lease, count func(string), progress func(int)) {
+func (j *ReclaimJob) driveBatch(ctx context.Context, workers int, leases []*claim.Lease, count func(string), recovered *panics, progress func(int)) {
 	work := make(chan *claim.Lease)
 	var wg sync.WaitGroup
 	var doneMu sync.Mutex
@@ -229,7 +234,7 @@ func (j *ReclaimJob) driveBatch(ctx context.Context, workers int, leases []*clai
 		go func() {
 			defer wg.Done()
 			for l := range work {
-				count(j.reclaimOne(ctx, l))
+				count(j.reclaimOneSafely(ctx, l, recovered))
 				doneMu.Lock()
 				done++
 				n := done
@@ -248,8 +253,26 @@ func (j *ReclaimJob) driveBatch(ctx context.Context, workers int, leases []*clai
 	wg.Wait()
 }
 
-// reclaimOne drives one taken-over key and says how it ended.
-func (j *ReclaimJob) reclaimOne(ctx context.Context, l *claim.Lease) string {
+// reclaimOneSafely is reclaimOne with any panic recovered where it happens: an Operation's is
+// recovered by Drive (the key held or parked), anything else here; either way the worker goes on
+// with the batch and the run fails naming the panic's type.
+func (j *ReclaimJob) reclaimOneSafely(ctx context.Context, l *claim.Lease, recovered *panics) (outcome string) {
+	defer func() {
+		if p := claim.RecoveredPanic("reclaim", recover()); p != nil {
+			j.cfg.Logger.Error("reclaim worker panicked; the key's lease lapses and it is taken over again",
+				"job", ReclaimJobName, "key", l.Digest, "panic_type", p.Type)
+			recovered.add(p)
+			outcome = outPanicked
+		}
+	}()
+	outcome, p := j.reclaimOne(ctx, l)
+	recovered.add(p)
+	return outcome
+}
+
+// reclaimOne drives one taken-over key and says how it ended (and, when its Operation panicked,
+// the recovered panic).
+func (j *ReclaimJob) reclaimOne(ctx context.Context, l *claim.Lease) (string, *claim.PanicError) {
 	log := j.cfg.Logger.With("job", ReclaimJobName, "key", l.Digest)
 	op, ok := j.ops.Get(l.Operation)
 	if !ok {
@@ -258,46 +281,49 @@ func (j *ReclaimJob) reclaimOne(ctx context.Context, l *claim.Lease) string {
 		wait, err := j.store.RecordLookupError(ctx, l, fmt.Errorf("%w: %s", ErrUnknownOperation, l.Operation))
 		if err != nil {
 			log.Warn("unknown operation not recorded", "operation", l.Operation, "err", err)
-			return outError
+			return outError, nil
 		}
 		log.Warn("key of an unknown operation parked", "operation", l.Operation, "retry_in", wait)
-		return outUnknownOperation
+		return outUnknownOperation, nil
 	}
 	obs := &observedOp{Operation: op}
 	// Drive executes only with Execute: the reclaimer lets it for operations that opt into
 	// redrive, once downstream proved the key absent.
 	out, err := j.store.Drive(ctx, obs, l, claim.DriveOptions{Execute: obs.Redrive()})
+	p := (*claim.PanicError)(nil)
 	switch {
 	case errors.Is(err, claim.ErrLeaseLost):
-		return outLeaseLost
+		return outLeaseLost, nil
+	case errors.As(err, &p):
+		return outPanicked, p
 	case err != nil:
 		if ctx.Err() == nil {
 			log.Warn("reclaim failed", "err", err)
 		}
-		return outError
+		return outError, nil
 	}
 	switch out.Kind {
 	case claim.Recovered:
 		log.Info("key completed from downstream's document", "resource_id", out.ResourceID)
-		return outRecovered
+		return outRecovered, nil
 	case claim.Completed:
 		log.Info("key re-driven after downstream twice said not found", "resource_id", out.ResourceID)
-		return outRedriven
+		return outRedriven, nil
 	case claim.Failed:
 		if obs.executed {
-			return outRedriven
+			return outRedriven, nil
 		}
 		if out.State == claim.StateFailedFinal {
-			return outFailedFinal
+			return outFailedFinal, nil
 		}
-		return outFailedRetryable
+		return outFailedRetryable, nil
 	case claim.InProgress:
 		if obs.lookupErr {
-			return outLookupError
+			return outLookupError, nil
 		}
-		return outNotFound
+		return outNotFound, nil
 	}
-	return outError
+	return outError, nil
 }
 
 // observedOp records what Drive did with the Operation, so the reclaimer can count outcomes

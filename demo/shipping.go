@@ -33,7 +33,11 @@ func (ShipmentOperation) Intent() claim.IntentSpec { return claim.IntentSpec{} }
 // notification itself (the consumer died before sending it).
 func (ShipmentOperation) Redrive() bool { return true }
 
-func notificationDoc(dk string) *claim.Document { return &claim.Document{ResourceID: "ntf_" + dk[:16]} }
+// notificationDoc names the notification after the first 16 characters of its downstream key
+// (all of it when shorter: a downstream key of another form must not panic here).
+func notificationDoc(dk string) *claim.Document {
+	return &claim.Document{ResourceID: "ntf_" + dk[:min(16, len(dk))]}
+}
 
 // Execute sends the notification under the key's downstream key.
 func (o ShipmentOperation) Execute(ctx context.Context, l *claim.Lease) (*claim.Document, error) {

@@ -332,11 +332,9 @@ func (f *Finding) Recoverable() error {
 // retry, mark final, or resolve the finding after asking the channel). A client retry of the key
 // is answered 500 outcome-unknown meanwhile, never executed.
 func statementHold(f *Finding) *claim.Failure {
-	body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": "Outcome unknown", "status": 500,
-		"detail": "the outcome of this request is unknown and is being resolved by an operator; do not retry it as a new request"})
 	return claim.HeldFailure("statement_not_found",
 		fmt.Sprintf("the channel's statement shows this charge (finding %d) but its lookup does not find it; held for an operator", f.ID),
-		&claim.Snapshot{Status: 500, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: body})
+		claim.OutcomeUnknownAnswer("the outcome of this request is unknown and is being resolved by an operator; do not retry it as a new request"))
 }
 
 // Recovery is what Recover did.

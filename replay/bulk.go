@@ -159,6 +159,12 @@ func (w *Workflow) PreviewBulk(ctx context.Context, a Actor, sel BulkSelection) 
 		sem <- struct{}{}
 		go func(i int) {
 			defer func() { <-sem; wg.Done() }()
+			defer func() { // predict recovers an Operation's panic; this is for anything else
+				if p := claim.RecoveredPanic("preview", recover()); p != nil {
+					w.log.Error("bulk preview panicked", "key", keys[i].KeyDigest, "panic_type", p.Type)
+					predicted[i] = PredictLookupError
+				}
+			}()
 			predicted[i], _ = w.predict(lctx, a, &keys[i])
 		}(i)
 	}

@@ -84,7 +84,7 @@ func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Predicti
 	}
 	lctx, cancel := context.WithTimeout(ctx, w.cfg.LookupTimeout)
 	defer cancel()
-	doc, err := o.Lookup(lctx, k.LookupLease(a.Ref()))
+	doc, err := claim.LookupSafely(lctx, o, k.LookupLease(a.Ref()))
 	// The claim's rule (claim.Judge) decides, as it will when the replay runs.
 	switch v := w.claims.Judge(doc != nil, err, k.NotFoundAt); {
 	case v == claim.AskLater:

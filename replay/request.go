@@ -397,6 +397,12 @@ func (w *Workflow) describeOutcome(ctx context.Context, keyID int64, out *claim.
 		if errors.Is(err, claim.ErrLeaseLost) {
 			return "error", errs.Phrasef("another party took the key over while the replay ran; it stopped without writing")
 		}
+		if p := (*claim.PanicError)(nil); errors.As(err, &p) {
+			if p.Method == "lookup" {
+				return "error", errs.Phrasef("the operation's lookup panicked (%s): the key is parked and looked up again later; nothing was sent", p.Type)
+			}
+			return "error", errs.Phrasef("the operation panicked in %s (%s): the key is held for an operator, since it may have reached downstream", p.Method, p.Type)
+		}
 		return "error", errs.Phrasef("the replay stopped with an error; it was logged")
 	}
 	state := errs.Verbatim(string(out.State))

@@ -158,6 +158,13 @@ func (w *Workflow) background(f func(ctx context.Context)) {
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
+		// A replay held in the background must not take the console down with it: an
+		// Operation's panic is recovered by Drive (the key held); anything else stops here.
+		defer func() {
+			if p := claim.RecoveredPanic("replay", recover()); p != nil {
+				w.log.Error("background replay panicked", "panic_type", p.Type)
+			}
+		}()
 		f(w.bgCtx)
 	}()
 }

@@ -336,7 +336,7 @@ func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 		items = append(items, item{d: d, m: m, tenant: tenant, key: key})
 	}
 	if len(items) > 1 && c.processBatch != nil {
-		if outs, err := c.processBatch(ctx, items); err == nil {
+		if outs, err := c.processBatchSafely(ctx, items); err == nil {
 			c.bump(&c.stats.batches)
 			for i, it := range items {
 				c.settle(it.d, outs[i])
@@ -345,8 +345,34 @@ func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 		}
 	}
 	for _, it := range items {
-		c.settle(it.d, c.process(ctx, it.m, it.tenant, it.key))
+		c.settle(it.d, c.processSafely(ctx, it))
 	}
+}
+
+// processSafely is process with a panic of the consumer's own code recovered where it happens,
+// so one bad message does not take the consumer's process down: its transaction rolled back (a
+// spanning consumer's Operation panics are recovered by claim, its key held), and the delivery
+// is handed back like one that failed.
+func (c *Consumer) processSafely(ctx context.Context, it item) (o outcome) {
+	defer func() {
+		if p := claim.RecoveredPanic("consume", recover()); p != nil {
+			c.cfg.Logger.Error("consume: handler panicked; the message is handed back", "consumer", c.cfg.Consumer, "panic_type", p.Type)
+			o = outRetry
+		}
+	}()
+	return c.process(ctx, it.m, it.tenant, it.key)
+}
+
+// processBatchSafely is processBatch with a panic recovered as an error: the batch's transaction
+// rolled back, and its deliveries are then handled one by one.
+func (c *Consumer) processBatchSafely(ctx context.Context, items []item) (outs []outcome, err error) {
+	defer func() {
+		if p := claim.RecoveredPanic("consume", recover()); p != nil {
+			c.cfg.Logger.Error("consume: batch handler panicked; handling the batch one by one", "consumer", c.cfg.Consumer, "panic_type", p.Type)
+			outs, err = nil, p
+		}
+	}()
+	return c.processBatch(ctx, items)
 }
 
 // settle acknowledges a delivery whose transaction committed (processed or duplicate), or
