@@ -19,8 +19,25 @@ import (
 // A key's retention runs in two stages: once response_expires_at has passed, its response is
 // dropped and it stays as a tombstone (fingerprint, state, resource id) that answers a late retry
 // with Expired; once expires_at has passed, the row goes (with its key_events). Never touched
-// by either stage: processing keys, keys on legal hold, and keys an open reconciliation finding
-// refers to (the discrepancies table, when that migration is present).
+// by either stage: processing keys, keys on legal hold, unresolved keys (UnresolvedSQL: their
+// outcome outside is unknown, and a late retry of a purged one would execute without asking),
+// and keys an open reconciliation finding refers to (the discrepancies table, when that
+// migration is present).
+
+// UnresolvedSQL is the predicate (on idempotency_keys aliased k) of failed_retryable keys whose
+// attempt may have acted outside and that wait for someone to find out: held for an operator (an
+// External route's 5xx, a plain gRPC handler's error, a panicking operation, a Recover the lookup
+// contradicts), flagged "needs attention", or with an outcome nobody has settled — not proven
+// absent (downstream twice said not found) and not released by an operator. (Processing keys are
+// spared anyway; a final state is a known outcome, whatever flag it still carries.) Retention never
+// touches them until they are resolved (the retry that asks first, an operator's release, mark
+// final or replay); the dashboard counts them (CountUnresolved). The partial index
+// idempotency_keys_unresolved_idx (migration 00072) serves both.
+const UnresolvedSQL = `(k.state = 'failed_retryable' AND (k.held OR k.needs_attention
+    OR (NOT k.retry_cleared AND k.error_code IS DISTINCT FROM 'downstream_not_found')))`
+
+// ownSpareSQL is the part of the spare predicate that reads only the key's own row.
+const ownSpareSQL = `k.state <> 'processing' AND NOT k.legal_hold AND NOT ` + UnresolvedSQL
 
 // ExpiryPolicy is one pair of retention periods for keys of Operation ("*": every operation
 // without a policy of its own) that ended in State.
@@ -106,16 +123,16 @@ func keepKey(p ExpiryPolicy) time.Duration      { return p.KeepKey }
 func keepResponse(p ExpiryPolicy) time.Duration { return p.KeepResponse }
 
 // spareSQL is the predicate of keys no retention pass may touch: processing keys, keys on legal
-// hold, keys an open reconciliation finding refers to — that clause only when the discrepancies
-// table exists (reconciliation's migration), so that retention works with or without it — and,
-// with an operation filter, every other operation. own is the part that reads only the key's
+// hold, unresolved keys (UnresolvedSQL), keys an open reconciliation finding refers to — that
+// clause only when the discrepancies table exists (reconciliation's migration), so that
+// retention works with or without it — and, with an operation filter, every other operation. own is the part that reads only the key's
 // row, which a batch's write checks again on the row it changes.
 func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (all, own string, err error) {
 	var exists bool
 	if err := conn(db).QueryRowContext(ctx, `SELECT to_regclass('public.discrepancies') IS NOT NULL`).Scan(&exists); err != nil {
 		return "", "", fmt.Errorf("look for discrepancies: %w", err)
 	}
-	own = `k.state <> 'processing' AND NOT k.legal_hold`
+	own = ownSpareSQL
 	if operation != "" {
 		own += ` AND k.operation = ` + a.add(operation)
 	}
@@ -241,7 +258,7 @@ func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, d
 	// subquery per row inside the aggregate would cost more than the rest) are counted apart,
 	// as kept, through their own small table.
 	var c sqlArgs
-	dueOwn := `(k.response_expires_at < now() AND k.state <> 'processing' AND NOT k.legal_hold
+	dueOwn := `(k.response_expires_at < now() AND ` + ownSpareSQL + `
       AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&c, rules) + ` * interval '1 second' < now(), true))`
 	rows, err := conn(db).QueryContext(ctx, `SELECT k.operation, k.state, count(*) FILTER (WHERE `+dueOwn+`),
 		count(*) FILTER (WHERE NOT `+dueOwn+`), count(*) FILTER (WHERE k.state = 'processing')
@@ -354,7 +371,8 @@ func sparedOnDay(ctx context.Context, db *gorm.DB, day time.Time) (bool, error) 
 		return false, err
 	}
 	q := `SELECT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.legal_hold AND k.response_day = $1::date)
-	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = $1::date)`
+	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = $1::date)
+	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE ` + UnresolvedSQL + ` AND k.response_day = $1::date)`
 	if findings {
 		q += ` OR EXISTS (SELECT 1 FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
 	        WHERE x.state = 'open' AND k.response_day = $1::date)`

@@ -34,7 +34,7 @@ func bulkFilter(q url.Values) (KeyFilter, error) {
 }
 
 // bulkFilterFields are the key search's filters a bulk preview form carries.
-var bulkFilterFields = []string{"tenant", "operation", "state", "from", "to", "digest", "field", "value", "attention"}
+var bulkFilterFields = []string{"tenant", "operation", "state", "from", "to", "digest", "field", "value", "attention", "unresolved"}
 
 // bulkSelection reads a bulk preview's form: the search's filters, and the keys picked on the
 // search page (id, repeated) unless scope=all asks for everything the filter matches.

@@ -60,6 +60,11 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
+	unresolved, err := keys.CountUnresolved(ctx, s.db, scope)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved, Href: "/keys?unresolved=1"}
 	v.ExpiredLeases = templates.Count{Label: "expired leases", N: expired, Href: "/keys?state=processing"}
 	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?attention=1"}
 

@@ -25,7 +25,7 @@ func stateNames() []string {
 func searchForm(q url.Values) templates.KeySearch {
 	return templates.KeySearch{Tenant: q.Get("tenant"), Operation: q.Get("operation"), State: q.Get("state"),
 		From: q.Get("from"), To: q.Get("to"), Digest: q.Get("digest"), Field: q.Get("field"), Value: q.Get("value"),
-		Attention: q.Get("attention") == "1"}
+		Attention: q.Get("attention") == "1", Unresolved: q.Get("unresolved") == "1"}
 }
 
 // keys is the key search page. Its URL holds the whole search, so it can be shared.

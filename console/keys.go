@@ -80,6 +80,13 @@ func ParseKeyFilter(q url.Values) (KeyFilter, error) {
 	default:
 		return f, inputErr("attention", "must be 1 or absent")
 	}
+	switch q.Get("unresolved") {
+	case "", "0":
+	case "1":
+		f.Unresolved = true
+	default:
+		return f, inputErr("unresolved", "must be 1 or absent")
+	}
 	var err error
 	if f.State != "" && !f.State.Valid() {
 		return f, inputErr("state", "%q is not a key state", f.State)

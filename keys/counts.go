@@ -50,6 +50,22 @@ func CountNeedsAttention(ctx context.Context, db *gorm.DB, scope Scope) (int64, 
 	return count(ctx, db, scope, "needs_attention")
 }
 
+// CountUnresolved counts the keys in scope whose outcome outside is unknown and that wait to be
+// resolved (claim.UnresolvedSQL): retention keeps them until they are. Served by the partial index
+// idempotency_keys_unresolved_idx.
+func CountUnresolved(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
+	cond, args, none := scope.SQL()
+	if none {
+		return 0, nil
+	}
+	var n int64
+	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys k WHERE `+cond+` AND `+claim.UnresolvedSQL, args...).
+		Scan(&n).Error; err != nil {
+		return 0, fmt.Errorf("count unresolved keys: %w", err)
+	}
+	return n, nil
+}
+
 // CountExpiredLeases counts the keys in scope that are processing with an expired lease — the
 // backlog the daemon's reclaim takes over — counting at most upTo of them when upTo > 0 (the
 // daemon's gauge is capped so a large backlog costs a bounded read). Served by the partial

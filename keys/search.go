@@ -73,8 +73,11 @@ type KeyFilter struct {
 	Field, Value string
 	// NeedsAttention keeps only keys flagged for an operator (attention=1).
 	NeedsAttention bool
-	After          *Cursor
-	Limit          int
+	// Unresolved keeps only keys whose outcome outside is unknown and that retention keeps until
+	// they are resolved (claim.UnresolvedSQL; unresolved=1).
+	Unresolved bool
+	After      *Cursor
+	Limit      int
 }
 
 // Query encodes the filter (without the cursor) as the query of a stable, shareable URL; the
@@ -94,6 +97,9 @@ func (f KeyFilter) Query() url.Values {
 	set("value", f.Value)
 	if f.NeedsAttention {
 		set("attention", "1")
+	}
+	if f.Unresolved {
+		set("unresolved", "1")
 	}
 	if f.From != nil {
 		set("from", f.From.Format(time.RFC3339Nano))
@@ -184,10 +190,13 @@ func SearchKeys(ctx context.Context, db *gorm.DB, scope Scope, f KeyFilter) ([]K
 	if f.NeedsAttention {
 		add("needs_attention")
 	}
+	if f.Unresolved {
+		add(claim.UnresolvedSQL)
+	}
 	if f.After != nil {
 		add("(created_at, id) < (?, ?)", f.After.CreatedAt, f.After.ID)
 	}
-	sql := `SELECT ` + summaryColumns + ` FROM idempotency_keys WHERE ` + strings.Join(where, " AND ") +
+	sql := `SELECT ` + summaryColumns + ` FROM idempotency_keys k WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY created_at DESC, id DESC LIMIT ?`
 	args = append(args, f.Limit+1)
 	var rows []KeySummary

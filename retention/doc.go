@@ -25,11 +25,18 @@
 //
 // Processing keys (including an old failed_retryable key that a retry has just taken again: it
 // still carries its old stamps, so every pass excludes state 'processing' explicitly); keys on
-// legal hold (SetLegalHold, recorded as a key event by operator:NAME); keys referenced by an open
-// reconciliation finding (discrepancies.state = 'open'; the clause is added only when the
-// discrepancies table exists, so this package works before reconciliation's migration is
-// applied). Those rules are one SQL predicate in claim/retention.go shared by the delete, the
-// tombstone and the dry run.
+// legal hold (SetLegalHold, recorded as a key event by operator:NAME); unresolved keys
+// (claim.UnresolvedSQL: held for an operator, flagged "needs attention", or failed retryably with
+// an outcome nobody settled — their attempt may have acted outside, and a late retry of a purged
+// one would be a new intent that executes without asking), until a retry that asks downstream or
+// an operator resolves them (the dashboard counts them; the keys page lists them with
+// unresolved=1); keys referenced by an open reconciliation finding (discrepancies.state = 'open';
+// the clause is added only when the discrepancies table exists, so this package works before
+// reconciliation's migration is applied). Those rules are one SQL predicate in
+// claim/retention.go shared by the delete, the tombstone, the day drop and the dry run.
+//
+// A replay does not extend a key's periods: they run from when the key ended, so what is kept is
+// what the policy says; the published key policy says so and why (httpidem.KeyPolicy).
 //
 // # Policies, the floor, and how they reach the keys
 //

@@ -263,8 +263,9 @@ func TestDryRun_ChangesNothingAndMatchesTheRun(t *testing.T) {
 	}
 	real := b.purge(retention.Options{})
 
-	if dry.Deleted != 4 || dry.Tombstoned != 3 {
-		t.Errorf("dry run: %d deleted, %d tombstoned; want 4, 3", dry.Deleted, dry.Tombstoned)
+	// The failed_retryable key (a timeout: its outcome unknown) is kept until resolved.
+	if dry.Deleted != 3 || dry.Tombstoned != 3 {
+		t.Errorf("dry run: %d deleted, %d tombstoned; want 3, 3", dry.Deleted, dry.Tombstoned)
 	}
 	if !sameCounts(dry.DeletedBy, real.DeletedBy) || !sameCounts(dry.TombstonedBy, real.TombstonedBy) {
 		t.Errorf("dry run %v / %v, real run %v / %v", dry.DeletedBy, dry.TombstonedBy, real.DeletedBy, real.TombstonedBy)

@@ -80,6 +80,9 @@ type DashboardView struct {
 	Open          []Count
 	ExpiredLeases Count
 	Attention     Count
+	// Unresolved counts the keys whose outcome outside is unknown: retention keeps them until an
+	// operator (or a retry that asks downstream) resolves them.
+	Unresolved    Count
 	Claims        Chart
 	DaemonRunning bool
 	DaemonNote    string
@@ -112,7 +115,7 @@ type KeyFindView struct {
 // KeySearch is the search form's current values.
 type KeySearch struct {
 	Tenant, Operation, State, From, To, Digest, Field, Value string
-	Attention                                                bool
+	Attention, Unresolved                                    bool
 }
 
 // KeysView is the key search page.

@@ -33,6 +33,12 @@ type KeyPolicy struct {
 	Retention         []RetentionTerm `json:"retention"`
 	AfterResultExpiry string          `json:"after_result_expiry"`
 	AfterKeyExpiry    string          `json:"after_key_expiry"`
+	// Unresolved says that a key whose outcome is unknown is kept until it is resolved.
+	Unresolved string `json:"unresolved"`
+	// ReplaysExtend says whether answering a replay extends how long the result and the key are
+	// kept (false), and Why not.
+	ReplaysExtend    bool   `json:"replays_extend"`
+	ReplaysExtendWhy string `json:"replays_extend_why"`
 }
 
 // KeyFormat is the accepted form of a key.
@@ -92,6 +98,11 @@ func BuildKeyPolicy(ctx context.Context, cfg Config, operations ...string) (*Key
 		AfterResultExpiry: "once the result is no longer kept, a retry answers 410 result-expired with the resource id and is not executed again; " +
 			"query the resource instead",
 		AfterKeyExpiry: "once the key itself is no longer kept, a request with it is a new request and executes",
+		Unresolved: "a key whose outcome is unknown (held after a 5xx on a route with external effects, or failed after a timeout) is kept, " +
+			"whatever its period, until a retry that asks downstream or an operator resolves it",
+		ReplaysExtendWhy: "both periods run from when the key ended, so that what is kept is what the policy says: " +
+			"they already cover the retry window (the policy floor), an unresolved key is kept anyway, " +
+			"and a retry after the result expired is answered 410, never executed again",
 	}
 	for _, op := range operations {
 		for _, state := range publishedStates {
@@ -198,5 +209,11 @@ func (p *KeyPolicy) Markdown() string {
 	}
 	b.WriteString(".\n")
 	fmt.Fprintf(&b, "- **After that**: %s; %s.\n", p.AfterResultExpiry, p.AfterKeyExpiry)
+	fmt.Fprintf(&b, "- **Unresolved keys**: %s.\n", p.Unresolved)
+	extend := "no"
+	if p.ReplaysExtend {
+		extend = "yes"
+	}
+	fmt.Fprintf(&b, "- **Does a replay extend them?** %s: %s.\n", extend, p.ReplaysExtendWhy)
 	return b.String()
 }
