@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -102,5 +104,46 @@ func TestDomainKey_TheConstraintIsTheClaim(t *testing.T) {
 	var fresh likeRow
 	if ok, err := dk.Insert(ctx, b.db, row, &fresh); err != nil || !ok || fresh.ID == ids[0] {
 		t.Fatalf("like after unlike: created=%v %v id %d", ok, err, fresh.ID)
+	}
+}
+
+// likeOp is a like through the keys table: its identity is the natural key user_id +
+// article_id of IntentSpec.NaturalKey. It counts likes made.
+type likeOp struct{ likes atomic.Int64 }
+
+func (*likeOp) Name() string { return "article.like" }
+func (*likeOp) Intent() claim.IntentSpec {
+	return claim.IntentSpec{NaturalKey: []string{"user_id", "article_id"}}
+}
+func (o *likeOp) Execute(context.Context, *claim.Lease) (*claim.Document, error) {
+	o.likes.Add(1)
+	return &claim.Document{ResourceID: "like"}, nil
+}
+func (*likeOp) Lookup(context.Context, *claim.Lease) (*claim.Document, error) { return nil, nil }
+func (*likeOp) Apply(context.Context, *gorm.DB, *claim.Lease, *claim.Document) (*claim.Snapshot, error) {
+	return &claim.Snapshot{Status: 200, ResourceID: "like"}, nil
+}
+
+// TestNaturalKey_SurvivesAPurgeOfTheKeysTable: a natural key is a rule of the domain (one like
+// per user per article), so it must outlive any purge of the keys table. Declared as
+// IntentSpec.NaturalKey it lives in the keys table and expires with it: after a purge the same
+// like is made again.
+func TestNaturalKey_SurvivesAPurgeOfTheKeysTable(t *testing.T) {
+	b := setup(t)
+	op := &likeOp{}
+	like := claim.Request{Tenant: "t1", Intent: []byte(`{"user_id": 7, "article_id": "a9"}`)}
+	if _, err := b.store.Run(ctx, op, like); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET completed_at = now() - interval '400 days',
+		updated_at = now() - interval '400 days', expires_at = now() - interval '1 day'`)
+	if _, err := claim.DeleteExpiredKeys(ctx, b.db, claim.ExpiryRules{}, claim.ExpiryCursor{}, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Run(ctx, op, like); err != nil {
+		t.Fatal(err)
+	}
+	if n := op.likes.Load(); n != 1 {
+		t.Fatalf("the same like was made %d times across a purge of the keys table; want 1", n)
 	}
 }
