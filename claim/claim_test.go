@@ -451,32 +451,6 @@ func TestTombstone_ExpiredResponseAnswersExpiredNotExecution(t *testing.T) {
 	}
 }
 
-func TestNaturalKey_IdentityComesFromDomainFields(t *testing.T) {
-	b := setup(t)
-	spec := claim.IntentSpec{NaturalKey: []string{"user_id", "article_id"}, Ignore: []string{"at"}}
-	like := func(at string) claim.Request {
-		return claim.Request{Tenant: "t1", Operation: "article.like", Intent: []byte(`{"user_id": 7, "article_id": "a9", "at": "` + at + `"}`), Spec: spec}
-	}
-	o1, err := b.store.Claim(ctx, like("1"))
-	if err != nil || o1.Kind != claim.Acquired || o1.Lease.Key != "7|a9" {
-		t.Fatalf("%+v %v", o1, err)
-	}
-	o2, _ := b.store.Claim(ctx, like("2"))
-	if o2.Kind != claim.InProgress || o2.KeyID != o1.KeyID {
-		t.Fatalf("same user+article must be the same key: %+v", o2)
-	}
-	r := like("3")
-	r.Key = "client-key"
-	if _, err := b.store.Claim(ctx, r); !errors.Is(err, claim.ErrInvalidKey) {
-		t.Fatalf("a client key on a natural-key operation: %v", err)
-	}
-	r = like("4")
-	r.Intent = []byte(`{"user_id": 7}`)
-	if _, err := b.store.Claim(ctx, r); !errors.Is(err, claim.ErrInvalidIntent) {
-		t.Fatalf("missing natural-key field: %v", err)
-	}
-}
-
 func TestDigestAndDownstreamKey(t *testing.T) {
 	t.Parallel()
 	d1 := claim.Digest([]byte("secret-one-0123456"), "t", "op", "k")

@@ -29,9 +29,6 @@ type IntentSpec struct {
 	Ignore []string
 	// Only, when set, keeps just these fields (dotted paths) and drops the rest.
 	Only []string
-	// NaturalKey, when set, makes the identity come from these domain fields instead of a
-	// client key (a like: user_id + article_id).
-	NaturalKey []string
 	// AmountField and CurrencyField, when set, are copied to amount_minor and currency (the
 	// amount must be an integer number of minor units).
 	AmountField, CurrencyField string
@@ -48,7 +45,6 @@ type Intent struct {
 	Version     int
 	Amount      *int64
 	Currency    string
-	NaturalKey  string
 	fields      map[string]any
 }
 
@@ -136,24 +132,6 @@ func (in *Intent) extract(spec IntentSpec) error {
 			return fieldErr(ErrInvalidIntent, spec.CurrencyField, "must be a three-letter ISO 4217 code")
 		}
 		in.Currency = strings.ToUpper(s)
-	}
-	if len(spec.NaturalKey) > 0 {
-		parts := make([]string, len(spec.NaturalKey))
-		for i, p := range spec.NaturalKey {
-			v, ok := lookupPath(in.fields, p)
-			if !ok || v == nil {
-				return fieldErr(ErrInvalidIntent, p, "is required: it is part of the operation's natural key")
-			}
-			var b bytes.Buffer
-			writeCanonical(&b, v)
-			parts[i] = strings.Trim(b.String(), `"`)
-		}
-		k := strings.Join(parts, "|")
-		if ValidateKey(k) != nil {
-			sum := sha256.Sum256([]byte(k))
-			k = "sha256:" + hex.EncodeToString(sum[:])
-		}
-		in.NaturalKey = k
 	}
 	return nil
 }

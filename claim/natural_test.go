@@ -7,14 +7,12 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gorm.io/gorm"
-
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
 func TestCheckNaturalKey_RefusesUserPlusProductOrAmount(t *testing.T) {
-	b := setup(t)
+	t.Parallel()
 	for _, tc := range []struct {
 		fields []string
 		bad    bool
@@ -32,12 +30,7 @@ func TestCheckNaturalKey_RefusesUserPlusProductOrAmount(t *testing.T) {
 			t.Errorf("%v: %v, want refused=%v", tc.fields, err, tc.bad)
 		}
 	}
-	// A natural-key operation of that shape is refused before anything is claimed.
-	_, err := b.store.Claim(ctx, claim.Request{Tenant: "t1", Operation: "order.buy", Intent: []byte(`{"user_id": 1, "product_id": 2}`),
-		Spec: claim.IntentSpec{NaturalKey: []string{"user_id", "product_id"}}})
-	if !errors.Is(err, claim.ErrNaturalKeyShape) || b.count(`SELECT count(*) FROM idempotency_keys`) != 0 {
-		t.Fatalf("claim with a user+product natural key: %v", err)
-	}
+	// A domain key of that shape is refused at start-up (TestDomainKey_TheConstraintIsTheClaim).
 }
 
 type likeRow struct {
@@ -107,43 +100,44 @@ func TestDomainKey_TheConstraintIsTheClaim(t *testing.T) {
 	}
 }
 
-// likeOp is a like through the keys table: its identity is the natural key user_id +
-// article_id of IntentSpec.NaturalKey. It counts likes made.
-type likeOp struct{ likes atomic.Int64 }
-
-func (*likeOp) Name() string { return "article.like" }
-func (*likeOp) Intent() claim.IntentSpec {
-	return claim.IntentSpec{NaturalKey: []string{"user_id", "article_id"}}
-}
-func (o *likeOp) Execute(context.Context, *claim.Lease) (*claim.Document, error) {
-	o.likes.Add(1)
-	return &claim.Document{ResourceID: "like"}, nil
-}
-func (*likeOp) Lookup(context.Context, *claim.Lease) (*claim.Document, error) { return nil, nil }
-func (*likeOp) Apply(context.Context, *gorm.DB, *claim.Lease, *claim.Document) (*claim.Snapshot, error) {
-	return &claim.Snapshot{Status: 200, ResourceID: "like"}, nil
-}
-
 // TestNaturalKey_SurvivesAPurgeOfTheKeysTable: a natural key is a rule of the domain (one like
-// per user per article), so it must outlive any purge of the keys table. Declared as
-// IntentSpec.NaturalKey it lives in the keys table and expires with it: after a purge the same
-// like is made again.
+// per user per article), so it must outlive any purge of the keys table, and the business undo
+// (an unlike) must free it. Declared the one way there is — a DomainKey on the domain table — the
+// like is made once across a purge, and again only after the unlike.
 func TestNaturalKey_SurvivesAPurgeOfTheKeysTable(t *testing.T) {
 	b := setup(t)
-	op := &likeOp{}
-	like := claim.Request{Tenant: "t1", Intent: []byte(`{"user_id": 7, "article_id": "a9"}`)}
-	if _, err := b.store.Run(ctx, op, like); err != nil {
+	pgtest.Exec(t, b.db, `CREATE TABLE plikes (id bigserial PRIMARY KEY, tenant text NOT NULL, user_id text NOT NULL,
+		article_id text NOT NULL, CONSTRAINT plikes_one UNIQUE (tenant, user_id, article_id))`)
+	dk := claim.DomainKey{Table: "plikes", Constraint: "plikes_one", Columns: []string{"tenant", "user_id", "article_id"}}
+	if err := dk.Validate(ctx, b.db); err != nil {
 		t.Fatal(err)
 	}
+	likes := 0
+	like := func() {
+		t.Helper()
+		var row likeRow
+		made, err := dk.Insert(ctx, b.db, map[string]any{"tenant": "t1", "user_id": "7", "article_id": "a9"}, &row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if made {
+			likes++
+		}
+	}
+	like()
+	// Every key the keys table holds goes, whatever its age.
 	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET completed_at = now() - interval '400 days',
 		updated_at = now() - interval '400 days', expires_at = now() - interval '1 day'`)
 	if _, err := claim.DeleteExpiredKeys(ctx, b.db, claim.ExpiryRules{}, claim.ExpiryCursor{}, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Run(ctx, op, like); err != nil {
-		t.Fatal(err)
+	like()
+	if likes != 1 {
+		t.Fatalf("the same like was made %d times across a purge of the keys table; want 1", likes)
 	}
-	if n := op.likes.Load(); n != 1 {
-		t.Fatalf("the same like was made %d times across a purge of the keys table; want 1", n)
+	pgtest.Exec(t, b.db, `DELETE FROM plikes WHERE tenant = 't1' AND user_id = '7' AND article_id = 'a9'`) // the unlike
+	like()
+	if likes != 2 {
+		t.Fatalf("after the unlike the like was made %d times in all; want 2", likes)
 	}
 }

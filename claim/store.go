@@ -201,7 +201,8 @@ type Request struct {
 	// Claim — never from a header or body field the client controls.
 	Tenant    string
 	Operation string
-	// Key is the client's idempotency key; empty for natural-key operations.
+	// Key is the client's idempotency key. (An operation whose identity is a natural key keeps
+	// it as a unique constraint on its own domain table, DomainKey, not here.)
 	Key string
 	// Intent is the request body (a JSON object).
 	Intent json.RawMessage
@@ -291,15 +292,7 @@ func (s *Store) prepare(req Request) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(req.Spec.NaturalKey) > 0 {
-		if err := CheckNaturalKey(req.Spec.NaturalKey); err != nil {
-			return nil, fmt.Errorf("operation %s: %w", req.Operation, err)
-		}
-		if req.Key != "" {
-			return nil, fieldErr(ErrInvalidKey, "key", "operation %s uses a natural key; do not send one", req.Operation)
-		}
-		req.Key = in.NaturalKey
-	} else if err := ValidateKey(req.Key); err != nil {
+	if err := ValidateKey(req.Key); err != nil {
 		return nil, err
 	}
 	if req.Actor == "" {

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idemops/idemops/claim"
 )
 
 // Config is an operations file.
@@ -43,9 +41,11 @@ type OperationConfig struct {
 type IntentConfig struct {
 	Ignore        []string `yaml:"ignore"`
 	Only          []string `yaml:"only"`
-	NaturalKey    []string `yaml:"natural_key"`
 	AmountField   string   `yaml:"amount_field"`
 	CurrencyField string   `yaml:"currency_field"`
+	// NaturalKey is refused at load: a natural key is a claim.DomainKey on the domain's own
+	// table (kept here only to name the field in that refusal).
+	NaturalKey []string `yaml:"natural_key"`
 }
 
 // ExecuteConfig is the call that performs the action.
@@ -175,8 +175,10 @@ func (oc *OperationConfig) normalize() *ConfigError {
 			}
 		}
 	}
-	if err := claim.CheckNaturalKey(oc.Intent.NaturalKey); err != nil {
-		return configErr("intent.natural_key", "%v", err)
+	if len(oc.Intent.NaturalKey) > 0 {
+		return configErr("intent.natural_key", "is not supported: a natural key is a unique constraint on the domain table "+
+			"(claim.DomainKey), which outlives any purge of the keys table and is freed by the business undo; put it on the "+
+			"downstream's table and send a client idempotency key here")
 	}
 	if oc.KeyHeader == "" {
 		oc.KeyHeader = DefaultKeyHeader

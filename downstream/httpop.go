@@ -57,7 +57,7 @@ func (o *HTTPOperation) Name() string { return o.cfg.Name }
 // Intent is the configured intent spec.
 func (o *HTTPOperation) Intent() claim.IntentSpec {
 	in := o.cfg.Intent
-	return claim.IntentSpec{Ignore: in.Ignore, Only: in.Only, NaturalKey: in.NaturalKey,
+	return claim.IntentSpec{Ignore: in.Ignore, Only: in.Only,
 		AmountField: in.AmountField, CurrencyField: in.CurrencyField}
 }
 

@@ -154,7 +154,7 @@ func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod strin
 	if err != nil {
 		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
 	}
-	if key == "" && len(m.Intent.NaturalKey) == 0 {
+	if key == "" {
 		if m.KeyOptional {
 			return unkeyed, nil, nil
 		}

@@ -167,7 +167,7 @@ func serveMiddleware(w http.ResponseWriter, r *http.Request, cfg Config, tenant 
 	if !ok {
 		return
 	}
-	if req.Key == "" && len(route.Intent.NaturalKey) == 0 { // optional key, none sent
+	if req.Key == "" { // optional key, none sent
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -307,8 +307,7 @@ func readRequest(w http.ResponseWriter, r *http.Request, cfg Config, route Route
 			Status: http.StatusBadRequest, Detail: err.Error()})
 		return claim.Request{}, false
 	}
-	natural := len(route.Intent.NaturalKey) > 0
-	if key == "" && !natural && !route.KeyOptional {
+	if key == "" && !route.KeyOptional {
 		keyProblem(w, r, cfg, route.Operation, Problem{Type: cfg.ProblemBase + "key-missing", Title: "Idempotency-Key required",
 			Status: http.StatusBadRequest,
 			Detail: "this endpoint requires an Idempotency-Key header: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry"})
