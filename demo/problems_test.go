@@ -39,6 +39,8 @@ func TestPayments_EveryErrorIsAProblemWithItsOwnType(t *testing.T) {
 		{"no key", "POST", "/v1/payments", e.key, "", body, 400, "key-missing"},
 		{"key too long", "POST", "/v1/payments", e.key, strings.Repeat("k", 256), body, 400, "key-malformed"},
 		{"invalid amount", "POST", "/v1/payments", e.key, "prob-2", strings.Replace(body, "1234", "0", 1), 400, "invalid-field"},
+		{"amount out of range", "POST", "/v1/payments", e.key, "prob-5", strings.Replace(body, "1234", "9223372036854775807", 1), 400, "invalid-field"},
+		{"amount past int64", "POST", "/v1/payments", e.key, "prob-6", strings.Replace(body, "1234", "9223372036854775808", 1), 400, "invalid-field"},
 		{"body too large", "POST", "/v1/payments", e.key, "prob-3", `{"x":"` + strings.Repeat("a", 17<<10) + `"}`, 413, "body-too-large"},
 		{"key reused", "POST", "/v1/payments", e.key, "prob-1", strings.Replace(body, "1234", "999", 1), 422, "key-reused"},
 		{"declined", "POST", "/v1/payments", e.key, "prob-4", strings.Replace(body, `"alice"`, `"mallory"`, 1), 402, "payment-declined"},
