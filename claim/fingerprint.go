@@ -17,7 +17,10 @@ import (
 
 // FingerprintVersion names the canonicalizer below. Stored beside every fingerprint, so that a
 // future canonicalizer can recompute old fingerprints from the stored canonical request.
-const FingerprintVersion = 1
+// Version 2 upper-cases the declared currency field, as the key's currency column always was
+// ("cny" and "CNY" are one intent); a version-1 key is compared by recomputing its stored
+// request under version 2.
+const FingerprintVersion = 2
 
 // MaxIntentBytes bounds a request intent before canonicalization.
 const MaxIntentBytes = 1 << 20
@@ -36,6 +39,51 @@ type IntentSpec struct {
 	// shows them on the key page without the audited reveal step (amount, currency, payee, order
 	// number). Fields not listed stay behind reveal. It has no part in the fingerprint.
 	Summary []string
+}
+
+// intentWords are the words of field names that always carry intent: amount, currency, payee,
+// items and quantities always count, so no operation may declare them ignored.
+var intentWords = map[string]bool{"amount": true, "currency": true, "payee": true, "item": true, "items": true,
+	"quantity": true, "quantities": true, "qty": true}
+
+// carriesIntent says whether a field path names intent by its words (split at dots and
+// underscores): "payee", "items.qty", "amount_minor".
+func carriesIntent(path string) bool {
+	for _, w := range strings.FieldsFunc(strings.ToLower(path), func(r rune) bool { return r == '.' || r == '_' }) {
+		if intentWords[w] {
+			return true
+		}
+	}
+	return false
+}
+
+// covers says whether the path p is path or an object that holds it.
+func covers(p, path string) bool { return p == path || strings.HasPrefix(path, p+".") }
+
+// Check refuses a spec that would drop intent: an ignored field that carries intent (by its
+// words, or because it is or holds the declared amount or currency field), or an Only list that
+// does not keep the declared amount and currency fields. Operations files are checked with it
+// at load (and a *FieldError names the entry).
+func (s IntentSpec) Check() error {
+	for i, p := range s.Ignore {
+		if carriesIntent(p) || (s.AmountField != "" && covers(p, s.AmountField)) || (s.CurrencyField != "" && covers(p, s.CurrencyField)) {
+			return fieldErr(ErrInvalidIntent, fmt.Sprintf("ignore[%d]", i),
+				"%s carries intent (amount, currency, payee, items and quantities always count); it cannot be ignored", p)
+		}
+	}
+	if len(s.Only) == 0 {
+		return nil
+	}
+	for _, d := range []struct{ field, what string }{{s.AmountField, "amount"}, {s.CurrencyField, "currency"}} {
+		kept := d.field == ""
+		for _, p := range s.Only {
+			kept = kept || covers(p, d.field)
+		}
+		if !kept {
+			return fieldErr(ErrInvalidIntent, "only", "must keep %s, the declared %s field", d.field, d.what)
+		}
+	}
+	return nil
 }
 
 // Intent is a request reduced to what carries intent, in canonical form.
@@ -77,6 +125,15 @@ func Canonicalize(raw []byte, spec IntentSpec) (*Intent, error) {
 	}
 	for _, p := range spec.Ignore {
 		deletePath(obj, p)
+	}
+	// Declared fields are normalised the way the key stores them: the currency upper-cased
+	// (strings are already NFC-trimmed and numbers canonical, above).
+	if spec.CurrencyField != "" {
+		if v, ok := lookupPath(obj, spec.CurrencyField); ok {
+			if s, ok := v.(string); ok {
+				setPath(obj, spec.CurrencyField, strings.ToUpper(s))
+			}
+		}
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(raw))

@@ -514,7 +514,7 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 	}
 	r := rows[0]
 	out := &Outcome{KeyID: r.ID, Digest: p.digest, State: r.State}
-	if !sameIntent(r, p.intent) {
+	if !sameIntent(r, p.intent, p.Spec) {
 		s.event(ctx, s.db, r.ID, "mismatch_rejected", p.Actor, detailJSON("fingerprint", p.intent.Fingerprint))
 		out.Kind = Mismatch
 		return out, nil
@@ -566,12 +566,13 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 }
 
 // sameIntent compares fingerprints, recomputing the stored one when it was made by another
-// canonicalizer version (the stored request is canonical JSON, so this is exact).
-func sameIntent(r existingRow, in *Intent) bool {
+// canonicalizer version (the stored request is canonical JSON with the ignored fields already
+// dropped, so this is exact; only the declared fields' normalisation needs the spec).
+func sameIntent(r existingRow, in *Intent, spec IntentSpec) bool {
 	if r.FingerprintVersion == in.Version {
 		return r.Fingerprint == in.Fingerprint
 	}
-	again, err := Canonicalize([]byte(r.Request), IntentSpec{})
+	again, err := Canonicalize([]byte(r.Request), IntentSpec{CurrencyField: spec.CurrencyField})
 	return err == nil && again.Fingerprint == in.Fingerprint
 }
 

@@ -84,6 +84,9 @@ func validateCharge(raw []byte) error {
 	if err != nil || n <= 0 {
 		return httpidem.Refuse("amount_minor", "must be a positive integer (minor units)")
 	}
+	if n > paysim.MaxAmountMinor { // refused here, as a problem, not stored as the channel's rejection
+		return httpidem.Refuse("amount_minor", fmt.Sprintf("must be at most %d minor units (the channel's limit)", int64(paysim.MaxAmountMinor)))
+	}
 	if b.Currency == nil || !money.Known(strings.ToUpper(*b.Currency)) {
 		return httpidem.Refuse("currency", "must be an ISO 4217 code")
 	}

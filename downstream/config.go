@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Config is an operations file.
@@ -174,6 +177,11 @@ func (oc *OperationConfig) normalize() *ConfigError {
 				return configErr(fmt.Sprintf("%s[%d]", list.name, j), "must not be empty")
 			}
 		}
+	}
+	spec := claim.IntentSpec{Ignore: oc.Intent.Ignore, Only: oc.Intent.Only, AmountField: oc.Intent.AmountField,
+		CurrencyField: oc.Intent.CurrencyField}
+	if fe := (*errs.FieldError)(nil); errors.As(spec.Check(), &fe) {
+		return configErr("intent."+fe.Name, "%s", fe.Why.String())
 	}
 	if len(oc.Intent.NaturalKey) > 0 {
 		return configErr("intent.natural_key", "is not supported: a natural key is a unique constraint on the domain table "+

@@ -111,6 +111,9 @@ func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
 		case m.Response == nil:
 			return nil, fmt.Errorf("grpcidem: method %s: Response is required to replay answers", name)
 		}
+		if err := m.Intent.Check(); err != nil {
+			return nil, fmt.Errorf("grpcidem: method %s: Intent.%w", name, err)
+		}
 		s.methods[name] = &m
 	}
 	return s.intercept, nil

@@ -6,8 +6,11 @@ import (
 	"github.com/idemops/idemops/money"
 )
 
-// maxAmountMinor bounds a charge so that fee arithmetic (amount × basis points) cannot overflow.
-const maxAmountMinor = 1_000_000_000_000
+// MaxAmountMinor bounds a charge or refund so that fee arithmetic (amount × basis points) cannot
+// overflow: a service validating its own requests refuses larger amounts before it claims.
+const MaxAmountMinor = 1_000_000_000_000
+
+const maxAmountMinor = MaxAmountMinor
 
 // currencyExponent says how many minor-unit digits a currency has, and whether paysim settles it:
 // every active ISO 4217 currency of the money package's one table.
