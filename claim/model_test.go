@@ -48,6 +48,7 @@ type mKey struct {
 	token        string // the live holder's token ("" when nobody holds it)
 	leaseExpired bool   // processing: the holder's lease has lapsed
 	held         bool
+	attention    bool // needs_attention: set by a held failure, cleared by an ending or an operator
 	retryCleared bool
 	legalHold    bool
 	errorCode    string
@@ -286,7 +287,8 @@ func (m *claimModel) Complete(t *rapid.T) {
 	k, ok := m.current(l)
 	m.expectWrite(t, "complete", ok, err)
 	if ok {
-		k.state, k.token, k.held, k.retryCleared, k.errorCode = claim.StateCompleted, "", false, false, ""
+		k.state, k.token, k.held, k.retryCleared, k.errorCode, k.attention = claim.StateCompleted, "", false, false, "", false
+		k.respDue, k.keyDue = false, false // an ending stamps fresh retention deadlines
 		k.answer = &mAnswer{snap.Status, string(snap.Body)}
 	}
 }
@@ -320,7 +322,8 @@ func (m *claimModel) ConcurrentCompletes(t *rapid.T) {
 		m.expectWrite(t, "concurrent complete", ok, errs[i])
 		if ok {
 			defer func() { // after the others are judged against the holder as it was
-				k.state, k.token, k.held, k.retryCleared, k.errorCode = claim.StateCompleted, "", false, false, ""
+				k.state, k.token, k.held, k.retryCleared, k.errorCode, k.attention = claim.StateCompleted, "", false, false, "", false
+				k.respDue, k.keyDue = false, false // an ending stamps fresh retention deadlines
 				k.answer = &mAnswer{snaps[i].Status, string(snaps[i].Body)}
 			}()
 		}
@@ -353,6 +356,8 @@ func (m *claimModel) Fail(t *rapid.T) {
 		return
 	}
 	k.token, k.retryCleared, k.errorCode, k.held = "", false, f.Code, how == "held"
+	k.attention = k.attention || k.held
+	k.respDue, k.keyDue = false, false
 	k.state = claim.StateFailedFinal
 	if f.Retryable {
 		k.state = claim.StateFailedRetryable
@@ -457,6 +462,13 @@ func (m *claimModel) DaemonTakeover(t *rapid.T) {
 	}
 }
 
+// unresolved: the key's attempt may have acted outside and nobody has found out yet — held,
+// flagged, or failed retryably and neither proven absent nor released by an operator. Retention
+// never touches it (issue 37 item 4): a late retry of a purged one would execute blind.
+func unresolved(k *mKey) bool {
+	return k.held || k.attention || (k.state == claim.StateFailedRetryable && !k.retryCleared && k.errorCode != "downstream_not_found")
+}
+
 func replayable(k *mKey) bool {
 	return k.state == claim.StateFailedRetryable || (k.state == claim.StateProcessing && k.leaseExpired)
 }
@@ -488,9 +500,10 @@ func (m *claimModel) OperatorReleaseOrFinal(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("operator on %s %s (final %v): %v", modelSlots[slot], k.state, final, err)
 	}
-	k.token, k.held = "", false
+	k.token, k.held, k.attention = "", false, false
 	if final {
 		k.state, k.errorCode = claim.StateFailedFinal, "marked_final"
+		k.respDue, k.keyDue = false, false
 		return
 	}
 	k.state, k.errorCode, k.retryCleared, k.answer = claim.StateFailedRetryable, "operator_released", true, nil
@@ -514,16 +527,16 @@ func (m *claimModel) LegalHold(t *rapid.T) {
 	k.legalHold = on
 }
 
-// Age moves a finished key's retention deadlines into the past: its response's, or its row's too.
-// Only keys whose outcome is known (completed, failed_final) age here.
+// Age moves an ended key's retention deadlines into the past: its response's, or its row's too.
 func (m *claimModel) Age(t *rapid.T) {
 	slot := m.slot(t)
 	k := m.keys[slot]
-	if k == nil || (k.state != claim.StateCompleted && k.state != claim.StateFailedFinal) {
-		t.Skip("no finished key")
+	if k == nil || k.state == claim.StateProcessing {
+		t.Skip("no ended key")
 	}
 	whole := rapid.Bool().Draw(t, "whole")
-	pgtest.Exec(m.t, m.db, `UPDATE idempotency_keys SET completed_at = now() - interval '2 hours', updated_at = now() - interval '2 hours',
+	pgtest.Exec(m.t, m.db, `UPDATE idempotency_keys SET completed_at = CASE WHEN completed_at IS NOT NULL THEN now() - interval '2 hours' END,
+		updated_at = now() - interval '2 hours',
 		response_expires_at = now() - interval '1 hour', expires_at = CASE WHEN ? THEN now() - interval '1 hour' ELSE expires_at END
 		WHERE id = ?`, whole, k.id)
 	k.respDue = true
@@ -541,7 +554,7 @@ func (m *claimModel) Purge(t *rapid.T) {
 		t.Fatal(err)
 	}
 	for slot, k := range m.keys {
-		if k.state == claim.StateProcessing || k.legalHold {
+		if k.state == claim.StateProcessing || k.legalHold || unresolved(k) {
 			continue
 		}
 		if k.keyDue {
@@ -572,13 +585,14 @@ func (m *claimModel) Check(t *rapid.T) {
 		Attempts                                    int
 		Token                                       *string
 		LeaseExpired, Held, RetryCleared, LegalHold bool
+		NeedsAttention                              bool
 		Status                                      *int
 		Body                                        []byte
 	}
 	var rows []row
 	if err := m.db.Raw(`SELECT id, key, state, fingerprint, coalesce(error_code, '') AS error_code, attempts,
 		lease_token::text AS token, coalesce(lease_expires_at < now(), false) AS lease_expired, held, retry_cleared, legal_hold,
-		r.status, r.body
+		needs_attention, r.status, r.body
 		FROM idempotency_keys k LEFT JOIN key_responses r ON r.key_id = k.id AND r.day = k.response_day
 		WHERE tenant = ?`, m.tenant).Scan(&rows).Error; err != nil {
 		t.Fatal(err)
@@ -611,6 +625,8 @@ func (m *claimModel) Check(t *rapid.T) {
 		case r.Held != k.held || r.RetryCleared != k.retryCleared || r.LegalHold != k.legalHold:
 			t.Fatalf("%s: held %v retry_cleared %v legal_hold %v, model %v %v %v", name, r.Held, r.RetryCleared, r.LegalHold,
 				k.held, k.retryCleared, k.legalHold)
+		case r.NeedsAttention != k.attention:
+			t.Fatalf("%s: needs attention %v, model %v", name, r.NeedsAttention, k.attention)
 		case k.state != claim.StateProcessing && r.ErrorCode != k.errorCode:
 			t.Fatalf("%s: error code %q, model %q", name, r.ErrorCode, k.errorCode)
 		}
