@@ -70,9 +70,13 @@ func (d *Operators) one(ctx context.Context, where string, arg any) (*operatorMo
 	return &rows[0], nil
 }
 
-// ByName returns the operator called name.
+// byNameSQL finds an operator by name ignoring case: names are unique ignoring case (migration
+// 00115), and this condition is the one its index serves.
+const byNameSQL = "lower(name) = lower(?)"
+
+// ByName returns the operator called name (ignoring case).
 func (d *Operators) ByName(ctx context.Context, name string) (*Operator, error) {
-	r, err := d.one(ctx, "name = ?", name)
+	r, err := d.one(ctx, byNameSQL, name)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +111,7 @@ func (d *Operators) Authenticate(ctx context.Context, name, password string) (*O
 	if len(password) > maxPasswordLen {
 		return nil, ErrBadCredentials
 	}
-	r, err := d.one(ctx, "name = ?", name)
+	r, err := d.one(ctx, byNameSQL, name)
 	if errors.Is(err, ErrNotFound) {
 		d.passwordChecks.Add(1)
 		CheckPassword(d.dummy, password)
@@ -131,7 +135,7 @@ type NewOperator struct {
 	Tenants  []string
 }
 
-// Add creates an operator. ErrConflict when the name is taken.
+// Add creates an operator. ErrConflict when the name is taken, in any case.
 func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operator, error) {
 	if !operatorName.MatchString(n.Name) {
 		return nil, fieldErr("name", "use 1–64 letters, digits, '.', '_', '@' or '-'")
@@ -253,7 +257,7 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 		if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, adminLockID).Error; err != nil {
 			return fmt.Errorf("%s: lock: %w", action, err)
 		}
-		q := operators(tx).Clauses(clause.Locking{Strength: "UPDATE"}).Where("name = ?", name)
+		q := operators(tx).Clauses(clause.Locking{Strength: "UPDATE"}).Where(byNameSQL, name)
 		if where, sargs := scopeWhere(ch.Scope); where != "" {
 			q = q.Where(where, sargs...)
 		}

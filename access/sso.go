@@ -145,13 +145,21 @@ func (d *Operators) ssoMapped(ctx context.Context, ip, email string, g GroupGran
 	return d.ByID(ctx, op.ID)
 }
 
-// byEmail returns the operator whose name is email, ignoring case.
+// byEmail returns the operator whose name is email, ignoring case. Names are unique ignoring
+// case (migration 00115), so two matches mean the index is gone: single sign-on is then refused
+// rather than signing the person in as whichever row came first.
 func (d *Operators) byEmail(ctx context.Context, email string) (*Operator, error) {
-	r, err := d.one(ctx, "lower(name) = ?", strings.ToLower(email))
-	if err != nil {
-		return nil, err
+	var rows []operatorModel
+	if err := operators(d.db.WithContext(ctx)).Where(byNameSQL, email).Order("id").Limit(2).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read operator: %w", err)
 	}
-	return r.operator(), nil
+	switch len(rows) {
+	case 0:
+		return nil, fmt.Errorf("operator: %w", ErrNotFound)
+	case 1:
+		return rows[0].operator(), nil
+	}
+	return nil, ssoRefused("more than one operator is named %s (ignoring case): an administrator must rename all but one", truncate(email, 80))
 }
 
 // ssoNoPassword is the password hash of operators made by single sign-on: no password matches it.

@@ -106,6 +106,24 @@ func New(t testing.TB) *gorm.DB {
 	return db
 }
 
+// Empty creates a fresh database with no schema for t, for tests of the migrations themselves
+// (they apply migrations.Provider step by step), and returns a gorm handle to it, closed at
+// cleanup.
+func Empty(t testing.TB) *gorm.DB {
+	t.Helper()
+	conf := pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{})
+	db, err := pglocal.Open(conf.URL())
+	if err != nil {
+		t.Fatalf("pgtest: open: %v", err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	return db
+}
+
 // Exec runs statements directly, for test set-up only (e.g. to age a lease).
 func Exec(t testing.TB, db *gorm.DB, sql string, args ...any) {
 	t.Helper()
