@@ -166,7 +166,7 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 			return err
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + n.Name,
-			Detail: map[string]any{"role": n.Role.String(), "tenants": n.Tenants}})
+			Tenants: n.Tenants, Detail: map[string]any{"role": n.Role.String(), "tenants": n.Tenants}})
 	})
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (d *Operators) SetAccess(ctx context.Context, ch Change, name string, role 
 	if role == RoleNone || len(tenants) == 0 {
 		return fieldErr("role", "role and tenants are required")
 	}
-	return d.update(ctx, ch, name, "operator.set_access", map[string]any{"role": role.String(), "tenants": tenants},
+	return d.update(ctx, ch, name, "operator.set_access", map[string]any{"role": role.String(), "tenants": tenants}, tenants,
 		func(tx *gorm.DB, id int64) error {
 			if err := changeOperator(tx, id, map[string]any{"role": role.String()}); err != nil {
 				return err
@@ -227,7 +227,7 @@ func (d *Operators) SetPassword(ctx context.Context, ch Change, name, password s
 	if err != nil {
 		return err
 	}
-	return d.update(ctx, ch, name, "operator.passwd", map[string]any{}, func(tx *gorm.DB, id int64) error {
+	return d.update(ctx, ch, name, "operator.passwd", map[string]any{}, nil, func(tx *gorm.DB, id int64) error {
 		if err := changeOperator(tx, id, map[string]any{"password_hash": hash}); err != nil {
 			return err
 		}
@@ -241,7 +241,7 @@ func (d *Operators) SetDisabled(ctx context.Context, ch Change, name string, dis
 	if disabled {
 		action = "operator.disable"
 	}
-	return d.update(ctx, ch, name, action, map[string]any{}, func(tx *gorm.DB, id int64) error {
+	return d.update(ctx, ch, name, action, map[string]any{}, nil, func(tx *gorm.DB, id int64) error {
 		if err := changeOperator(tx, id, map[string]any{"disabled": disabled}); err != nil {
 			return err
 		}
@@ -252,7 +252,10 @@ func (d *Operators) SetDisabled(ctx context.Context, ch Change, name string, dis
 	})
 }
 
-func (d *Operators) update(ctx context.Context, ch Change, name, action string, detail map[string]any, apply func(tx *gorm.DB, id int64) error) error {
+// update applies a change to operator name within ch's scope, with its audit row under the
+// operator's tenants and granted (the tenants a change of access gives it).
+func (d *Operators) update(ctx context.Context, ch Change, name, action string, detail map[string]any, granted []string,
+	apply func(tx *gorm.DB, id int64) error) error {
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, adminLockID).Error; err != nil {
 			return fmt.Errorf("%s: lock: %w", action, err)
@@ -274,7 +277,10 @@ func (d *Operators) update(ctx context.Context, ch Change, name, action string, 
 		if err := lastStarAdmin(tx, rows[0].operator().activeStarAdmin(), name); err != nil {
 			return err
 		}
-		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + name, Detail: detail})
+		// The row concerns the operator's tenants before the change and after it.
+		tenants := append(rows[0].operator().Tenants, granted...)
+		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: action, Target: "operator:" + rows[0].Name,
+			Tenants: tenants, Detail: detail})
 	})
 }
 
@@ -294,17 +300,17 @@ func (d *Operators) SetLanguage(ctx context.Context, ch Change, id int64, code s
 func (d *Operators) setPreference(ctx context.Context, ch Change, id int64, column, value string) error {
 	action := "operator." + column
 	return d.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var names []string
-		if err := tx.Model(&operatorModel{}).Where("id = ?", id).Pluck("name", &names).Error; err != nil {
+		var rows []operatorModel
+		if err := operators(tx).Where("id = ?", id).Limit(1).Find(&rows).Error; err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
-		if len(names) == 0 {
+		if len(rows) == 0 {
 			return fmt.Errorf("operator: %w", ErrNotFound)
 		}
 		if err := changeOperator(tx, id, map[string]any{column: value}); err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: action,
-			Target: "operator:" + names[0], Detail: map[string]any{column: value}})
+			Target: "operator:" + rows[0].Name, Tenants: rows[0].operator().Tenants, Detail: map[string]any{column: value}})
 	})
 }

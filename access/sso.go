@@ -176,7 +176,7 @@ func (d *Operators) addSSO(ctx context.Context, ch Change, name string, g GroupG
 			return err
 		}
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + name,
-			Detail: map[string]any{"role": g.Role.String(), "tenants": g.Tenants, "groups": groups, "via": "sso"}})
+			Tenants: g.Tenants, Detail: map[string]any{"role": g.Role.String(), "tenants": g.Tenants, "groups": groups, "via": "sso"}})
 	})
 	if err != nil {
 		return nil, err

@@ -52,7 +52,7 @@ func (d *Operators) CreateToken(ctx context.Context, ch Change, name, label stri
 		t := time.Now().Add(ttl)
 		expires = &t
 	}
-	err := d.update(ctx, ch, name, "token.create", map[string]any{"token": label}, func(tx *gorm.DB, id int64) error {
+	err := d.update(ctx, ch, name, "token.create", map[string]any{"token": label}, nil, func(tx *gorm.DB, id int64) error {
 		return tx.Create(&tokenModel{OperatorID: id, Name: label, TokenHash: tokenHash(secret), ExpiresAt: expires}).Error
 	})
 	if err != nil {

@@ -8,10 +8,12 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,38 +59,102 @@ type Entry struct {
 	IP     string
 	Action string
 	Target string
-	Tenant string
-	Detail map[string]any
+	// Tenants are the tenants of the object acted on (a key's tenant, a channel account's
+	// tenants, an operator's), the actor's own for sign-ins and refusals. An administrator of
+	// some tenants reads the row only when these are within theirs. None, or "*" among them,
+	// makes a row only administrators of every tenant read.
+	Tenants []string
+	Detail  map[string]any
 }
 
 // Row is a stored entry.
 type Row struct {
-	Seq      int64
-	At       time.Time
-	Actor    string
-	Action   string
-	Target   string
+	Seq     int64
+	At      time.Time
+	Actor   string
+	Action  string
+	Target  string
+	Tenants TenantSet
+	// Tenant is the single tenant rows written before migration 00116 carried (under their
+	// seal); "" on rows written since.
 	Tenant   string
 	IP       string
 	Detail   string
 	PrevHash string
 	Hash     string
-	// Alg is how Hash was made: algHMAC for every row written now, algSHA256 for rows written
+	// Alg is how Hash was made: algHMACTenants for every row written now, algHMAC for rows
+	// written before their tenants were sealed (migration 00116), algSHA256 for rows written
 	// before the chain was keyed (migration 00020).
 	Alg string
 }
 
+// TenantSet is a row's tenants, read from the database as a JSON array (rowColumns).
+type TenantSet []string
+
+// Scan reads the JSON array rowColumns selects.
+func (t *TenantSet) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	case nil:
+		*t = nil
+		return nil
+	default:
+		return fmt.Errorf("audit tenants: cannot scan %T", src)
+	}
+	return json.Unmarshal(b, (*[]string)(t))
+}
+
+// Value writes the set as the JSON array Scan reads.
+func (t TenantSet) Value() (driver.Value, error) {
+	b, err := json.Marshal([]string(t))
+	return string(b), err
+}
+
+// rowColumns are the columns a Row is read from.
+const rowColumns = `seq, at, actor, action, target, array_to_json(tenants)::text AS tenants, tenant, ip, detail, prev_hash, hash, alg`
+
 const (
-	algSHA256 = "sha256"
-	algHMAC   = "hmac-sha256"
+	algSHA256      = "sha256"
+	algHMAC        = "hmac-sha256"
+	algHMACTenants = "hmac-sha256+tenants"
 )
 
 // genesisHash is the prev_hash of the first row.
 var genesisHash = strings.Repeat("0", 64)
 
+// NormalizeTenants is the stored form of an entry's tenants: sorted, each once, and ["*"] when
+// there is none or "*" is among them.
+func NormalizeTenants(tenants []string) []string {
+	out := make([]string, 0, len(tenants))
+	for _, t := range tenants {
+		if t == "*" {
+			return []string{"*"}
+		}
+		if t != "" && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	if len(out) == 0 {
+		return []string{"*"}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // chainFields JSON-encodes the row's fields as an array, so no field boundary is ambiguous.
+// Rows sealed with their tenants (algHMACTenants) chain the tenant set; older rows chained the
+// single tenant column.
 func chainFields(r Row) []byte {
-	b, _ := json.Marshal([]any{r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail, r.PrevHash})
+	var b []byte
+	if r.Alg == algHMACTenants {
+		b, _ = json.Marshal([]any{r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Target, []string(r.Tenants), r.IP, r.Detail, r.PrevHash})
+	} else {
+		b, _ = json.Marshal([]any{r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail, r.PrevHash})
+	}
 	return b
 }
 
@@ -98,10 +164,15 @@ func chainHash(r Row) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// seal is the keyed hash of a row: HMAC-SHA-256 under the audit key.
+// seal is the keyed hash of a row: HMAC-SHA-256 under the audit key, over its algorithm's name
+// and its fields (chainFields), so a row's seal cannot be read as another algorithm's.
 func (a *Log) seal(r Row) string {
+	alg := r.Alg
+	if alg != algHMACTenants {
+		alg = algHMAC
+	}
 	m := hmac.New(sha256.New, a.key)
-	m.Write([]byte(algHMAC + "\n"))
+	m.Write([]byte(alg + "\n"))
 	m.Write(chainFields(r))
 	return hex.EncodeToString(m.Sum(nil))
 }
@@ -132,15 +203,22 @@ func (a *Log) Append(ctx context.Context, tx *gorm.DB, e Entry) error {
 		return fmt.Errorf("audit %s: read chain head: %w", e.Action, err)
 	}
 	r := Row{Seq: 1, PrevHash: genesisHash, At: time.Now().UTC().Truncate(time.Microsecond),
-		Actor: e.Actor, Action: e.Action, Target: e.Target, Tenant: e.Tenant, IP: e.IP, Detail: string(detail), Alg: algHMAC}
+		Actor: e.Actor, Action: e.Action, Target: e.Target, Tenants: NormalizeTenants(e.Tenants), IP: e.IP,
+		Detail: string(detail), Alg: algHMACTenants}
 	if len(last) == 1 {
 		r.Seq, r.PrevHash = last[0].Seq+1, last[0].Hash
 	}
 	r.Hash = a.seal(r)
-	if err := tx.Exec(`INSERT INTO audit_log (seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Seq, r.At, r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail,
-		r.PrevHash, r.Hash, r.Alg).Error; err != nil {
-		return fmt.Errorf("audit %s: %w", e.Action, err)
+	return a.insert(tx, r)
+}
+
+// insert writes r as it is.
+func (a *Log) insert(tx *gorm.DB, r Row) error {
+	tenants, _ := json.Marshal([]string(r.Tenants))
+	if err := tx.Exec(`INSERT INTO audit_log (seq, at, actor, action, target, tenants, tenant, ip, detail, prev_hash, hash, alg)
+		VALUES (?, ?, ?, ?, ?, ARRAY(SELECT jsonb_array_elements_text(?::jsonb)), ?, ?, ?, ?, ?, ?)`,
+		r.Seq, r.At, r.Actor, r.Action, r.Target, string(tenants), r.Tenant, r.IP, r.Detail, r.PrevHash, r.Hash, r.Alg).Error; err != nil {
+		return fmt.Errorf("audit %s: %w", r.Action, err)
 	}
 	return nil
 }
@@ -197,13 +275,16 @@ type VerifyOptions struct {
 }
 
 // VerifyResult is what Verify found: Rows checked, the head reached, how many of them are
-// unkeyed rows from before the chain was keyed (Legacy), and the first bad row (BadSeq 0: none).
+// unkeyed rows from before the chain was keyed (Legacy) and how many were sealed before their
+// tenants were (UnsealedTenants: their tenants were filled in by migration 00116, outside the
+// chain), and the first bad row (BadSeq 0: none).
 type VerifyResult struct {
-	Rows   int64
-	Legacy int64
-	Head   Head
-	BadSeq int64
-	Reason string
+	Rows            int64
+	Legacy          int64
+	UnsealedTenants int64
+	Head            Head
+	BadSeq          int64
+	Reason          string
 	// Unverified says what this walk could not prove, in a sentence ("" when nothing).
 	Unverified string
 }
@@ -219,7 +300,7 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 	}
 	const batch = 1000
 	var res VerifyResult
-	prev, after, keyed := genesisHash, int64(0), false
+	prev, after, keyed, tenantsSealed := genesisHash, int64(0), false, false
 	if opt.From != nil && opt.From.Seq > 0 {
 		var rows []Row
 		if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash, alg FROM audit_log WHERE seq = ?`, opt.From.Seq).Scan(&rows).Error; err != nil {
@@ -229,7 +310,8 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 			res.BadSeq, res.Reason = opt.From.Seq, fmt.Sprintf("row %d is not the one verified before (%s): it was removed or rewritten", opt.From.Seq, opt.From)
 			return res, nil
 		}
-		prev, after, keyed = opt.From.Hash, opt.From.Seq, rows[0].Alg == algHMAC
+		prev, after = opt.From.Hash, opt.From.Seq
+		keyed, tenantsSealed = rows[0].Alg != algSHA256, rows[0].Alg == algHMACTenants
 		res.Head = *opt.From
 	}
 	fail := func(seq int64, reason string) (VerifyResult, error) {
@@ -238,7 +320,7 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 	}
 	for {
 		var rows []Row
-		if err := a.db.WithContext(ctx).Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg
+		if err := a.db.WithContext(ctx).Raw(`SELECT `+rowColumns+`
 			FROM audit_log WHERE seq > ? ORDER BY seq LIMIT ?`, after, batch).Scan(&rows).Error; err != nil {
 			return res, fmt.Errorf("audit verify: %w", err)
 		}
@@ -248,11 +330,19 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 				return fail(r.Seq, fmt.Sprintf("row %d follows row %d: rows are missing", r.Seq, after))
 			case r.PrevHash != prev:
 				return fail(r.Seq, "its previous-row hash does not match the row before it (a row before it was changed or removed)")
+			case r.Alg == algHMACTenants:
+				if !hmac.Equal([]byte(a.seal(r)), []byte(r.Hash)) {
+					return fail(r.Seq, "its seal does not match its content (the row was edited, or the chain recomputed without the key)")
+				}
+				keyed, tenantsSealed = true, true
+			case r.Alg == algHMAC && tenantsSealed:
+				return fail(r.Seq, "a row sealed without its tenants after rows sealed with them (the chain was recomputed)")
 			case r.Alg == algHMAC:
 				if !hmac.Equal([]byte(a.seal(r)), []byte(r.Hash)) {
 					return fail(r.Seq, "its seal does not match its content (the row was edited, or the chain recomputed without the key)")
 				}
 				keyed = true
+				res.UnsealedTenants++
 			case r.Alg == algSHA256 && keyed:
 				return fail(r.Seq, "an unkeyed row after keyed rows (the chain was recomputed without the key)")
 			case r.Alg == algSHA256:
@@ -260,6 +350,7 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 					return fail(r.Seq, "its content does not match its hash (the row was edited)")
 				}
 				res.Legacy++
+				res.UnsealedTenants++
 			default:
 				return fail(r.Seq, fmt.Sprintf("unknown chain algorithm %q", r.Alg))
 			}
@@ -296,15 +387,20 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 			notes = append(notes, fmt.Sprintf("all %d rows predate the keyed chain (unkeyed SHA-256), so a recomputed chain cannot be told apart without --expect-head", res.Legacy))
 		}
 	}
+	if res.UnsealedTenants > 0 {
+		notes = append(notes, fmt.Sprintf("the tenants of %d rows written before tenants were sealed were filled in afterwards from what they name (migration 00116); the chain does not cover them", res.UnsealedTenants))
+	}
 	res.Unverified = strings.Join(notes, "; ")
 	return res, nil
 }
 
 // Filter selects audit rows; Before is the keyset cursor (seq of the last row shown).
 type Filter struct {
+	// Tenant keeps the rows whose tenants include it.
 	Actor, Action, Tenant, Target string
-	// Tenants, when set, limits rows to these tenants and to rows of no tenant.
-	Tenants  []string
+	// Scope is the reader's tenants: rows whose tenants are all among them (nil, or "*" among
+	// them: every row). A "*"-only row is read by readers of every tenant alone.
+	Scope    []string
 	From, To *time.Time
 	Before   int64
 	Limit    int
@@ -315,8 +411,7 @@ func (a *Log) List(ctx context.Context, f Filter) ([]Row, bool, error) {
 	if f.Limit <= 0 || f.Limit > 200 {
 		f.Limit = 50
 	}
-	q := a.db.WithContext(ctx).Table("audit_log").
-		Select("seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash")
+	q := a.db.WithContext(ctx).Table("audit_log").Select(rowColumns)
 	if f.Actor != "" {
 		q = q.Where("actor = ?", f.Actor)
 	}
@@ -324,10 +419,11 @@ func (a *Log) List(ctx context.Context, f Filter) ([]Row, bool, error) {
 		q = q.Where("action = ?", f.Action)
 	}
 	if f.Tenant != "" {
-		q = q.Where("tenant = ?", f.Tenant)
+		q = q.Where("? = ANY(tenants)", f.Tenant)
 	}
-	if len(f.Tenants) > 0 {
-		q = q.Where("(tenant IN ? OR tenant = '')", f.Tenants)
+	if f.Scope != nil && !slices.Contains(f.Scope, "*") {
+		scope, _ := json.Marshal(f.Scope)
+		q = q.Where("tenants <@ ARRAY(SELECT jsonb_array_elements_text(?::jsonb))", string(scope))
 	}
 	if f.Target != "" {
 		q = q.Where("target = ?", f.Target)

@@ -33,7 +33,7 @@ func (b *bundle) appendAudit(n int) {
 	b.t.Helper()
 	for i := 0; i < n; i++ {
 		if err := b.log.Append(context.Background(), nil, Entry{Actor: "operator:t", Action: "test.action",
-			Target: fmt.Sprintf("key:%d", i), Tenant: "acme", Detail: map[string]any{"i": i}}); err != nil {
+			Target: fmt.Sprintf("key:%d", i), Tenants: []string{"acme"}, Detail: map[string]any{"i": i}}); err != nil {
 			b.t.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestAudit_VerifyFindsTheFirstBadRow(t *testing.T) {
 func (b *bundle) rechain(from, to int64, mutate func(r *Row) bool, hash func(r Row) (string, string)) {
 	b.t.Helper()
 	var rows []Row
-	if err := b.db.Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg FROM audit_log ORDER BY seq`).Scan(&rows).Error; err != nil {
+	if err := b.db.Raw(`SELECT ` + rowColumns + ` FROM audit_log ORDER BY seq`).Scan(&rows).Error; err != nil {
 		b.t.Fatal(err)
 	}
 	err := b.db.Transaction(func(tx *gorm.DB) error {
@@ -129,9 +129,7 @@ func (b *bundle) rechain(from, to int64, mutate func(r *Row) bool, hash func(r R
 				r.Hash, r.Alg = hash(r)
 				prev = r.Hash
 			}
-			if err := tx.Exec(`INSERT INTO audit_log (seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.Seq, r.At, r.Actor, r.Action, r.Target, r.Tenant, r.IP, r.Detail,
-				r.PrevHash, r.Hash, r.Alg).Error; err != nil {
+			if err := b.log.insert(tx, r); err != nil {
 				return err
 			}
 		}
@@ -147,9 +145,13 @@ const end = 1 << 62
 
 // The ways an attacker without the key can recompute a row's hash.
 var (
-	unkeyed  = func(r Row) (string, string) { return chainHash(r), algSHA256 }
+	unkeyed = func(r Row) (string, string) {
+		r.Alg = algSHA256
+		return chainHash(r), algSHA256
+	}
 	wrongKey = func(r Row) (string, string) {
-		return New(nil, []byte("a guessed secret, not the deployment's")).seal(r), algHMAC
+		r.Alg = algHMACTenants
+		return New(nil, []byte("a guessed secret, not the deployment's")).seal(r), algHMACTenants
 	}
 )
 
@@ -185,8 +187,8 @@ func TestAudit_RowsAreSealedWithAKeyNotInTheDatabase(t *testing.T) {
 	var alg, hash string
 	b.db.Raw(`SELECT alg, hash FROM audit_log WHERE seq = 2`).Row().Scan(&alg, &hash)
 	var r Row
-	b.db.Raw(`SELECT seq, at, actor, action, target, tenant, ip, detail, prev_hash, hash, alg FROM audit_log WHERE seq = 2`).Scan(&r)
-	if alg != algHMAC || hash == chainHash(r) || hash != b.log.seal(r) {
+	b.db.Raw(`SELECT ` + rowColumns + ` FROM audit_log WHERE seq = 2`).Scan(&r)
+	if alg != algHMACTenants || hash == chainHash(r) || hash != b.log.seal(r) {
 		t.Errorf("row 2: alg %s, hash %s; want an HMAC seal, not the unkeyed hash", alg, hash)
 	}
 	if err := New(b.db, nil).Append(context.Background(), nil, Entry{Actor: "x", Action: "y"}); err == nil {
@@ -338,5 +340,85 @@ func TestParseHead(t *testing.T) {
 		if _, err := ParseHead(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// A row's tenants are inside its seal: moving a row to other tenants (so that another
+// administrator reads it, or its own no longer does) breaks the chain at that row.
+func TestAudit_TenantsAreSealed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendAudit(4)
+	if res := b.verify(VerifyOptions{}); !res.OK() || res.UnsealedTenants != 0 || res.Unverified != "no checkpoint given, so a deletion of the newest rows cannot be detected" {
+		t.Fatalf("intact: %+v", res)
+	}
+	b.tamper(`UPDATE audit_log SET tenants = '{globex}' WHERE seq = 3`)
+	wantBroken(t, "tenants moved", b.verify(VerifyOptions{}), 3, "seal does not match")
+}
+
+// Rows sealed before their tenants were (migration 00116 filled those in from their targets)
+// stay verifiable: their seal covers what it covered, the single tenant column; Verify says
+// their tenants are outside the chain, and the first row sealed with tenants holds them.
+func TestAudit_RowsSealedBeforeTheirTenantsStayVerifiable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.appendAudit(4)
+	asBefore := func(r Row) (string, string) { // as the code before migration 00116 sealed a row
+		r.Alg = algHMAC
+		return b.log.seal(r), algHMAC
+	}
+	b.rechain(1, end, func(r *Row) bool { r.Tenant = "acme"; return true }, asBefore)
+	b.appendAudit(3)
+	res := b.verify(VerifyOptions{})
+	if !res.OK() || res.Rows != 7 || res.UnsealedTenants != 4 ||
+		!strings.Contains(res.Unverified, "the tenants of 4 rows written before tenants were sealed were filled in afterwards") {
+		t.Fatalf("rows sealed without tenants, then with: %+v", res)
+	}
+	// Their seal still covers the old tenant column.
+	b.tamper(`UPDATE audit_log SET tenant = 'globex' WHERE seq = 2`)
+	wantBroken(t, "old tenant edited", b.verify(VerifyOptions{}), 2, "seal does not match")
+	b.tamper(`UPDATE audit_log SET tenant = 'acme' WHERE seq = 2`)
+	// A row sealed without tenants after one sealed with them is a recomputed chain.
+	b.rechain(6, 6, nil, asBefore)
+	wantBroken(t, "downgraded row", b.verify(VerifyOptions{}), 6, "sealed without its tenants after rows sealed with them")
+}
+
+// An administrator of some tenants reads the rows whose tenants are all theirs: not a row that
+// also names another tenant, not a "*" row; the tenant filter keeps rows naming that tenant.
+func TestAudit_ListShowsRowsWithinTheReadersTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i, ts := range [][]string{{"acme"}, {"globex", "acme"}, nil, {"globex"}, {"acme", "*"}, {"initech"}} {
+		if err := b.log.Append(ctx, nil, Entry{Actor: "operator:t", Action: "test.action", Target: fmt.Sprintf("key:%d", i+1), Tenants: ts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		f    Filter
+		want string
+	}{
+		"acme's admin":         {Filter{Scope: []string{"acme"}}, "key:1"},
+		"acme+globex's admin":  {Filter{Scope: []string{"acme", "globex"}}, "key:4 key:2 key:1"},
+		"* admin":              {Filter{Scope: []string{"*"}}, "key:6 key:5 key:4 key:3 key:2 key:1"},
+		"the CLI":              {Filter{}, "key:6 key:5 key:4 key:3 key:2 key:1"},
+		"tenant globex, for *": {Filter{Tenant: "globex"}, "key:4 key:2"},
+		"tenant globex, acme":  {Filter{Tenant: "globex", Scope: []string{"acme"}}, ""},
+	} {
+		rows, _, err := b.log.List(ctx, tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rows {
+			got = append(got, r.Target)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: %v, want %s", name, got, tc.want)
+		}
+	}
+	rows, _, _ := b.log.List(ctx, Filter{Target: "key:5"})
+	if len(rows) != 1 || strings.Join(rows[0].Tenants, ",") != "*" {
+		t.Errorf("a row naming * among others: %+v, want tenants [*]", rows)
 	}
 }

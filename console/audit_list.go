@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -11,16 +12,15 @@ import (
 	"github.com/idemops/idemops/templates"
 )
 
-// auditPage lists the audit log with filters; an admin limited to some tenants sees their
-// tenants' rows and the rows of no tenant (sign-ins, operator changes).
+// auditPage lists the audit log with filters; an admin limited to some tenants sees the rows
+// whose tenants are all theirs (audit.Filter.Scope), never a row that names another tenant or
+// "*".
 func (s *Server) auditPage(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
 	v := templates.AuditView{Search: templates.AuditSearch{Actor: q.Get("actor"), Action: q.Get("action"),
 		Tenant: q.Get("tenant"), Target: q.Get("target"), From: q.Get("from"), To: q.Get("to")}, IsFirst: q.Get("before") == ""}
 	f := audit.Filter{Actor: v.Search.Actor, Action: v.Search.Action, Tenant: v.Search.Tenant, Target: v.Search.Target}
-	if !r.op.SeesAllTenants() {
-		f.Tenants = r.op.Tenants
-	}
+	f.Scope = r.op.Tenants
 	base := url.Values{}
 	for _, k := range []string{"actor", "action", "tenant", "target", "from", "to"} {
 		if q.Get(k) != "" {
@@ -51,7 +51,7 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 	var keyIDs []int64
 	for _, a := range rows {
 		v.Rows = append(v.Rows, templates.AuditRow{Seq: a.Seq, At: a.At, Actor: a.Actor, Action: a.Action,
-			Target: a.Target, Tenant: a.Tenant, Detail: a.Detail, IP: a.IP, Hash: a.Hash})
+			Target: a.Target, Tenant: strings.Join(a.Tenants, ","), Detail: a.Detail, IP: a.IP, Hash: a.Hash})
 		if id, ok := auditKeyTarget(a.Target); ok {
 			keyIDs = append(keyIDs, id)
 		}

@@ -15,7 +15,7 @@ func (b *bundle) appendAudit(n int) {
 	b.t.Helper()
 	for i := 0; i < n; i++ {
 		if err := b.srv.audit.Append(context.Background(), nil, audit.Entry{Actor: "operator:t", Action: "test.action",
-			Target: fmt.Sprintf("key:%d", i), Tenant: "acme", Detail: map[string]any{"i": i}}); err != nil {
+			Target: fmt.Sprintf("key:%d", i), Tenants: []string{"acme"}, Detail: map[string]any{"i": i}}); err != nil {
 			b.t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	if got := limited.post("/admin/operators/"+id+"/access", url.Values{"role": {"admin"}, "tenants": {"*"}}, true); got.Status != 403 {
 		t.Errorf("limited admin grants *: %d, want 403", got.Status)
 	}
-	if err := b.srv.audit.Append(context.Background(), nil, audit.Entry{Actor: "operator:x", Action: "key.reveal", Tenant: "globex", Target: "key:9"}); err != nil {
+	if err := b.srv.audit.Append(context.Background(), nil, audit.Entry{Actor: "operator:x", Action: "key.reveal", Tenants: []string{"globex"}, Target: "key:9"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limited.get("/audit?action=key.reveal"); strings.Contains(got.Body, "key:9") {
@@ -79,5 +79,64 @@ func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
 	}
 	if res, err := b.srv.audit.Verify(context.Background(), audit.VerifyOptions{}); err != nil || !res.OK() || res.Rows < 6 {
 		t.Errorf("verify after admin actions: %+v %v", res, err)
+	}
+}
+
+// Audit rows carry the tenants of what they are about, so an administrator of acme reads acme's
+// rows only: not globex's operator changes, sign-ins with their addresses, token creation or
+// channel tenant changes (which were stored with no tenant and shown to every administrator),
+// not a row of acme and globex together, not a "*" row; a "*" administrator reads them all
+// (issue 35 item 3).
+func TestAudit_TenantAdminReadsRowsOfTheirTenantsOnly(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("acme-admin", access.RoleAdmin, "acme")
+	b.addOperator("globex-admin", access.RoleAdmin, "globex")
+	b.setChannel("wechat-globex", "globex")
+	root, acme, globex := b.signIn("root"), b.signIn("acme-admin"), b.signIn("globex-admin")
+
+	// globex's administrator works on globex: an operator, a token, a sign-in, the channel.
+	if got := globex.post("/admin/operators", url.Values{"name": {"gina"}, "password": {"a long enough password"},
+		"role": {"viewer"}, "tenants": {"globex"}}, true); got.Status != 303 {
+		t.Fatalf("add gina: %d %s", got.Status, got.Body)
+	}
+	gina, _ := b.srv.ops.ByName(context.Background(), "gina")
+	if got := globex.post(fmt.Sprintf("/admin/operators/%d/tokens", gina.ID), url.Values{"label": {"ci"}}, true); got.Status != 200 {
+		t.Fatalf("token: %d", got.Status)
+	}
+	if got := b.client().login("gina", "a long enough password"); got.Status != 303 {
+		t.Fatalf("gina signs in: %d %s", got.Status, got.Body)
+	}
+	if got := root.post("/reconcile/channels/wechat-globex", url.Values{"tenants": {"globex,initech"}}, true); got.Status != 303 {
+		t.Fatalf("channel tenants: %d %s", got.Status, got.Body)
+	}
+	// acme's administrator adds acme's own operator.
+	if got := acme.post("/admin/operators", url.Values{"name": {"andy"}, "password": {"a long enough password"},
+		"role": {"viewer"}, "tenants": {"acme"}}, true); got.Status != 303 {
+		t.Fatalf("add andy: %d %s", got.Status, got.Body)
+	}
+	// A retention policy concerns every tenant.
+	if got := root.post("/retention/floor", url.Values{"client_retry": {"24h"}, "backfill": {"72h"}, "reconciliation_lag": {"48h"}}, true); got.Status >= 400 {
+		t.Fatalf("floor: %d %s", got.Status, got.Body)
+	}
+
+	acmePage := acme.get("/audit")
+	mustContain(t, "acme's audit page", acmePage.Body, "operator:andy")
+	for _, other := range []string{"operator:gina", "token.create", "operator:globex-admin", "channel:wechat-globex", "retention.floor.set"} {
+		mustNotContain(t, "acme's audit page", acmePage.Body, other)
+	}
+	globexPage := globex.get("/audit")
+	for _, own := range []string{"operator:gina", "token.create", "login"} {
+		mustContain(t, "globex's audit page", globexPage.Body, own)
+	}
+	// The channel now belongs to globex and initech: a row about both is read by neither alone.
+	mustNotContain(t, "globex's audit page", globexPage.Body, "channel:wechat-globex")
+	rootPage := root.get("/audit")
+	for _, all := range []string{"operator:gina", "operator:andy", "channel:wechat-globex", "retention.floor.set", "token.create"} {
+		mustContain(t, "root's audit page", rootPage.Body, all)
+	}
+	if res, err := b.srv.audit.Verify(context.Background(), audit.VerifyOptions{}); err != nil || !res.OK() {
+		t.Errorf("verify: %+v %v", res, err)
 	}
 }

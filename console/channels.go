@@ -130,8 +130,8 @@ func (s *Server) setChannelTenants(ctx context.Context, r *request, channel, ten
 			return err
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
-			Tenant: auditTenant(append(append([]string{}, old...), tenants...)),
-			Detail: map[string]any{"tenants": tenants, "before": old}})
+			Tenants: append(append([]string{}, old...), tenants...),
+			Detail:  map[string]any{"tenants": tenants, "before": old}})
 	})
 	return tenants, err
 }
@@ -161,33 +161,17 @@ func (s *Server) setChannelPage(c *gin.Context, r *request) error {
 	return nil
 }
 
-// auditTenant is the audit row's tenant for an object of tenants: the one tenant when there is
-// one, else "*", so that an administrator of some tenants (who reads rows of their tenants and
-// of none) never reads about tenants that are not theirs.
-func auditTenant(tenants []string) string {
-	one := ""
-	for _, t := range tenants {
-		if t == access.AllTenants || (one != "" && t != one) {
-			return access.AllTenants
-		}
-		one = t
-	}
-	if one == "" {
-		return access.AllTenants
-	}
-	return one
-}
-
-// auditTenantOf is auditTenant of kind:ref's tenant set ("*" when it cannot be resolved).
-func (s *Server) auditTenantOf(ctx context.Context, kind access.ObjectKind, ref string) string {
+// auditTenantsOf is the tenant set of kind:ref for its audit row ("*" when it cannot be
+// resolved: only administrators of every tenant read such a row).
+func (s *Server) auditTenantsOf(ctx context.Context, kind access.ObjectKind, ref string) []string {
 	ts, err := s.scope.Tenants(ctx, kind, ref)
 	if err != nil {
-		return access.AllTenants
+		return []string{access.AllTenants}
 	}
-	return auditTenant(ts)
+	return ts
 }
 
-// channelAuditTenant is auditTenant of a channel account's tenants.
-func (s *Server) channelAuditTenant(ctx context.Context, channel string) string {
-	return s.auditTenantOf(ctx, access.ObjChannel, channel)
+// channelAuditTenants is auditTenantsOf a channel account.
+func (s *Server) channelAuditTenants(ctx context.Context, channel string) []string {
+	return s.auditTenantsOf(ctx, access.ObjChannel, channel)
 }

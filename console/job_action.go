@@ -36,7 +36,7 @@ func (s *Server) jobAction(ctx context.Context, r *request, action, name string)
 			return err
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "job." + action,
-			Target: "schedule:" + name, Tenant: s.auditTenantOf(ctx, access.ObjSchedule, name)})
+			Target: "schedule:" + name, Tenants: s.auditTenantsOf(ctx, access.ObjSchedule, name)})
 	})
 }
 

@@ -42,7 +42,7 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.check_downstream",
-		Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
+		Target: fmt.Sprintf("key:%d", k.ID), Tenants: []string{k.Tenant},
 		Detail: map[string]any{"digest": k.KeyDigest, "answer": answer}}); err != nil {
 		return err
 	}

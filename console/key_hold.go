@@ -31,7 +31,7 @@ func (s *Server) setHold(ctx context.Context, r *request, id int64, hold bool, r
 			return err
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: fmt.Sprintf("key:%d", k.ID),
-			Tenant: k.Tenant, Detail: map[string]any{"digest": k.KeyDigest, "reason": truncate(strings.TrimSpace(reason), 500), "changed": changed}})
+			Tenants: []string{k.Tenant}, Detail: map[string]any{"digest": k.KeyDigest, "reason": truncate(strings.TrimSpace(reason), 500), "changed": changed}})
 	})
 	return changed, err
 }

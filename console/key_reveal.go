@@ -20,7 +20,7 @@ func (s *Server) reveal(c *gin.Context, r *request) error {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.reveal",
-		Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
+		Target: fmt.Sprintf("key:%d", k.ID), Tenants: []string{k.Tenant},
 		Detail: map[string]any{"digest": k.KeyDigest, "operation": k.Operation, "fields": []string{"request", "response"}}}); err != nil {
 		return err
 	}

@@ -38,12 +38,12 @@ func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
 		runs[0], k.ID)
 	ctx := context.Background()
 	for _, target := range []string{fmt.Sprintf("key:%d", k.ID), "key:999999"} {
-		if err := b.srv.audit.Append(ctx, nil, audit.Entry{Actor: "operator:o", Action: "key.reveal", Target: target, Tenant: "acme"}); err != nil {
+		if err := b.srv.audit.Append(ctx, nil, audit.Entry{Actor: "operator:o", Action: "key.reveal", Target: target, Tenants: []string{"acme"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := b.srv.audit.Append(ctx, nil, audit.Entry{Actor: "operator:x", Action: "key.reveal", Target: fmt.Sprintf("key:%d", g.ID),
-		Tenant: "globex"}); err != nil {
+		Tenants: []string{"globex"}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,8 +157,8 @@ func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
 	mustContain(t, "revealed", got.Body, "4111-SECRET", "RESPONSE-k-reveal")
 
 	var rows []audit.Row
-	b.db.Raw(`SELECT * FROM audit_log WHERE action = 'key.reveal'`).Scan(&rows)
-	if len(rows) != 1 || rows[0].Actor != "operator:o" || rows[0].Tenant != "acme" || !strings.Contains(rows[0].Detail, k.KeyDigest) {
+	b.db.Raw(`SELECT actor, array_to_json(tenants)::text AS tenants, detail FROM audit_log WHERE action = 'key.reveal'`).Scan(&rows)
+	if len(rows) != 1 || rows[0].Actor != "operator:o" || !slices.Equal(rows[0].Tenants, audit.TenantSet{"acme"}) || !strings.Contains(rows[0].Detail, k.KeyDigest) {
 		t.Fatalf("audit rows for the reveal: %+v", rows)
 	}
 	if strings.Contains(rows[0].Detail, "k-reveal") || strings.Contains(rows[0].Detail, "4111") {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -26,7 +27,7 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	defer cancel()
 	if s.cfg.DisableLocalLogin {
 		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.refused",
-			Target: "operator:" + truncate(name, 64), Detail: map[string]any{"reason": "password sign-in is turned off"}}); err != nil {
+			Target: "operator:" + truncate(name, 64), Tenants: s.signInTenants(ctx, name), Detail: map[string]any{"reason": "password sign-in is turned off"}}); err != nil {
 			return err
 		}
 		s.showLogin(c, http.StatusForbidden, next, "", "Password sign-in is turned off: use single sign-on.")
@@ -38,7 +39,7 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	if started {
 		s.cfg.Logger.Warn("sign-in locked out", "ip", r.ip)
 		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.lockout",
-			Target: "operator:" + truncate(name, 64)}); err != nil {
+			Target: "operator:" + truncate(name, 64), Tenants: s.signInTenants(ctx, name)}); err != nil {
 			return err
 		}
 	}
@@ -68,7 +69,7 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login"}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login", Tenants: op.Tenants}); err != nil {
 		return err
 	}
 	s.metrics.logins.WithLabelValues("success").Inc()
@@ -76,4 +77,13 @@ func (s *Server) login(c *gin.Context, r *request) error {
 	s.setCookie(c, sessionCookie, id, int(s.cfg.AbsoluteTimeout.Seconds()))
 	c.Redirect(http.StatusSeeOther, safeNext(next))
 	return nil
+}
+
+// signInTenants are the tenants of a sign-in attempt's audit row: the named operator's, so that
+// their administrators read the attempts on their accounts; "*" when no operator has the name.
+func (s *Server) signInTenants(ctx context.Context, name string) []string {
+	if op, err := s.ops.ByName(ctx, name); err == nil {
+		return op.Tenants
+	}
+	return []string{access.AllTenants}
 }

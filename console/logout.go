@@ -14,7 +14,7 @@ func (s *Server) logout(c *gin.Context, r *request) error {
 	if err := s.sessions.Delete(ctx, r.sess); err != nil {
 		return err
 	}
-	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "logout"}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "logout", Tenants: r.op.Tenants}); err != nil {
 		return err
 	}
 	s.setCookie(c, sessionCookie, "", -1)

@@ -122,16 +122,16 @@ func TestReplay_FoundAtTheChannelSendsNoCharge(t *testing.T) {
 	}
 
 	var audit []struct {
-		Seq                                   int64
-		Actor, Action, Target, Tenant, Detail string
+		Seq                                    int64
+		Actor, Action, Target, Tenants, Detail string
 	}
-	db.Raw(`SELECT seq, actor, action, target, tenant, detail FROM audit_log WHERE action LIKE 'replay.%' ORDER BY seq`).Scan(&audit)
+	db.Raw(`SELECT seq, actor, action, target, array_to_json(tenants)::text AS tenants, detail FROM audit_log WHERE action LIKE 'replay.%' ORDER BY seq`).Scan(&audit)
 	if len(audit) != 2 || audit[0].Action != "replay.request" || audit[1].Action != "replay.execute" ||
 		!strings.Contains(audit[1].Detail, `"outcome":"recorded"`) || audit[1].Actor != "operator:olga" {
 		t.Errorf("audit rows: %+v", audit)
 	}
 	for _, a := range audit {
-		t.Logf("audit #%d %s %s %s tenant=%s %s", a.Seq, a.Actor, a.Action, a.Target, a.Tenant, a.Detail)
+		t.Logf("audit #%d %s %s %s tenants=%s %s", a.Seq, a.Actor, a.Action, a.Target, a.Tenants, a.Detail)
 	}
 	evs, _ := store.History(ctx, keyID, 0)
 	var kinds []string

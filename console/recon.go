@@ -35,11 +35,11 @@ func (a reconAuditor) Record(ctx context.Context, actor, action, target string, 
 			return fmt.Errorf("audit %s: key tenant: %w", action, err)
 		}
 		if len(keys) == 1 {
-			e.Tenant = keys[0].Tenant
+			e.Tenants = []string{keys[0].Tenant}
 		}
 	}
-	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenant == "" {
-		e.Tenant = a.s.auditTenantOf(ctx, access.ObjFinding, id) // a finding about the statement: its channel account's
+	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenants == nil {
+		e.Tenants = a.s.auditTenantsOf(ctx, access.ObjFinding, id) // a finding about the statement: its channel account's
 	}
 	return a.s.audit.Append(ctx, nil, e)
 }

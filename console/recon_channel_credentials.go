@@ -58,7 +58,7 @@ func (s *Server) setChannelSettings(ctx context.Context, r *request, channel str
 			keyIDs = append(keyIDs, k.ID)
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel,
-			Tenant: s.channelAuditTenant(ctx, channel), Detail: map[string]any{"kind": in.Kind, "api_base": saved.APIBase,
+			Tenants: s.channelAuditTenants(ctx, channel), Detail: map[string]any{"kind": in.Kind, "api_base": saved.APIBase,
 				"platform_keys": keyIDs, "mchid": saved.MchID, "app_id": saved.AppID, "merchant_account": saved.MerchantAccount}})
 	})
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *Server) setChannelCredential(ctx context.Context, r *request, channel, 
 			detail["file"] = info.File
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
-			Tenant: s.channelAuditTenant(ctx, channel), Detail: detail})
+			Tenants: s.channelAuditTenants(ctx, channel), Detail: detail})
 	})
 	return info, err
 }
@@ -101,7 +101,7 @@ func (s *Server) deleteChannelCredential(ctx context.Context, r *request, channe
 			return err
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "channel:" + channel + "/" + name,
-			Tenant: s.channelAuditTenant(ctx, channel), Detail: map[string]any{"credential": name}})
+			Tenants: s.channelAuditTenants(ctx, channel), Detail: map[string]any{"credential": name}})
 	})
 }
 

@@ -133,7 +133,7 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 		detail["outcome"] = "error: " + truncate(err.Error(), 200)
 	}
 	if aerr := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: "recon_job:" + target,
-		Tenant: s.channelAuditTenant(ctx, spec.Channel), Detail: detail}); aerr != nil && err == nil {
+		Tenants: s.channelAuditTenants(ctx, spec.Channel), Detail: detail}); aerr != nil && err == nil {
 		return j, aerr
 	}
 	return j, err

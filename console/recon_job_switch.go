@@ -31,7 +31,7 @@ func (s *Server) setJobEnabledPage(c *gin.Context, r *request) error {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.job.enable",
-		Target: "recon_job:" + name, Tenant: s.auditTenantOf(ctx, access.ObjReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
+		Target: "recon_job:" + name, Tenants: s.auditTenantsOf(ctx, access.ObjReconJob, name), Detail: map[string]any{"enabled": enabled, "outcome": "ok"}}); err != nil {
 		return err
 	}
 	notice := "disabled"

@@ -95,7 +95,7 @@ func (s *Server) reconcileUpload(ctx context.Context, r *request, u uploadReques
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.QueryTimeout)
 	defer cancel()
 	if aerr := s.audit.Append(actx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "reconcile.statement.upload",
-		Target: target, Tenant: s.channelAuditTenant(actx, u.Channel), Detail: detail}); aerr != nil && err == nil {
+		Target: target, Tenants: s.channelAuditTenants(actx, u.Channel), Detail: detail}); aerr != nil && err == nil {
 		return run, aerr
 	}
 	return run, err

@@ -42,7 +42,7 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 			if err := retention.SetFloor(ctx, tx, f, r.op.Actor()); err != nil {
 				return err
 			}
-			return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.floor.set", Target: "floor",
+			return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Tenants: []string{access.AllTenants}, Action: "retention.floor.set", Target: "floor",
 				Detail: map[string]any{"client_retry": retention.FormatPeriod(f.ClientRetry), "backfill": retention.FormatPeriod(f.Backfill),
 					"reconciliation_lag": retention.FormatPeriod(f.ReconciliationLag)}})
 		})

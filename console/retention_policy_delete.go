@@ -21,7 +21,7 @@ func (s *Server) deletePolicy(ctx context.Context, r *request, operation string,
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.delete",
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Tenants: []string{access.AllTenants}, Action: "retention.policy.delete",
 			Target: "policy:" + operation + "/" + string(state)})
 	})
 }

@@ -51,7 +51,7 @@ func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy,
 		if why := s.shorterThanDefault(p); why.Format != "" && !confirmed {
 			return &shorterError{why}
 		}
-		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "retention.policy.save",
+		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Tenants: []string{access.AllTenants}, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
 			Detail: map[string]any{"keep_response": retention.FormatPeriod(p.KeepResponse), "keep_key": retention.FormatPeriod(p.KeepKey)}})
 	})

@@ -135,7 +135,7 @@ func TestLegalHold(t *testing.T) {
 	if got := c.post("/keys/"+strconv.FormatInt(g.ID, 10)+"/hold", url.Values{"hold": {"1"}, "reason": {"x"}}, true); got.Status != 404 || b.key(g.ID).LegalHold {
 		t.Errorf("hold on another tenant's key: %d", got.Status)
 	}
-	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'key.legal_hold.set' AND tenant = 'acme'`); n != 1 {
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'key.legal_hold.set' AND tenants = '{acme}'`); n != 1 {
 		t.Errorf("hold audit rows: %d", n)
 	}
 }

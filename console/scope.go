@@ -37,7 +37,8 @@ func (s *Server) auditRefusal(ctx context.Context, r *request, action, target st
 		reason = "not found or outside your tenants"
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action + "_refused", Target: target,
-		Detail: map[string]any{"reason": reason}}); err != nil {
+		Tenants: r.op.Tenants,
+		Detail:  map[string]any{"reason": reason}}); err != nil {
 		s.cfg.Logger.Error("audit refusal", "action", action, "err", err)
 	}
 }

@@ -175,7 +175,7 @@ func (s *Server) ssoCallback(c *gin.Context, r *request) error {
 		detail["reason"] = ref.Error()
 		s.cfg.Logger.Warn("sso sign-in refused", "reason", ref.Error(), "ip", r.ip)
 		if err := s.audit.Append(ctx, nil, audit.Entry{Actor: "anonymous", IP: r.ip, Action: "login.sso.refused",
-			Target: ssoTarget(detail), Detail: detail}); err != nil {
+			Target: ssoTarget(detail), Tenants: []string{access.AllTenants}, Detail: detail}); err != nil {
 			return err
 		}
 		s.metrics.logins.WithLabelValues("failure").Inc()
@@ -190,7 +190,7 @@ func (s *Server) ssoCallback(c *gin.Context, r *request) error {
 		return err
 	}
 	detail["via"] = "sso"
-	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login", Detail: detail}); err != nil {
+	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: r.ip, Action: "login", Tenants: op.Tenants, Detail: detail}); err != nil {
 		return err
 	}
 	s.metrics.logins.WithLabelValues("success").Inc()

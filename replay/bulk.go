@@ -311,8 +311,12 @@ func (w *Workflow) StartBulk(ctx context.Context, a Actor, plan, token, reason s
 		for i, it := range p.Items {
 			keyIDs[i] = it.KeyID
 		}
+		tenants, err := bulkTenants(tx, runID)
+		if err != nil {
+			return err
+		}
 		if err := w.audit.Append(ctx, tx, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.bulk_start",
-			Target: fmt.Sprintf("bulk:%d", runID), Detail: map[string]any{"filter": p.Filter, "selected": p.Selected,
+			Target: fmt.Sprintf("bulk:%d", runID), Tenants: tenants, Detail: map[string]any{"filter": p.Filter, "selected": p.Selected,
 				"total": p.Total, "capped": p.Capped, "counts": p.Counts, "reason": reason, "keys": keyIDs}}); err != nil {
 			return err
 		}
@@ -342,4 +346,14 @@ func requestBulkPass(ctx context.Context, tx *gorm.DB) error {
 		}
 	}
 	return err
+}
+
+// bulkTenants is the tenant set of bulk run id, for its audit rows: the tenants of its keys.
+func bulkTenants(tx *gorm.DB, id int64) ([]string, error) {
+	var tenants []string
+	if err := tx.Raw(`SELECT DISTINCT k.tenant FROM replay_bulk_items i JOIN idempotency_keys k ON k.id = i.key_id
+		WHERE i.run_id = ? ORDER BY 1`, id).Scan(&tenants).Error; err != nil {
+		return nil, fmt.Errorf("bulk run %d: tenants: %w", id, err)
+	}
+	return tenants, nil
 }

@@ -201,7 +201,14 @@ func (w *Workflow) finishBulk(ctx context.Context, run *takenRun, state string, 
 	if errText != "" {
 		errArg = truncate(errText, 1000)
 	}
-	err := w.db.WithContext(fin).Transaction(func(tx *gorm.DB) error {
+	// The row's tenants are its keys'. A run whose items cannot be read still ends, audited under
+	// its starter's tenants: those cover every key the starter could select, so the row is shown
+	// to no administrator outside them.
+	tenants, err := bulkTenants(w.db.WithContext(fin), run.ID)
+	if err != nil {
+		tenants = run.actor().Tenants
+	}
+	err = w.db.WithContext(fin).Transaction(func(tx *gorm.DB) error {
 		res := tx.Exec(`UPDATE replay_bulk_runs SET state = ?, error = ?, finished_at = now(), updated_at = now()
 			WHERE id = ? AND state = 'running'`, state, errArg, run.ID)
 		if res.Error != nil || res.RowsAffected == 0 {
@@ -212,7 +219,7 @@ func (w *Workflow) finishBulk(ctx context.Context, run *takenRun, state string, 
 			detail["error"] = errArg
 		}
 		return w.audit.Append(fin, tx, audit.Entry{Actor: run.actor().Ref(), IP: run.actor().IP, Action: "replay.bulk_done",
-			Target: fmt.Sprintf("bulk:%d", run.ID), Detail: detail})
+			Target: fmt.Sprintf("bulk:%d", run.ID), Tenants: tenants, Detail: detail})
 	})
 	if err != nil {
 		return fmt.Errorf("finish bulk run %d: %w", run.ID, err)

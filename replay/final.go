@@ -59,7 +59,7 @@ func (w *Workflow) adminKeyAction(ctx context.Context, a Actor, k *claim.Key, to
 			return err
 		}
 		return w.audit.Append(ctx, tx, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: auditAction,
-			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant, Detail: detail})
+			Target: fmt.Sprintf("key:%d", k.ID), Tenants: []string{k.Tenant}, Detail: detail})
 	})
 	switch {
 	case errors.Is(err, claim.ErrKeyChanged):

@@ -165,7 +165,7 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 	}
 	if refusal.Format != "" {
 		if err := w.audit.Append(ctx, nil, audit.Entry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.refused",
-			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
+			Target: fmt.Sprintf("key:%d", k.ID), Tenants: []string{k.Tenant},
 			Detail: map[string]any{"digest": k.KeyDigest, "version": a.version, "reason": refusal.String(), "bulk_run": a.bulkRun}}); err != nil {
 			return nil, false, err
 		}
@@ -192,7 +192,7 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 		}
 		id = ids[0]
 		return w.audit.Append(ctx, tx, audit.Entry{Actor: a.actor.Ref(), IP: a.actor.IP, Action: "replay.request",
-			Target: fmt.Sprintf("key:%d", k.ID), Tenant: k.Tenant,
+			Target: fmt.Sprintf("key:%d", k.ID), Tenants: []string{k.Tenant},
 			Detail: map[string]any{"request": id, "digest": k.KeyDigest, "version": a.version, "reason": a.reason,
 				"needs_approval": needs, "bulk_run": a.bulkRun}})
 	})
@@ -221,7 +221,7 @@ func (w *Workflow) request(ctx context.Context, a ask) (req *Request, dup bool, 
 func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, error) {
 	if r.RequestedBy == a.ID {
 		if err := w.audit.Append(ctx, nil, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve_refused",
-			Target: fmt.Sprintf("replay:%d", r.ID), Tenant: r.Tenant,
+			Target: fmt.Sprintf("replay:%d", r.ID), Tenants: []string{r.Tenant},
 			Detail: map[string]any{"digest": r.KeyDigest, "reason": "self-approval"}}); err != nil {
 			return nil, err
 		}
@@ -242,7 +242,7 @@ func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, 
 			return nil
 		}
 		return w.audit.Append(ctx, tx, audit.Entry{Actor: a.Ref(), IP: a.IP, Action: "replay.approve",
-			Target: fmt.Sprintf("replay:%d", r.ID), Tenant: r.Tenant,
+			Target: fmt.Sprintf("replay:%d", r.ID), Tenants: []string{r.Tenant},
 			Detail: map[string]any{"digest": r.KeyDigest, "key": r.KeyID, "requester": r.Requester}})
 	})
 	if err != nil {
@@ -381,7 +381,7 @@ func (w *Workflow) finish(ctx context.Context, r *Request, ip, state, kind strin
 			return nil
 		}
 		return w.audit.Append(ctx, tx, audit.Entry{Actor: "operator:" + r.Requester, IP: ip, Action: "replay.execute",
-			Target: fmt.Sprintf("key:%d", r.KeyID), Tenant: r.Tenant,
+			Target: fmt.Sprintf("key:%d", r.KeyID), Tenants: []string{r.Tenant},
 			Detail: map[string]any{"request": r.ID, "digest": r.KeyDigest, "state": state, "outcome": kind, "approver": r.Approver}})
 	})
 	if err != nil {

@@ -45,7 +45,8 @@ func newReconcileChannelCmd() *cobra.Command {
 					return err
 				}
 				return audit.New(d.DB, secret).Append(ctx, tx, audit.Entry{Actor: actor, Action: "reconcile.channel.set_tenants",
-					Target: "channel:" + args[0], Detail: map[string]any{"tenants": tenants, "before": before}})
+					Target: "channel:" + args[0], Tenants: append(append([]string{}, before...), tenants...),
+					Detail: map[string]any{"tenants": tenants, "before": before}})
 			})
 			if err != nil {
 				return err
