@@ -44,6 +44,10 @@ func (s *Server) auditPage(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	// The refusals of minutes that are over become their counted rows before the page is read.
+	if _, err := s.audit.SealRefusals(ctx); err != nil {
+		return err
+	}
 	rows, more, err := s.audit.List(ctx, f)
 	if err != nil {
 		return err

@@ -140,3 +140,74 @@ func TestAudit_TenantAdminReadsRowsOfTheirTenantsOnly(t *testing.T) {
 		t.Errorf("verify: %+v %v", res, err)
 	}
 }
+
+// refusals seals every counted refusal (the current minute's too, by moving it a minute back)
+// and returns how many refusals the audit rows matching where (on audit_log) count.
+func (b *bundle) refusals(where string, args ...any) int64 {
+	b.t.Helper()
+	b.exec(`UPDATE audit_refusals SET minute = minute - interval '1 minute'`)
+	if _, err := b.srv.audit.SealRefusals(context.Background()); err != nil {
+		b.t.Fatal(err)
+	}
+	return b.count(`SELECT COALESCE(sum((detail::jsonb ->> 'count')::bigint), 0) FROM audit_log WHERE action LIKE '%_refused' AND `+where, args...)
+}
+
+// Refusals are counted, not each written: a viewer's 200 refused requests are one count per
+// minute, not 200 audit rows; once its minute is over a count is sealed into the chain as one
+// row saying how many, and idemops_console_refusals_total counted each (issue 35 item 4). The
+// requests may straddle a minute's end, so the test sums counts and allows two rows per pair.
+func TestAudit_RefusalsAreCountedNotEachWritten(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("vic", access.RoleViewer, "acme")
+	b.addOperator("otto", access.RoleViewer, "acme")
+	vic, otto := b.signIn("vic"), b.signIn("otto")
+	k := b.seedKey("acme", "payment.charge", "k-1", `{"amount":100,"currency":"USD"}`, true)
+	before := b.count(`SELECT count(*) FROM audit_log`)
+	for i := 0; i < 200; i++ {
+		if got := vic.get("/retention/preview"); got.Status != 403 { // out of scope: "*" only
+			t.Fatalf("preview as an acme viewer: %d", got.Status)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if got := vic.post(fmt.Sprintf("/keys/%d/reveal", k.ID), nil, true); got.Status != 403 { // role too low
+			t.Fatalf("reveal as a viewer: %d", got.Status)
+		}
+	}
+	otto.get("/retention/preview")
+	if n := b.count(`SELECT count(*) FROM audit_log`) - before; n > 3 {
+		t.Errorf("204 refusals wrote %d audit rows, want at most one per pair of operator and action whose minute ended", n)
+	}
+	metrics := b.client().get("/metrics").Body
+	mustContain(t, "metrics", metrics, `idemops_console_refusals_total{action="retention.preview"} 201`)
+	mustContain(t, "metrics", metrics, `idemops_console_refusals_total{action="POST /keys/:id/reveal"} 3`)
+
+	// Every minute is over: the audit page seals the counts, one chained row each.
+	b.exec(`UPDATE audit_refusals SET minute = minute - interval '1 minute'`)
+	page := b.signIn("root").get("/audit?action=retention.preview_refused&actor=operator:vic")
+	mustContain(t, "audit page", page.Body, "retention.preview_refused")
+	if n := b.count(`SELECT count(*) FROM audit_refusals`); n != 0 {
+		t.Errorf("%d counts left after sealing", n)
+	}
+	type sealed struct {
+		Actor, Action string
+		Rows, Count   int64
+	}
+	var got []sealed
+	b.db.Raw(`SELECT actor, action, count(*) AS rows, sum((detail::jsonb ->> 'count')::bigint) AS count FROM audit_log
+		WHERE action LIKE '%_refused' GROUP BY actor, action ORDER BY actor, action`).Scan(&got)
+	want := map[string]int64{"operator:otto retention.preview_refused": 1, "operator:vic POST /keys/:id/reveal_refused": 3,
+		"operator:vic retention.preview_refused": 200}
+	if len(got) != len(want) {
+		t.Fatalf("sealed %+v, want %v", got, want)
+	}
+	for _, g := range got {
+		if n, ok := want[g.Actor+" "+g.Action]; !ok || g.Count != n || g.Rows > 2 {
+			t.Errorf("%s %s: %d rows counting %d, want at most 2 rows counting %d", g.Actor, g.Action, g.Rows, g.Count, n)
+		}
+	}
+	if res, err := b.srv.audit.Verify(context.Background(), audit.VerifyOptions{}); err != nil || !res.OK() {
+		t.Errorf("verify: %+v %v", res, err)
+	}
+}

@@ -18,6 +18,7 @@ type metrics struct {
 	reveals  prometheus.Counter
 	checks   *prometheus.CounterVec
 	requests *prometheus.CounterVec
+	refusals *prometheus.CounterVec
 	handler  http.Handler
 }
 
@@ -32,8 +33,11 @@ func newMetrics() *metrics {
 			Help: "Downstream checks by answer (found, not_found, error)."}, []string{"answer"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemops_console_http_requests_total",
 			Help: "HTTP requests by route pattern and status."}, []string{"route", "status"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idemops_console_refusals_total",
+			Help: "Refused actions of signed-in operators (out of scope, role too low), by action or route; the audit log holds one row per operator, action and minute with its count."},
+			[]string{"action"}),
 	}
-	m.reg.MustRegister(m.logins, m.reveals, m.checks, m.requests,
+	m.reg.MustRegister(m.logins, m.reveals, m.checks, m.requests, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m

@@ -166,6 +166,9 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 				return
 			}
 			if r.op.Role < rt.Min {
+				ctx, cancel := s.ctx(c)
+				s.auditRefusal(ctx, r, rt.Method+" "+rt.Path, "", ErrForbidden)
+				cancel()
 				s.fail(c, r, rt.Kind, ErrForbidden)
 				return
 			}

@@ -29,16 +29,18 @@ func (s *Server) loadOperatorFor(ctx context.Context, r *request, idParam string
 	return s.ops.ForActor(ctx, r.op, id)
 }
 
-// auditRefusal records an admin action that was refused (out of scope, a tenant not grantable, a
-// guard) with its reason; the refusal itself is still returned to the caller.
+// auditRefusal records an action that was refused (out of scope, a role too low, a tenant not
+// grantable, a guard) with its reason; the refusal itself is still returned to the caller.
+// Refusals are counted, not each written (audit.Log.Refused): one chained row per operator,
+// action and minute with its count, and idemops_console_refusals_total.
 func (s *Server) auditRefusal(ctx context.Context, r *request, action, target string, cause error) {
 	reason := publicMessage(cause)
 	if errors.Is(cause, ErrNotFound) {
 		reason = "not found or outside your tenants"
 	}
-	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action + "_refused", Target: target,
-		Tenants: r.op.Tenants,
-		Detail:  map[string]any{"reason": reason}}); err != nil {
+	s.metrics.refusals.WithLabelValues(action).Inc()
+	if err := s.audit.Refused(ctx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action + "_refused", Target: target,
+		Tenants: r.op.Tenants, Detail: map[string]any{"reason": reason}}); err != nil {
 		s.cfg.Logger.Error("audit refusal", "action", action, "err", err)
 	}
 }

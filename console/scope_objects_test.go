@@ -213,10 +213,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 				}
 				if want == "404" && act && rt.Kind == kindPage {
 					// Refused actions leave an audit row.
-					var n int64
-					b.db.Raw(`SELECT count(*) FROM audit_log WHERE actor = ? AND action = ?`, ops[a.name].Actor(),
-						rt.Method+" "+rt.Path+"_refused").Scan(&n)
-					if n == 0 {
+					if n := b.refusals(`actor = ? AND action = ?`, ops[a.name].Actor(), rt.Method+" "+rt.Path+"_refused"); n == 0 {
 						t.Errorf("%s %s as %s on the %s %s: refusal not audited", rt.Method, rt.Path, a.name, c, kind)
 					}
 				}

@@ -99,9 +99,7 @@ func TestOperatorScopeMatrix(t *testing.T) {
 					t.Errorf("%s %s %s: %d tokens after status %d", a.kind, action, tg.kind, tokens, got.Status)
 				}
 				if exp == 404 || exp == 409 {
-					var audited int64
-					b.db.Raw(`SELECT count(*) FROM audit_log WHERE actor = ? AND action LIKE '%_refused'`, actor.Actor()).Scan(&audited)
-					if audited == 0 {
+					if audited := b.refusals(`actor = ?`, actor.Actor()); audited == 0 {
 						t.Errorf("%s %s %s: refusal not audited", a.kind, action, tg.kind)
 					}
 				}
@@ -209,9 +207,7 @@ func TestLastStarAdminProtected(t *testing.T) {
 	if err := b.srv.ops.SetAccess(ctx, access.Change{Actor: "cli:test"}, last.Name, access.RoleOperator, []string{"*"}); err != nil {
 		t.Errorf("demote with another * admin active: %v", err)
 	}
-	var refusals int64
-	b.db.Raw(`SELECT count(*) FROM audit_log WHERE actor = ? AND action LIKE '%_refused'`, last.Actor()).Scan(&refusals)
-	if refusals < 2 {
+	if refusals := b.refusals(`actor = ?`, last.Actor()); refusals < 2 {
 		t.Errorf("%d refusals audited for %s, want 2", refusals, last.Name)
 	}
 }

@@ -258,11 +258,17 @@ func logAuditHeads(ctx context.Context, log *audit.Log, logger *slog.Logger, eve
 	}
 }
 
-// logAuditHead verifies the rows after last (all rows when nil), logs the head as
+// logAuditHead seals the counted refusals of minutes that are over, verifies the rows after last (all rows when nil), logs the head as
 // "audit head seq=N hash=H" (or the break it found), and returns the head to resume from.
 func logAuditHead(ctx context.Context, log *audit.Log, logger *slog.Logger, last *audit.Head, g *auditGauges) *audit.Head {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	// Counted refusals of minutes that are over join the chain before it is verified.
+	if n, err := log.SealRefusals(ctx); err != nil {
+		logger.Error("audit seal refusals", "err", err)
+	} else if n > 0 {
+		logger.Info("audit refusals sealed", "rows", n)
+	}
 	res, err := log.Verify(ctx, audit.VerifyOptions{From: last})
 	switch {
 	case err != nil:
