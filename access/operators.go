@@ -135,7 +135,9 @@ type NewOperator struct {
 	Tenants  []string
 }
 
-// Add creates an operator. ErrConflict when the name is taken, in any case.
+// Add creates an operator. ErrConflict when the name is taken, in any case, by an operator
+// within ch.Scope; a name taken outside it is an *errs.FieldError that says only that the name
+// cannot be used.
 func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operator, error) {
 	if !operatorName.MatchString(n.Name) {
 		return nil, fieldErr("name", "use 1–64 letters, digits, '.', '_', '@' or '-'")
@@ -168,6 +170,21 @@ func (d *Operators) Add(ctx context.Context, ch Change, n NewOperator) (*Operato
 		return d.audit.Append(ctx, tx, audit.Entry{Actor: ch.Actor, IP: ch.IP, Action: "operator.add", Target: "operator:" + n.Name,
 			Tenants: n.Tenants, Detail: map[string]any{"role": n.Role.String(), "tenants": n.Tenants}})
 	})
+	if errors.Is(err, ErrConflict) && ch.Scope != nil {
+		var seen int64
+		q := d.db.WithContext(ctx).Model(&operatorModel{}).Where(byNameSQL, n.Name)
+		if where, args := scopeWhere(ch.Scope); where != "" {
+			q = q.Where(where, args...)
+		}
+		if cerr := q.Count(&seen).Error; cerr != nil {
+			return nil, fmt.Errorf("add operator: %w", cerr)
+		}
+		if seen == 0 {
+			// The operator of that name is outside the actor's tenants: say no more than that
+			// the name cannot be used (names are unique across tenants).
+			return nil, fieldErr("name", "this name cannot be used: choose another")
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -115,6 +116,11 @@ func (s *Server) saveJob(ctx context.Context, r *request, original string, spec 
 	} else {
 		action = "reconcile.job.update"
 		j, err = s.recon.UpdateJob(ctx, original, spec)
+	}
+	if errors.Is(err, reconcile.ErrNameTaken) && s.scope.Check(ctx, r.op, access.ObjReconJob, spec.Name, false) != nil {
+		// The job of that name is not this operator's to see: the answer says no more than that
+		// the name cannot be used (names are unique across tenants).
+		err = inputErr("name", "this name cannot be used: choose another")
 	}
 	if err != nil && statusOf(err) != http.StatusInternalServerError {
 		return nil, err // refused input changes nothing: no audit row

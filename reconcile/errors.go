@@ -100,6 +100,10 @@ var (
 	ErrClosed = errs.New(errs.Conflict, "finding already closed")
 	// ErrCannotRecover: recover does not apply to this finding or its key; the message says why.
 	ErrCannotRecover = errs.New(errs.Conflict, "cannot recover")
+	// ErrNameTaken: a recon job of that name exists (an *errs.FieldError of "name" under it, bad
+	// input like ErrInvalid): the console answers it generically when the operator cannot see
+	// that job.
+	ErrNameTaken = errs.New(errs.Invalid, "name taken")
 )
 
 // invalidf is bad input naming the field: an *errs.FieldError under ErrInvalid as its context,

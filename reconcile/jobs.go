@@ -313,7 +313,7 @@ func (r *Reconciler) saveJob(ctx context.Context, original string, spec JobSpec)
 		return syncSchedule(ctx, tx, original, rows[0].job())
 	})
 	if isUniqueViolation(err) {
-		return nil, invalidf("name", "a recon job named %q exists", spec.Name)
+		return nil, errs.Errorf("%w: %w", ErrInvalid, errs.Fieldf("name", "a recon job named %q exists", spec.Name).Of(ErrNameTaken))
 	}
 	var fe *errs.FieldError
 	if errors.As(err, &fe) || errors.Is(err, ErrNotFound) {
