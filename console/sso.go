@@ -48,7 +48,10 @@ type SSOConfig struct {
 	GroupsClaim string
 	// GroupMap maps a group to a role and tenants (see access.ParseGroupMap).
 	GroupMap access.GroupMap
-	// Scopes asked for besides openid (default email, profile).
+	// Scopes asked for besides openid. The default is email and profile, and groups too when a
+	// GroupMap is set: providers such as Dex, Okta and mockoidc put the groups claim in the ID
+	// token only when the groups scope is asked for. Set them when the provider names its scopes
+	// otherwise (one that refuses an unknown scope, or calls its groups scope something else).
 	Scopes []string
 	// HTTPClient talks to the provider (default: a client with a 10 s timeout).
 	HTTPClient *http.Client
@@ -68,6 +71,14 @@ func (c *SSOConfig) validate() error {
 	}
 	if len(c.Scopes) == 0 {
 		c.Scopes = []string{"email", "profile"}
+		if len(c.GroupMap) > 0 {
+			c.Scopes = append(c.Scopes, "groups")
+		}
+	}
+	for _, sc := range c.Scopes {
+		if sc == "" || strings.ContainsAny(sc, " \"\\") || sc == oidc.ScopeOpenID {
+			return fmt.Errorf("console: SSO scope %q: name each scope once, without spaces (openid is always asked for)", sc)
+		}
 	}
 	for i, d := range c.AllowedDomains {
 		c.AllowedDomains[i] = strings.ToLower(strings.TrimPrefix(strings.TrimSpace(d), "@"))

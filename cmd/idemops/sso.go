@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,7 @@ func addSSOFlags(f *pflag.FlagSet) {
 	f.String("sso-allowed-domains", "", "comma-separated email domains let in; empty: any (env IDEMOPS_SSO_ALLOWED_DOMAINS)")
 	f.String("sso-groups-claim", "groups", "ID token claim holding the person's groups (env IDEMOPS_SSO_GROUPS_CLAIM)")
 	f.String("sso-group-map", "", "group=role:tenants;... e.g. 'ops-admins=admin:*;finance=viewer:acme,globex' (env IDEMOPS_SSO_GROUP_MAP)")
+	f.String("sso-scopes", "", "comma-separated scopes asked for besides openid; empty: email,profile, and groups with --sso-group-map (env IDEMOPS_SSO_SCOPES)")
 	f.Bool("local-login", true, "allow password sign-in; --local-login=false needs single sign-on (env IDEMOPS_LOCAL_LOGIN)")
 }
 
@@ -61,6 +63,14 @@ func ssoConfig(cmd *cobra.Command, cfg *console.Config) error {
 				return usagef("--sso-allowed-domains: %q is not a domain", d)
 			}
 			sc.AllowedDomains = append(sc.AllowedDomains, strings.ToLower(d))
+		}
+	}
+	for _, sco := range strings.Split(flagOrEnv(cmd, "sso-scopes", "IDEMOPS_SSO_SCOPES"), ",") {
+		if sco = strings.TrimSpace(sco); sco != "" {
+			if strings.ContainsAny(sco, " \"\\") || sco == "openid" || slices.Contains(sc.Scopes, sco) {
+				return usagef("--sso-scopes: %q is not a scope to add (openid is always asked for; each once)", sco)
+			}
+			sc.Scopes = append(sc.Scopes, sco)
 		}
 	}
 	gm, err := access.ParseGroupMap(flagOrEnv(cmd, "sso-group-map", "IDEMOPS_SSO_GROUP_MAP"))

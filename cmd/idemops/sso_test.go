@@ -27,6 +27,9 @@ func TestSSOFlags_BadValuesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		cfg.SSO.AllowedDomains[0] != "example.com" || cfg.SSO.GroupsClaim != "groups" {
 		t.Fatalf("%+v %v", cfg, err)
 	}
+	if cfg, err := run(append(ok, "--sso-scopes", "email, read:groups")...); err != nil || strings.Join(cfg.SSO.Scopes, " ") != "email read:groups" {
+		t.Fatalf("--sso-scopes: %+v %v", cfg.SSO, err)
+	}
 	if cfg, err := run(); err != nil || cfg.SSO != nil {
 		t.Fatalf("no flags: %+v %v", cfg, err)
 	}
@@ -40,6 +43,8 @@ func TestSSOFlags_BadValuesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--sso-issuer", "https://id.example", "--sso-client-id", "x"}, "--sso-redirect-url"},
 		{append(ok, "--sso-group-map", "ops=boss:*"), "--sso-group-map"},
 		{append(ok, "--sso-allowed-domains", "a@b.com"), "--sso-allowed-domains"},
+		{append(ok, "--sso-scopes", "email,openid"), "--sso-scopes"},
+		{append(ok, "--sso-scopes", "email,email"), "--sso-scopes"},
 	} {
 		_, err := run(tc.args...)
 		var ue usageError
