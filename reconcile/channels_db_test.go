@@ -282,11 +282,14 @@ func TestWechatPay_TamperedAnswersAreRefusedAndNothingIsImported(t *testing.T) {
 			return nil
 		}
 	}
+	// The fetcher's clock, moved on by the expired-URL case while the bill answer is on its way.
+	clock := &stepClock{}
 	cases := []struct {
 		name    string
 		tamper  func(*http.Request, *http.Response) error
 		account func(*reconcile.AccountSettings)
 		paysim  paysim.Config
+		clock   *stepClock
 		want    string
 	}{
 		{name: "bad signature: the bill answer's hash_value changed on the way",
@@ -317,8 +320,9 @@ func TestWechatPay_TamperedAnswersAreRefusedAndNothingIsImported(t *testing.T) {
 		{name: "expired URL at the channel", paysim: paysim.Config{WechatDownloadLife: time.Nanosecond},
 			want: "refused the download of part 1: HTTP 400 INVALID_REQUEST"},
 		{name: "expired URL here: the bill answer came after the URL's life",
-			tamper:  onPath("/v3/bill/tradebill", func(*http.Response) error { time.Sleep(1100 * time.Millisecond); return nil }),
+			tamper:  onPath("/v3/bill/tradebill", func(*http.Response) error { clock.advance(1100 * time.Millisecond); return nil }),
 			account: func(s *reconcile.AccountSettings) { s.DownloadURLLifeSeconds = 1 },
+			clock:   clock,
 			want:    "the download_url of part 1 expired before it could be fetched"},
 		{name: "an encrypted part altered on the way", paysim: paysim.Config{WechatBillMode: paysim.WechatBillEncrypted},
 			tamper: onPath("/v3/billdownload/file", func(resp *http.Response) error {
@@ -328,7 +332,11 @@ func TestWechatPay_TamperedAnswersAreRefusedAndNothingIsImported(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rig := newChannelRig(t, c.paysim)
+			var cfgs []func(*reconcile.Config)
+			if c.clock != nil {
+				cfgs = append(cfgs, func(cfg *reconcile.Config) { cfg.Now = c.clock.now })
+			}
+			rig := newChannelRig(t, c.paysim, cfgs...)
 			day, date := recentDay()
 			rig.charges(day)
 			mods := []func(*reconcile.AccountSettings){}
@@ -658,3 +666,10 @@ func TestCredentials_RotationWithTwoKeysValid(t *testing.T) {
 	r, err = run(now)
 	rig.wantImported(r, err, "the new merchant key")
 }
+
+// stepClock is the wall clock moved on by hand: a test makes time pass for the code under test
+// without waiting for it.
+type stepClock struct{ offset atomic.Int64 }
+
+func (c *stepClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *stepClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
