@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 // The claim API against a model: random sequences of claims, completions, failures (final,
@@ -487,9 +488,9 @@ func (m *claimModel) OperatorReleaseOrFinal(t *rapid.T) {
 		t.Fatal(err)
 	}
 	if final {
-		err = m.store.MarkFinal(ctx, nil, k.id, row.Version, "operator:model", "checked at the channel")
+		err = keys.MarkFinal(ctx, m.store, nil, k.id, row.Version, "operator:model", "checked at the channel")
 	} else {
-		err = m.store.ReleaseForRetry(ctx, nil, k.id, row.Version, "operator:model", "nothing at the channel")
+		err = keys.ReleaseForRetry(ctx, m.store, nil, k.id, row.Version, "operator:model", "nothing at the channel")
 	}
 	if !replayable(k) {
 		if !errors.Is(err, claim.ErrNotReplayable) {

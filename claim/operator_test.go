@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 )
 
 // TestMarkFinal_OnlyWithoutALiveLeaseAndAtTheSeenVersion: an operator's mark-final is a
@@ -20,18 +21,18 @@ func TestMarkFinal_OnlyWithoutALiveLeaseAndAtTheSeenVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := b.store.Get(ctx, out.KeyID)
-	err = b.store.MarkFinal(ctx, nil, k.ID, k.Version, "operator:ada", "stuck")
+	err = keys.MarkFinal(ctx, b.store, nil, k.ID, k.Version, "operator:ada", "stuck")
 	if !errors.Is(err, claim.ErrNotReplayable) || !strings.Contains(err.Error(), "live lease") {
 		t.Fatalf("mark final under a live lease: %v, want ErrNotReplayable naming the lease", err)
 	}
 	b.expireLease(k.ID)
-	if err := b.store.MarkFinal(ctx, nil, k.ID, k.Version-1, "operator:ada", "stuck"); !errors.Is(err, claim.ErrKeyChanged) {
+	if err := keys.MarkFinal(ctx, b.store, nil, k.ID, k.Version-1, "operator:ada", "stuck"); !errors.Is(err, claim.ErrKeyChanged) {
 		t.Fatalf("mark final at a stale version: %v, want ErrKeyChanged", err)
 	}
-	if err := b.store.MarkFinal(ctx, nil, k.ID, k.Version, "operator:ada", ""); err == nil {
+	if err := keys.MarkFinal(ctx, b.store, nil, k.ID, k.Version, "operator:ada", ""); err == nil {
 		t.Fatal("mark final without a reason: accepted")
 	}
-	if err := b.store.MarkFinal(ctx, nil, k.ID, k.Version, "operator:ada", "channel confirmed it never arrived"); err != nil {
+	if err := keys.MarkFinal(ctx, b.store, nil, k.ID, k.Version, "operator:ada", "channel confirmed it never arrived"); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := b.store.Get(ctx, k.ID)
@@ -43,7 +44,7 @@ func TestMarkFinal_OnlyWithoutALiveLeaseAndAtTheSeenVersion(t *testing.T) {
 	if last.Kind != "marked_final" || last.Actor != "operator:ada" || !strings.Contains(string(last.Detail), "never arrived") {
 		t.Errorf("last event %s by %s %s", last.Kind, last.Actor, last.Detail)
 	}
-	if err := b.store.MarkFinal(ctx, nil, k.ID, after.Version, "operator:ada", "again"); !errors.Is(err, claim.ErrNotReplayable) {
+	if err := keys.MarkFinal(ctx, b.store, nil, k.ID, after.Version, "operator:ada", "again"); !errors.Is(err, claim.ErrNotReplayable) {
 		t.Errorf("mark final of a failed_final key: %v, want ErrNotReplayable", err)
 	}
 }

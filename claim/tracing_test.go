@@ -42,7 +42,7 @@ func TestTracing_ClaimPathSpansCarryTheDigestAndEventsTheTraceID(t *testing.T) {
 	for _, name := range []string{"idemops.claim", "idemops.drive", "idemops.downstream.execute", "idemops.complete"} {
 		s, ok := spans[name]
 		if !ok {
-			t.Errorf("no span %s among %v", name, keys(spans))
+			t.Errorf("no span %s among %v", name, spanNames(spans))
 			continue
 		}
 		if s.SpanContext.TraceID() != traceID || attr(s, "idemops.key_digest") != digest || attr(s, "idemops.operation") != "payment.charge" {
@@ -93,7 +93,7 @@ func attr(s tracetest.SpanStub, key string) string {
 	return ""
 }
 
-func keys(m map[string]tracetest.SpanStub) []string {
+func spanNames(m map[string]tracetest.SpanStub) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 )
 
 // TestDrive_WithoutExecuteNeverExecutesOnAnyBranch: a holder that may not execute (the daemon's
@@ -45,7 +46,7 @@ func TestDrive_WithoutExecuteNeverExecutesOnAnyBranch(t *testing.T) {
 	}
 	// A key an operator released for retry.
 	k := failed("released")
-	if err := b.store.ReleaseForRetry(ctx, nil, k.ID, k.Version, "operator:ada", "checked"); err != nil {
+	if err := keys.ReleaseForRetry(ctx, b.store, nil, k.ID, k.Version, "operator:ada", "checked"); err != nil {
 		t.Fatal(err)
 	}
 	l, err := b.store.Takeover(ctx, k.ID, "operator:olga")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -20,7 +21,7 @@ func TestRecover_ReleasedForRetryKeyIsLookedUpNeverExecuted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.ReleaseForRetry(b.ctx, nil, key.ID, key.Version, "operator:ada", "looked like nothing went out"); err != nil {
+	if err := keys.ReleaseForRetry(b.ctx, b.store, nil, key.ID, key.Version, "operator:ada", "looked like nothing went out"); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := b.rec.Recover(b.ctx, f.ID, "alice", "the channel has the charge")

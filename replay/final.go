@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 )
 
 // Beside a replay, an administrator has two ways out for a stuck or held key: mark it final (its
@@ -25,7 +26,7 @@ import (
 func (w *Workflow) MarkFinal(ctx context.Context, a Actor, k *claim.Key, token, reason string) (*claim.Key, error) {
 	return w.adminKeyAction(ctx, a, k, token, reason, ActionFinal, "key.mark_final",
 		func(tx *gorm.DB, version int64, reason string) error {
-			return w.claims.MarkFinal(ctx, tx, k.ID, version, a.Ref(), reason)
+			return keys.MarkFinal(ctx, w.claims, tx, k.ID, version, a.Ref(), reason)
 		}, nil)
 }
 
@@ -35,7 +36,7 @@ func (w *Workflow) MarkFinal(ctx context.Context, a Actor, k *claim.Key, token, 
 func (w *Workflow) ReleaseForRetry(ctx context.Context, a Actor, k *claim.Key, token, reason string) (*claim.Key, error) {
 	return w.adminKeyAction(ctx, a, k, token, reason, ActionRelease, "key.release_for_retry",
 		func(tx *gorm.DB, version int64, reason string) error {
-			return w.claims.ReleaseForRetry(ctx, tx, k.ID, version, a.Ref(), reason)
+			return keys.ReleaseForRetry(ctx, w.claims, tx, k.ID, version, a.Ref(), reason)
 		}, func(k *claim.Key) map[string]any { return map[string]any{"held": k.Held} })
 }
 

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -70,7 +71,7 @@ func TestReplay_ReleasedForRetryKeyAsksDownstreamFirstNeverChargesTwice(t *testi
 		t.Fatal(err) // …and its answer was lost
 	}
 	k, _ := f.claims.Get(ctx, out.KeyID)
-	if err := f.claims.ReleaseForRetry(ctx, nil, k.ID, k.Version, "operator:ada", "looked like nothing went out"); err != nil {
+	if err := keys.ReleaseForRetry(ctx, f.claims, nil, k.ID, k.Version, "operator:ada", "looked like nothing went out"); err != nil {
 		t.Fatal(err)
 	}
 	k, _ = f.claims.Get(ctx, out.KeyID)

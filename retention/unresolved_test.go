@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -65,7 +66,7 @@ func TestPurge_NeverPurgesAKeyWhoseOutcomeIsUnknownUntilResolved(t *testing.T) {
 	absent := failed("proven-absent", claim.RetryableFailure("downstream_not_found", "downstream twice said not found"), false)
 	released := failed("released", claim.RetryableFailure("timeout", "no answer"), false)
 	k, _ := b.store.Get(b.ctx, released)
-	if err := b.store.ReleaseForRetry(b.ctx, nil, k.ID, k.Version, "operator:ada", "the channel has nothing"); err != nil {
+	if err := keys.ReleaseForRetry(b.ctx, b.store, nil, k.ID, k.Version, "operator:ada", "the channel has nothing"); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []int64{held, unknown, absent, released} {

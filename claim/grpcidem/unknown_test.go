@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 // plainMethod makes the world's method a plain handler: neither an Operation (Run) nor
@@ -83,7 +84,7 @@ func TestGRPC_HeldPlainKeyRunsAgainOnlyAfterAnOperatorReleasesIt(t *testing.T) {
 
 	k := held("k-release")
 	wantStatus(t, w.call(w.conn, "tok-a", []string{"k-release"}, flaky), codes.FailedPrecondition, grpcidem.ReasonNeedsRecovery)
-	if err := store.ReleaseForRetry(ctx, nil, k.ID, k.Version, "operator:alice", "the channel has no such charge"); err != nil {
+	if err := keys.ReleaseForRetry(ctx, store, nil, k.ID, k.Version, "operator:alice", "the channel has no such charge"); err != nil {
 		t.Fatal(err)
 	}
 	r := w.call(w.conn, "tok-a", []string{"k-release"}, flaky)
@@ -98,7 +99,7 @@ func TestGRPC_HeldPlainKeyRunsAgainOnlyAfterAnOperatorReleasesIt(t *testing.T) {
 	}
 
 	k = held("k-final")
-	if err := store.MarkFinal(ctx, nil, k.ID, k.Version, "operator:alice", "the channel charged; refunded by hand"); err != nil {
+	if err := keys.MarkFinal(ctx, store, nil, k.ID, k.Version, "operator:alice", "the channel charged; refunded by hand"); err != nil {
 		t.Fatal(err)
 	}
 	// The stored "outcome unknown" answer is now final: replayed, never run again.

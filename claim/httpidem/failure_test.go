@@ -15,6 +15,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 // failingRoutes serves /db (database-only: an order row in the route's transaction) and /ext
@@ -219,10 +220,10 @@ func testFailure_External5xxIsReplayedUntilAnOperatorReleasesIt(t *testing.T, f 
 	if !k.Held || !k.NeedsAttention || f.calls.Load() != 1 {
 		t.Fatalf("held %v attention %v calls %d", k.Held, k.NeedsAttention, f.calls.Load())
 	}
-	if err := f.store.ReleaseForRetry(t.Context(), nil, k.ID, k.Version+1, "operator:x", "checked"); err == nil {
+	if err := keys.ReleaseForRetry(t.Context(), f.store, nil, k.ID, k.Version+1, "operator:x", "checked"); err == nil {
 		t.Fatal("release at a stale version succeeded")
 	}
-	if err := f.store.ReleaseForRetry(t.Context(), nil, k.ID, k.Version, "operator:x", "mail server log shows nothing sent"); err != nil {
+	if err := keys.ReleaseForRetry(t.Context(), f.store, nil, k.ID, k.Version, "operator:x", "mail server log shows nothing sent"); err != nil {
 		t.Fatal(err)
 	}
 	r := f.post("/ext", "tok-a", []string{"k-ext"}, `{"to":"a"}`)
@@ -239,7 +240,7 @@ func testFailure_ExternalHeldKeyMarkedFinalReplaysForever(t *testing.T, f *faili
 	f.fail.Store(true)
 	f.post("/ext", "tok-a", []string{"k-final"}, `{}`)
 	k := f.key("mail.send", "k-final")
-	if err := f.store.MarkFinal(t.Context(), nil, k.ID, k.Version, "operator:x", "sent, per the mail server"); err != nil {
+	if err := keys.MarkFinal(t.Context(), f.store, nil, k.ID, k.Version, "operator:x", "sent, per the mail server"); err != nil {
 		t.Fatal(err)
 	}
 	f.fail.Store(false)
@@ -270,7 +271,7 @@ func testFailure_ExternalCrashIsHeldNotAnEndless409(t *testing.T, f *failingRout
 		t.Fatal("the handler ran although an earlier attempt may have acted")
 	}
 	k := f.key("mail.send", "k-x")
-	if err := f.store.ReleaseForRetry(t.Context(), nil, k.ID, k.Version, "operator:x", "nothing sent"); err != nil {
+	if err := keys.ReleaseForRetry(t.Context(), f.store, nil, k.ID, k.Version, "operator:x", "nothing sent"); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.post("/ext", "tok-a", []string{"k-x"}, `{}`); r.status != 201 || f.calls.Load() != 1 {
