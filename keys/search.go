@@ -14,9 +14,8 @@ import (
 	"github.com/idemops/idemops/claim"
 )
 
-// Reads of the keys table that other packages need (the console's search, find by key and
-// dashboard; the daemon's gauges) live here, next to the table, so the SQL and the indexes that
-// serve it are written once.
+// Reads of the keys table that operators need (the console's search, find by key and dashboard;
+// the daemon's gauges) live here, so the SQL and the indexes that serve it are written once.
 
 // Scope limits a read to the tenants a caller may see: every tenant when All, else only
 // Tenants (none at all when Tenants is empty). The zero Scope sees nothing.
