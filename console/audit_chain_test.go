@@ -8,8 +8,7 @@ import (
 )
 
 func TestAudit_HeadSequenceIsAMetric(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.appendAudit(3)
 	resp, err := http.Get(b.ts.URL + "/metrics")
 	if err != nil {

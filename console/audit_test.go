@@ -22,8 +22,7 @@ func (b *bundle) appendAudit(n int) {
 }
 
 func TestAudit_PageFiltersAndAdminActions(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	admin := b.signIn("root")

@@ -48,8 +48,7 @@ func TestPassword_HashIsArgon2idAndChecks(t *testing.T) {
 }
 
 func TestLogin_SessionCookieAndRedirect(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	if got := c.get("/keys?state=completed"); got.Status != 303 || got.Location != "/login?next=%2Fkeys%3Fstate%3Dcompleted" {
@@ -97,8 +96,7 @@ func TestLogin_SessionCookieAndRedirect(t *testing.T) {
 }
 
 func TestLogin_SecureCookieUnderTLS(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("alice", access.RoleViewer, "acme")
 	ts := httptest.NewTLSServer(b.srv.Handler())
 	defer ts.Close()
@@ -117,8 +115,7 @@ func TestLogin_SecureCookieUnderTLS(t *testing.T) {
 }
 
 func TestLogin_RequiresFormToken(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	c.loginToken()
@@ -133,8 +130,7 @@ func TestLogin_RequiresFormToken(t *testing.T) {
 }
 
 func TestLogin_LockoutPerUser(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t) // UserLimit 3
+	b := setup(t) // UserLimit 3
 	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	for i := 0; i < 3; i++ {
@@ -159,8 +155,7 @@ func TestLogin_LockoutPerUser(t *testing.T) {
 }
 
 func TestLogin_LockoutPerAddress(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t) // IPLimit 6
+	b := setup(t) // IPLimit 6
 	b.addOperator("alice", access.RoleViewer, "acme")
 	c := b.client()
 	for i := 0; i < 6; i++ { // different names: the per-user limit never trips
@@ -174,8 +169,7 @@ func TestLogin_LockoutPerAddress(t *testing.T) {
 }
 
 func TestSession_IdleAndAbsoluteTimeouts(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("alice", access.RoleViewer, "acme")
 	idle := b.signIn("alice")
 	abs := b.signIn("alice")
@@ -204,8 +198,7 @@ func TestSession_IdleAndAbsoluteTimeouts(t *testing.T) {
 }
 
 func TestSecurityHeaders(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	got := b.client().get("/login")
 	h := got.Header
 	csp := h.Get("Content-Security-Policy")
@@ -229,8 +222,7 @@ func TestSecurityHeaders(t *testing.T) {
 }
 
 func TestAPI_BearerTokens(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("bot", access.RoleViewer, "acme")
 	b.seedKey("acme", "payment.charge", "k1", `{"amount":1,"currency":"USD"}`, true)
 	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "bot", "ci", 0)

@@ -18,8 +18,7 @@ import (
 // key turned into a sent one, a key added), whose token was altered, or whose preview expired is
 // a 400 naming the field, and nothing is written.
 func TestBulkReplay_TamperedOrStaleConfirmationRefused(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	lost := b.seedFailed("acme", "t-lost", `{"amount":200,"currency":"USD"}`, true)
 	done := b.seedKey("acme", "payment.charge", "t-done", `{"amount":400,"currency":"USD"}`, true)
@@ -61,8 +60,7 @@ func TestBulkReplay_TamperedOrStaleConfirmationRefused(t *testing.T) {
 // TestBulkReplay_SelectedKeysPreviewAndStart: the keys ticked on the search page are previewed
 // (and only those visible to the operator), writing nothing; the start replays exactly them.
 func TestBulkReplay_SelectedKeysPreviewAndStart(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k1 := b.seedFailed("acme", "s-one", `{"amount":100,"currency":"USD"}`, true)
 	k2 := b.seedFailed("acme", "s-two", `{"amount":200,"currency":"USD"}`, true)
@@ -110,8 +108,7 @@ func TestBulkReplay_SelectedKeysPreviewAndStart(t *testing.T) {
 // many match (capped at BulkCap, and says so); choosing it previews the whole filter — not just
 // the ticked keys of the page — up to the cap.
 func TestBulkReplay_SelectAllMatchingTakesTheFilter(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.BulkCap = 3 })
+	b := setup(t, func(c *Config) { c.BulkCap = 3 })
 	b.addOperator("olga", access.RoleOperator, "acme")
 	var first int64
 	for i := range 5 {

@@ -90,6 +90,14 @@ func (f *fakeOp) has(k *claim.Key, resourceID string) {
 	f.found[k.DownstreamKey] = resourceID
 }
 
+// setup is the bundle of a test that runs in parallel with the others (River's setup(t)): its own
+// database, a console on it, a fake downstream.
+func setup(t *testing.T, mod ...func(*Config)) *bundle {
+	t.Helper()
+	t.Parallel()
+	return newBundle(t, mod...)
+}
+
 func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 	t.Helper()
 	db := pgtest.New(t)

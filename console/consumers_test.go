@@ -13,8 +13,7 @@ import (
 // per consumer and tenant, spanning work in processing and stuck, a business key's deliveries
 // and the daemon's compensations — each only for the tenants the operator may see.
 func TestConsumers_PageIsTenantScoped(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("vic", access.RoleViewer, "acme")
 	b.addOperator("ada", access.RoleAdmin, "*")
 	ctx := context.Background()

@@ -13,8 +13,7 @@ import (
 // CSRF token; the same POST from the console's own origin (or from a client that is not a
 // browser) passes.
 func TestCrossOriginProtection_RefusesCrossSitePosts(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("vera", access.RoleViewer, "acme")
 	c := b.signIn("vera")
 	logout := func(headers ...string) resp {

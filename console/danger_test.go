@@ -17,8 +17,7 @@ import (
 // names what will happen, with the action's button in the danger style; a policy below the
 // default periods is saved only once its consequence is confirmed.
 func TestDangerousActions_AskFirstAndNameTheConsequence(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "k-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)

@@ -63,8 +63,7 @@ func TestErrors_EveryPackagesErrorsAnswerByTheirKind(t *testing.T) {
 
 // TestAPIErrors_NameTheirType: an API error says its kind as "type" beside the status and message.
 func TestAPIErrors_NameTheirType(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("bot", access.RoleViewer, "acme")
 	tok, err := b.srv.ops.CreateToken(context.Background(), access.Change{Actor: "test"}, "bot", "ci", 0)
 	if err != nil {

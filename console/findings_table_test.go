@@ -18,8 +18,7 @@ var hrefPattern = regexp.MustCompile(`(?:href|action|hx-get|hx-post)="([^"]*)"`)
 // linked; the state tabs count only what the operator may see and keep the other filters; every
 // action is a button behind a confirmation that says what it does.
 func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("acme-op", access.RoleOperator, "acme")
 	b.addOperator("globex-op", access.RoleOperator, "globex")
 	b.setChannel("stripe", "acme")
@@ -108,8 +107,7 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 // TestReconRunPage_ExplainsMatchedAndFindings: the run page says in words what parsed, loaded,
 // matched and findings count, with the run's own figures.
 func TestReconRunPage_ExplainsMatchedAndFindings(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	run := b.seedReconRun("stripe") // 3 parsed, 3 loaded, 2 matched, 1 CHANNEL_ONLY
 	page := b.signIn("v").get(fmt.Sprintf("/reconcile/runs/%d", run))

@@ -27,8 +27,7 @@ func (c *client) rawReq(method, path, contentType, token string, body []byte) re
 // name — on pages, the API and the sign-in form — never reaching the database; in a path
 // parameter, 404 like any missing object.
 func TestHostileInput_Is400NamingTheField(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	root := b.signIn("root")
 	tok := b.token("root")
@@ -77,8 +76,7 @@ func TestHostileInput_Is400NamingTheField(t *testing.T) {
 // TestBodyLimits_413: every body-limited endpoint answers 413 past its limit — forms (before
 // the CSRF check could read an empty token), the sign-in form, JSON and uploads.
 func TestBodyLimits_413(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(cfg *Config) { cfg.UploadLimit = 1 << 10 })
+	b := setup(t, func(cfg *Config) { cfg.UploadLimit = 1 << 10 })
 	b.addOperator("root", access.RoleAdmin, "*")
 	root := b.signIn("root")
 	tok := b.token("root")

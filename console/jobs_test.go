@@ -79,8 +79,7 @@ func (b *bundle) await(what string, cond func() bool, tables ...string) {
 // (the runs table polls while it runs and stops polling after); only an admin pauses and
 // resumes.
 func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("vic", access.RoleViewer, "acme")
 	// The sweep's schedule is every tenant's (it is no recon job's): only an operator of every
 	// tenant runs it; one of acme sees it and is refused (403).
@@ -159,8 +158,7 @@ func TestJobs_LeaderSchedulesRunNowPauseResumeAndLiveRuns(t *testing.T) {
 // with its term and lease left, the replicas with when they were last seen, the schedules with
 // their next and last run — instead of raw rows.
 func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "*") // the sweep is a system schedule: every tenant
 	job := b.startDaemon()
 	olga := b.signIn("olga")

@@ -14,8 +14,7 @@ import (
 // TestFindByKey: the header's find box and POST /api/v1/keys/find look a raw key up in every
 // tenant and operation the operator may see, and nowhere else; the key never reaches a URL.
 func TestFindByKey(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("all", access.RoleViewer, access.AllTenants)
 	b.addOperator("acme-v", access.RoleViewer, "acme")
 	a := b.seedKey("acme", "payment.charge", "ORDER-7781", `{"amount":100,"currency":"USD"}`, true)

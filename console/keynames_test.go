@@ -15,8 +15,7 @@ import (
 // copy button, linked by id; the raw key never goes into a URL, and a key the operator may not
 // see (or one that is gone) is named by its id only.
 func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	o := b.addOperator("o", access.RoleOperator, "acme")
 	b.addOperator("adm", access.RoleAdmin, "acme")
 	long := "cust-quoted-key-ACME-1234567890-abcdef"

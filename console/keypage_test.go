@@ -48,8 +48,7 @@ func withSummaryOps(c *Config) {
 }
 
 func TestKeyPage_IntentSummaryShowsDeclaredFieldsWithoutReveal(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, withSummaryOps)
+	b := setup(t, withSummaryOps)
 	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	intent := `{"amount":12345,"currency":"IDR","payee":"Toko Budi","merchant_order_no":"MO-77","card":"4111-SECRET"}`
@@ -69,8 +68,7 @@ func TestKeyPage_IntentSummaryShowsDeclaredFieldsWithoutReveal(t *testing.T) {
 }
 
 func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	k := b.seedKey("acme", "payment.charge", "tl-1", `{"amount":100,"currency":"EUR"}`, true)
@@ -107,8 +105,7 @@ type countingCounter struct{ n atomic.Int64 }
 func (c *countingCounter) Add(v float64) { c.n.Add(int64(v)) }
 
 func TestKeyPage_ShowsTheClientsReplays409sAnd422sAfterAFlush(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	// A long flush period: the test flushes itself, so nothing is written before it asks.
@@ -170,8 +167,7 @@ func TestKeyPage_ShowsTheClientsReplays409sAnd422sAfterAFlush(t *testing.T) {
 }
 
 func TestAnswerRecorder_BufferIsBounded(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	k := b.seedKey("acme", "payment.charge", "bound-1", `{"amount":1,"currency":"EUR"}`, true)
 	dropped := &countingCounter{}
 	rec := claim.NewAnswerRecorder(b.db, claim.AnswerRecorderConfig{MaxPending: 2, FlushEvery: time.Hour, Dropped: dropped})
@@ -215,8 +211,7 @@ func TestAnswerRecorder_BufferIsBounded(t *testing.T) {
 // TestKeyPage_EventsShowTheTraceTheyWereWrittenIn: an event written by a traced call carries its
 // trace id, and the key page shows it on that event, to look the trace up.
 func TestKeyPage_EventsShowTheTraceTheyWereWrittenIn(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	c := b.signIn("v")
 	k := b.seedKey("acme", "payment.charge", "tr-1", `{"amount":100,"currency":"EUR"}`, true)

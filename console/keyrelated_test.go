@@ -13,8 +13,7 @@ import (
 // line; the timeline's replay event links to its request, the request's page links back to the
 // key's history; another tenant's operator gets 404 for the key and sees none of it.
 func TestKeyRelated_KeyPageLinksItsReplayRequestsFindingsAndStatementLine(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("gus", access.RoleOperator, "globex")
 	b.addOperator("vera", access.RoleViewer, "acme")

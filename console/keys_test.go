@@ -16,8 +16,7 @@ import (
 )
 
 func TestSearch_FiltersAndKeysetPages(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	for i := 0; i < 7; i++ {
 		cur := "USD"
@@ -111,8 +110,7 @@ func TestSearch_FiltersAndKeysetPages(t *testing.T) {
 }
 
 func TestSearch_ExactKeyIsHashedOnTheServer(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "acme")
 	k := b.seedKey("acme", "payment.charge", "order-secret-42", `{"amount":1,"currency":"USD"}`, true)
 	b.seedKey("acme", "payment.charge", "order-other", `{"amount":2,"currency":"USD"}`, true)
@@ -131,8 +129,7 @@ func TestSearch_ExactKeyIsHashedOnTheServer(t *testing.T) {
 }
 
 func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "acme")
 	b.addOperator("o", access.RoleOperator, "acme")
 	k := b.seedKey("acme", "payment.charge", "k-reveal", `{"amount":4200,"currency":"USD","card":"4111-SECRET"}`, true)
@@ -171,8 +168,7 @@ func TestKeyDetail_RedactedRevealAudited(t *testing.T) {
 }
 
 func TestCheckDownstream_RecordsTheAnswer(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "acme")
 	k := b.seedKey("acme", "payment.charge", "k-check", `{"amount":1,"currency":"USD"}`, false)
 	c := b.signIn("o")

@@ -21,8 +21,7 @@ func hasHan(s string) bool {
 // or the moment, while the same request through the JSON API stays English: a malformed
 // statement upload, a key search with a bad state, a replay preview refused for a parked key.
 func TestLanguage_RuntimeErrorsInChineseOnPagesEnglishInTheAPI(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "*")
 	b.addOperator("e", access.RoleOperator, "*")
 	tok := b.token("o")

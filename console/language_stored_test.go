@@ -18,8 +18,7 @@ import (
 // operator reading the same rows later sees English, and the JSON API stays English — whatever
 // language the operator who made them had.
 func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("eve", access.RoleOperator, "acme")
 	tok := b.token("olga")
@@ -118,8 +117,7 @@ func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
 // A daemon job run's error is said in the reader's language: from the phrase the job's error
 // carried, or, for the daemon's own fixed texts, looked up whole; the API stays English.
 func TestLanguage_JobRunErrorsSaidInTheReadersLanguage(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "*")
 	b.addOperator("eve", access.RoleOperator, "*")
 	tok := b.token("olga")

@@ -22,8 +22,7 @@ func (c *client) getLang(path, acceptLanguage string) resp {
 // A page asked for with Accept-Language: zh-CN is in Chinese and says so in <html lang>;
 // without the header (or with en) the same page is English. Money and channel names follow.
 func TestLanguage_AcceptLanguageChoosesChinese(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "lang-1", `{"amount":123456,"currency":"CNY"}`, true)
 	c := b.signIn("a")
@@ -55,8 +54,7 @@ func TestLanguage_AcceptLanguageChoosesChinese(t *testing.T) {
 // The language saved from the header switch wins over Accept-Language, survives a new session,
 // is audited, and is set by a POST form carrying the CSRF token. The JSON API stays English.
 func TestLanguage_SavedPreferenceOverridesHeader(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 
@@ -98,8 +96,7 @@ func TestLanguage_SavedPreferenceOverridesHeader(t *testing.T) {
 
 // The sign-in page switches by cookie (no operator yet), with the sign-in form's CSRF token.
 func TestLanguage_LoginPageSwitchesByCookie(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	c := b.client()
 	r := c.getLang("/login", "en")
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(r.Body)

@@ -23,8 +23,7 @@ import (
 // arriving during the lockout, gets 429 and no session. (Before the fix, every one of the 39
 // parallel attempts passed the read-only lockout check and was verified.)
 func TestLogin_LockoutCannotBeRaced(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) {
+	b := setup(t, func(c *Config) {
 		// The account limit is the one measured; the address limit (all requests come from
 		// loopback) is set out of the way so exactly one lockout starts.
 		c.Throttle = access.ThrottleConfig{UserLimit: 5, IPLimit: 1000, Window: 15 * time.Minute, Lockout: 15 * time.Minute}
@@ -100,8 +99,7 @@ func TestLogin_LockoutCannotBeRaced(t *testing.T) {
 // success takes its count back off the address, so many good sign-ins from one office address
 // never lock it (as before: the address counts failures).
 func TestLogin_SuccessDoesNotCountAgainstAddress(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t) // UserLimit 3, IPLimit 6
+	b := setup(t) // UserLimit 3, IPLimit 6
 	b.addOperator("alice", access.RoleViewer, "acme")
 	for i := 0; i < 8; i++ {
 		if got := b.client().login("alice", "correct horse battery"); got.Status != http.StatusSeeOther {

@@ -25,8 +25,7 @@ type matrixCase struct {
 // status. Pages without a session redirect to /login (303); the API answers 401; a role below
 // the route's minimum gets 403.
 func TestRoleRouteMatrix(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "acme")
 	b.addOperator("o", access.RoleOperator, "acme")
 	b.addOperator("a", access.RoleAdmin, "*")
@@ -288,8 +287,7 @@ func dashboardFigures(body string) map[string]int {
 // TestTenantIsolation: an operator limited to one tenant finds nothing of another tenant by any
 // route, filter, count, dashboard figure or guessed id.
 func TestTenantIsolation(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("acme-op", access.RoleOperator, "acme")
 	a1 := b.seedKey("acme", "payment.charge", "acme-key-1", `{"amount":100,"currency":"USD"}`, true)
 	a2 := b.seedKey("acme", "payment.charge", "acme-key-2", `{"amount":200,"currency":"USD"}`, false)

@@ -13,8 +13,7 @@ import (
 // The recon job API and page show each job's fetcher: the channel's own for an account of a
 // channel kind, url or file for a generic one (issue 34 item 6).
 func TestReconJobs_ShowTheirFetcher(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
+	b := setup(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
 	b.addOperator("root", access.RoleAdmin, "*")
 	c := b.signIn("root")
 	tok := b.token("root")
@@ -56,8 +55,7 @@ func TestReconJobs_ShowTheirFetcher(t *testing.T) {
 // Issue 35 item 1: a source is checked against the allow-list when the job is saved, with a 4xx
 // naming the rule — loopback ports, the metadata address, file URLs, numeric host forms.
 func TestReconJobs_SourcesOffTheAllowListAreRefusedWhenSaved(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"http://127.0.0.1:8090"} })
+	b := setup(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"http://127.0.0.1:8090"} })
 	b.addOperator("root", access.RoleAdmin, "*")
 	tok := b.token("root")
 	c := b.client()
@@ -84,8 +82,7 @@ func TestReconJobs_SourcesOffTheAllowListAreRefusedWhenSaved(t *testing.T) {
 
 // Issue 35 item 1: local file sources are for * administrators only.
 func TestReconJobs_FileSourcesAreForStarAdministratorsOnly(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.setChannel("acme-wx", "acme")
 	tok := b.token("acme-admin")
@@ -103,8 +100,7 @@ func TestReconJobs_FileSourcesAreForStarAdministratorsOnly(t *testing.T) {
 // secrets to nobody: they are stored apart (sealed), "***" in their place, and an edit that
 // sends the shown source back keeps them.
 func TestReconJobs_SourceSecretsAreKeptApartAndNeverShown(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
+	b := setup(t, func(c *Config) { c.Reconcile.Sources.Allow = []string{"https://bills.example.com"} })
 	b.addOperator("root", access.RoleAdmin, "*")
 	b.addOperator("acme-viewer", access.RoleViewer, "acme")
 	b.addOperator("acme-admin", access.RoleAdmin, "acme")
@@ -159,8 +155,7 @@ func TestReconJobs_SourceSecretsAreKeptApartAndNeverShown(t *testing.T) {
 // Issue 34 item 2: credentials are configured by * administrators only, never shown again after
 // saving, and redacted in the audit log.
 func TestChannelCredentials_StarAdministratorsOnlyNeverShownRedactedInAudit(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.setChannel("acme-stripe", "acme")

@@ -14,8 +14,7 @@ import (
 // text), linked back to the findings; a bad line number is a 400 naming n, a missing one 404,
 // and an operator outside the channel account's tenants does not find the run's lines.
 func TestReconLinePage_AFindingLinksToItsStatementLine(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	b.addOperator("g", access.RoleViewer, "globex")
 	file, err := os.ReadFile("../reconcile/testdata/stripe/itemized.csv")

@@ -17,8 +17,7 @@ import (
 // nor found for them; a channel nobody assigned is "*"-only; only a "*" administrator sets a
 // channel account's tenants, and once it is acme's alone the acme operator's upload goes through.
 func TestReconTenants_UploadRunNowAndListsStayInsideTheChannelAccount(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("acme-op", access.RoleOperator, "acme")
 	b.addOperator("acme-admin", access.RoleAdmin, "acme")
 	b.addOperator("root", access.RoleAdmin, "*")

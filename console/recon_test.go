@@ -64,8 +64,7 @@ func (b *bundle) findingState(id int64) string {
 // TestFindingResolveIgnoreAudited: resolving and ignoring a finding close it and write an audit
 // row naming the operator, the finding and the reason.
 func TestFindingResolveIgnoreAudited(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	run := b.seedReconRun("stripe")
@@ -115,8 +114,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 // TestRecoverRefusedForCompletedKey: recover applies to keys that did not complete; for a
 // completed key it is refused with the reason and the finding stays open.
 func TestRecoverRefusedForCompletedKey(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "done-1", `{"amount":100,"currency":"USD"}`, true)
@@ -137,8 +135,7 @@ func TestRecoverRefusedForCompletedKey(t *testing.T) {
 // TestFindingTenantIsolation: a key-level finding is shown, and can be acted on, only by
 // operators who may see the key's tenant; channel-level findings are shown to everyone.
 func TestFindingTenantIsolation(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("acme-op", access.RoleOperator, "acme")
 	b.addOperator("all", access.RoleViewer, "*")
 	a := b.seedKey("acme", "payment.charge", "acme-1", `{"amount":100,"currency":"USD"}`, true)
@@ -200,8 +197,7 @@ func TestFindingTenantIsolation(t *testing.T) {
 // TestUploadMalformedStatement: a statement with a bad row is answered 422 with its line
 // number, and nothing of it is imported.
 func TestUploadMalformedStatement(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "*")
 	file, err := os.ReadFile("../reconcile/testdata/stripe/bad_gross.csv")
 	if err != nil {
@@ -278,8 +274,7 @@ func (c *client) uploadAPI(path, token string, fields map[string]string, file []
 // TestReconJobCron: an invalid cron spec is refused with a one-line error naming the field and
 // nothing is stored; a valid one shows its next five runs.
 func TestReconJobCron(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"name": {"bad-cron"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
@@ -330,8 +325,7 @@ func TestReconJobCron(t *testing.T) {
 // refused naming its field, nothing stored); settlement and fee findings are listed with their
 // amounts formatted in their currency, and resolve like every other kind.
 func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"name": {"stripe-fees"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
@@ -373,8 +367,7 @@ func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
 // imported with its settlement; a gzip bomb is refused (413) with the reason and nothing is
 // imported.
 func TestUploadPackedStatements(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "*")
 	c := b.signIn("o")
 
@@ -423,8 +416,7 @@ func (b *bundle) setChannel(channel string, tenants ...string) {
 // not success offers no Recover button, and posting recover anyway is refused with the reason;
 // the same finding with a successful channel status offers it.
 func TestRecover_ChannelNotSucceeded_NoButtonAndRefused(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("o", access.RoleOperator, "acme")
 	b.setChannel("stripe", "acme")
 	k := b.seedKey("acme", "payment.charge", "pending-1", `{"amount":100,"currency":"USD"}`, false)

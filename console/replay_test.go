@@ -120,8 +120,7 @@ type apiConfirm struct {
 // live lease and a key parked in its quarantine are refused, on the page, in the API and at
 // confirmation, with the reason; nothing is executed or requested.
 func TestReplay_RefusedStates(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	completed := b.seedKey("acme", "payment.charge", "done-1", `{"amount":100,"currency":"USD"}`, true)
@@ -190,8 +189,7 @@ func TestReplay_RefusedStates(t *testing.T) {
 // TestReplay_TwoConfirmsWithOneTokenExecuteOnce: a double-submitted confirmation (two at once,
 // then a third later) executes the replay once; the others answer the same request.
 func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	k := b.seedKey("acme", "payment.charge", "stuck-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, false)
@@ -253,8 +251,7 @@ func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
 // TestReplay_StaleTokenAfterTheKeyChangedIsRefused: a confirmation of a preview taken before the
 // key moved on executes nothing and says why.
 func TestReplay_StaleTokenAfterTheKeyChangedIsRefused(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "retry-1", `{"amount":100,"currency":"USD"}`, true)
 	c := b.signIn("olga")
@@ -290,8 +287,7 @@ func TestReplay_StaleTokenAfterTheKeyChangedIsRefused(t *testing.T) {
 // TestReplay_FourEyes: above the approval amount a replay waits; the requester cannot approve
 // it, a viewer cannot, a second operator can, and then it runs once.
 func TestReplay_FourEyes(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("oscar", access.RoleOperator, "acme")
 	b.addOperator("vic", access.RoleViewer, "acme")
@@ -427,8 +423,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 // TestMarkFinal_AdminOnlyAuditedAndInHistory: an administrator moves a stuck key to
 // failed_final with a reason; an operator may not; a stale page is refused.
 func TestMarkFinal_AdminOnlyAuditedAndInHistory(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("ada", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "stuck-1", `{"amount":100,"currency":"USD"}`, false)
@@ -464,8 +459,7 @@ func TestMarkFinal_AdminOnlyAuditedAndInHistory(t *testing.T) {
 
 // TestReplay_ViewerCannotReplay: a viewer sees no replay and every replay POST is refused.
 func TestReplay_ViewerCannotReplay(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("vic", access.RoleViewer, "acme")
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "retry-1", `{"amount":100,"currency":"USD"}`, true)
@@ -534,8 +528,7 @@ func bulkStartForm(t *testing.T, page string) url.Values {
 // reason (creating the run then), applies the single replay's guards per key and records each
 // key's result.
 func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.BulkCap = 6 })
+	b := setup(t, func(c *Config) { c.BulkCap = 6 })
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("oscar", access.RoleOperator, "acme")
 	found := b.seedFailed("acme", "b-found", `{"amount":100,"currency":"USD"}`, true)
@@ -642,8 +635,7 @@ func (o oneOperation) Get(name string) (claim.Operation, bool) { return o.op, na
 // effects (its answer replayed) is released by an administrator with a reason, through the
 // claim logic and audited; the next client retry then executes (attempt 2) without a lookup.
 func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("ada", access.RoleAdmin, "*")
 	ctx := context.Background()
@@ -689,8 +681,7 @@ func TestReleaseForRetry_HeldKeyAdminOnlyAudited(t *testing.T) {
 // the start button disabled and the reason beside it; starting it anyway (with a valid
 // confirmation from the API) is refused (409) and writes nothing.
 func TestBulkReplay_AllRefusedCannotStart(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.seedKey("acme", "payment.charge", "r-done", `{"amount":400,"currency":"USD"}`, true)
 	b.seedFailed("acme", "r-final", `{"amount":600,"currency":"USD"}`, false)

@@ -18,8 +18,7 @@ var nextBefore = regexp.MustCompile(`"next_before":(\d+)`)
 // field and the floor with its parts) shown on the form; nothing is saved or audited. A valid
 // one is saved with its audit row.
 func TestRetentionPolicyBelowFloor(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	c := b.signIn("a")
 	form := url.Values{"operation": {"payment.charge"}, "state": {"completed"}, "keep_response": {"1d"}, "keep_key": {"2d"}}
@@ -77,8 +76,7 @@ func TestRetentionPolicyBelowFloor(t *testing.T) {
 // TestRetentionDryRunChangesNothing: the preview counts the keys a purge would take, per
 // operation, state and day, and deletes none of them.
 func TestRetentionDryRunChangesNothing(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	k := b.seedKey("acme", "payment.charge", "old-1", `{"amount":100,"currency":"USD"}`, true)
 	b.exec(`UPDATE idempotency_keys SET created_at = '2024-01-02T10:00:00Z', completed_at = '2024-01-02T10:00:00Z',
@@ -115,8 +113,7 @@ func TestRetentionDryRunChangesNothing(t *testing.T) {
 // TestLegalHold: an admin sets and lifts a hold from the key page; each is audited; a key of a
 // tenant the admin may not see is a 404.
 func TestLegalHold(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "acme")
 	k := b.seedKey("acme", "payment.charge", "hold-1", `{"amount":100,"currency":"USD"}`, true)
 	g := b.seedKey("globex", "payment.charge", "hold-2", `{"amount":100,"currency":"USD"}`, true)

@@ -29,8 +29,7 @@ import (
 // and globex's keys; keys and replay requests have one tenant, so theirs is a key of a tenant
 // (initech) that only "*" covers.
 func TestObjectScopeMatrix(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	ctx := context.Background()
 	type actor struct {
 		name  string
@@ -235,8 +234,7 @@ func TestObjectScopeMatrix(t *testing.T) {
 // TestObjectScope_HostileNamesAreNotFound: a NUL byte, invalid UTF-8 or an overlong name where
 // an object is named answers like a missing object, never 500.
 func TestObjectScope_HostileNamesAreNotFound(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	c := b.signIn("root")
 	for _, name := range []string{"%00", "a%00b", "%ff%fe", strings.Repeat("x", 300)} {

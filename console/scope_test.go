@@ -15,8 +15,7 @@ import (
 // on fresh operators so one case cannot change another. Out-of-scope targets are 404 (like a
 // missing id) and are absent from the list; refusals leave an audit row.
 func TestOperatorScopeMatrix(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("root", access.RoleAdmin, "*") // stays: the "*" admin never the last one here
 	type target struct {
 		kind    string
@@ -142,8 +141,7 @@ func TestOperatorScopeMatrix(t *testing.T) {
 // TestLastStarAdminProtected: the last active "*" admin can be neither disabled nor demoted, from
 // the console or the CLI; two "*" admins disabling each other at once leave one.
 func TestLastStarAdminProtected(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	a := b.addOperator("alpha", access.RoleAdmin, "*")
 	z := b.addOperator("zulu", access.RoleAdmin, "*")
 	ctx := context.Background()

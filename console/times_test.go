@@ -14,8 +14,7 @@ import (
 // them; an operator who picks Asia/Shanghai sees the same moments in CST, on every later request
 // and in a new session; a zone that is not one is a 400 naming time_zone and changes nothing.
 func TestTimeZoneSwitch(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "tz-1", `{"amount":100,"currency":"USD"}`, true)
 	page := "/keys/" + strconv.FormatInt(k.ID, 10)
@@ -68,8 +67,7 @@ func TestTimeZoneSwitch(t *testing.T) {
 // TestTimeFormatsOnPages: no page prints Go's default time format ("… +0000 UTC") or a raw
 // database timestamp; every page with times prints them in the console's one format.
 func TestTimeFormatsOnPages(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	k := b.seedKey("acme", "payment.charge", "tz-2", `{"amount":100,"currency":"USD"}`, true)
 	b.seedReconJob("daily")
