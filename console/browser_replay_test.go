@@ -98,8 +98,9 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 		t.Errorf("select-all banner %q", got)
 	}
 	br.shot("bulk-select-all")
-	br.step("bulk preview", chromedp.Click(`#select-all-matching`),
-		chromedp.WaitVisible(`#start-bulk-confirm summary`), chromedp.Click(`#start-bulk-confirm summary`), chromedp.WaitVisible(`#bulk-form`))
+	br.submit("bulk preview", `#select-all-matching`)
+	br.step("bulk preview", chromedp.WaitVisible(`#start-bulk-confirm summary`), chromedp.Click(`#start-bulk-confirm summary`),
+		chromedp.WaitVisible(`#bulk-form`))
 	if n := b.count(`SELECT count(*) FROM replay_bulk_runs`); n != 0 {
 		t.Errorf("the bulk preview stored %d runs, want none", n)
 	}

@@ -241,6 +241,16 @@ func (br *browser) step(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// submit clicks sel, a button that submits its form, and waits for the page the submission loads
+// (the browser's navigation event): a query right after a bare click may meet the old page's
+// nodes as they go ("Could not find node with given id").
+func (br *browser) submit(what, sel string) {
+	br.t.Helper()
+	if _, err := chromedp.RunResponse(br.ctx, chromedp.Click(sel)); err != nil {
+		br.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
 func (br *browser) text(sel string) string {
 	br.t.Helper()
 	s, err := chromedp.Run(br.ctx, chromedp.Text(sel))
