@@ -518,7 +518,7 @@ func (m *claimModel) LegalHold(t *rapid.T) {
 		t.Skip("no key")
 	}
 	on := rapid.Bool().Draw(t, "hold")
-	changed, err := claim.SetLegalHold(ctx, m.db, k.id, on, "operator:model", "litigation")
+	changed, err := keys.SetLegalHold(ctx, m.db, k.id, on, "operator:model", "litigation")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,11 +547,11 @@ func (m *claimModel) Age(t *rapid.T) {
 // Purge is a retention pass: due answers become tombstones, due rows go; processing keys and
 // keys on legal hold stay.
 func (m *claimModel) Purge(t *rapid.T) {
-	rules := claim.ExpiryRules{}
-	if _, err := claim.TombstoneDayResponses(ctx, m.db, rules, time.Now(), 100, "daemon"); err != nil {
+	rules := keys.ExpiryRules{}
+	if _, err := keys.TombstoneDayResponses(ctx, m.db, rules, time.Now(), 100, "daemon"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claim.DeleteExpiredKeys(ctx, m.db, rules, claim.ExpiryCursor{}, 100); err != nil {
+	if _, err := keys.DeleteExpiredKeys(ctx, m.db, rules, keys.ExpiryCursor{}, 100); err != nil {
 		t.Fatal(err)
 	}
 	for slot, k := range m.keys {

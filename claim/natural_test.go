@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 func TestCheckNaturalKey_RefusesUserPlusProductOrAmount(t *testing.T) {
@@ -128,7 +129,7 @@ func TestNaturalKey_SurvivesAPurgeOfTheKeysTable(t *testing.T) {
 	// Every key the keys table holds goes, whatever its age.
 	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET completed_at = now() - interval '400 days',
 		updated_at = now() - interval '400 days', expires_at = now() - interval '1 day'`)
-	if _, err := claim.DeleteExpiredKeys(ctx, b.db, claim.ExpiryRules{}, claim.ExpiryCursor{}, 100); err != nil {
+	if _, err := keys.DeleteExpiredKeys(ctx, b.db, keys.ExpiryRules{}, keys.ExpiryCursor{}, 100); err != nil {
 		t.Fatal(err)
 	}
 	like()

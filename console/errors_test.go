@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
@@ -36,7 +37,7 @@ func TestErrors_EveryPackagesErrorsAnswerByTheirKind(t *testing.T) {
 		{fmt.Errorf("policy: %w", retention.ErrPolicyNotFound), 404, "not found"},
 		{fmt.Errorf("run 4: %w", reconcile.ErrNotFound), 404, "not found"},
 		{fmt.Errorf("form: %w", inputErr("tenant", "unknown")), 400, "tenant: unknown"},
-		{fmt.Errorf("hold: %w", errs.Fieldf("reason", "required").Of(claim.ErrInvalidHold)), 400, "reason: required"},
+		{fmt.Errorf("hold: %w", errs.Fieldf("reason", "required").Of(keys.ErrInvalidHold)), 400, "reason: required"},
 		{fmt.Errorf("save: %w", errs.Fieldf("keep_key", "below the floor").Of(retention.ErrBelowFloor)), 400, "keep_key: below the floor"},
 		{fmt.Errorf("%w: cron_spec: 6 fields", reconcile.ErrInvalid), 400, "invalid: cron_spec: 6 fields"},
 		{fmt.Errorf("%w %q", reconcile.ErrUnknownFormat, "paypal"), 400, `unknown statement format "paypal"`},

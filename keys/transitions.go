@@ -18,6 +18,14 @@ import (
 // with its history event in the same statement; package keys and claim are the only writers of
 // the keys table.
 
+// reasonDetail is a key event's detail carrying only the operator's reason.
+func reasonDetail(reason string) string {
+	b, _ := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{reason})
+	return string(b)
+}
+
 // detail is a transition's key event detail: the operator's reason and the version it acted on.
 func detail(reason string, version int64) string {
 	b, _ := json.Marshal(struct {

@@ -14,11 +14,11 @@
 // are all due (decided through the (response_day, response_expires_at) index and the small sets
 // of held, in-flight and disputed keys) is dropped with its partition, after the few kept ones
 // move to today's. The partition is detached under the parent's exclusive lock (a catalog change,
-// milliseconds) and its table dropped after commit (claim.DropDetachedResponses): unlinking a
+// milliseconds) and its table dropped after commit (keys.DropDetachedResponses): unlinking a
 // day's files takes tens of milliseconds that completions would otherwise wait out on the lock. A
 // table left detached by a purge that died before dropping it goes with the next purge. A day
 // that cannot go yet loses its due responses row by row
-// (claim.TombstoneDayResponses). The index walk on response_expires_at described below is gone
+// (keys.TombstoneDayResponses). The index walk on response_expires_at described below is gone
 // with the per-key tombstone.
 //
 // # Never purged
@@ -33,7 +33,7 @@
 // unresolved=1); keys referenced by an open reconciliation finding (discrepancies.state = 'open';
 // the clause is added only when the discrepancies table exists, so this package works before
 // reconciliation's migration is applied). Those rules are one SQL predicate in
-// claim/retention.go shared by the delete, the tombstone, the day drop and the dry run.
+// keys/retention.go shared by the delete, the tombstone, the day drop and the dry run.
 //
 // A replay does not extend a key's periods: they run from when the key ended, so what is kept is
 // what the policy says; the published key policy says so and why (httpidem.KeyPolicy).

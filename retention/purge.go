@@ -16,6 +16,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 )
 
 // Config tunes purges. Zero fields take the defaults in one place, withDefaults; NewPurgeJob
@@ -218,7 +219,7 @@ type Report struct {
 	DeletedBy    Counts
 	TombstonedBy Counts
 	// Due is the dry run's breakdown per phase, operation, state and creation day.
-	Due []claim.DueCount
+	Due []keys.DueCount
 	// BatchSize is the batch size the run ended with (smaller than it started after timeouts).
 	BatchSize int
 	Timeouts  int
@@ -291,13 +292,13 @@ func (j *PurgeJob) Purge(ctx context.Context, opts Options, p daemon.Progress) (
 	return rep, err
 }
 
-func rulesFor(set *PolicySet, operation string) claim.ExpiryRules {
-	return claim.ExpiryRules{Policies: set.expiryPolicies(), Floor: set.Floor.Total(), Operation: operation}
+func rulesFor(set *PolicySet, operation string) keys.ExpiryRules {
+	return keys.ExpiryRules{Policies: set.expiryPolicies(), Floor: set.Floor.Total(), Operation: operation}
 }
 
 // runState is what a run's batches share: the rules and the policy generation they came from.
 type runState struct {
-	rules     claim.ExpiryRules
+	rules     keys.ExpiryRules
 	gen       int64
 	operation string
 }
@@ -345,7 +346,7 @@ func (j *PurgeJob) lockSettings(tx *gorm.DB, st *runState, exclusive bool) (sett
 	return rows[0], nil
 }
 
-func (j *PurgeJob) countDue(ctx context.Context, rep *Report, rules claim.ExpiryRules) error {
+func (j *PurgeJob) countDue(ctx context.Context, rep *Report, rules keys.ExpiryRules) error {
 	return j.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		// Read only: a dry run cannot change anything, whatever the SQL below says.
 		if err := tx.Exec(`SET TRANSACTION READ ONLY`).Error; err != nil {
@@ -354,13 +355,13 @@ func (j *PurgeJob) countDue(ctx context.Context, rep *Report, rules claim.Expiry
 		if err := setTimeout(tx, j.cfg.CountTimeout); err != nil {
 			return err
 		}
-		due, err := claim.CountDue(ctx, tx, rules)
+		due, err := keys.CountDue(ctx, tx, rules)
 		if err != nil {
 			return err
 		}
 		rep.Due = due
 		for _, d := range due {
-			if d.Phase == claim.PhaseDelete {
+			if d.Phase == keys.PhaseDelete {
 				rep.Deleted += d.N
 				rep.DeletedBy.add(d.Operation, d.State, d.N)
 			} else {
@@ -405,9 +406,9 @@ func (j *PurgeJob) purge(ctx context.Context, rep *Report, st *runState, p daemo
 	if err != nil {
 		return err
 	}
-	var delCursor claim.ExpiryCursor
+	var delCursor keys.ExpiryCursor
 	delDone, err := j.runPhase(ctx, "delete", rep, st, false, p, func(tx *gorm.DB, limit int) (int64, bool, func(), error) {
-		b, err := claim.DeleteExpiredKeys(ctx, tx, st.rules, delCursor, limit)
+		b, err := keys.DeleteExpiredKeys(ctx, tx, st.rules, delCursor, limit)
 		if err != nil {
 			return 0, false, nil, err
 		}
@@ -433,8 +434,8 @@ func (j *PurgeJob) purge(ctx context.Context, rep *Report, st *runState, p daemo
 
 // dropResponses is stage one of a key's retention, day by day (partitions of key_responses):
 // a day older than yesterday whose answers are all due, but for a few kept ones, goes with its
-// partition (claim.DropExpiredResponses), one day per batch transaction; any other day loses its
-// due answers row by row (claim.TombstoneDayResponses). A day whose keys changed during the drop
+// partition (keys.DropExpiredResponses), one day per batch transaction; any other day loses its
+// due answers row by row (keys.TombstoneDayResponses). A day whose keys changed during the drop
 // is left for the next run. A purge limited to one operation never drops a day (a day holds every
 // operation's answers).
 func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState, p daemon.Progress) (ok bool, err error) {
@@ -442,14 +443,14 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 	// with nobody waiting on them — and with them any a purge detached and then died before
 	// dropping (their answers are already gone from every key).
 	defer func() {
-		if derr := claim.DropDetachedResponses(context.WithoutCancel(ctx), j.db); derr != nil && err == nil {
+		if derr := keys.DropDetachedResponses(context.WithoutCancel(ctx), j.db); derr != nil && err == nil {
 			ok, err = false, derr
 		}
 	}()
 	if err := claim.EnsureResponsePartitions(ctx, j.db); err != nil {
 		return false, err
 	}
-	days, err := claim.ResponseDays(ctx, j.db)
+	days, err := keys.ResponseDays(ctx, j.db)
 	if err != nil {
 		return false, err
 	}
@@ -465,7 +466,7 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 		if d.After(today) {
 			continue // made ahead: nothing stored there yet
 		}
-		due, running, err := claim.ResponseDayState(ctx, j.db, d)
+		due, running, err := keys.ResponseDayState(ctx, j.db, d)
 		if err != nil {
 			return false, err
 		}
@@ -486,8 +487,8 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 			if err := tx.SavePoint("drop_day").Error; err != nil {
 				return 0, false, nil, err
 			}
-			d, err := claim.DropExpiredResponses(ctx, tx, st.rules, day, rep.Actor, limit)
-			if claim.IsResponseDayChanged(err) {
+			d, err := keys.DropExpiredResponses(ctx, tx, st.rules, day, rep.Actor, limit)
+			if keys.IsResponseDayChanged(err) {
 				// Undo this day's moves; the next run meets the day again.
 				if err := tx.RollbackTo("drop_day").Error; err != nil {
 					return 0, false, nil, err
@@ -509,7 +510,7 @@ func (j *PurgeJob) dropResponses(ctx context.Context, rep *Report, st *runState,
 				}
 			}, nil
 		}
-		b, err := claim.TombstoneDayResponses(ctx, tx, st.rules, day, limit, rep.Actor)
+		b, err := keys.TombstoneDayResponses(ctx, tx, st.rules, day, limit, rep.Actor)
 		if err != nil {
 			return 0, false, nil, err
 		}
@@ -537,7 +538,7 @@ func (j *PurgeJob) stampBatch(ctx context.Context, tx *gorm.DB, rep *Report, st 
 			j.cfg.StampSlack.Milliseconds()).Error
 		return 0, true, func() {}, err
 	}
-	b, err := claim.StampExpiry(ctx, tx, st.rules.Policies, claim.ExpiryCursor{At: s.StampCursorAt, ID: s.StampCursorID}, limit)
+	b, err := keys.StampExpiry(ctx, tx, st.rules.Policies, keys.ExpiryCursor{At: s.StampCursorAt, ID: s.StampCursorID}, limit)
 	if err != nil {
 		return 0, false, nil, err
 	}

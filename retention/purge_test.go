@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -115,8 +116,8 @@ func TestSetLegalHold_NeedsOperatorReasonAndKey(t *testing.T) {
 		key           int64
 		want          error
 	}{
-		{"operator:alice", "", id, claim.ErrInvalidHold},
-		{"daemon", "why", id, claim.ErrInvalidHold},
+		{"operator:alice", "", id, keys.ErrInvalidHold},
+		{"daemon", "why", id, keys.ErrInvalidHold},
 		{"operator:alice", "why", id + 1000, claim.ErrNotFound},
 	} {
 		if _, err := retention.SetLegalHold(b.ctx, b.db, tc.key, true, tc.actor, tc.reason); !errors.Is(err, tc.want) {

@@ -9,7 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 )
 
 // startLog opens the run's purge_log row.
@@ -32,10 +32,10 @@ func (j *PurgeJob) startLog(ctx context.Context, rep *Report) error {
 
 // logCounts is the counts column of purge_log.
 type logCounts struct {
-	Deleted    Counts           `json:"deleted"`
-	Tombstoned Counts           `json:"tombstoned"`
-	Due        []claim.DueCount `json:"due,omitempty"`
-	Complete   bool             `json:"complete"`
+	Deleted    Counts          `json:"deleted"`
+	Tombstoned Counts          `json:"tombstoned"`
+	Due        []keys.DueCount `json:"due,omitempty"`
+	Complete   bool            `json:"complete"`
 }
 
 // finishLog closes the run's row, even when ctx has ended (a stopped run is recorded as such).

@@ -12,6 +12,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/retention"
 )
@@ -70,7 +71,7 @@ func TestExitCode_OneTableForEveryPackage(t *testing.T) {
 		{fmt.Errorf("schedule: %w", daemon.ErrInvalidSchedule), 2},
 		{daemon.ErrUnknownJob, 2},
 		{errs.Fieldf("keep_key", "below the floor").Of(retention.ErrBelowFloor), 2},
-		{errs.Fieldf("reason", "required").Of(claim.ErrInvalidHold), 2},
+		{errs.Fieldf("reason", "required").Of(keys.ErrInvalidHold), 2},
 		{fmt.Errorf("key 7: %w", claim.ErrNotFound), 2},
 		{&reconcile.LineError{Line: 3, Reason: "bad amount"}, 1},
 		{reconcile.ErrArchive, 1},

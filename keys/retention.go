@@ -1,4 +1,4 @@
-package claim
+package keys
 
 import (
 	"context"
@@ -9,50 +9,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemops/idemops/errs"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // Retention's writes to idempotency_keys. They live here because every write to the keys goes
-// through this package; the retention package decides when and how much, and calls these.
+// through claim or this package; the retention package decides when and how much, and calls
+// these.
 //
 // A key's retention runs in two stages: once response_expires_at has passed, its response is
 // dropped and it stays as a tombstone (fingerprint, state, resource id) that answers a late retry
 // with Expired; once expires_at has passed, the row goes (with its key_events). Never touched
-// by either stage: processing keys, keys on legal hold, unresolved keys (UnresolvedSQL: their
+// by either stage: processing keys, keys on legal hold, unresolved keys (claim.UnresolvedSQL: their
 // outcome outside is unknown, and a late retry of a purged one would execute without asking),
 // and keys an open reconciliation finding refers to (the discrepancies table, when that
 // migration is present).
 
-// UnresolvedSQL is the predicate (on idempotency_keys aliased k) of failed_retryable keys whose
-// attempt may have acted outside and that wait for someone to find out: held for an operator (an
-// External route's 5xx, a plain gRPC handler's error, a panicking operation, a Recover the lookup
-// contradicts), flagged "needs attention", or with an outcome nobody has settled — not proven
-// absent (downstream twice said not found) and not released by an operator. (Processing keys are
-// spared anyway; a final state is a known outcome, whatever flag it still carries.) Retention never
-// touches them until they are resolved (the retry that asks first, an operator's release, mark
-// final or replay); the dashboard counts them (CountUnresolved). The partial index
-// idempotency_keys_unresolved_idx (migration 00072) serves both.
-const UnresolvedSQL = `(k.state = 'failed_retryable' AND (k.held OR k.needs_attention
-    OR (NOT k.retry_cleared AND k.error_code IS DISTINCT FROM 'downstream_not_found')))`
-
 // ownSpareSQL is the part of the spare predicate that reads only the key's own row.
-const ownSpareSQL = `k.state <> 'processing' AND NOT k.legal_hold AND NOT ` + UnresolvedSQL
-
-// ExpiryPolicy is one pair of retention periods for keys of Operation ("*": every operation
-// without a policy of its own) that ended in State.
-type ExpiryPolicy struct {
-	Operation    string
-	State        State
-	KeepResponse time.Duration
-	KeepKey      time.Duration
-}
+const ownSpareSQL = `k.state <> 'processing' AND NOT k.legal_hold AND NOT ` + claim.UnresolvedSQL
 
 // ExpiryRules say which finished keys may lose their response or their row.
 type ExpiryRules struct {
 	// Policies override the periods stamped when a key ended: a key is deleted only once both its
 	// expires_at and its policy's keep-key period (from when it ended) have passed.
-	Policies []ExpiryPolicy
+	Policies []claim.ExpiryPolicy
 	// Floor: no key that ended less than Floor ago is deleted, whatever its stamps say.
 	Floor time.Duration
 	// Operation limits the pass to one operation ("" : all).
@@ -69,7 +51,7 @@ type ExpiryCursor struct {
 // ExpiryCount is how many keys of one operation and state a pass changed.
 type ExpiryCount struct {
 	Operation string
-	State     State
+	State     claim.State
 	N         int64
 }
 
@@ -96,7 +78,7 @@ func (a *sqlArgs) add(v any) string {
 // keepSQL is the policy period (seconds) of key k, or NULL when no policy covers it: its
 // operation's own policy beats '*'. A CASE over the few policies costs next to nothing per row,
 // where a lookup subquery per scanned row would cost more than the delete itself.
-func keepSQL(a *sqlArgs, policies []ExpiryPolicy, period func(ExpiryPolicy) time.Duration) string {
+func keepSQL(a *sqlArgs, policies []claim.ExpiryPolicy, period func(claim.ExpiryPolicy) time.Duration) string {
 	if len(policies) == 0 {
 		return "NULL::bigint"
 	}
@@ -119,11 +101,11 @@ func keepSQL(a *sqlArgs, policies []ExpiryPolicy, period func(ExpiryPolicy) time
 	return b.String()
 }
 
-func keepKey(p ExpiryPolicy) time.Duration      { return p.KeepKey }
-func keepResponse(p ExpiryPolicy) time.Duration { return p.KeepResponse }
+func keepKey(p claim.ExpiryPolicy) time.Duration      { return p.KeepKey }
+func keepResponse(p claim.ExpiryPolicy) time.Duration { return p.KeepResponse }
 
 // spareSQL is the predicate of keys no retention pass may touch: processing keys, keys on legal
-// hold, unresolved keys (UnresolvedSQL), keys an open reconciliation finding refers to — that
+// hold, unresolved keys (claim.UnresolvedSQL), keys an open reconciliation finding refers to — that
 // clause only when the discrepancies table exists (reconciliation's migration), so that
 // retention works with or without it — and, with an operation filter, every other operation. own is the part that reads only the key's
 // row, which a batch's write checks again on the row it changes.
@@ -238,7 +220,7 @@ func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, d
 		return out, fmt.Errorf("drop expired responses: a day holds every operation's answers; no operation filter (%q)", rules.Operation)
 	}
 	day = utcDay(day)
-	part := responsePartition(day)
+	part := claim.ResponsePartition(day)
 	var a sqlArgs
 	spare, _, err := spareSQL(ctx, db, &a, "")
 	if err != nil {
@@ -275,9 +257,9 @@ func DropExpiredResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, d
 			rows.Close()
 			return out, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
 		}
-		c.State = State(state)
+		c.State = claim.State(state)
 		kept, inFlight = kept+k, inFlight+p
-		if c.State == StateFailedRetryable {
+		if c.State == claim.StateFailedRetryable {
 			retryable += c.N
 		}
 		if c.N > 0 {
@@ -372,7 +354,7 @@ func sparedOnDay(ctx context.Context, db *gorm.DB, day time.Time) (bool, error) 
 	}
 	q := `SELECT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.legal_hold AND k.response_day = $1::date)
 	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.state = 'processing' AND k.response_day = $1::date)
-	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE ` + UnresolvedSQL + ` AND k.response_day = $1::date)`
+	    OR EXISTS (SELECT 1 FROM idempotency_keys k WHERE ` + claim.UnresolvedSQL + ` AND k.response_day = $1::date)`
 	if findings {
 		q += ` OR EXISTS (SELECT 1 FROM discrepancies x JOIN idempotency_keys k ON k.id = x.key_id
 	        WHERE x.state = 'open' AND k.response_day = $1::date)`
@@ -459,7 +441,7 @@ func TombstoneDayResponses(ctx context.Context, db *gorm.DB, rules ExpiryRules, 
       AND COALESCE(` + keyBase + ` + ` + keepResponseSQL(&a, rules) + ` * interval '1 second' < now(), true)`
 	d := a.add(day)
 	q := `WITH picked AS (
-    SELECT k.id, k.ctid AS tid, k.response_expires_at AS at FROM ` + responsePartition(day) + ` r
+    SELECT k.id, k.ctid AS tid, k.response_expires_at AS at FROM ` + claim.ResponsePartition(day) + ` r
     JOIN idempotency_keys k ON k.id = r.key_id AND k.response_day = r.day
     WHERE ` + due + ` AND ` + spare + `
     LIMIT ` + a.add(limit) + `
@@ -499,7 +481,7 @@ func runExpiryBatch(ctx context.Context, db *gorm.DB, what, q string, args []any
 			return ExpiryBatch{}, fmt.Errorf("%s: %w", what, err)
 		}
 		if n > 0 {
-			b.Counts = append(b.Counts, ExpiryCount{Operation: op.String, State: State(state.String), N: n})
+			b.Counts = append(b.Counts, ExpiryCount{Operation: op.String, State: claim.State(state.String), N: n})
 			b.N += n
 		}
 	}
@@ -526,7 +508,7 @@ type StampBatch struct {
 // a key already answered Expired is not replayed again). Keys without a policy keep their stamps.
 // A key that changed since it was read (version) is left for the next batch, which meets it again
 // at its new updated_at.
-func StampExpiry(ctx context.Context, db *gorm.DB, policies []ExpiryPolicy, after ExpiryCursor, limit int) (StampBatch, error) {
+func StampExpiry(ctx context.Context, db *gorm.DB, policies []claim.ExpiryPolicy, after ExpiryCursor, limit int) (StampBatch, error) {
 	if limit <= 0 {
 		return StampBatch{}, fmt.Errorf("stamp expiry: batch size %d must be positive", limit)
 	}
@@ -571,7 +553,7 @@ const (
 type DueCount struct {
 	Phase     string
 	Operation string
-	State     State
+	State     claim.State
 	Day       time.Time
 	N         int64
 }
@@ -610,7 +592,7 @@ FROM due WHERE del OR tomb GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`
 		if err := rows.Scan(&c.Phase, &c.Operation, &state, &c.Day, &c.N); err != nil {
 			return nil, fmt.Errorf("count due keys: %w", err)
 		}
-		c.State = State(state)
+		c.State = claim.State(state)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -627,17 +609,17 @@ var ErrInvalidHold = errs.New(errs.Invalid, "invalid legal hold request")
 
 // SetLegalHold puts a key on legal hold (hold true) or lifts it, with a key event by actor
 // (operator:NAME) carrying the reason. A key on hold is never tombstoned or purged. It reports
-// whether anything changed (setting a hold twice records nothing). ErrNotFound when there is no
+// whether anything changed (setting a hold twice records nothing). claim.ErrNotFound when there is no
 // such key; an *errs.FieldError of ErrInvalidHold for a bad actor or reason.
 func SetLegalHold(ctx context.Context, db *gorm.DB, keyID int64, hold bool, actor, reason string) (bool, error) {
 	reason = strings.TrimSpace(reason)
 	switch {
 	case !strings.HasPrefix(actor, "operator:") || len(actor) == len("operator:"):
-		return false, fieldErr(ErrInvalidHold, "actor", "must be operator:NAME, got %q", actor)
+		return false, errs.Fieldf("actor", "must be operator:NAME, got %q", actor).Of(ErrInvalidHold)
 	case reason == "":
-		return false, fieldErr(ErrInvalidHold, "reason", "must not be empty")
+		return false, errs.Fieldf("reason", "must not be empty").Of(ErrInvalidHold)
 	case len(reason) > MaxHoldReason:
-		return false, fieldErr(ErrInvalidHold, "reason", "is %d characters long, at most %d allowed", len(reason), MaxHoldReason)
+		return false, errs.Fieldf("reason", "is %d characters long, at most %d allowed", len(reason), MaxHoldReason).Of(ErrInvalidHold)
 	}
 	kind := "legal_hold_lifted"
 	if hold {
@@ -651,12 +633,20 @@ WITH u AS (
     INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, $3, $4, $5 FROM u
 )
 SELECT EXISTS (SELECT 1 FROM idempotency_keys WHERE id = $2), EXISTS (SELECT 1 FROM u)`,
-		hold, keyID, kind, actor, detailJSON("reason", reason)).Scan(&exists, &changed)
+		hold, keyID, kind, actor, reasonDetail(reason)).Scan(&exists, &changed)
 	if err != nil {
 		return false, fmt.Errorf("legal hold on key %d: %w", keyID, err)
 	}
 	if !exists {
-		return false, fmt.Errorf("key %d: %w", keyID, ErrNotFound)
+		return false, fmt.Errorf("key %d: %w", keyID, claim.ErrNotFound)
 	}
 	return changed, nil
+}
+
+// conn is db's connection (a transaction's, inside one) for database/sql calls.
+func conn(db *gorm.DB) gorm.ConnPool { return db.Statement.ConnPool }
+
+func utcDay(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
 }
