@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/idemops/idemops/errs"
 )
@@ -92,16 +93,12 @@ func ChannelTenants(ctx context.Context, db *gorm.DB, channels []string) (map[st
 	if len(channels) == 0 {
 		return out, nil
 	}
-	var rows []struct {
-		Channel string
-		Tenants string
-	}
-	if err := db.WithContext(ctx).Raw(`SELECT channel, array_to_string(tenants, '|') AS tenants FROM channel_accounts WHERE channel IN ?`,
-		channels).Scan(&rows).Error; err != nil {
+	var rows []channelAccountModel
+	if err := db.WithContext(ctx).Select("channel", "tenants").Where("channel IN ?", channels).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("channel tenants: %w", err)
 	}
 	for _, r := range rows {
-		out[r.Channel] = strings.Split(r.Tenants, "|")
+		out[r.Channel] = r.Tenants
 	}
 	return out, nil
 }
@@ -126,12 +123,27 @@ func SetChannelTenants(ctx context.Context, tx *gorm.DB, channel string, tenants
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.WithContext(ctx).Exec(`INSERT INTO channel_accounts (channel, tenants, updated_by) VALUES (?, ?::text[], ?)
-		ON CONFLICT (channel) DO UPDATE SET tenants = EXCLUDED.tenants, updated_by = EXCLUDED.updated_by, updated_at = now()`,
-		channel, textArray(tenants), actor).Error; err != nil {
+	row := channelAccountModel{Channel: channel, Tenants: tenants, UpdatedBy: actor}
+	if err := upsertAccount(ctx, tx, &row, "tenants"); err != nil {
 		return nil, fmt.Errorf("set tenants of channel %s: %w", channel, err)
 	}
 	return tenants, nil
+}
+
+// upsertAccount creates the channel account row, or sets columns (and updated_by, updated_at)
+// of the one that exists; the columns it does not name keep their defaults (kind generic, no
+// settings) or their stored values.
+func upsertAccount(ctx context.Context, tx *gorm.DB, row *channelAccountModel, columns ...string) error {
+	set := clause.AssignmentColumns(append(slices.Clone(columns), "updated_by"))
+	set = append(set, clause.Assignment{Column: clause.Column{Name: "updated_at"}, Value: gorm.Expr("now()")})
+	insert := []string{"channel", "tenants", "updated_by"}
+	for _, c := range columns {
+		if !slices.Contains(insert, c) {
+			insert = append(insert, c)
+		}
+	}
+	return tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "channel"}}, DoUpdates: set}).
+		Select(insert).Create(row).Error
 }
 
 // textArray writes a PostgreSQL text[] literal.

@@ -262,7 +262,7 @@ func (r *Reconciler) RekeyCredentials(ctx context.Context) (int, error) {
 // accountKind is a channel account's kind. Errors: ErrNotFound (no account row).
 func accountKind(ctx context.Context, tx *gorm.DB, channel string) (string, error) {
 	var kinds []string
-	if err := tx.WithContext(ctx).Raw(`SELECT kind FROM channel_accounts WHERE channel = ?`, channel).Scan(&kinds).Error; err != nil {
+	if err := tx.WithContext(ctx).Model(&channelAccountModel{}).Where("channel = ?", channel).Pluck("kind", &kinds).Error; err != nil {
 		return "", fmt.Errorf("channel account %s: %w", channel, err)
 	}
 	if len(kinds) == 0 {
@@ -285,10 +285,8 @@ func (r *Reconciler) SetChannelSettings(ctx context.Context, tx *gorm.DB, channe
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.WithContext(ctx).Exec(`INSERT INTO channel_accounts (channel, tenants, updated_by, kind, settings)
-		VALUES (?, '{*}', ?, ?, ?::jsonb)
-		ON CONFLICT (channel) DO UPDATE SET kind = EXCLUDED.kind, settings = EXCLUDED.settings, updated_by = EXCLUDED.updated_by,
-			updated_at = now()`, channel, actor, kind, string(b)).Error; err != nil {
+	row := channelAccountModel{Channel: channel, Tenants: textList{AllTenants}, Kind: kind, Settings: string(b), UpdatedBy: actor}
+	if err := upsertAccount(ctx, tx, &row, "kind", "settings"); err != nil {
 		return nil, fmt.Errorf("set settings of channel %s: %w", channel, err)
 	}
 	keep := append([]string{""}, KindCredentials(kind)...)
@@ -306,12 +304,8 @@ func (r *Reconciler) channelAccount(ctx context.Context, channel string) (*Chann
 		return nil, err
 	}
 	a := &ChannelAccount{Channel: channel, Tenants: m[channel], Kind: KindGeneric}
-	var rows []struct {
-		Kind     string
-		Settings string
-	}
-	if err := r.db.WithContext(ctx).Raw(`SELECT kind, settings::text AS settings FROM channel_accounts WHERE channel = ?`, channel).
-		Scan(&rows).Error; err != nil {
+	var rows []channelAccountModel
+	if err := r.db.WithContext(ctx).Select("kind", "settings").Where("channel = ?", channel).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("channel account %s: %w", channel, err)
 	}
 	if len(rows) == 1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
@@ -199,41 +200,15 @@ func isHTTPSource(src string) bool {
 	return strings.HasPrefix(src, "http://") || strings.HasPrefix(src, "https://")
 }
 
-// jobColumns fills a jobRow.
-const jobColumns = `id, name, channel, format, source, bill, source_secret, array_to_string(operations, ',') AS operations,
-	bill_date_offset_days, cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, created_at, updated_at,
-	fee_schedule::text AS fee_schedule,
-	coalesce((SELECT a.kind FROM channel_accounts a WHERE a.channel = recon_jobs.channel), 'generic') AS account_kind`
-
-type jobRow struct {
-	ID                   int64
-	Name                 string
-	Channel              string
-	Format               string
-	Source               string
-	Bill                 string
-	SourceSecret         []byte
-	AccountKind          string
-	Operations           string
-	BillDateOffsetDays   int
-	CronSpec             string
-	TimeZone             string
-	Enabled              bool
-	GraceSeconds         int
-	ReadyDeadlineSeconds int
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
-	FeeSchedule          *string
-}
-
-func (r jobRow) job() ReconJob {
+// job is the stored job a row holds.
+func (r *reconJobModel) job() ReconJob {
 	j := ReconJob{ID: r.ID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Fetcher: FetcherName(r.AccountKind, r.Source),
 		sourceSecret: r.SourceSecret, JobSpec: JobSpec{
 			Name: r.Name, Channel: r.Channel, Format: r.Format, Source: r.Source, Bill: r.Bill, BillDateOffsetDays: r.BillDateOffsetDays,
 			CronSpec: r.CronSpec, TimeZone: r.TimeZone, Enabled: r.Enabled, GraceSeconds: r.GraceSeconds,
 			ReadyDeadlineSeconds: r.ReadyDeadlineSeconds}}
-	if r.Operations != "" {
-		j.Operations = strings.Split(r.Operations, ",")
+	if len(r.Operations) > 0 {
+		j.Operations = r.Operations
 	}
 	if r.FeeSchedule != nil {
 		var f FeeSchedule
@@ -263,54 +238,47 @@ func (r *Reconciler) saveJob(ctx context.Context, original string, spec JobSpec)
 		return nil, err
 	}
 	public, found, refs := splitSource(spec.Source)
-	var rows []jobRow
+	var row *reconJobModel
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := r.checkJobFetch(ctx, tx, &spec); err != nil {
 			return err
 		}
+		m := reconJobModel{Name: spec.Name, Channel: spec.Channel, Format: spec.Format, Source: public, Bill: spec.Bill,
+			Operations: spec.Operations, BillDateOffsetDays: spec.BillDateOffsetDays, CronSpec: spec.CronSpec,
+			TimeZone: spec.TimeZone, Enabled: spec.Enabled, GraceSeconds: spec.GraceSeconds,
+			ReadyDeadlineSeconds: spec.ReadyDeadlineSeconds, FeeSchedule: storedFeeSchedule(spec.FeeSchedule)}
 		var previous sourceSecrets
+		var id int64
 		if original != "" {
-			var old []jobRow
-			if err := tx.Raw(`SELECT `+jobColumns+` FROM recon_jobs WHERE name = ? FOR UPDATE`, original).Scan(&old).Error; err != nil {
+			old, err := findJob(tx.Clauses(clause.Locking{Strength: "UPDATE"}), original)
+			if err != nil {
 				return err
 			}
-			if len(old) == 0 {
-				return fmt.Errorf("recon job %q: %w", original, ErrNotFound)
-			}
-			oldJob := old[0].job()
-			var err error
+			oldJob := old.job()
 			if previous, err = r.openSourceSecrets(&oldJob); err != nil && len(refs) > 0 {
 				return err
 			}
-			err = tx.Raw(`UPDATE recon_jobs SET name = ?, channel = ?, format = ?, source = ?, bill = ?,
-			operations = string_to_array(?, ','), bill_date_offset_days = ?, cron_spec = ?, time_zone = ?, enabled = ?,
-			grace_seconds = ?, ready_deadline_seconds = ?, fee_schedule = ?::jsonb, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
-				spec.Name, spec.Channel, spec.Format, public, spec.Bill, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-				spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
-				feeScheduleJSON(spec.FeeSchedule), original).Scan(&rows).Error
-			if err != nil {
+			id = old.ID
+			if err := tx.Model(&reconJobModel{ID: id}).Updates(m.edited()).Error; err != nil {
 				return err
 			}
 		} else {
-			err := tx.Raw(`INSERT INTO recon_jobs (name, channel, format, source, bill, operations, bill_date_offset_days,
-			cron_spec, time_zone, enabled, grace_seconds, ready_deadline_seconds, fee_schedule)
-			VALUES (?, ?, ?, ?, ?, string_to_array(?, ','), ?, ?, ?, ?, ?, ?, ?::jsonb) RETURNING `+jobColumns,
-				spec.Name, spec.Channel, spec.Format, public, spec.Bill, strings.Join(spec.Operations, ","), spec.BillDateOffsetDays,
-				spec.CronSpec, spec.TimeZone, spec.Enabled, spec.GraceSeconds, spec.ReadyDeadlineSeconds,
-				feeScheduleJSON(spec.FeeSchedule)).Scan(&rows).Error
-			if err != nil {
+			if err := tx.Create(&m).Error; err != nil {
 				return err
 			}
+			id = m.ID
 		}
-		sealed, err := r.sealSourceSecrets(rows[0].ID, found, refs, previous)
+		sealed, err := r.sealSourceSecrets(id, found, refs, previous)
 		if err != nil {
 			return err
 		}
-		if err := tx.Exec(`UPDATE recon_jobs SET source_secret = ? WHERE id = ?`, sealed, rows[0].ID).Error; err != nil {
+		if err := tx.Model(&reconJobModel{ID: id}).Update("source_secret", sealed).Error; err != nil {
 			return err
 		}
-		rows[0].SourceSecret = sealed
-		return syncSchedule(ctx, tx, original, rows[0].job())
+		if row, err = findJob(tx, spec.Name); err != nil {
+			return err
+		}
+		return syncSchedule(ctx, tx, original, row.job())
 	})
 	if isUniqueViolation(err) {
 		return nil, errs.Errorf("%w: %w", ErrInvalid, errs.Fieldf("name", "a recon job named %q exists", spec.Name).Of(ErrNameTaken))
@@ -322,8 +290,20 @@ func (r *Reconciler) saveJob(ctx context.Context, original string, spec JobSpec)
 	if err != nil {
 		return nil, fmt.Errorf("save recon job %s: %w", spec.Name, err)
 	}
-	j := rows[0].job()
+	j := row.job()
 	return &j, nil
+}
+
+// findJob reads the job named name with its account's kind. Errors: ErrNotFound.
+func findJob(db *gorm.DB, name string) (*reconJobModel, error) {
+	var rows []reconJobModel
+	if err := db.Select(jobSelect).Where("name = ?", name).Limit(1).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+	}
+	return &rows[0], nil
 }
 
 // jobBills are the bills each kind's fetcher gets, the default first, with the format that
@@ -394,20 +374,26 @@ func (r *Reconciler) checkJobFetch(ctx context.Context, tx *gorm.DB, spec *JobSp
 
 // SetJobEnabled enables or disables a job. Errors: ErrNotFound.
 func (r *Reconciler) SetJobEnabled(ctx context.Context, name string, enabled bool) error {
-	var rows []jobRow
 	err := r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		err := tx.Raw(`UPDATE recon_jobs SET enabled = ?, updated_at = now() WHERE name = ? RETURNING `+jobColumns,
-			enabled, name).Scan(&rows).Error
-		if err != nil || len(rows) == 0 {
+		res := tx.Model(&reconJobModel{}).Where("name = ?", name).
+			Updates(map[string]any{"enabled": enabled, "updated_at": gorm.Expr("now()")})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("recon job %q: %w", name, ErrNotFound)
+		}
+		row, err := findJob(tx, name)
+		if err != nil {
 			return err
 		}
-		return syncSchedule(ctx, tx, name, rows[0].job())
+		return syncSchedule(ctx, tx, name, row.job())
 	})
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("enable recon job %s: %w", name, err)
-	}
-	if len(rows) == 0 {
-		return fmt.Errorf("recon job %q: %w", name, ErrNotFound)
 	}
 	return nil
 }
@@ -439,26 +425,26 @@ func syncSchedule(ctx context.Context, tx *gorm.DB, oldName string, j ReconJob) 
 
 // GetJob reads a job by name. Errors: ErrNotFound.
 func (r *Reconciler) GetJob(ctx context.Context, name string) (*ReconJob, error) {
-	var rows []jobRow
-	if err := r.db.WithContext(ctx).Raw(`SELECT `+jobColumns+` FROM recon_jobs WHERE name = ?`, name).Scan(&rows).Error; err != nil {
+	row, err := findJob(r.db.WithContext(ctx), name)
+	if errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	if err != nil {
 		return nil, fmt.Errorf("recon job %s: %w", name, err)
 	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("recon job %q: %w", name, ErrNotFound)
-	}
-	j := rows[0].job()
+	j := row.job()
 	return &j, nil
 }
 
 // ListJobs returns every recon job by name (a deployment has a handful, one per channel feed).
 func (r *Reconciler) ListJobs(ctx context.Context) ([]ReconJob, error) {
-	var rows []jobRow
-	if err := r.db.WithContext(ctx).Raw(`SELECT ` + jobColumns + ` FROM recon_jobs ORDER BY name LIMIT 1000`).Scan(&rows).Error; err != nil {
+	var rows []reconJobModel
+	if err := r.db.WithContext(ctx).Select(jobSelect).Order("name").Limit(1000).Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list recon jobs: %w", err)
 	}
 	out := make([]ReconJob, len(rows))
-	for i, row := range rows {
-		out[i] = row.job()
+	for i := range rows {
+		out[i] = rows[i].job()
 	}
 	return out, nil
 }
