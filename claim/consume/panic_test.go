@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/consume"
@@ -28,15 +27,7 @@ func (s buggyShipping) Execute(ctx context.Context, l *claim.Lease) (*claim.Docu
 func TestSpanning_PanickingOperationIsRecoveredAndTheKeyHeld(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := b.db.Exec(`CREATE TABLE remote_shipments (downstream_key text PRIMARY KEY)`).Error; err != nil {
-		t.Fatal(err)
-	}
-	store, err := claim.NewStore(b.db, claim.Config{DigestSecret: []byte("consume-test-secret-01"), LeaseTTL: time.Second,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ship := &shipping{db: b.db}
+	store, ship := b.spanning()
 	cfg := b.config()
 	cfg.Consumer = "shipper"
 	cfg.Logger = slog.New(slog.DiscardHandler)

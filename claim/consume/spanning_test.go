@@ -76,18 +76,23 @@ func (m opsMap) Get(name string) (claim.Operation, bool) { op, ok := m[name]; re
 // and before its local write; the dedup record (a claim key) stays processing; after its lease
 // the daemon's reclaim job asks the remote service, finds the shipment and completes the record
 // — the remote work is never done twice, and the redelivered message is dropped.
-func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	if err := b.db.Exec(`CREATE TABLE remote_shipments (downstream_key text PRIMARY KEY)`).Error; err != nil {
-		t.Fatal(err)
-	}
+// spanning readies b for a flow that spans services: the remote side's table, a claim store
+// with a one-second lease, and the shipping operation that writes it.
+func (b *bundle) spanning() (*claim.Store, *shipping) {
+	b.t.Helper()
+	pgtest.Exec(b.t, b.db, `CREATE TABLE remote_shipments (downstream_key text PRIMARY KEY)`)
 	store, err := claim.NewStore(b.db, claim.Config{DigestSecret: []byte("consume-test-secret-01"), LeaseTTL: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		t.Fatal(err)
+		b.t.Fatal(err)
 	}
-	ship := &shipping{db: b.db}
+	return store, &shipping{db: b.db}
+}
+
+func TestSpanning_StuckProcessingIsCompensatedByTheDaemon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store, ship := b.spanning()
 	ship.crash.Store(true)
 	cfg := b.config()
 	cfg.Consumer = "shipper"

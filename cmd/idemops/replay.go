@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,24 +35,32 @@ func parseIDArg(what, s string) (int64, error) {
 	return id, nil
 }
 
+// withOperatorID is the RunE of a command on one object of an operator's: its argument parsed
+// as what's id, an operator session opened, and run called within the CLI's time limit.
+func withOperatorID(what string, run func(ctx context.Context, cmd *cobra.Command, s *operatorSession, id int64) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		id, err := parseIDArg(what, args[0])
+		if err != nil {
+			return err
+		}
+		s, err := openOperatorSession(cmd, true)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		ctx, cancel := cliContext(cmd)
+		defer cancel()
+		return run(ctx, cmd, s, id)
+	}
+}
+
 func newReplayPreviewCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "preview KEY_ID",
 		Short: "What a replay of the key would do, and the token that confirms it",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg("key", args[0])
-			if err != nil {
-				return err
-			}
-			s, err := openOperatorSession(cmd, true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
+		RunE: withOperatorID("key", func(ctx context.Context, cmd *cobra.Command, s *operatorSession, id int64) error {
 			p, err := s.srv.PreviewReplay(ctx, s.op, "cli", id)
 			if err != nil {
 				return fmt.Errorf("key %d: %w", id, err)
@@ -72,7 +81,7 @@ func newReplayPreviewCmd() *cobra.Command {
 			}
 			fmt.Fprintf(out, "confirm with: idemops replay request %d --confirm %s --reason '…'\n", p.KeyID, p.Token)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "the preview as JSON (the API's GET /api/v1/keys/{id}/replay)")
 	return cmd
@@ -85,18 +94,7 @@ func newReplayRequestCmd() *cobra.Command {
 		Use:   "request KEY_ID --confirm TOKEN --reason TEXT",
 		Short: "Request the previewed replay (executed now, or once approved)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg("key", args[0])
-			if err != nil {
-				return err
-			}
-			s, err := openOperatorSession(cmd, true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
+		RunE: withOperatorID("key", func(ctx context.Context, cmd *cobra.Command, s *operatorSession, id int64) error {
 			req, dup, err := s.srv.ConfirmReplay(ctx, s.op, "cli", id, token, reason)
 			if err != nil {
 				return fmt.Errorf("key %d: %w", id, err)
@@ -110,7 +108,7 @@ func newReplayRequestCmd() *cobra.Command {
 			}
 			printReplayRequest(out, req.ID, req.State, req.NeedsApproval, req.OutcomeKind, req.Outcome)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&token, "confirm", "", "the token `replay preview` printed")
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the request and in the audit log)")
@@ -126,18 +124,7 @@ func newReplayApproveCmd() *cobra.Command {
 		Use:   "approve REQUEST_ID",
 		Short: "Approve another operator's replay request (it executes now)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseIDArg("request", args[0])
-			if err != nil {
-				return err
-			}
-			s, err := openOperatorSession(cmd, true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
+		RunE: withOperatorID("request", func(ctx context.Context, cmd *cobra.Command, s *operatorSession, id int64) error {
 			req, err := s.srv.ApproveReplay(ctx, s.op, "cli", id)
 			if err != nil {
 				return fmt.Errorf("replay request %d: %w", id, err)
@@ -147,7 +134,7 @@ func newReplayApproveCmd() *cobra.Command {
 			}
 			printReplayRequest(cmd.OutOrStdout(), req.ID, req.State, req.NeedsApproval, req.OutcomeKind, req.Outcome)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "the request as JSON")
 	return cmd
