@@ -37,7 +37,7 @@ var order = [][]string{
 	{"templates"},
 	{"console"},
 	{"demo"},
-	{"chaos/..."},
+	{"chaos/...", "internal/costcurve"},
 	{"cmd/..."},
 }
 

@@ -31,10 +31,16 @@ import (
 // (removed when they end). Without server binaries the package fails, naming what to install:
 // a missing package is never a skip (`make prereqs` installs it).
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m, nil))
 }
 
-func run(m *testing.M) int {
+// MainThen is Main with after called once the tests have run, while the cluster is still up
+// (to drop what the package made outside its tests' own databases).
+func MainThen(m *testing.M, after func()) {
+	os.Exit(run(m, after))
+}
+
+func run(m *testing.M, after func()) int {
 	if os.Getenv("DATABASE_URL") == "" {
 		dir, err := os.MkdirTemp("", "idemops-test-pg-")
 		if err != nil {
@@ -50,7 +56,11 @@ func run(m *testing.M) int {
 		defer c.Remove()
 		os.Setenv("DATABASE_URL", c.URL("postgres"))
 	}
-	return m.Run()
+	code := m.Run()
+	if after != nil {
+		after()
+	}
+	return code
 }
 
 type migrator struct{}

@@ -1,0 +1,152 @@
+package costcurve
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemops/idemops/keys"
+)
+
+// The console's paths, each through its HTTP handler (the operator's token or session, the
+// scope check, the query, the rendering), so that they run under the same connection set-up as
+// an operator's request does.
+
+const samples = 200
+
+// keyPage is the part of GET /api/v1/keys a benchmark checks.
+type keyPage struct {
+	Keys []struct {
+		ID     int64  `json:"id"`
+		Tenant string `json:"tenant"`
+	} `json:"keys"`
+	Next *string `json:"next_cursor"`
+}
+
+// keyPage reads one page of GET /api/v1/keys and checks it holds want keys (want < 0: some).
+func (w *world) keyPage(b *testing.B, token, path string, want int) keyPage {
+	var p keyPage
+	if err := json.Unmarshal(w.api(b, token, path), &p); err != nil {
+		b.Fatal(err)
+	}
+	if len(p.Keys) != want && (want >= 0 || len(p.Keys) == 0) {
+		b.Fatalf("GET %s: %d keys, want %d", path, len(p.Keys), want)
+	}
+	return p
+}
+
+// cursorAt is the keyset cursor just after row i (ids are 1…n in created_at order).
+func (w *world) cursorAt(i int) string {
+	return keys.Cursor{CreatedAt: w.createdAt(i), ID: int64(i + 1)}.String()
+}
+
+// BenchmarkSearch: the key search's first page and a deep page (the middle of the table), for an
+// administrator of every tenant and for a viewer of three of the 100, newest first. Target at
+// 10M: p99 ≤ 10 ms.
+func BenchmarkSearch(b *testing.B) {
+	forEachSize(b, func(b *testing.B, w *world) {
+		deep := "&after=" + url.QueryEscape(w.cursorAt(w.n/2))
+		var worst time.Duration
+		for _, c := range []struct {
+			name, token, query string
+		}{
+			{"all_first", w.adminToken, ""},
+			{"all_deep", w.adminToken, deep},
+			{"scoped_first", w.scopedToken, ""},
+			{"scoped_deep", w.scopedToken, deep},
+			{"all_state_first", w.adminToken, "&state=failed_final&operation=payment.charge"},
+			{"scoped_state_deep", w.scopedToken, "&state=failed_final" + deep},
+		} {
+			p99 := timings(b, c.name, 20, samples, func(int) { w.keyPage(b, c.token, "/api/v1/keys?limit=50"+c.query, 50) })
+			worst = max(worst, p99)
+		}
+		target(b, "search p99 (worst case)", worst, 10*time.Millisecond)
+		b.ResetTimer()
+		for range b.N {
+			w.keyPage(b, w.adminToken, "/api/v1/keys?limit=50"+deep, 50)
+		}
+	})
+}
+
+// BenchmarkFindByKey: the header's find by raw key (POST /api/v1/keys/find), for random existing
+// keys and missing ones, as an administrator of every tenant and as a viewer of three. Target
+// at 10M: p99 ≤ 2 ms.
+func BenchmarkFindByKey(b *testing.B) {
+	forEachSize(b, func(b *testing.B, w *world) {
+		find := func(token, key string, want int) {
+			var p keyPage
+			if err := json.Unmarshal(w.apiPost(b, token, "/api/v1/keys/find", `{"key":"`+key+`"}`), &p); err != nil {
+				b.Fatal(err)
+			}
+			if len(p.Keys) != want && (want >= 0 || len(p.Keys) == 0) {
+				b.Fatalf("find %s: %d keys, want %d", key, len(p.Keys), want)
+			}
+		}
+		pick := func(i int) int { return int(mix(uint64(i)+99) % uint64(w.n)) }
+		worst := timings(b, "existing", 20, samples, func(i int) { find(w.adminToken, "order-"+strconv.Itoa(pick(i)), 1) })
+		worst = max(worst, timings(b, "missing", 20, samples, func(i int) { find(w.adminToken, "missing-"+strconv.Itoa(i), 0) }))
+		worst = max(worst, timings(b, "scoped", 20, samples, func(i int) {
+			k := pick(i)
+			want := 0
+			if t := k % tenants; t >= 1 && t <= 3 {
+				want = 1
+			}
+			find(w.scopedToken, "order-"+strconv.Itoa(k), want)
+		}))
+		target(b, "find by key p99 (worst case)", worst, 2*time.Millisecond)
+		b.ResetTimer()
+		for i := range b.N {
+			find(w.adminToken, "order-"+strconv.Itoa(pick(i)), 1)
+		}
+	})
+}
+
+// BenchmarkDashboard: the dashboard page (counts by operation and state of the keys created in
+// the last 24 hours — a tenth of the table here —, open keys, expired leases, keys needing
+// attention, claims per minute, the daemon's cards) for an administrator of every tenant and a
+// viewer of three. Target at 10M: ≤ 50 ms whatever the day's volume.
+func BenchmarkDashboard(b *testing.B) {
+	forEachSize(b, func(b *testing.B, w *world) {
+		worst := timings(b, "all", 5, samples/2, func(int) { w.page(b, w.adminCookies, "/") })
+		worst = max(worst, timings(b, "scoped", 5, samples/2, func(int) { w.page(b, w.scopedCookies, "/") }))
+		target(b, "dashboard p99 (worst case)", worst, 50*time.Millisecond)
+		b.ResetTimer()
+		for range b.N {
+			w.page(b, w.adminCookies, "/")
+		}
+	})
+}
+
+// BenchmarkAttention: the keys needing attention — the search page's first page filtered by
+// attention=1 (about 0.5% of the keys), for every tenant and for three. Target: as search.
+func BenchmarkAttention(b *testing.B) {
+	forEachSize(b, func(b *testing.B, w *world) {
+		worst := timings(b, "all", 20, samples, func(int) { w.keyPage(b, w.adminToken, "/api/v1/keys?attention=1&limit=50", 50) })
+		worst = max(worst, timings(b, "scoped", 20, samples, func(int) {
+			w.keyPage(b, w.scopedToken, "/api/v1/keys?attention=1&limit=50", -1)
+		}))
+		target(b, "attention p99 (worst case)", worst, 10*time.Millisecond)
+		b.ResetTimer()
+		for range b.N {
+			w.keyPage(b, w.adminToken, "/api/v1/keys?attention=1&limit=50", 50)
+		}
+	})
+}
+
+// BenchmarkRetentionPreview: the retention page's dry run (GET /api/v1/retention/preview), for
+// every operation and for one. Target at 10M: ≤ 200 ms.
+func BenchmarkRetentionPreview(b *testing.B) {
+	forEachSize(b, func(b *testing.B, w *world) {
+		worst := timings(b, "all", 2, 20, func(int) { w.api(b, w.adminToken, "/api/v1/retention/preview") })
+		worst = max(worst, timings(b, "one_operation", 2, 20, func(int) {
+			w.api(b, w.adminToken, "/api/v1/retention/preview?operation=payment.charge")
+		}))
+		target(b, "retention preview p99 (worst case)", worst, 200*time.Millisecond)
+		b.ResetTimer()
+		for range b.N {
+			w.api(b, w.adminToken, "/api/v1/retention/preview")
+		}
+	})
+}
