@@ -3,12 +3,14 @@ package console
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/retention"
 	"github.com/idemops/idemops/templates"
 )
@@ -30,12 +32,21 @@ func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*ret
 }
 
 func previewView(rep *retention.Report) templates.PreviewView {
-	p := templates.PreviewView{Done: true, Operation: rep.Operation, Deleted: rep.Deleted, Tombstoned: rep.Tombstoned, RunID: rep.RunID}
+	p := templates.PreviewView{Done: true, Operation: rep.Operation, Deleted: rep.Deleted, Tombstoned: rep.Tombstoned, RunID: rep.RunID,
+		Estimated: rep.Sample.Estimated(), SamplePercent: samplePercent(rep.Sample)}
 	for _, d := range rep.Due {
 		p.Rows = append(p.Rows, templates.DueRow{Phase: d.Phase, Operation: d.Operation, State: string(d.State),
 			Day: d.Day.UTC().Format(time.DateOnly), N: d.N})
 	}
 	return p
+}
+
+// samplePercent is the share of the keys table an estimated preview read ("2.5% of ~8000000 keys").
+func samplePercent(s keys.DueSample) string {
+	if !s.Estimated() {
+		return ""
+	}
+	return strconv.FormatFloat(100*s.Fraction, 'g', 2, 64) + "% / ~" + strconv.FormatInt(s.Rows, 10)
 }
 
 // retentionPreview is GET /retention/preview?operation=X: the page with a dry run's counts.
@@ -69,6 +80,6 @@ func (s *Server) apiPreview(c *gin.Context, r *request) error {
 			"day": d.Day.UTC().Format(time.DateOnly), "n": d.N})
 	}
 	c.JSON(http.StatusOK, gin.H{"run_id": rep.RunID, "operation": rep.Operation, "would_delete": rep.Deleted,
-		"would_tombstone": rep.Tombstoned, "due": due})
+		"would_tombstone": rep.Tombstoned, "due": due, "estimated": rep.Sample.Estimated(), "sample_fraction": rep.Sample.Fraction})
 	return nil
 }

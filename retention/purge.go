@@ -30,9 +30,13 @@ type Config struct {
 	// (default 2,000,000); what is left waits for the next run.
 	MaxRows int64
 	// StatementTimeout bounds every batch statement (default 10 s); CountTimeout bounds the dry
-	// run's count, which reads every ended key (default 2 min).
+	// run's count (default 2 min).
 	StatementTimeout time.Duration
 	CountTimeout     time.Duration
+	// ExactUpTo: a dry run counts every ended key while the keys table holds at most this many
+	// rows, and above it estimates from a sample of about this many (default 200,000; negative:
+	// always exact), so that a preview costs the same at 10M keys as at 200k (claim.CountDue).
+	ExactUpTo int64
 	// ShrinkAfter timeouts in a row halve the batch (default 2); after MaxTimeouts timeouts in
 	// one run the run gives up with ErrTooManyTimeouts (default 20).
 	ShrinkAfter int
@@ -65,6 +69,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CountTimeout == 0 {
 		c.CountTimeout = 2 * time.Minute
+	}
+	if c.ExactUpTo == 0 {
+		c.ExactUpTo = 200_000
 	}
 	if c.ShrinkAfter == 0 {
 		c.ShrinkAfter = 2
@@ -218,8 +225,10 @@ type Report struct {
 	Tombstoned   int64
 	DeletedBy    Counts
 	TombstonedBy Counts
-	// Due is the dry run's breakdown per phase, operation, state and creation day.
-	Due []keys.DueCount
+	// Due is the dry run's breakdown per phase, operation, state and creation day; Sample says
+	// whether its counts (and Deleted, Tombstoned) are exact or estimated from a sample.
+	Due    []keys.DueCount
+	Sample keys.DueSample
 	// BatchSize is the batch size the run ended with (smaller than it started after timeouts).
 	BatchSize int
 	Timeouts  int
@@ -355,11 +364,11 @@ func (j *PurgeJob) countDue(ctx context.Context, rep *Report, rules keys.ExpiryR
 		if err := setTimeout(tx, j.cfg.CountTimeout); err != nil {
 			return err
 		}
-		due, err := keys.CountDue(ctx, tx, rules)
+		due, sample, err := keys.CountDue(ctx, tx, rules, j.cfg.ExactUpTo)
 		if err != nil {
 			return err
 		}
-		rep.Due = due
+		rep.Due, rep.Sample = due, sample
 		for _, d := range due {
 			if d.Phase == keys.PhaseDelete {
 				rep.Deleted += d.N

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/retention"
 )
@@ -343,5 +344,39 @@ func TestPurge_BadOptionsAreRefusedBeforeAnythingRuns(t *testing.T) {
 	}
 	if n := b.count(`SELECT count(*) FROM purge_log`); n != 0 {
 		t.Errorf("%d purge_log rows for refused runs", n)
+	}
+}
+
+// A preview of a table larger than ExactUpTo reads a sample of its pages and says so; its counts
+// are the sample's scaled up (near the truth, not equal to it). At or below it, or with
+// ExactUpTo negative, the counts are exact and not labelled an estimate.
+func TestDryRun_BigTableIsEstimatedFromASampleAndSaysSo(t *testing.T) {
+	const n = 20_000
+	b := setup(t, func(c *retention.Config) { c.ExactUpTo = n / 5 })
+	seedExpired(t, b.db, "payment.charge", n, 0, 40*day)
+	pgtest.Exec(t, b.db, `ANALYZE idempotency_keys`)
+	exact, err := retention.NewPurgeJob(b.db, retention.Config{ExactUpTo: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	est, err := b.job.DryRun(b.ctx, "", "operator:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("estimated %d of %d from %.1f%% of ~%d rows", est.Deleted, n, 100*est.Sample.Fraction, est.Sample.Rows)
+	if !est.Sample.Estimated() || est.Sample.Rows < n/2 {
+		t.Fatalf("a %d-row table with ExactUpTo %d: sample %+v, want an estimate", n, n/5, est.Sample)
+	}
+	if est.Deleted < n/2 || est.Deleted > n*3/2 {
+		t.Errorf("estimated %d keys to delete, want about %d (scaled up from a sample)", est.Deleted, n)
+	}
+
+	got, err := exact.DryRun(b.ctx, "", "operator:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Sample.Estimated() || got.Deleted != n {
+		t.Errorf("exact dry run: %d keys (sample %+v), want exactly %d and no estimate", got.Deleted, got.Sample, n)
 	}
 }

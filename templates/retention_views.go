@@ -44,6 +44,10 @@ type PreviewView struct {
 	Deleted, Tombstoned int64
 	Rows                []DueRow
 	RunID               int64
+	// Estimated: the counts were scaled up from a sample of SamplePercent of the keys table
+	// (a table too big to read whole for a preview).
+	Estimated     bool
+	SamplePercent string
 }
 
 // PurgeRow is one purge_log row.
