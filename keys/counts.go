@@ -22,7 +22,8 @@ const maxStateCounts = 500
 
 // CountByState counts the keys in scope created in the last window, per operation and state
 // (operation, state order; at most 500 rows). The window keeps the count off a whole-table scan:
-// the created_at index serves it.
+// an index-only scan of the listing index, which carries tenant, operation and state (migration
+// 00130), serves it; its cost follows the window's volume (docs/SCALING.md).
 func CountByState(ctx context.Context, db *gorm.DB, scope Scope, window time.Duration) ([]StateCount, error) {
 	cond, args, none := scope.SQL()
 	if none {
@@ -45,7 +46,7 @@ func CountInState(ctx context.Context, db *gorm.DB, scope Scope, st claim.State)
 }
 
 // CountNeedsAttention counts the keys in scope flagged for an operator (the partial index
-// idempotency_keys_attention_idx).
+// idempotency_keys_attention_idx, in listing order: the search's attention=1 reads it too).
 func CountNeedsAttention(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
 	return count(ctx, db, scope, "needs_attention")
 }
@@ -107,7 +108,7 @@ type MinuteCount struct {
 }
 
 // ClaimsPerMinute counts the keys in scope created in each minute of the last hour, oldest
-// first (at most 61 rows; the created_at index serves it).
+// first (at most 61 rows; an index-only scan of the listing index serves it).
 func ClaimsPerMinute(ctx context.Context, db *gorm.DB, scope Scope) ([]MinuteCount, error) {
 	cond, args, none := scope.SQL()
 	if none {
