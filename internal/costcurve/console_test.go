@@ -51,15 +51,16 @@ func BenchmarkSearch(b *testing.B) {
 		var worst time.Duration
 		for _, c := range []struct {
 			name, token, query string
+			want               int // -1: some (a small world's three tenants may hold fewer than a page)
 		}{
-			{"all_first", w.adminToken, ""},
-			{"all_deep", w.adminToken, deep},
-			{"scoped_first", w.scopedToken, ""},
-			{"scoped_deep", w.scopedToken, deep},
-			{"all_state_first", w.adminToken, "&state=failed_final&operation=payment.charge"},
-			{"scoped_state_deep", w.scopedToken, "&state=failed_final" + deep},
+			{"all_first", w.adminToken, "", 50},
+			{"all_deep", w.adminToken, deep, 50},
+			{"scoped_first", w.scopedToken, "", 50},
+			{"scoped_deep", w.scopedToken, deep, 50},
+			{"all_state_first", w.adminToken, "&state=failed_final&operation=payment.charge", 50},
+			{"scoped_state_deep", w.scopedToken, "&state=failed_final" + deep, -1},
 		} {
-			p99 := timings(b, c.name, 20, samples, func(int) { w.keyPage(b, c.token, "/api/v1/keys?limit=50"+c.query, 50) })
+			p99 := timings(b, c.name, 20, samples, func(int) { w.keyPage(b, c.token, "/api/v1/keys?limit=50"+c.query, c.want) })
 			worst = max(worst, p99)
 		}
 		target(b, "search p99 (worst case)", worst, 10*time.Millisecond)

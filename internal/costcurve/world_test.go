@@ -81,7 +81,7 @@ func sizes(b *testing.B) []int {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 || n*mult < 10_000 {
-			b.Fatalf("IDEMOPS_BENCH_SIZES=%q: want sizes like 100k,1M,10M (each ≥ 10k)", spec)
+			b.Fatalf("IDEMOPS_BENCH_SIZES=%q: want sizes like 100k,1M,10M (each at least 10k)", spec)
 		}
 		out = append(out, n*mult)
 	}
@@ -523,6 +523,9 @@ func (w *world) page(b *testing.B, cookies []*http.Cookie, path string) []byte {
 // under name. It returns the p99.
 func timings(b *testing.B, name string, warm, samples int, fn func(i int)) time.Duration {
 	b.Helper()
+	if lim := sampleCap(); lim > 0 {
+		warm, samples = min(warm, lim), min(samples, lim)
+	}
 	for i := 0; i < warm; i++ {
 		fn(i)
 	}
@@ -538,6 +541,13 @@ func timings(b *testing.B, name string, warm, samples int, fn func(i int)) time.
 	b.ReportMetric(ms(p99), name+"_p99_ms")
 	b.Logf("%s: p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d samples)", name, ms(p50), ms(p99), ms(ds[len(ds)-1]), samples)
 	return p99
+}
+
+// sampleCap is IDEMOPS_BENCH_SAMPLES: at most this many warm-up calls and samples per case (the
+// harness's smoke test runs every path a few times; 0: the benchmarks' own counts).
+func sampleCap() int {
+	n, _ := strconv.Atoi(os.Getenv("IDEMOPS_BENCH_SAMPLES"))
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
