@@ -121,7 +121,11 @@ func spareSQL(ctx context.Context, db *gorm.DB, a *sqlArgs, operation string) (a
 	}
 	all = own
 	if exists {
-		all += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open')`
+		// OFFSET 0 keeps the check a probe of discrepancies_open_key_idx per key. As an anti
+		// join the planner, which takes a batch's freshly expired keys for a handful, read every
+		// open finding once per key: 186 open findings made a batch of 10,000 keys take 1.0 s
+		// instead of 0.12 s (a purge of a day, 1M keys).
+		all += ` AND NOT EXISTS (SELECT 1 FROM discrepancies d WHERE d.key_id = k.id AND d.state = 'open' OFFSET 0)`
 	}
 	return all, own, nil
 }

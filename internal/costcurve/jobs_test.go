@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/money"
@@ -65,6 +67,12 @@ func BenchmarkPurgeDay(b *testing.B) {
 				b.Fatal(res.Error)
 			}
 			due := res.RowsAffected
+			// Open reconciliation findings, as a live system has (one per 5,000 keys, on the
+			// bill day's keys, not the purged day's): every key a purge deletes is checked
+			// against them.
+			if err := w.openFindings(w.n / 5000); err != nil {
+				b.Fatal(err)
+			}
 			// Steady state: earlier runs brought the stamp cursor up to now.
 			if err := w.db.Exec(`UPDATE retention_settings SET stamp_cursor_at = now()`).Error; err != nil {
 				b.Fatal(err)
@@ -92,6 +100,24 @@ func BenchmarkPurgeDay(b *testing.B) {
 			verdict = "MISSES"
 		}
 		b.Logf("purge of a day: %d keys in %s, %.0f rows/s (%s the target ≥ 100k rows/s)", deleted, took.Round(time.Millisecond), rate, verdict)
+	})
+}
+
+// openFindings makes n open LOCAL_ONLY findings (one reconciliation run) on keys of the bill day,
+// replacing any the world has.
+func (w *world) openFindings(n int) error {
+	return w.db.Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`TRUNCATE statements, statement_lines, recon_runs, discrepancies CASCADE`).Error; err != nil {
+			return err
+		}
+		var run int64
+		if err := tx.Raw(`INSERT INTO recon_runs (channel, bill_date, status, actor) VALUES ('stripe', ?, 'succeeded', 'operator:bench')
+			RETURNING id`, w.billDay).Scan(&run).Error; err != nil {
+			return err
+		}
+		return tx.Exec(`INSERT INTO discrepancies (run_id, first_run_id, channel, bill_date, kind, subject, key_id)
+			SELECT ?, ?, 'stripe', ?, 'LOCAL_ONLY', 'key:' || id, id FROM idempotency_keys
+			WHERE id > ? ORDER BY id LIMIT ?`, run, run, w.billDay, w.n*8/10, n).Error
 	})
 }
 
