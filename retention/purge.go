@@ -34,9 +34,11 @@ type Config struct {
 	StatementTimeout time.Duration
 	CountTimeout     time.Duration
 	// ExactUpTo: a dry run counts every ended key while the keys table holds at most this many
-	// rows, and above it estimates from a sample of about this many (default 200,000; negative:
-	// always exact), so that a preview costs the same at 10M keys as at 200k (claim.CountDue).
-	ExactUpTo int64
+	// rows (default 100,000; negative: always exact); above it, it estimates from a sample of
+	// about SampleRows of them (default 30,000), so that a preview of 10M keys costs what one of
+	// 30k does (claim.CountDue).
+	ExactUpTo  int64
+	SampleRows int64
 	// ShrinkAfter timeouts in a row halve the batch (default 2); after MaxTimeouts timeouts in
 	// one run the run gives up with ErrTooManyTimeouts (default 20).
 	ShrinkAfter int
@@ -71,7 +73,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.CountTimeout = 2 * time.Minute
 	}
 	if c.ExactUpTo == 0 {
-		c.ExactUpTo = 200_000
+		c.ExactUpTo = 100_000
+	}
+	if c.SampleRows == 0 {
+		c.SampleRows = 30_000
 	}
 	if c.ShrinkAfter == 0 {
 		c.ShrinkAfter = 2
@@ -107,6 +112,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("retention: ShrinkAfter and MaxTimeouts must be positive")
 	case c.PauseMin < 0 || c.PauseMin > c.PauseMax:
 		return c, errors.New("retention: need 0 <= PauseMin <= PauseMax")
+	case c.SampleRows < 1:
+		return c, errors.New("retention: SampleRows must be positive")
 	case c.StampSlack < 0:
 		return c, errors.New("retention: StampSlack must not be negative")
 	}
@@ -364,7 +371,7 @@ func (j *PurgeJob) countDue(ctx context.Context, rep *Report, rules keys.ExpiryR
 		if err := setTimeout(tx, j.cfg.CountTimeout); err != nil {
 			return err
 		}
-		due, sample, err := keys.CountDue(ctx, tx, rules, j.cfg.ExactUpTo)
+		due, sample, err := keys.CountDue(ctx, tx, rules, j.cfg.ExactUpTo, j.cfg.SampleRows)
 		if err != nil {
 			return err
 		}

@@ -352,7 +352,7 @@ func TestPurge_BadOptionsAreRefusedBeforeAnythingRuns(t *testing.T) {
 // ExactUpTo negative, the counts are exact and not labelled an estimate.
 func TestDryRun_BigTableIsEstimatedFromASampleAndSaysSo(t *testing.T) {
 	const n = 20_000
-	b := setup(t, func(c *retention.Config) { c.ExactUpTo = n / 5 })
+	b := setup(t, func(c *retention.Config) { c.ExactUpTo, c.SampleRows = n/2, n/5 })
 	seedExpired(t, b.db, "payment.charge", n, 0, 40*day)
 	pgtest.Exec(t, b.db, `ANALYZE idempotency_keys`)
 	exact, err := retention.NewPurgeJob(b.db, retention.Config{ExactUpTo: -1})
@@ -366,7 +366,7 @@ func TestDryRun_BigTableIsEstimatedFromASampleAndSaysSo(t *testing.T) {
 	}
 	t.Logf("estimated %d of %d from %.1f%% of ~%d rows", est.Deleted, n, 100*est.Sample.Fraction, est.Sample.Rows)
 	if !est.Sample.Estimated() || est.Sample.Rows < n/2 {
-		t.Fatalf("a %d-row table with ExactUpTo %d: sample %+v, want an estimate", n, n/5, est.Sample)
+		t.Fatalf("a %d-row table with ExactUpTo %d: sample %+v, want an estimate", n, n/2, est.Sample)
 	}
 	if est.Deleted < n/2 || est.Deleted > n*3/2 {
 		t.Errorf("estimated %d keys to delete, want about %d (scaled up from a sample)", est.Deleted, n)
