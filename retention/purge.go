@@ -36,7 +36,7 @@ type Config struct {
 	// ExactUpTo: a dry run counts every ended key while the keys table holds at most this many
 	// rows (default 100,000; negative: always exact); above it, it estimates from a sample of
 	// about SampleRows of them (default 30,000), so that a preview of 10M keys costs what one of
-	// 30k does (claim.CountDue).
+	// 30k does (keys.CountDue).
 	ExactUpTo  int64
 	SampleRows int64
 	// ShrinkAfter timeouts in a row halve the batch (default 2); after MaxTimeouts timeouts in
