@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -65,14 +66,16 @@ func (w *world) killConsole(ctx context.Context) {
 	}()
 }
 
-// channelAnomaly plants two discrepancies at paysim: the amount of a completed payment's
-// charge changes (AMOUNT_MISMATCH), and a charge appears that no one asked for (CHANNEL_ONLY).
+// channelAnomaly plants two discrepancies at paysim on the channel the run reconciles (Stripe's
+// statement lists only the charges made through Stripe, and those of no channel): the amount of a
+// completed payment's Stripe charge changes (AMOUNT_MISMATCH), and a Stripe charge appears that
+// no one asked for (CHANNEL_ONLY).
 func (w *world) channelAnomaly(ctx context.Context) {
 	t := w.traffic
 	t.mu.Lock()
 	var pick *keyRecord
 	for _, r := range t.keys {
-		if r.Done && r.Saw2xx && !r.Faulted && r.Key != "" {
+		if r.Done && r.Saw2xx && !r.Faulted && r.Key != "" && chargedThrough(r, "stripe") {
 			pick = r
 			r.Faulted = true // no other fault may claim its finding
 			break
@@ -98,14 +101,27 @@ func (w *world) channelAnomaly(ctx context.Context) {
 		done = append(done, "no completed payment yet to alter")
 	}
 	order := "chaos-channel-only-" + randomHex(6)
-	if _, err := w.sim.InsertChannelCharge(ctx, paysim.ChannelCharge{AmountMinor: 777, Currency: "CNY", MerchantOrderNo: order,
-		Payee: "acme-books", Description: "a charge nobody asked for"}); err != nil {
+	if _, err := w.sim.InsertChannelCharge(ctx, paysim.ChannelCharge{AmountMinor: 777, Currency: "USD", MerchantOrderNo: order,
+		Payee: "acme-books", Description: "a charge nobody asked for", Channel: "stripe"}); err != nil {
 		done = append(done, "channel-only charge not inserted: "+oneLine(err))
 	} else {
 		w.expect(anomaly{Order: order, Kind: "CHANNEL_ONLY", Target: order})
 		done = append(done, "channel-only charge "+order)
 	}
 	w.fault(KindChannelAnomaly, "paysim", fmt.Sprint(done))
+}
+
+// chargedThrough says whether the demo service charges r's payment through paysim's channel
+// (demo.ChannelRoutes, by the intent's currency and the downstream key).
+func chargedThrough(r *keyRecord, channel string) bool {
+	var b struct {
+		Currency string `json:"currency"`
+	}
+	if json.Unmarshal(r.Body, &b) != nil {
+		return false
+	}
+	rt, ok := demo.ChannelRoutes.For(b.Currency, claim.DownstreamKey(r.Tenant, demo.OperationCharge, r.Key))
+	return ok && rt.Channel == channel
 }
 
 func (w *world) expect(a anomaly) {

@@ -24,23 +24,26 @@ type Key struct {
 	LeaseExpired       bool
 	Attempts           int
 	DownstreamKey      string
-	AmountMinor        *int64
-	Currency           *string
-	ResponseStatus     *int
-	ResponseHeaders    JSON
-	ResponseBody       []byte
-	ResourceID         *string
-	ErrorCode          *string
-	ErrorDetail        *string
-	NotFoundAt         *time.Time
-	LookupFailures     int
-	NeedsAttention     bool
-	LegalHold          bool
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	CompletedAt        *time.Time
-	ResponseExpiresAt  *time.Time
-	ExpiresAt          *time.Time
+	// ChannelAccount is the channel account the key's downstream call went through, when
+	// recorded (Lease.ChannelAccount).
+	ChannelAccount    *string
+	AmountMinor       *int64
+	Currency          *string
+	ResponseStatus    *int
+	ResponseHeaders   JSON
+	ResponseBody      []byte
+	ResourceID        *string
+	ErrorCode         *string
+	ErrorDetail       *string
+	NotFoundAt        *time.Time
+	LookupFailures    int
+	NeedsAttention    bool
+	LegalHold         bool
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	CompletedAt       *time.Time
+	ResponseExpiresAt *time.Time
+	ExpiresAt         *time.Time
 
 	// Held: the outcome outside is unknown; the stored answer is replayed until an operator
 	// releases the key (ReleaseForRetry) or marks it final. RetryCleared: an operator vouched
@@ -53,7 +56,7 @@ type Key struct {
 // they name the outer row: key_responses has neither column).
 const KeyColumns = `id, tenant, operation, key, key_digest, fingerprint, fingerprint_version, request::text AS request,
 	state, version, lease_owner, lease_expires_at, COALESCE(lease_expires_at < now(), false) AS lease_expired,
-	attempts, downstream_key, amount_minor, currency,
+	attempts, downstream_key, channel_account, amount_minor, currency,
 	(SELECT r.status FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_status,
 	(SELECT r.headers::text FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_headers,
 	(SELECT r.body FROM key_responses r WHERE r.key_id = id AND r.day = response_day) AS response_body, resource_id, error_code, error_detail, not_found_at, lookup_failures, needs_attention, legal_hold,

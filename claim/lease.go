@@ -390,8 +390,9 @@ func (s *Store) complete(ctx context.Context, tx *gorm.DB, l *Lease, snap *Snaps
 		`state = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
 		 resource_id = NULLIF($1, ''),
 		 error_code = NULL, error_detail = NULL, not_found_at = NULL, lookup_failures = 0, needs_attention = false,
-		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $2 * interval '1 second', expires_at = now() + $3 * interval '1 second'`,
-		[]any{snap.ResourceID, s.keepResponseSecs, s.keepKeySecs},
+		 held = false, retry_cleared = false, completed_at = now(), response_expires_at = now() + $2 * interval '1 second', expires_at = now() + $3 * interval '1 second',
+		 channel_account = COALESCE(NULLIF($4, ''), channel_account)`,
+		[]any{snap.ResourceID, s.keepResponseSecs, s.keepKeySecs, l.ChannelAccount},
 		&storedAnswer{status: snap.Status, headers: string(snap.headersJSON()), body: snap.Body},
 		kind, detail)
 }
@@ -440,9 +441,10 @@ func (s *Store) Fail(ctx context.Context, tx *gorm.DB, l *Lease, f *Failure) err
 		 resource_id = COALESCE(NULLIF($4, ''), resource_id), not_found_at = NULL,
 		 completed_at = CASE WHEN $5 = 'failed_final' THEN now() END,
 		 response_expires_at = now() + $6 * interval '1 second', expires_at = now() + $7 * interval '1 second',
-		 held = $8, needs_attention = needs_attention OR $8, retry_cleared = false`,
+		 held = $8, needs_attention = needs_attention OR $8, retry_cleared = false,
+		 channel_account = COALESCE(NULLIF($9, ''), channel_account)`,
 		[]any{string(state), f.Code, f.Detail, snap.ResourceID, string(state),
-			s.keepResponseSecs, s.keepKeySecs, hold}, ans,
+			s.keepResponseSecs, s.keepKeySecs, hold, l.ChannelAccount}, ans,
 		"failed", detailJSON("state", state, "code", f.Code, "detail", f.Detail, "attempt", l.Attempt, "held", hold))
 }
 

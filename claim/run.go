@@ -225,8 +225,12 @@ func (s *Store) finishTraced(ctx context.Context, op Operation, l *Lease, doc *D
 			return fmt.Errorf("apply %s: %w", l.Digest, err)
 		}
 		out.Snapshot = snap
-		return s.complete(ctx, tx, l, snap, event, detailJSON("status", snap.Status, "resource_id", snap.ResourceID,
-			"attempt", l.Attempt, "recovered", recovered))
+		detail := detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", l.Attempt, "recovered", recovered)
+		if l.ChannelAccount != "" {
+			detail = detailJSON("status", snap.Status, "resource_id", snap.ResourceID, "attempt", l.Attempt, "recovered", recovered,
+				"channel_account", l.ChannelAccount)
+		}
+		return s.complete(ctx, tx, l, snap, event, detail)
 	}
 	// A lost connection leaves the commit's outcome unknown: re-read the key. Completed means
 	// it committed; our token still on the row means it rolled back, and the transaction (Apply

@@ -270,6 +270,12 @@ type Lease struct {
 	// NotFoundAt is the first downstream not-found recorded for this key, if any.
 	NotFoundAt *time.Time
 	Actor      string
+	// ChannelAccount is the channel account (the merchant id at a payment channel, as
+	// reconciliation names it) the holder's downstream call goes through. Whoever calls
+	// downstream — the Operation's Execute or Lookup, a wrapped handler — sets it; the key keeps
+	// it with its completion or failure (a later write without one keeps the recorded one), and
+	// a statement is matched only against the keys of its account.
+	ChannelAccount string
 }
 
 // MustCheckDownstream says whether an earlier attempt may have reached downstream, so that the

@@ -30,7 +30,7 @@ func runRow(run reconcile.Run) templates.ReconRunRow {
 	row := templates.ReconRunRow{ID: run.ID, Href: fmt.Sprintf("/reconcile/runs/%d", run.ID), Job: strp(run.JobName),
 		Channel: run.Channel, BillDate: strp(run.BillDate), Status: string(run.Status), Actor: run.Actor,
 		RowsParsed: run.RowsParsed, RowsLoaded: run.RowsLoaded, RowsMatched: run.RowsMatched, Counts: kindCounts(run.Counts, run.ID),
-		AlreadyImported: run.AlreadyImported, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
+		AlreadyImported: run.AlreadyImported, KeysWithoutAccount: run.KeysWithoutAccount, Error: truncate(strp(run.Error), 300), StartedAt: run.StartedAt,
 		FinishedAt: run.FinishedAt, Live: run.Status == reconcile.RunRunning || run.Status == reconcile.RunWaiting}
 	if run.ErrorPhrase != nil {
 		row.ErrorWhy = *run.ErrorPhrase

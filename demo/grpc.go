@@ -161,8 +161,13 @@ func (s *Service) tip(ctx context.Context, in any) (any, error) {
 			fault = v[0]
 		}
 	}
-	ch, err := s.channel.CreateCharge(ctx, "", paysim.ChargeRequest{AmountMinor: r.AmountMinor, Currency: r.Currency,
-		MerchantOrderNo: l.DownstreamKey, Payee: r.Payee, Description: "tip"}, fault)
+	req := paysim.ChargeRequest{AmountMinor: r.AmountMinor, Currency: r.Currency, MerchantOrderNo: l.DownstreamKey,
+		Payee: r.Payee, Description: "tip"}
+	if rt, ok := ChannelRoutes.For(r.Currency, l.DownstreamKey); ok {
+		// The key records where the tip went, as the charge's Operation does.
+		req.Channel, l.ChannelAccount = rt.Channel, rt.Account
+	}
+	ch, err := s.channel.CreateCharge(ctx, "", req, fault)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, "the channel did not answer the tip")
 	}

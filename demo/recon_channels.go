@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/chanproto"
+	"github.com/idemops/idemops/downstream"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -20,6 +21,33 @@ import (
 // an application key at its Alipay gateway, a Stripe secret key, an Adyen API key — and paysim's
 // public keys in its settings. Keys are made afresh at every start (paysim's are too); the
 // credentials are saved sealed, as an administrator would save them.
+
+// The demo's channel accounts, one per paysim channel.
+const (
+	AccountWechat = "paysim-wechat"
+	AccountAlipay = "paysim-alipay"
+	AccountStripe = "paysim-stripe"
+	AccountAdyen  = "paysim-adyen"
+)
+
+// ChannelRoutes are where the demo's payments service charges, by currency, as a merchant's
+// payment page offers wallets: CNY through WeChat Pay or Alipay (the customer's pick, here the
+// order's downstream key), USD and JPY through Stripe, every other currency through Adyen. The
+// charge is made at that paysim channel and the key records the account, and paysim lists each
+// charge on its own channel's statements only: so each account's statement meets exactly the
+// charges made through it, and steady traffic makes no finding.
+var ChannelRoutes = &downstream.ChannelRoutes{
+	ByCurrency: map[string][]downstream.ChannelRoute{
+		"CNY": {{Account: AccountWechat, Channel: "wechat"}, {Account: AccountAlipay, Channel: "alipay"}},
+		"USD": {{Account: AccountStripe, Channel: "stripe"}},
+		"JPY": {{Account: AccountStripe, Channel: "stripe"}},
+	},
+	Default: []downstream.ChannelRoute{{Account: AccountAdyen, Channel: "adyen"}},
+}
+
+// accountCurrencies are the currencies each account settles (its statements' currency set):
+// what matching expects there of keys that do not say which account they went through.
+var accountCurrencies = map[string][]string{AccountWechat: {"CNY"}, AccountAlipay: {"CNY"}, AccountStripe: {"JPY", "USD"}}
 
 // demoMerchantSerial is the serial the demo's WeChat Pay merchant key is registered under.
 const demoMerchantSerial = "444F4D4F4D45524348414E5430303031"
@@ -61,19 +89,20 @@ func SetUpReconChannels(ctx context.Context, db *gorm.DB, rec *reconcile.Reconci
 		settings      reconcile.AccountSettings
 		creds         map[string]reconcile.CredentialInput
 	}{
-		{"paysim-wechat", reconcile.KindWechatPay, reconcile.AccountSettings{APIBase: base, MchID: keys.WechatMchID, PlatformKeys: platform},
+		{AccountWechat, reconcile.KindWechatPay, reconcile.AccountSettings{APIBase: base, MchID: keys.WechatMchID, PlatformKeys: platform},
 			map[string]reconcile.CredentialInput{reconcile.CredMerchantPrivateKey: {Value: string(chanproto.EncodePrivateKey(merchant)), Label: demoMerchantSerial}}},
-		{"paysim-alipay", reconcile.KindAlipay, reconcile.AccountSettings{APIBase: base + "/gateway.do", AppID: "2021000100000001",
+		{AccountAlipay, reconcile.KindAlipay, reconcile.AccountSettings{APIBase: base + "/gateway.do", AppID: "2021000100000001",
 			AlipayPublicKey: keys.AlipayPublicKey},
 			map[string]reconcile.CredentialInput{reconcile.CredAppPrivateKey: {Value: string(chanproto.EncodePrivateKey(app))}}},
-		{"paysim-stripe", reconcile.KindStripe, reconcile.AccountSettings{APIBase: base},
+		{AccountStripe, reconcile.KindStripe, reconcile.AccountSettings{APIBase: base},
 			map[string]reconcile.CredentialInput{reconcile.CredSecretKey: {Value: stripeKey}}},
-		{"paysim-adyen", reconcile.KindAdyen, reconcile.AccountSettings{APIBase: base + "/reports/download", MerchantAccount: keys.AdyenMerchant,
+		{AccountAdyen, reconcile.KindAdyen, reconcile.AccountSettings{APIBase: base + "/reports/download", MerchantAccount: keys.AdyenMerchant,
 			Auth: "api_key", BatchOrigin: &reconcile.BatchOrigin{Batch: 0, Date: "1970-01-01"}},
 			map[string]reconcile.CredentialInput{reconcile.CredAPIKey: {Value: adyenKey}}},
 	}
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for _, a := range accounts {
+			a.settings.Currencies = accountCurrencies[a.channel]
 			if _, err := rec.SetChannelSettings(ctx, tx, a.channel, a.kind, a.settings, "demo"); err != nil {
 				return fmt.Errorf("channel account %s: %w", a.channel, err)
 			}
@@ -93,9 +122,9 @@ func SetUpReconChannels(ctx context.Context, db *gorm.DB, rec *reconcile.Reconci
 			TimeZone: zone, Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60, FeeSchedule: fees}
 	}
 	return []reconcile.JobSpec{
-		job("paysim-wechat", "paysim-wechat", "wechat", "Asia/Shanghai"),
-		job("paysim-alipay", "paysim-alipay", "alipay", "Asia/Shanghai"),
-		job("paysim-stripe", "paysim-stripe", "stripe", "UTC"),
-		job("paysim-adyen", "paysim-adyen", "adyen", "UTC"),
+		job(AccountWechat, AccountWechat, "wechat", "Asia/Shanghai"),
+		job(AccountAlipay, AccountAlipay, "alipay", "Asia/Shanghai"),
+		job(AccountStripe, AccountStripe, "stripe", "UTC"),
+		job(AccountAdyen, AccountAdyen, "adyen", "UTC"),
 	}, nil
 }

@@ -115,6 +115,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Charge = downstream.NewPaysimCharge(w.Client)
 	w.Charge.ApplyFunc = applyPaymentAndOpenOrder
 	w.Charge.DeclinedSnapshot = DeclinedPayment
+	w.Charge.Routes = ChannelRoutes
 	w.Operations = downstream.NewRegistry()
 	if err := w.Operations.Register(w.Charge); err != nil {
 		return nil, err

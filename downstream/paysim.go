@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
+	"strings"
 
 	"gorm.io/gorm"
 
@@ -27,6 +29,66 @@ type PaysimCharge struct {
 	// DeclinedSnapshot, when set, builds the response replayed for a declined charge (default:
 	// 402 with {"resource_id", "status": "failed"}).
 	DeclinedSnapshot func(ch *paysim.Charge) *claim.Snapshot
+	// Routes, when set, say which channel account a charge goes through: Execute charges there
+	// and Execute and Lookup tell the key (claim.Lease.ChannelAccount), so that reconciliation
+	// matches each channel's statement against its own charges only. Unset: charges of no
+	// channel in particular, keys without an account.
+	Routes *ChannelRoutes
+}
+
+// ChannelRoute is one channel account a service charges through: Account is its name in
+// reconciliation (the channel account), Channel paysim's channel (wechat, alipay, stripe,
+// adyen).
+type ChannelRoute struct {
+	Account string
+	Channel string
+}
+
+// ChannelRoutes route charges to channel accounts by currency, the way a merchant's payment
+// page offers wallets by currency: a currency's charges go to one of its routes, picked by the
+// downstream key (so every attempt of a key goes to the same account), and a currency without
+// routes to one of Default's.
+type ChannelRoutes struct {
+	ByCurrency map[string][]ChannelRoute
+	Default    []ChannelRoute
+}
+
+// For is the route of a charge in currency under downstreamKey; ok false when there is none.
+func (r *ChannelRoutes) For(currency, downstreamKey string) (ChannelRoute, bool) {
+	if r == nil {
+		return ChannelRoute{}, false
+	}
+	routes := r.ByCurrency[strings.ToUpper(currency)]
+	if len(routes) == 0 {
+		routes = r.Default
+	}
+	if len(routes) == 0 {
+		return ChannelRoute{}, false
+	}
+	h := fnv.New32a()
+	h.Write([]byte(downstreamKey))
+	return routes[h.Sum32()%uint32(len(routes))], true
+}
+
+// Account is the account the routes know paysim's channel by ("" when none does): a lookup
+// says where a charge really went, whatever the routes would pick today.
+func (r *ChannelRoutes) Account(channel string) string {
+	if r == nil || channel == "" {
+		return ""
+	}
+	for _, routes := range r.ByCurrency {
+		for _, rt := range routes {
+			if rt.Channel == channel {
+				return rt.Account
+			}
+		}
+	}
+	for _, rt := range r.Default {
+		if rt.Channel == channel {
+			return rt.Account
+		}
+	}
+	return ""
 }
 
 var _ claim.Operation = (*PaysimCharge)(nil)
@@ -70,6 +132,10 @@ func (p *PaysimCharge) Execute(ctx context.Context, l *claim.Lease) (*claim.Docu
 	}
 	req := paysim.ChargeRequest{AmountMinor: *l.Amount, Currency: l.Currency, MerchantOrderNo: l.DownstreamKey,
 		Payee: in.Payee}
+	if rt, ok := p.Routes.For(l.Currency, l.DownstreamKey); ok {
+		// Told before the call: a charge whose answer is lost is still recorded where it went.
+		req.Channel, l.ChannelAccount = rt.Channel, rt.Account
+	}
 	if in.MerchantOrderNo != "" {
 		req.Description = "order " + truncate(in.MerchantOrderNo, 200)
 	}
@@ -106,6 +172,9 @@ func (p *PaysimCharge) Lookup(ctx context.Context, l *claim.Lease) (*claim.Docum
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("%s lookup: %w", PaymentCharge, err)
+	}
+	if account := p.Routes.Account(ch.Channel); account != "" {
+		l.ChannelAccount = account
 	}
 	return p.document(ch)
 }

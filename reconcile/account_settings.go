@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemops/idemops/chanproto"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/money"
 )
 
 // Account kinds: which fetcher gets a channel account's statements.
@@ -29,6 +30,12 @@ var AccountKinds = []string{KindGeneric, KindWechatPay, KindAlipay, KindStripe, 
 // AccountSettings are what a channel account's fetcher needs that is not secret. Each kind uses
 // some of them (SetChannelSettings refuses the others); its secrets are credentials.
 type AccountSettings struct {
+	// Currencies are the currencies the account's statements settle (ISO 4217; empty: any).
+	// Matching uses them for the keys that do not say which account they went through (keys
+	// recorded before accounts were): such a key is expected on the statement only in these
+	// currencies. Every kind takes it.
+	Currencies []string `json:"currencies,omitempty"`
+
 	// APIBase is the channel's API origin (or, for Alipay, the gateway URL; for Adyen the report
 	// download base): the kind's production address when empty.
 	APIBase string `json:"api_base,omitempty"`
@@ -168,6 +175,9 @@ func (p *sourcePolicy) validateSettings(kind string, s *AccountSettings) error {
 			return err
 		}
 	}
+	if err := normalizeCurrencies(&s.Currencies); err != nil {
+		return err
+	}
 	switch kind {
 	case KindWechatPay:
 		if !mchIDPattern.MatchString(s.MchID) {
@@ -244,4 +254,25 @@ func (s AccountSettings) wechatKeys() (chanproto.WechatKeys, error) {
 		keys[k.ID] = k.Key
 	}
 	return keys, nil
+}
+
+// normalizeCurrencies upper-cases, checks (money's table), sorts and dedupes an account's
+// currencies: at most 50. Errors: ErrInvalid naming settings.currencies.
+func normalizeCurrencies(cs *[]string) error {
+	var out []string
+	for _, c := range *cs {
+		c = strings.ToUpper(strings.TrimSpace(c))
+		if !money.Known(c) {
+			return invalidf("settings.currencies", "%q is not an ISO 4217 currency", truncateName(c))
+		}
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 50 {
+		return invalidf("settings.currencies", "at most 50 currencies")
+	}
+	slices.Sort(out)
+	*cs = out
+	return nil
 }

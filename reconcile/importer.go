@@ -117,7 +117,7 @@ func (r *Reconciler) Import(ctx context.Context, req ImportRequest, src io.Reade
 		return nil, err
 	}
 	if req.SHA256 != "" {
-		row := sqlDB.QueryRowContext(ctx, statementBySHASQL, req.SHA256)
+		row := sqlDB.QueryRowContext(ctx, statementBySHASQL, req.Channel, req.SHA256)
 		if prev, err := alreadyImported(row, req.SHA256); err != nil || prev != nil {
 			return prev, err
 		}
@@ -238,7 +238,7 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 		req.Channel, billDate); err != nil {
 		return nil, fmt.Errorf("import: lock: %w", err)
 	}
-	if prev, err := alreadyImported(tx.QueryRow(ctx, statementBySHASQL, sha), sha); err != nil || prev != nil {
+	if prev, err := alreadyImported(tx.QueryRow(ctx, statementBySHASQL, req.Channel, sha), sha); err != nil || prev != nil {
 		return prev, err
 	}
 	res := &ImportResult{Channel: req.Channel, BillDate: billDate, SHA256: sha, Lines: sum.Lines, Summary: sum}
@@ -277,7 +277,10 @@ func (r *Reconciler) importOn(ctx context.Context, conn *pgx.Conn, req ImportReq
 // rowScanner is a pgx or database/sql row.
 type rowScanner interface{ Scan(dest ...any) error }
 
-const statementBySHASQL = `SELECT id, channel, to_char(bill_date, 'YYYY-MM-DD'), version, row_count FROM statements WHERE sha256 = $1`
+// statementBySHASQL finds a file imported before under the same channel account (the same bytes
+// under another account are that account's own statement: statements_channel_sha256).
+const statementBySHASQL = `SELECT id, channel, to_char(bill_date, 'YYYY-MM-DD'), version, row_count FROM statements
+WHERE channel = $1 AND sha256 = $2`
 
 // alreadyImported reads the earlier import of a file from row, or returns nil when there is none.
 func alreadyImported(row rowScanner, sha string) (*ImportResult, error) {

@@ -72,6 +72,11 @@ type MatchResult struct {
 	// Closed is how many open findings of the channel and date this run no longer found and
 	// resolved (reason code not_found_again).
 	Closed int64 `json:"closed"`
+	// KeysWithoutAccount is how many of the findings are about keys that ended without saying
+	// which channel account they went through (recorded before accounts were; a processing key
+	// has not said yet and is not counted): those were matched by tenant and the account's
+	// currencies.
+	KeysWithoutAccount int64 `json:"keys_without_account"`
 }
 
 // The key states the statements compare with are claim's, asked, not written here: a charge the
@@ -123,7 +128,8 @@ SELECT l.id AS line_id, l.line_no, l.channel_txn_id AS txn, l.merchant_order_no 
        l.status, k.id AS key_id, k.state AS key_state, k.amount_minor AS key_amount, upper(k.currency) AS key_currency,
        CASE WHEN k.id IS NOT NULL THEN 'merchant_order_no' END AS matched_by, false AS repeat, false AS secondary
 FROM statement_lines l
-LEFT JOIN (SELECT * FROM idempotency_keys WHERE $2::text[] IS NULL OR tenant = ANY($2::text[])) k ON k.downstream_key = l.merchant_order_no
+LEFT JOIN (SELECT * FROM idempotency_keys WHERE ($2::text[] IS NULL OR tenant = ANY($2::text[]))
+           AND (channel_account IS NULL OR channel_account = $3)) k ON k.downstream_key = l.merchant_order_no
 WHERE l.statement_id = $1 AND l.status IN ('success', 'failed')`
 
 	// The lean plan, for a statement whose import saw no repeated txn id or order number: one
@@ -139,31 +145,36 @@ CREATE TEMP TABLE match_lines (line_id bigint, line_no integer, txn text, order_
 ON COMMIT DROP`
 	leanLocalOnlyTableSQL = `
 CREATE TEMP TABLE local_only (id bigint, downstream_key text, resource_id text, amount_minor bigint, currency text,
-    completed_at timestamptz, operation text) ON COMMIT DROP`
+    completed_at timestamptz, operation text, channel_account text) ON COMMIT DROP`
 	leanMatchSQL = `
 WITH j AS (
     SELECT l.id AS line_id, l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor AS line_amount, l.currency AS line_currency,
-           l.status, k.id AS key_id, k.state, k.amount_minor, k.currency, k.downstream_key, k.resource_id, k.completed_at, k.operation
+           l.status, k.id AS key_id, k.state, k.amount_minor, k.currency, k.downstream_key, k.resource_id, k.completed_at, k.operation,
+           k.channel_account
     FROM (SELECT * FROM statement_lines WHERE statement_id = $1 AND status IN ('success', 'failed')) l
-    FULL JOIN (SELECT * FROM idempotency_keys WHERE $5::text[] IS NULL OR tenant = ANY($5::text[])) k
+    FULL JOIN (SELECT * FROM idempotency_keys WHERE ($5::text[] IS NULL OR tenant = ANY($5::text[]))
+                AND (channel_account IS NULL OR channel_account = $6)) k
            ON k.downstream_key = l.merchant_order_no
     WHERE (l.id IS NOT NULL AND (k.id IS NULL OR NOT (
                (l.status = 'success' AND k.state = ` + completed + ` AND (k.currency IS NULL OR upper(k.currency) = l.currency)
                 AND (k.amount_minor IS NULL OR k.amount_minor = l.amount_minor))
             OR (l.status = 'failed' AND k.state <> ` + completed + `))))
-       OR (l.id IS NULL AND k.state = ` + completed + ` AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4)
+       OR (l.id IS NULL AND k.state = ` + completed + ` AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4
+           AND ` + accountCurrencies("k", "$7") + `)
 ), lines AS (
     INSERT INTO match_lines
     SELECT line_id, line_no, channel_txn_id, merchant_order_no, line_amount, line_currency, status, key_id, state, amount_minor,
            upper(currency), CASE WHEN key_id IS NOT NULL THEN 'merchant_order_no' END, false, false
     FROM j WHERE line_id IS NOT NULL
 )
-INSERT INTO local_only SELECT key_id, downstream_key, resource_id, amount_minor, currency, completed_at, operation FROM j WHERE line_id IS NULL`
+INSERT INTO local_only SELECT key_id, downstream_key, resource_id, amount_minor, currency, completed_at, operation, channel_account
+FROM j WHERE line_id IS NULL`
 
 	matchByTxnSQL = `
 UPDATE match_lines m SET key_id = k.id, key_state = k.state, key_amount = k.amount_minor, key_currency = upper(k.currency),
        matched_by = 'channel_txn_id'
-FROM (SELECT * FROM idempotency_keys WHERE $2::text[] IS NULL OR tenant = ANY($2::text[])) k
+FROM (SELECT * FROM idempotency_keys WHERE ($2::text[] IS NULL OR tenant = ANY($2::text[]))
+      AND (channel_account IS NULL OR channel_account = $3)) k
 WHERE m.key_id IS NULL AND m.txn <> '' AND k.resource_id = m.txn
   AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[]))`
 
@@ -259,9 +270,11 @@ WHERE c.kind IS NOT NULL AND NOT m.repeat AND NOT m.secondary`
 	// completed_at (claim owns the table); this is one scan per run.
 	localOnlySQL = `
 CREATE TEMP TABLE local_only ON COMMIT DROP AS
-SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation
-FROM (SELECT * FROM idempotency_keys WHERE $4::text[] IS NULL OR tenant = ANY($4::text[])) k
+SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation, k.channel_account
+FROM (SELECT * FROM idempotency_keys WHERE ($4::text[] IS NULL OR tenant = ANY($4::text[]))
+      AND (channel_account IS NULL OR channel_account = $5)) k
 WHERE k.state = ` + completed + ` AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
+  AND ` + accountCurrencies("k", "$6") + `
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
 	// Keys completed within the grace of the day start (before it, or after it by a clock's
@@ -278,7 +291,7 @@ WHERE o.completed_at < $1 AND p.statement_id = $2 AND p.channel_txn_id <> '' AND
 INSERT INTO found (kind, subject, key_id, line_id, detail)
 SELECT 'LOCAL_ONLY', 'key:' || id, id, NULL,
        jsonb_build_object('merchant_order_no', downstream_key, 'operation', operation, 'local_amount_minor', amount_minor,
-                          'local_currency', currency, 'completed_at', completed_at)
+                          'local_currency', currency, 'completed_at', completed_at, 'channel_account', channel_account)
 FROM local_only`
 
 	upsertFindingsSQL = `
@@ -296,6 +309,20 @@ UPDATE discrepancies SET state = 'resolved', resolver = 'reconcile', reason_code
     note = 'not found again by run ' || $1::bigint, resolved_at = now(), updated_at = now()
 WHERE channel = $2 AND bill_date = $3::date AND state = 'open' AND run_id <> $1::bigint`
 )
+
+// accountCurrencies is the condition on a key k that the statement should list it by currency:
+// a key recorded at the account (the scope already keeps only those and keys recorded nowhere)
+// whatever its currency; a key recorded nowhere (before accounts were recorded) only in one of
+// the account's currencies (the parameter named by param; empty: any).
+func accountCurrencies(k, param string) string {
+	return `(` + k + `.channel_account IS NOT NULL OR cardinality(` + param + `::text[]) = 0 OR upper(` + k + `.currency) = ANY(` + param + `::text[]))`
+}
+
+// keysWithoutAccountSQL counts the findings of this run about keys that went past processing
+// without recording a channel account (before accounts were recorded): matched by tenant (and
+// the account's currencies). A processing key has not said yet; it is not counted.
+var keysWithoutAccountSQL = `SELECT count(DISTINCT f.subject) FROM found f JOIN idempotency_keys k ON k.id = f.key_id
+WHERE k.channel_account IS NULL AND k.state <> ` + claim.StateProcessing.SQL()
 
 // Match matches one imported statement against idempotency_keys for run runID and upserts the
 // findings. A re-run of the same statement finds the same findings (updated, not copied); open
@@ -329,12 +356,25 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	if err != nil {
 		return nil, fmt.Errorf("match: statement %d: %w", statementID, err)
 	}
+	// A run's findings carry the run's channel account: a statement of another account is not
+	// this run's to match (its findings would be labelled and counted under the wrong account).
+	var runChannel string
+	if err := sqlDB.QueryRowContext(ctx, `SELECT channel FROM recon_runs WHERE id = $1`, runID).Scan(&runChannel); err != nil {
+		return nil, fmt.Errorf("match: run %d: %w", runID, err)
+	}
+	if runChannel != channel {
+		return nil, fmt.Errorf("match: statement %d is channel account %s's, run %d is %s's: %w", statementID, channel, runID,
+			runChannel, ErrInvalid)
+	}
 	// Matching reads only keys of the channel account's tenants (scope, below): a line naming
 	// another tenant's key is a line without a key, and no other tenant's key is LOCAL_ONLY here.
-	tenants, err := r.ChannelTenants(ctx, channel)
+	// Of those, only the keys whose downstream call went through this account, and the keys that
+	// do not say (recorded before accounts were), those in the account's currencies for LOCAL_ONLY.
+	account, err := r.channelAccount(ctx, channel)
 	if err != nil {
 		return nil, fmt.Errorf("match: %w", err)
 	}
+	tenants, currencies := account.Tenants, textArray(account.Settings.Currencies)
 	allTenants := slices.Contains(tenants, AllTenants)
 	day, _ := time.ParseInLocation(time.DateOnly, billDate, ms.Location)
 	dayStart, dayEnd := day, day.AddDate(0, 0, 1)
@@ -391,10 +431,10 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			if _, err := exec("lean tables", leanLocalOnlyTableSQL); err != nil {
 				return nil, err
 			}
-			if _, err := exec("lines", leanMatchSQL, statementID, ms.Operations, from, to, scope); err != nil {
+			if _, err := exec("lines", leanMatchSQL, statementID, ms.Operations, from, to, scope, channel, currencies); err != nil {
 				return nil, err
 			}
-		} else if res.Lines, err = exec("lines", matchLinesSQL, statementID, scope); err != nil {
+		} else if res.Lines, err = exec("lines", matchLinesSQL, statementID, scope, channel); err != nil {
 			return nil, err
 		}
 		if rowCount < hashJoinThreshold { // larger ones are planned with enable_nestloop off
@@ -410,7 +450,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 			return nil, fmt.Errorf("match statement %d: unmatched lines: %w", statementID, err)
 		}
 		if unmatched {
-			if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations, scope); err != nil {
+			if byTxn, err = exec("match by txn id", matchByTxnSQL, ms.Operations, scope, channel); err != nil {
 				return nil, err
 			}
 		}
@@ -461,7 +501,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	}
 	if len(ms.Operations) > 0 {
 		if !lean {
-			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to, scope); err != nil {
+			if _, err := exec("local only", localOnlySQL, ms.Operations, from, to, scope, channel, currencies); err != nil {
 				return nil, err
 			}
 		}
@@ -496,6 +536,13 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		if res.Closed, err = exec("close findings gone", closeGoneSQL, runID, channel, billDate); err != nil {
 			return nil, err
 		}
+	}
+	if err := tx.QueryRowContext(ctx, keysWithoutAccountSQL).Scan(&res.KeysWithoutAccount); err != nil {
+		return nil, fmt.Errorf("match: keys without an account: %w", err)
+	}
+	if _, err := exec("keys without an account", `UPDATE recon_runs SET keys_without_account = $1 WHERE id = $2`,
+		res.KeysWithoutAccount, runID); err != nil {
+		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT kind, count(DISTINCT subject) FROM found GROUP BY kind`)
 	if err != nil {

@@ -40,8 +40,11 @@ type Run struct {
 	RowsLoaded      int64            `json:"rows_loaded"`
 	RowsMatched     int64            `json:"rows_matched"`
 	Counts          map[string]int64 `json:"counts"`
-	Diff            *VersionDiff     `json:"diff,omitempty"`
-	Error           *string          `json:"error,omitempty"`
+	// KeysWithoutAccount is how many of the run's findings are about keys that do not say which
+	// channel account they went through (MatchResult.KeysWithoutAccount).
+	KeysWithoutAccount int64        `json:"keys_without_account"`
+	Diff               *VersionDiff `json:"diff,omitempty"`
+	Error              *string      `json:"error,omitempty"`
 	// ErrorPhrase is Error as a phrase, for a console that shows it in another language (nil
 	// when the error carried none).
 	ErrorPhrase *errs.Phrase `json:"-"`
@@ -235,37 +238,38 @@ func (r *Reconciler) recordControlTotal(ctx context.Context, runID int64, res *I
 // runColumns fills a Run (with the job's name and the statement's version).
 const runColumns = `r.id, r.job_id, j.name AS job_name, r.channel, to_char(r.bill_date, 'YYYY-MM-DD') AS bill_date, r.statement_id,
 	s.version AS statement_ver, r.status, r.actor, r.already_imported, r.rows_parsed, r.rows_loaded, r.rows_matched,
-	r.counts::text AS counts, r.diff::text AS diff, r.error, r.error_phrase::text AS error_phrase, r.started_at, r.updated_at, r.finished_at
+	r.keys_without_account, r.counts::text AS counts, r.diff::text AS diff, r.error, r.error_phrase::text AS error_phrase, r.started_at, r.updated_at, r.finished_at
 	FROM recon_runs r LEFT JOIN recon_jobs j ON j.id = r.job_id LEFT JOIN statements s ON s.id = r.statement_id`
 
 type runRow struct {
-	ID              int64
-	JobID           *int64
-	JobName         *string
-	Channel         string
-	BillDate        *string
-	StatementID     *int64
-	StatementVer    *int
-	Status          string
-	Actor           string
-	AlreadyImported bool
-	RowsParsed      int64
-	RowsLoaded      int64
-	RowsMatched     int64
-	Counts          *string
-	Diff            *string
-	Error           *string
-	ErrorPhrase     *string
-	StartedAt       time.Time
-	UpdatedAt       time.Time
-	FinishedAt      *time.Time
+	ID                 int64
+	JobID              *int64
+	JobName            *string
+	Channel            string
+	BillDate           *string
+	StatementID        *int64
+	StatementVer       *int
+	Status             string
+	Actor              string
+	AlreadyImported    bool
+	RowsParsed         int64
+	RowsLoaded         int64
+	RowsMatched        int64
+	KeysWithoutAccount int64
+	Counts             *string
+	Diff               *string
+	Error              *string
+	ErrorPhrase        *string
+	StartedAt          time.Time
+	UpdatedAt          time.Time
+	FinishedAt         *time.Time
 }
 
 func (row runRow) run() Run {
 	run := Run{ID: row.ID, JobID: row.JobID, JobName: row.JobName, Channel: row.Channel, BillDate: row.BillDate,
 		StatementID: row.StatementID, StatementVer: row.StatementVer, Status: RunStatus(row.Status), Actor: row.Actor,
 		AlreadyImported: row.AlreadyImported, RowsParsed: row.RowsParsed, RowsLoaded: row.RowsLoaded, RowsMatched: row.RowsMatched,
-		Counts: map[string]int64{}, Error: row.Error, StartedAt: row.StartedAt, UpdatedAt: row.UpdatedAt, FinishedAt: row.FinishedAt}
+		KeysWithoutAccount: row.KeysWithoutAccount, Counts: map[string]int64{}, Error: row.Error, StartedAt: row.StartedAt, UpdatedAt: row.UpdatedAt, FinishedAt: row.FinishedAt}
 	if row.Counts != nil {
 		_ = json.Unmarshal([]byte(*row.Counts), &run.Counts)
 	}

@@ -87,11 +87,14 @@ type ReconRunRow struct {
 	RowsParsed, RowsLoaded, RowsMatched int64
 	Counts                              []KindCount
 	AlreadyImported                     bool
-	Error                               string
-	ErrorWhy                            errs.Phrase // Error as a phrase, when the run kept one
-	StartedAt                           time.Time
-	FinishedAt                          *time.Time
-	Live                                bool
+	// KeysWithoutAccount: findings about keys that do not say which channel account they went
+	// through (matched by tenant and the account's currencies, as before accounts were recorded).
+	KeysWithoutAccount int64
+	Error              string
+	ErrorWhy           errs.Phrase // Error as a phrase, when the run kept one
+	StartedAt          time.Time
+	FinishedAt         *time.Time
+	Live               bool
 	// Statement is "#ID version V" of the statement the run matched (zero before the import).
 	Statement errs.Phrase
 }

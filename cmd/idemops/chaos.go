@@ -259,17 +259,16 @@ func chaosConsoleCmd() *cobra.Command {
 	return cmd
 }
 
-// chaosReconJob reconciles today's paysim statement in the Stripe layout (UTC days, every
-// currency — the demo's WeChat bill lists CNY only, so its other payments would all be
-// LOCAL_ONLY), fees checked. The runner starts it through the console (recon schedule
-// reconcile:chaos-stripe).
+// chaosReconJob reconciles today's paysim Stripe statement (UTC days; the charges the demo
+// service makes through its Stripe account, demo.ChannelRoutes, and the keys recorded there),
+// fees checked. The runner starts it through the console (recon schedule reconcile:chaos-stripe).
 func chaosReconJob(ctx context.Context, d *database, store *claim.Store, w *demo.World, rcfg reconcile.Config) error {
 	rcfg.Store, rcfg.Operations = store, operationSet{w.Operations}
 	rec, err := reconcile.New(d.DB, rcfg)
 	if err != nil {
 		return err
 	}
-	spec := reconcile.JobSpec{Name: chaos.ReconJob, Channel: "paysim-stripe", Format: "stripe",
+	spec := reconcile.JobSpec{Name: chaos.ReconJob, Channel: demo.AccountStripe, Format: "stripe",
 		Source: w.PaysimURL + "/statements/{date}?format=stripe", Operations: []string{demo.OperationCharge},
 		CronSpec: "@every 1m", TimeZone: "UTC", Enabled: true, GraceSeconds: 300, ReadyDeadlineSeconds: 60,
 		FeeSchedule: &reconcile.FeeSchedule{RateBP: "60", Refunds: "kept"}}

@@ -43,6 +43,8 @@ type ChannelCharge struct {
 	Description     string     `json:"description,omitempty"`
 	Status          string     `json:"status,omitempty"`
 	CreatedAt       *time.Time `json:"created_at,omitempty"`
+	// Channel is the channel whose statements list it (see ChargeRequest.Channel).
+	Channel string `json:"channel,omitempty"`
 }
 
 // adminInsertCharge handles POST /_paysim/charges. No faults, no idempotency: it fabricates.
@@ -53,7 +55,7 @@ func (s *Server) adminInsertCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := ChargeRequest{AmountMinor: in.AmountMinor, Currency: in.Currency, MerchantOrderNo: in.MerchantOrderNo,
-		Payee: in.Payee, Description: in.Description}
+		Payee: in.Payee, Description: in.Description, Channel: in.Channel}
 	if err := req.normalize(""); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return

@@ -78,8 +78,10 @@
 // A statement lists the day's succeeded charges (by creation time) and refunds (by refund time);
 // declined charges moved no money and appear in none. "The day" is local to the channel: WeChat
 // Pay and Alipay dates are Asia/Shanghai days (UTC+8, no daylight saving), Stripe and Adyen dates
-// are UTC days. The WeChat and Alipay bills are domestic CNY bills and list CNY transactions
-// only; Stripe and Adyen list every currency. In every layout the merchant order number is the
+// are UTC days. A charge made through a channel (ChargeRequest.Channel: wechat, alipay, stripe,
+// adyen) is listed on that channel's statements only, its refunds too; a charge of no channel in
+// particular is listed as before channels were told apart: the WeChat and Alipay bills are
+// domestic CNY bills and list CNY transactions only; Stripe and Adyen list every currency. In every layout the merchant order number is the
 // downstream key and the channel transaction id is the charge id (ch_…); refunds carry the
 // refund id (re_…) and the merchant refund number (the refund's Idempotency-Key). Amounts are
 // rendered exactly from int64 minor units with the currency's exponent. The fee is FeeBasisPoints

@@ -27,10 +27,13 @@ type Charge struct {
 	AmountMinor int64  `json:"amount_minor"`
 	Currency    string `json:"currency"`
 	// MerchantOrderNo is the merchant's order number: the downstream key.
-	MerchantOrderNo string    `json:"merchant_order_no"`
-	Payee           string    `json:"payee,omitempty"`
-	Description     string    `json:"description,omitempty"`
-	CreatedAt       time.Time `json:"created_at"`
+	MerchantOrderNo string `json:"merchant_order_no"`
+	Payee           string `json:"payee,omitempty"`
+	Description     string `json:"description,omitempty"`
+	// Channel is the channel the charge went through ("" for none in particular; see
+	// ChargeRequest.Channel).
+	Channel   string    `json:"channel,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// RefundedMinor is the sum of the charge's refunds.
 	RefundedMinor int64 `json:"refunded_minor"`
 }

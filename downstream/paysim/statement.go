@@ -99,23 +99,31 @@ func (s *Server) Statement(date string, f Format) ([]byte, error) {
 }
 
 // entries collects the day's succeeded charges and refunds in time order (creation order on
-// ties). The WeChat and Alipay bills are domestic: CNY only.
+// ties). A charge made through a channel is listed on that channel's statements only (a refund
+// on its charge's); one of no channel in particular on every statement that takes its currency:
+// the WeChat and Alipay bills are domestic, CNY only.
 func (s *Server) entries(d day, f Format) []entry {
 	domestic := f == FormatWechat || f == FormatAlipay
-	in := func(t time.Time, currency string) bool {
-		return !t.Before(d.start) && t.Before(d.end) && (!domestic || currency == "CNY")
+	in := func(t time.Time, c Charge, currency string) bool {
+		if !(!t.Before(d.start) && t.Before(d.end)) {
+			return false
+		}
+		if c.Channel != "" {
+			return c.Channel == string(f)
+		}
+		return !domestic || currency == "CNY"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []entry
 	for _, c := range s.st.Charges {
-		if c.Status == StatusSucceeded && in(c.CreatedAt, c.Currency) {
+		if c.Status == StatusSucceeded && in(c.CreatedAt, c.Charge, c.Currency) {
 			out = append(out, entry{at: c.CreatedAt.In(f.Location()), charge: c.Charge})
 		}
 	}
 	for _, r := range s.st.Refunds {
 		c, ok := s.st.byID[r.ChargeID]
-		if ok && in(r.CreatedAt, r.Currency) {
+		if ok && in(r.CreatedAt, c.Charge, r.Currency) {
 			rf := r.Refund
 			out = append(out, entry{at: r.CreatedAt.In(f.Location()), charge: c.Charge, refund: &rf})
 		}

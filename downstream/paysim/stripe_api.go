@@ -65,13 +65,14 @@ type stripePayout struct {
 func (s *Server) stripeLedger() ([]stripeTxn, []stripePayout) {
 	s.mu.Lock()
 	var entries []entry
+	stripe := func(c Charge) bool { return c.Channel == "" || c.Channel == string(FormatStripe) } // see entries
 	for _, c := range s.st.Charges {
-		if c.Status == StatusSucceeded {
+		if c.Status == StatusSucceeded && stripe(c.Charge) {
 			entries = append(entries, entry{at: c.CreatedAt.UTC(), charge: c.Charge})
 		}
 	}
 	for _, r := range s.st.Refunds {
-		if c, ok := s.st.byID[r.ChargeID]; ok {
+		if c, ok := s.st.byID[r.ChargeID]; ok && stripe(c.Charge) {
 			rf := r.Refund
 			entries = append(entries, entry{at: r.CreatedAt.UTC(), charge: c.Charge, refund: &rf})
 		}
