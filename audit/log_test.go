@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -420,5 +421,47 @@ func TestAudit_ListShowsRowsWithinTheReadersTenants(t *testing.T) {
 	rows, _, _ := b.log.List(ctx, Filter{Target: "key:5"})
 	if len(rows) != 1 || strings.Join(rows[0].Tenants, ",") != "*" {
 		t.Errorf("a row naming * among others: %+v, want tenants [*]", rows)
+	}
+}
+
+// TestAudit_AppendBatchExtendsTheOneChain: a batch (more rows than one statement takes) lands
+// after the rows before it, in order, sealed like single rows, in the caller's transaction: a
+// rollback leaves none of it, and the chain verifies across both.
+func TestAudit_AppendBatchExtendsTheOneChain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.appendAudit(2)
+	batch := make([]Entry, 2*appendRows+5)
+	for i := range batch {
+		batch[i] = Entry{Actor: "operator:bulk", Action: "reconcile.finding.ignore", Target: fmt.Sprintf("finding:%d", i),
+			Tenants: []string{"acme"}, Detail: map[string]any{"i": i}}
+	}
+	err := b.db.Transaction(func(tx *gorm.DB) error {
+		if err := b.log.AppendBatch(ctx, tx, batch); err != nil {
+			t.Fatal(err)
+		}
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("the transaction committed")
+	}
+	var n int64
+	b.db.Raw(`SELECT count(*) FROM audit_log`).Scan(&n)
+	if n != 2 {
+		t.Fatalf("%d rows after a rolled back batch, want 2", n)
+	}
+	if err := b.db.Transaction(func(tx *gorm.DB) error { return b.log.AppendBatch(ctx, tx, batch) }); err != nil {
+		t.Fatal(err)
+	}
+	b.appendAudit(1)
+	res, err := b.log.Verify(ctx, VerifyOptions{})
+	if err != nil || !res.OK() || res.Rows != int64(len(batch))+3 {
+		t.Fatalf("verify: %+v %v; want %d rows, intact", res, err, len(batch)+3)
+	}
+	var targets []string
+	b.db.Raw(`SELECT target FROM audit_log WHERE seq BETWEEN 3 AND 5 ORDER BY seq`).Scan(&targets)
+	if strings.Join(targets, " ") != "finding:0 finding:1 finding:2" {
+		t.Fatalf("batch rows out of order: %v", targets)
 	}
 }
