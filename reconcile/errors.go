@@ -98,6 +98,8 @@ var (
 	ErrFetch = errs.New(errs.Unavailable, "statement fetch failed")
 	// ErrClosed: the finding is already resolved or ignored.
 	ErrClosed = errs.New(errs.Conflict, "finding already closed")
+	// ErrNotClosed: the finding is open; only a resolved or ignored one can be reopened.
+	ErrNotClosed = errs.New(errs.Conflict, "finding is open")
 	// ErrCannotRecover: recover does not apply to this finding or its key; the message says why.
 	ErrCannotRecover = errs.New(errs.Conflict, "cannot recover")
 	// ErrNameTaken: a recon job of that name exists (an *errs.FieldError of "name" under it, bad

@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/money"
 )
 
 // FindingState is where a finding stands.
@@ -38,13 +42,24 @@ type Finding struct {
 	KeyID           *int64          `json:"key_id,omitempty"`
 	StatementLineID *int64          `json:"statement_line_id,omitempty"`
 	Detail          json.RawMessage `json:"detail"`
-	State           FindingState    `json:"state"`
-	Resolver        *string         `json:"resolver,omitempty"`
-	ReasonCode      *string         `json:"reason_code,omitempty"`
-	Note            *string         `json:"note,omitempty"`
-	ResolvedAt      *time.Time      `json:"resolved_at,omitempty"`
-	CreatedAt       time.Time       `json:"created_at"`
-	UpdatedAt       time.Time       `json:"updated_at"`
+	// MerchantOrderNo, AmountMinor and Currency are what finance searches by, from the detail:
+	// the order number the channel knows the payment by, and the amount the finding is about
+	// (the channel's line, else the key's, else the second charge or the settled difference;
+	// migration 00106). Nil when the finding has none (a rejected file).
+	MerchantOrderNo *string `json:"merchant_order_no,omitempty"`
+	AmountMinor     *int64  `json:"amount_minor,omitempty"`
+	Currency        *string `json:"currency,omitempty"`
+	// Tenant is whose finding it is: its key's tenant, recorded when it was found ("*" for a
+	// finding whose key was gone before tenants were recorded); nil for a finding about the
+	// statement itself, which is its channel account's.
+	Tenant     *string      `json:"tenant,omitempty"`
+	State      FindingState `json:"state"`
+	Resolver   *string      `json:"resolver,omitempty"`
+	ReasonCode *string      `json:"reason_code,omitempty"`
+	Note       *string      `json:"note,omitempty"`
+	ResolvedAt *time.Time   `json:"resolved_at,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	UpdatedAt  time.Time    `json:"updated_at"`
 }
 
 type findingRow struct {
@@ -59,6 +74,10 @@ type findingRow struct {
 	KeyID           *int64
 	StatementLineID *int64
 	Detail          string
+	MerchantOrderNo *string
+	AmountMinor     *int64
+	Currency        *string
+	Tenant          *string
 	State           string
 	Resolver        *string
 	ReasonCode      *string
@@ -71,13 +90,14 @@ type findingRow struct {
 func (f findingRow) finding() Finding {
 	return Finding{ID: f.ID, RunID: f.RunID, FirstRunID: f.FirstRunID, Channel: f.Channel, BillDate: f.BillDate,
 		Kind: Kind(f.Kind), Subject: f.Subject, StatementID: f.StatementID, KeyID: f.KeyID, StatementLineID: f.StatementLineID,
-		Detail: json.RawMessage(f.Detail), State: FindingState(f.State), Resolver: f.Resolver, ReasonCode: f.ReasonCode,
+		Detail: json.RawMessage(f.Detail), MerchantOrderNo: f.MerchantOrderNo, AmountMinor: f.AmountMinor, Currency: f.Currency,
+		Tenant: f.Tenant, State: FindingState(f.State), Resolver: f.Resolver, ReasonCode: f.ReasonCode,
 		Note: f.Note, ResolvedAt: f.ResolvedAt, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
 }
 
-const findingColumns = `id, run_id, first_run_id, channel, to_char(bill_date, 'YYYY-MM-DD') AS bill_date, kind, subject,
-	statement_id, key_id, statement_line_id, detail::text AS detail, state, resolver, reason_code, note, resolved_at,
-	created_at, updated_at FROM discrepancies`
+const findingColumns = `d.id, d.run_id, d.first_run_id, d.channel, to_char(d.bill_date, 'YYYY-MM-DD') AS bill_date, d.kind, d.subject,
+	d.statement_id, d.key_id, d.statement_line_id, d.detail::text AS detail, d.merchant_order_no, d.amount_minor, d.currency, d.tenant,
+	d.state, d.resolver, d.reason_code, d.note, d.resolved_at, d.created_at, d.updated_at FROM discrepancies d`
 
 // FindingFilter selects findings, newest first. Zero fields do not filter.
 type FindingFilter struct {
@@ -87,9 +107,39 @@ type FindingFilter struct {
 	Channel  string
 	BillDate string // YYYY-MM-DD
 	KeyID    int64
+	// OrderNo is a merchant order number: exactly, or by prefix when it ends in '*'.
+	OrderNo string
+	// Currency, with AmountMin and AmountMax (minor units, inclusive, either may be nil), keeps
+	// the findings about an amount of that currency in the range.
+	Currency             string
+	AmountMin, AmountMax *int64
+	// UpTo keeps the findings with an id up to it (what a bulk preview saw; 0: all).
+	UpTo int64
+	// IDs keeps only these findings (picked by hand; nil: no such filter).
+	IDs []int64
+	// Visible keeps the findings an operator may see; nil: every finding.
+	Visible *Visibility
 	// BeforeID continues a listing after its last row (keyset paging).
 	BeforeID int64
 	Limit    int // default 100, at most 1000
+}
+
+// Visibility is what an operator may see of the findings, as the console's scope decision
+// (access.Decide) worked it out: findings about keys of Tenants, and findings about a
+// statement itself (no tenant) of Channels.
+type Visibility struct {
+	Tenants  []string
+	Channels []string
+}
+
+// maxOrderNo bounds a merchant order number in a filter.
+const maxOrderNo = 128
+
+// Simple reports whether f filters only by what discrepancy_groups keeps (state, kind,
+// channel, bill date, and who may see them): its counts can be read from there.
+func (f FindingFilter) Simple() bool {
+	return f.RunID == 0 && f.KeyID == 0 && f.OrderNo == "" && f.Currency == "" && f.AmountMin == nil && f.AmountMax == nil &&
+		f.UpTo == 0 && f.IDs == nil
 }
 
 // ListFindings lists findings matching f, newest first. Errors: ErrInvalid (a filter value).
@@ -106,7 +156,9 @@ func (r *Reconciler) ListFindings(ctx context.Context, f FindingFilter) ([]Findi
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	q += ` ORDER BY id DESC LIMIT ?`
+	// discrepancies_open_idx (id DESC, open), discrepancies_group_idx (a group's findings) or
+	// the order number's and amount's indexes, by the filter.
+	q += ` ORDER BY d.id DESC LIMIT ?`
 	args = append(args, f.Limit)
 	var rows []findingRow
 	if err := r.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
@@ -119,76 +171,243 @@ func (r *Reconciler) ListFindings(ctx context.Context, f FindingFilter) ([]Findi
 	return out, nil
 }
 
-// FindingGroup is a number of findings sharing a state and what decides who may see them: the
-// tenant of their key (KeyTenant nil with HasKey: the key is gone) or, without a key, their
-// channel account.
-type FindingGroup struct {
-	State     FindingState
-	HasKey    bool
-	KeyTenant *string
-	Channel   string
-	N         int64
+// EachFinding calls fn for each finding matching f (its BeforeID and Limit aside), newest
+// first, streaming: at most max of them (the caller counts first; see CountMatching). It stops
+// at fn's first error.
+func (r *Reconciler) EachFinding(ctx context.Context, f FindingFilter, max int, fn func(*Finding) error) error {
+	f.BeforeID = 0
+	where, args, err := findingWhere(f)
+	if err != nil {
+		return err
+	}
+	q := `SELECT ` + findingColumns
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY d.id DESC LIMIT ?`
+	rows, err := r.db.WithContext(ctx).Raw(q, append(args, max)...).Rows()
+	if err != nil {
+		return fmt.Errorf("read findings: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var row findingRow
+		if err := r.db.ScanRows(rows, &row); err != nil {
+			return fmt.Errorf("read findings: %w", err)
+		}
+		fd := row.finding()
+		if err := fn(&fd); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
-// FindingGroups counts the findings matching f (its State, BeforeID and Limit aside) per state,
-// key tenant and channel, so a caller can count per state only what an operator may see. The
-// groups are bounded by states × tenants × channels. Errors: ErrInvalid (a filter value).
-func (r *Reconciler) FindingGroups(ctx context.Context, f FindingFilter) ([]FindingGroup, error) {
-	f.State, f.BeforeID = "", 0
+// CountMatching counts the findings matching f (its BeforeID and Limit aside), up to upTo+1
+// (so a caller can tell "more than upTo" from "exactly upTo" without counting a million).
+func (r *Reconciler) CountMatching(ctx context.Context, f FindingFilter, upTo int) (int64, error) {
+	f.BeforeID = 0
 	where, args, err := findingWhere(f)
+	if err != nil {
+		return 0, err
+	}
+	q := `SELECT 1 FROM discrepancies d`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	var n int64
+	if err := r.db.WithContext(ctx).Raw(`SELECT count(*) FROM (`+q+` LIMIT ?) m`, append(args, upTo+1)...).Scan(&n).Error; err != nil {
+		return 0, fmt.Errorf("count findings: %w", err)
+	}
+	return n, nil
+}
+
+// FindingCount is how many findings of one state, kind, channel, bill date, owner and currency
+// match a filter, and the sum of their amounts (minor units of Currency; "" for findings
+// without an amount).
+type FindingCount struct {
+	State    FindingState
+	Kind     Kind
+	Channel  string
+	BillDate string
+	// Tenant is the findings' owner: a tenant ("*" included), or "" for findings about a
+	// statement itself (their channel account's).
+	Tenant      string
+	Currency    string
+	N           int64
+	AmountMinor int64
+}
+
+// maxFindingCounts bounds CountFindings' rows.
+const maxFindingCounts = 20000
+
+// CountFindings counts the findings matching f (its State, BeforeID and Limit aside) per state,
+// kind, channel, bill date, owner and currency, newest bill date first, at most maxFindingCounts
+// rows (more says true). A Simple filter reads discrepancy_groups, which statement triggers
+// keep (migration 00106): a few rows per group however many findings it holds. Any other
+// filter groups the matching rows. Errors: ErrInvalid (a filter value).
+func (r *Reconciler) CountFindings(ctx context.Context, f FindingFilter) ([]FindingCount, bool, error) {
+	q, args, err := countSQL(f, `state, kind, channel, to_char(bill_date, 'YYYY-MM-DD') AS bill_date, tenant, currency,
+		sum(n) AS n, sum(amount_minor) AS amount_minor`, `1, 2, 3, 4, 5, 6`)
+	if err != nil {
+		return nil, false, err
+	}
+	q += ` ORDER BY 4 DESC, 3, 2, 1, 5, 6 LIMIT ?`
+	args = append(args, maxFindingCounts+1)
+	var rows []FindingCount
+	if err := r.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return nil, false, fmt.Errorf("count findings: %w", err)
+	}
+	more := len(rows) > maxFindingCounts
+	if more {
+		rows = rows[:maxFindingCounts]
+	}
+	return rows, more, nil
+}
+
+// CountFindingsByState counts the findings matching f (its State, BeforeID and Limit aside) per
+// state, exactly (the same sources as CountFindings).
+func (r *Reconciler) CountFindingsByState(ctx context.Context, f FindingFilter) (map[FindingState]int64, error) {
+	q, args, err := countSQL(f, `state, sum(n) AS n`, `1`)
 	if err != nil {
 		return nil, err
 	}
-	q := `SELECT d.state, d.key_id IS NOT NULL AS has_key, k.tenant AS key_tenant, d.channel, count(*) AS n
-FROM discrepancies d LEFT JOIN idempotency_keys k ON k.id = d.key_id`
-	if len(where) > 0 {
-		q += ` WHERE d.` + strings.Join(where, " AND d.")
+	var rows []struct {
+		State FindingState
+		N     int64
 	}
-	q += ` GROUP BY 1, 2, 3, 4`
-	var rows []FindingGroup
 	if err := r.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("count findings: %w", err)
 	}
-	return rows, nil
+	out := map[FindingState]int64{}
+	for _, row := range rows {
+		out[row.State] = row.N
+	}
+	return out, nil
 }
 
-// findingWhere is f's conditions on discrepancies (unqualified column names first in each).
+// countSQL selects cols (over state, kind, channel, bill_date, tenant, currency, n and
+// amount_minor) grouped by group, from the rows a count of f reads: discrepancy_groups for a
+// Simple filter, else the matching findings, one per row.
+func countSQL(f FindingFilter, cols, group string) (string, []any, error) {
+	f.State, f.BeforeID = "", 0
+	if !f.Simple() {
+		where, args, err := findingWhere(f)
+		if err != nil {
+			return "", nil, err
+		}
+		q := `SELECT d.state, d.kind, d.channel, d.bill_date, COALESCE(d.tenant, '') AS tenant, COALESCE(d.currency, '') AS currency,
+			1 AS n, COALESCE(d.amount_minor, 0) AS amount_minor FROM discrepancies d`
+		if len(where) > 0 {
+			q += ` WHERE ` + strings.Join(where, " AND ")
+		}
+		return `SELECT ` + cols + ` FROM (` + q + `) c GROUP BY ` + group, args, nil
+	}
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if f.Kind != "" {
+		if !validKind(f.Kind) {
+			return "", nil, invalidf("kind", "%q is not a kind of finding", f.Kind)
+		}
+		add("g.kind = ?", string(f.Kind))
+	}
+	if f.Channel != "" {
+		add("g.channel = ?", f.Channel)
+	}
+	if f.BillDate != "" {
+		if _, err := time.Parse(time.DateOnly, f.BillDate); err != nil {
+			return "", nil, invalidf("bill_date", "%q is not YYYY-MM-DD", f.BillDate)
+		}
+		add("g.bill_date = ?::date", f.BillDate)
+	}
+	if v := f.Visible; v != nil {
+		where = append(where, "(g.tenant = ANY(?::text[]) OR (g.tenant = '' AND g.channel = ANY(?::text[])))")
+		args = append(args, textArray(v.Tenants), textArray(v.Channels))
+	}
+	where = append(where, "g.n > 0")
+	return `SELECT ` + cols + ` FROM discrepancy_groups g WHERE ` + strings.Join(where, " AND ") + ` GROUP BY ` + group, args, nil
+}
+
+// findingWhere is f's conditions on discrepancies d.
 func findingWhere(f FindingFilter) ([]string, []any, error) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
 	if f.RunID != 0 {
-		add("run_id = ?", f.RunID)
+		add("d.run_id = ?", f.RunID)
 	}
 	if f.Kind != "" {
 		if !validKind(f.Kind) {
 			return nil, nil, invalidf("kind", "%q is not a kind of finding", f.Kind)
 		}
-		add("kind = ?", string(f.Kind))
+		add("d.kind = ?", string(f.Kind))
 	}
 	if f.State != "" {
 		if f.State != FindingOpen && f.State != FindingResolved && f.State != FindingIgnored {
 			return nil, nil, invalidf("state", "%q is not open, resolved or ignored", f.State)
 		}
-		add("state = ?", string(f.State))
+		add("d.state = ?", string(f.State))
 	}
 	if f.Channel != "" {
-		add("channel = ?", f.Channel)
+		add("d.channel = ?", f.Channel)
 	}
 	if f.BillDate != "" {
 		if _, err := time.Parse(time.DateOnly, f.BillDate); err != nil {
 			return nil, nil, invalidf("bill_date", "%q is not YYYY-MM-DD", f.BillDate)
 		}
-		add("bill_date = ?::date", f.BillDate)
+		add("d.bill_date = ?::date", f.BillDate)
 	}
 	if f.KeyID != 0 {
-		add("key_id = ?", f.KeyID)
+		add("d.key_id = ?", f.KeyID)
+	}
+	if f.OrderNo != "" {
+		if len(f.OrderNo) > maxOrderNo || !utf8.ValidString(f.OrderNo) || strings.ContainsFunc(f.OrderNo, unicode.IsControl) {
+			return nil, nil, invalidf("order_no", "at most %d printable characters", maxOrderNo)
+		}
+		if prefix, ok := strings.CutSuffix(f.OrderNo, "*"); ok {
+			if prefix == "" {
+				return nil, nil, invalidf("order_no", "give at least the first character before *")
+			}
+			// text_pattern_ops (discrepancies_order_no_idx) serves a prefix LIKE.
+			add(`d.merchant_order_no LIKE ? ESCAPE '\'`, likeEscaper.Replace(prefix)+"%")
+		} else {
+			add("d.merchant_order_no = ?", f.OrderNo)
+		}
+	}
+	if f.AmountMin != nil || f.AmountMax != nil || f.Currency != "" {
+		cur := strings.ToUpper(strings.TrimSpace(f.Currency))
+		if !money.Known(cur) {
+			return nil, nil, invalidf("currency", "name the currency of the amount range (ISO 4217)")
+		}
+		add("d.currency = ?", cur)
+		if f.AmountMin != nil {
+			add("d.amount_minor >= ?", *f.AmountMin)
+		}
+		if f.AmountMax != nil {
+			add("d.amount_minor <= ?", *f.AmountMax)
+		}
+		if f.AmountMin != nil && f.AmountMax != nil && *f.AmountMin > *f.AmountMax {
+			return nil, nil, invalidf("amount_max", "is below the smallest amount")
+		}
+	}
+	if f.UpTo != 0 {
+		add("d.id <= ?", f.UpTo)
+	}
+	if f.IDs != nil {
+		add("d.id = ANY(?::bigint[])", int64Array(f.IDs))
+	}
+	if v := f.Visible; v != nil {
+		where = append(where, "(d.tenant = ANY(?::text[]) OR (d.tenant IS NULL AND d.channel = ANY(?::text[])))")
+		args = append(args, textArray(v.Tenants), textArray(v.Channels))
 	}
 	if f.BeforeID != 0 {
-		add("id < ?", f.BeforeID)
+		add("d.id < ?", f.BeforeID)
 	}
 	return where, args, nil
 }
+
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 func validKind(k Kind) bool {
 	for _, v := range Kinds {
@@ -205,7 +424,7 @@ func (r *Reconciler) GetFinding(ctx context.Context, id int64) (*Finding, error)
 }
 
 func getFinding(ctx context.Context, db *gorm.DB, id int64, lock bool) (*Finding, error) {
-	q := `SELECT ` + findingColumns + ` WHERE id = ?`
+	q := `SELECT ` + findingColumns + ` WHERE d.id = ?`
 	if lock {
 		q += ` FOR UPDATE`
 	}
@@ -220,8 +439,6 @@ func getFinding(ctx context.Context, db *gorm.DB, id int64, lock bool) (*Finding
 	return &f, nil
 }
 
-var reasonCodePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
-
 // maxNote bounds an operator's note.
 const maxNote = 2000
 
@@ -235,23 +452,80 @@ func checkOperator(operator string) error {
 	return nil
 }
 
-// Resolve closes an open finding as resolved with a reason code (e.g. refunded_at_channel,
-// booked_next_day) and a note; audited as reconcile.finding.resolve by operator:NAME.
-// Errors: ErrNotFound, ErrClosed, ErrInvalid.
+// Resolve closes an open finding as resolved with a reason of the vocabulary (Reasons(
+// ActionResolve): refunded_at_channel, booked_other_day, …) and a note; audited as
+// reconcile.finding.resolve by operator:NAME. Errors: ErrNotFound, ErrClosed, ErrInvalid.
 func (r *Reconciler) Resolve(ctx context.Context, findingID int64, operator, reasonCode, note string) (*Finding, error) {
-	if !reasonCodePattern.MatchString(reasonCode) {
-		return nil, invalidf("reason_code", "%q: 1-64 lower-case letters, digits, '_', '.' or '-'", reasonCode)
+	reasonCode, note, err := CheckReason(ActionResolve, reasonCode, note)
+	if err != nil {
+		return nil, err
 	}
 	return r.closeFinding(ctx, findingID, operator, FindingResolved, reasonCode, note, "reconcile.finding.resolve", nil)
 }
 
-// Ignore closes an open finding as ignored, with the reason as its note; audited as
-// reconcile.finding.ignore. Errors: ErrNotFound, ErrClosed, ErrInvalid.
-func (r *Reconciler) Ignore(ctx context.Context, findingID int64, operator, reason string) (*Finding, error) {
-	if strings.TrimSpace(reason) == "" {
-		return nil, invalidf("reason", "say why the finding is ignored")
+// Ignore closes an open finding as ignored, without correcting anything, with a reason of the
+// vocabulary and a note; audited as reconcile.finding.ignore. Errors: ErrNotFound, ErrClosed,
+// ErrInvalid.
+func (r *Reconciler) Ignore(ctx context.Context, findingID int64, operator, reasonCode, note string) (*Finding, error) {
+	reasonCode, note, err := CheckReason(ActionIgnore, reasonCode, note)
+	if err != nil {
+		return nil, err
 	}
-	return r.closeFinding(ctx, findingID, operator, FindingIgnored, "ignored", reason, "reconcile.finding.ignore", nil)
+	return r.closeFinding(ctx, findingID, operator, FindingIgnored, reasonCode, note, "reconcile.finding.ignore", nil)
+}
+
+// Reopen opens a resolved or ignored finding again, with a reason of the vocabulary
+// (Reasons(ActionReopen)) and a note: its resolution is cleared (the audit log keeps it) and it
+// is open like a new one; audited as reconcile.finding.reopen. Errors: ErrNotFound, ErrInvalid,
+// ErrNotClosed (it is open).
+func (r *Reconciler) Reopen(ctx context.Context, findingID int64, operator, reasonCode, note string) (*Finding, error) {
+	if err := checkOperator(operator); err != nil {
+		return nil, err
+	}
+	reasonCode, note, err := CheckReason(ActionReopen, reasonCode, note)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.Auditor == nil {
+		return nil, errors.New("reconcile: no Auditor configured; reopening must be audited")
+	}
+	actor := "operator:" + operator
+	var out *Finding
+	err = r.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		f, err := getFinding(ctx, tx, findingID, true)
+		if err != nil {
+			return err
+		}
+		if f.State == FindingOpen {
+			return errs.Errorf("finding %d is open: %w", findingID, ErrNotClosed)
+		}
+		if err := tx.Exec(`UPDATE discrepancies SET state = 'open', resolver = NULL, reason_code = NULL, note = NULL,
+			resolved_at = NULL, updated_at = now() WHERE id = ?`, findingID).Error; err != nil {
+			return fmt.Errorf("reopen finding %d: %w", findingID, err)
+		}
+		detail := map[string]any{"kind": string(f.Kind), "channel": f.Channel, "bill_date": f.BillDate,
+			"was": string(f.State), "was_reason_code": deref(f.ReasonCode), "was_resolver": deref(f.Resolver),
+			"reason_code": reasonCode, "note": note}
+		if f.KeyID != nil {
+			detail["key_id"] = *f.KeyID
+		}
+		if err := r.cfg.Auditor.Record(ctx, actor, "reconcile.finding.reopen", fmt.Sprintf("finding:%d", findingID), detail); err != nil {
+			return fmt.Errorf("audit reopen of finding %d: %w", findingID, err)
+		}
+		out, err = getFinding(ctx, tx, findingID, false)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // closeFinding moves an open finding to state and writes the audit record in the same transaction:
@@ -423,4 +697,37 @@ func (r *Reconciler) Recover(ctx context.Context, findingID int64, operator, not
 		return nil, err
 	}
 	return rec, nil
+}
+
+// int64Array is ids as a PostgreSQL array literal.
+func int64Array(ids []int64) string {
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = strconv.FormatInt(id, 10)
+	}
+	return "{" + strings.Join(q, ",") + "}"
+}
+
+// Describe is f as a JSON object of its set fields, the way the API takes it (a bulk run
+// keeps what it was asked).
+func (f FindingFilter) Describe() map[string]any {
+	m := map[string]any{}
+	set := func(k string, v any, ok bool) {
+		if ok {
+			m[k] = v
+		}
+	}
+	set("run", f.RunID, f.RunID != 0)
+	set("kind", f.Kind, f.Kind != "")
+	set("state", f.State, f.State != "")
+	set("channel", f.Channel, f.Channel != "")
+	set("bill_date", f.BillDate, f.BillDate != "")
+	set("key", f.KeyID, f.KeyID != 0)
+	set("order_no", f.OrderNo, f.OrderNo != "")
+	set("currency", f.Currency, f.Currency != "")
+	set("amount_min_minor", f.AmountMin, f.AmountMin != nil)
+	set("amount_max_minor", f.AmountMax, f.AmountMax != nil)
+	set("upto", f.UpTo, f.UpTo != 0)
+	set("ids", f.IDs, f.IDs != nil)
+	return m
 }

@@ -85,6 +85,19 @@ func (a *recordingAuditor) Record(_ context.Context, actor, action, target strin
 	return nil
 }
 
+// RecordBatch records entries like Record (a bulk run's), failing the batch when a.fail is set.
+func (a *recordingAuditor) RecordBatch(_ context.Context, _ *gorm.DB, entries []reconcile.AuditEntry) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.fail != nil {
+		return a.fail
+	}
+	for _, e := range entries {
+		a.records = append(a.records, auditRecord{e.Actor, e.Action, e.Target, e.Detail})
+	}
+	return nil
+}
+
 func (a *recordingAuditor) all() []auditRecord {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -230,7 +230,7 @@ ON COMMIT DROP`
 INSERT INTO found (kind, subject, key_id, line_id, detail)
 SELECT 'DUPLICATE_IN_FILE', 'txn:' || d.txn, m.key_id, d.line_ids[2],
        jsonb_build_object('channel_txn_id', d.txn, 'merchant_order_no', m.order_no, 'lines', to_jsonb(d.line_nos),
-                          'count', cardinality(d.line_nos))
+                          'count', cardinality(d.line_nos), 'channel_amount_minor', m.amount_minor, 'channel_currency', m.currency)
 FROM dup_txn d JOIN match_lines m ON m.line_id = d.line_ids[1]`
 
 	dupAtChannelFindingsSQL = `
@@ -294,13 +294,15 @@ SELECT 'LOCAL_ONLY', 'key:' || id, id, NULL,
                           'local_currency', currency, 'completed_at', completed_at, 'channel_account', channel_account)
 FROM local_only`
 
+	// A finding about a key is its tenant's, recorded with it (discrepancies.tenant).
 	upsertFindingsSQL = `
-INSERT INTO discrepancies (run_id, first_run_id, statement_id, channel, bill_date, kind, subject, key_id, statement_line_id, detail)
-SELECT DISTINCT ON (kind, subject) $1::bigint, $1::bigint, $2::bigint, $3, $4::date, kind, subject, key_id, line_id, detail
-FROM found ORDER BY kind, subject, line_id
+INSERT INTO discrepancies (run_id, first_run_id, statement_id, channel, bill_date, kind, subject, key_id, statement_line_id, detail, tenant)
+SELECT DISTINCT ON (f.kind, f.subject) $1::bigint, $1::bigint, $2::bigint, $3, $4::date, f.kind, f.subject, f.key_id, f.line_id,
+       f.detail, k.tenant
+FROM found f LEFT JOIN idempotency_keys k ON k.id = f.key_id ORDER BY f.kind, f.subject, f.line_id
 ON CONFLICT (channel, bill_date, kind, subject) DO UPDATE
 SET run_id = EXCLUDED.run_id, statement_id = EXCLUDED.statement_id, key_id = EXCLUDED.key_id,
-    statement_line_id = EXCLUDED.statement_line_id, detail = EXCLUDED.detail, updated_at = now()`
+    statement_line_id = EXCLUDED.statement_line_id, detail = EXCLUDED.detail, tenant = EXCLUDED.tenant, updated_at = now()`
 
 	// Open findings of this channel and date that the run did not find again are closed: the
 	// problem went away (a recovered key, a corrected statement version).

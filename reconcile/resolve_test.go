@@ -139,37 +139,41 @@ func TestResolveAndIgnore_AreAuditedAndCloseTheFindingOnce(t *testing.T) {
 	amount := got["AMOUNT_MISMATCH key:"+itoa(w.keys["amount"].ID)]
 	dup := got["DUPLICATE_IN_FILE txn:4200000012"]
 
-	if _, err := b.rec.Resolve(b.ctx, amount.ID, "bob", "Bad Code", ""); !errors.Is(err, reconcile.ErrInvalid) {
-		t.Errorf("bad reason code: %v", err)
+	// The reason is one of the vocabulary; "other" needs a note.
+	for _, bad := range []struct{ code, note string }{{"Bad Code", ""}, {"surcharge_at_channel", ""}, {"", "no code"},
+		{"退款", "客户要求"}, {"other", ""}} {
+		if _, err := b.rec.Resolve(b.ctx, amount.ID, "bob", bad.code, bad.note); !errors.Is(err, reconcile.ErrInvalid) {
+			t.Errorf("reason %q note %q: %v; want ErrInvalid", bad.code, bad.note, err)
+		}
 	}
-	res, err := b.rec.Resolve(b.ctx, amount.ID, "bob", "surcharge_at_channel", "the channel added a 10 CNY fee")
+	res, err := b.rec.Resolve(b.ctx, amount.ID, "bob", "corrected_at_channel", "the channel added a 10 CNY fee")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.State != reconcile.FindingResolved || *res.Resolver != "operator:bob" || *res.ReasonCode != "surcharge_at_channel" ||
+	if res.State != reconcile.FindingResolved || *res.Resolver != "operator:bob" || *res.ReasonCode != "corrected_at_channel" ||
 		*res.Note != "the channel added a 10 CNY fee" || res.ResolvedAt == nil {
 		t.Errorf("resolved %+v", res)
 	}
-	if _, err := b.rec.Resolve(b.ctx, amount.ID, "bob", "again", ""); !errors.Is(err, reconcile.ErrClosed) {
+	if _, err := b.rec.Resolve(b.ctx, amount.ID, "bob", "corrected_locally", ""); !errors.Is(err, reconcile.ErrClosed) {
 		t.Errorf("resolving twice: %v; want ErrClosed", err)
 	}
-	if _, err := b.rec.Ignore(b.ctx, dup.ID, "bob", ""); !errors.Is(err, reconcile.ErrInvalid) {
+	if _, err := b.rec.Ignore(b.ctx, dup.ID, "bob", "", "known export bug"); !errors.Is(err, reconcile.ErrInvalid) {
 		t.Errorf("ignore without a reason: %v", err)
 	}
-	ign, err := b.rec.Ignore(b.ctx, dup.ID, "bob", "known export bug at the channel")
+	ign, err := b.rec.Ignore(b.ctx, dup.ID, "bob", "known_channel_issue", "known export bug at the channel")
 	if err != nil || ign.State != reconcile.FindingIgnored {
 		t.Fatalf("ignore: %+v %v", ign, err)
 	}
 	audit := b.audit.all()
 	if len(audit) != 2 || audit[0].Action != "reconcile.finding.resolve" || audit[1].Action != "reconcile.finding.ignore" ||
-		audit[0].Actor != "operator:bob" || audit[0].Detail["reason_code"] != "surcharge_at_channel" || audit[1].Target != "finding:"+itoa(dup.ID) {
+		audit[0].Actor != "operator:bob" || audit[0].Detail["reason_code"] != "corrected_at_channel" || audit[1].Target != "finding:"+itoa(dup.ID) {
 		t.Errorf("audit %+v", audit)
 	}
 
 	// No unaudited resolution: when the audit cannot be written the finding stays open.
 	b.audit.fail = errors.New("audit log unavailable")
 	local := got["LOCAL_ONLY key:"+itoa(w.keys["local-only"].ID)]
-	if _, err := b.rec.Resolve(b.ctx, local.ID, "bob", "booked_later", ""); err == nil {
+	if _, err := b.rec.Resolve(b.ctx, local.ID, "bob", "booked_other_day", ""); err == nil {
 		t.Fatal("resolve succeeded without an audit record")
 	}
 	if f, _ := b.rec.GetFinding(b.ctx, local.ID); f.State != reconcile.FindingOpen {

@@ -104,10 +104,10 @@ func TestSettlementAndFeeMismatches(t *testing.T) {
 	}
 
 	// Both resolve like every other kind, audited.
-	if _, err := b.rec.Resolve(b.ctx, settle.ID, "alice", "short_payout_claimed", "asked Stripe"); err != nil {
+	if _, err := b.rec.Resolve(b.ctx, settle.ID, "alice", "corrected_at_channel", "asked Stripe"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.rec.Ignore(b.ctx, fee.ID, "alice", "one cent"); err != nil {
+	if _, err := b.rec.Ignore(b.ctx, fee.ID, "alice", "below_threshold", "one cent"); err != nil {
 		t.Fatal(err)
 	}
 	var actions []string
