@@ -53,6 +53,10 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// BulkApprovalAbove: a bulk run of more findings waits for a second operator's approval
+	// (four eyes; default 1000). BulkCap bounds the findings of one bulk run (default 1,000,000).
+	BulkApprovalAbove int
+	BulkCap           int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -80,9 +84,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.BulkApprovalAbove == 0 {
+		c.BulkApprovalAbove = 1000
+	}
+	if c.BulkCap == 0 {
+		c.BulkCap = 1_000_000
+	}
 	switch {
 	case c.MaxBytes < 0:
 		return c, errors.New("reconcile: MaxBytes must be positive")
+	case c.BulkApprovalAbove < 0 || c.BulkCap < 1:
+		return c, errors.New("reconcile: BulkApprovalAbove must be 0 or more and BulkCap positive")
 	case c.RetryBackoff < 0 || c.RetryBackoffMax < c.RetryBackoff:
 		return c, errors.New("reconcile: RetryBackoffMax must be at least RetryBackoff")
 	}
