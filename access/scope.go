@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -131,17 +132,20 @@ type ObjectKind string
 
 // The kinds of objects.
 const (
-	ObjKey      ObjectKind = "key"
-	ObjReplay   ObjectKind = "replay"
-	ObjBulkRun  ObjectKind = "bulk_run"
-	ObjFinding  ObjectKind = "finding"
-	ObjReconRun ObjectKind = "recon_run"
-	ObjReconJob ObjectKind = "recon_job"
-	ObjChannel  ObjectKind = "channel"
-	ObjSchedule ObjectKind = "schedule"
-	ObjJobRun   ObjectKind = "job_run"
-	ObjPolicy   ObjectKind = "retention_policy"
-	ObjOperator ObjectKind = "operator"
+	ObjKey     ObjectKind = "key"
+	ObjReplay  ObjectKind = "replay"
+	ObjBulkRun ObjectKind = "bulk_run"
+	ObjFinding ObjectKind = "finding"
+	// ObjFindingBulk is a bulk run of findings: its tenants are its findings' (recorded when it
+	// started).
+	ObjFindingBulk ObjectKind = "finding_bulk"
+	ObjReconRun    ObjectKind = "recon_run"
+	ObjReconJob    ObjectKind = "recon_job"
+	ObjChannel     ObjectKind = "channel"
+	ObjSchedule    ObjectKind = "schedule"
+	ObjJobRun      ObjectKind = "job_run"
+	ObjPolicy      ObjectKind = "retention_policy"
+	ObjOperator    ObjectKind = "operator"
 )
 
 // EveryTenant is the tenant set of objects that concern every tenant (the reclaimer's
@@ -175,7 +179,7 @@ func (s *Scope) Tenants(ctx context.Context, kind ObjectKind, ref string) ([]str
 	}
 	id := int64(0)
 	switch kind {
-	case ObjKey, ObjReplay, ObjBulkRun, ObjFinding, ObjReconRun, ObjJobRun, ObjOperator:
+	case ObjKey, ObjReplay, ObjBulkRun, ObjFinding, ObjFindingBulk, ObjReconRun, ObjJobRun, ObjOperator:
 		var err error
 		if id, err = strconv.ParseInt(ref, 10, 64); err != nil || id <= 0 {
 			return nil, notFound
@@ -221,14 +225,15 @@ func (s *Scope) Tenants(ctx context.Context, kind ObjectKind, ref string) ([]str
 		}
 		return ts, err
 	case ObjFinding:
-		// A finding about a key is that key's tenant's; a key gone meanwhile leaves it to "*"
-		// operators; a finding about the statement (no key) is the channel account's.
+		// A finding about a key is that key's tenant's, recorded with the finding (it stays so
+		// after the key is purged; "*" for one whose key was gone before that was recorded); a
+		// finding about the statement (no tenant) is the channel account's.
 		var rows []struct {
 			Channel string
 			KeyID   *int64
 			Tenant  *string
 		}
-		if err := s.db.WithContext(ctx).Raw(`SELECT d.channel, d.key_id, k.tenant FROM discrepancies d
+		if err := s.db.WithContext(ctx).Raw(`SELECT d.channel, d.key_id, COALESCE(d.tenant, k.tenant) AS tenant FROM discrepancies d
 			LEFT JOIN idempotency_keys k ON k.id = d.key_id WHERE d.id = ?`, id).Scan(&rows).Error; err != nil {
 			return nil, fmt.Errorf("resolve finding %d: %w", id, err)
 		}
@@ -241,6 +246,21 @@ func (s *Scope) Tenants(ctx context.Context, kind ObjectKind, ref string) ([]str
 			return []string{EveryTenant}, nil
 		}
 		return s.ChannelTenants(ctx, rows[0].Channel)
+	case ObjFindingBulk:
+		// The union of its findings' tenant sets, fixed when it started.
+		var rows []struct{ Tenants string }
+		if err := s.db.WithContext(ctx).Raw(`SELECT array_to_json(tenants)::text AS tenants FROM finding_bulk_runs WHERE id = ?`, id).
+			Scan(&rows).Error; err != nil {
+			return nil, fmt.Errorf("resolve %s %d: %w", kind, id, err)
+		}
+		if len(rows) == 0 {
+			return nil, notFound
+		}
+		var ts []string
+		if json.Unmarshal([]byte(rows[0].Tenants), &ts) != nil || len(ts) == 0 {
+			return []string{EveryTenant}, nil // no findings recorded: only operators of every tenant
+		}
+		return ts, nil
 	case ObjReconRun:
 		return channel(`SELECT channel AS t FROM recon_runs WHERE id = ?`, id)
 	case ObjReconJob:

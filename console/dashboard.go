@@ -52,21 +52,22 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 		}
 		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(string(st), "_", " "), N: n, Href: "/keys?state=" + string(st)})
 	}
-	expired, err := keys.CountExpiredLeases(ctx, s.db, scope, 0)
+	att, err := s.attention(ctx, r)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	attention, err := keys.CountNeedsAttention(ctx, s.db, scope)
-	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+	v.Attention = templates.Count{Label: "need attention", Href: "#attention"}
+	for _, a := range att {
+		v.Attention.N += a.N
+		v.AttentionItems = append(v.AttentionItems, templates.Count{Label: a.Label, N: a.N, Href: a.Href})
 	}
+	// Keys whose outcome is unknown overlap failed retryable and needing recovery: a card of
+	// their own, not part of the sum.
 	unresolved, err := keys.CountUnresolved(ctx, s.db, scope)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved, Href: "/keys?unresolved=1"}
-	v.ExpiredLeases = templates.Count{Label: "expired leases", N: expired, Href: "/keys?state=processing"}
-	v.Attention = templates.Count{Label: "need attention", N: attention, Href: "/keys?attention=1"}
 
 	minutes, err := keys.ClaimsPerMinute(ctx, s.db, scope)
 	if err != nil {

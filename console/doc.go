@@ -39,7 +39,8 @@
 // jobs. The reconciler mirrors a job into the daemon's schedules itself; "run now" asks the
 // daemon to run that schedule at its next poll, exactly like the jobs page. Job changes are
 // audited right after the reconciler's own transaction, with their outcome; finding resolutions
-// are audited by the reconciler through reconAuditor.
+// are audited by the reconciler through reconcile.LogAuditor (under the finding's tenant), a bulk
+// run's one row per finding in the transaction that closes it.
 //
 // # Retention
 //

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/idemops/idemops/access"
-	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
@@ -22,27 +20,6 @@ import (
 type operationsFunc func(name string) (claim.Operation, bool)
 
 func (f operationsFunc) Get(name string) (claim.Operation, bool) { return f(name) }
-
-// reconAuditor records the reconciler's resolutions in the console's audit log. A finding about
-// a key is recorded under the key's tenant, so tenant-limited audit views see it.
-type reconAuditor struct{ s *Server }
-
-func (a reconAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
-	e := audit.Entry{Actor: actor, Action: action, Target: target, Detail: detail}
-	if id, ok := detail["key_id"].(int64); ok {
-		keys, err := keys.NamesOf(ctx, a.s.db, []int64{id})
-		if err != nil {
-			return fmt.Errorf("audit %s: key tenant: %w", action, err)
-		}
-		if len(keys) == 1 {
-			e.Tenants = []string{keys[0].Tenant}
-		}
-	}
-	if id, ok := strings.CutPrefix(target, "finding:"); ok && e.Tenants == nil {
-		e.Tenants = a.s.auditTenantsOf(ctx, access.ObjFinding, id) // a finding about the statement: its channel account's
-	}
-	return a.s.audit.Append(ctx, nil, e)
-}
 
 // keyTenants returns the tenant of each of ids that still exists.
 func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string, error) {
@@ -60,67 +37,56 @@ func (s *Server) keyTenants(ctx context.Context, ids []int64) (map[int64]string,
 	return out, nil
 }
 
-// findingTenants is objectTenants for a page of findings: a finding about a key is the key's
-// tenant's, one whose key is gone "*"'s, one about the statement its channel account's.
-func findingTenants(f *reconcile.Finding, keys map[int64]string, channels map[string][]string) []string {
-	if f.KeyID == nil {
-		return channels[f.Channel]
+// findingVisibility is what op may see of the findings, by the one scope decision
+// (access.Decide, as getFinding's Scope.Check decides for one finding): findings about keys of
+// each of its tenants, and findings about a statement itself of each channel account whose
+// tenants it covers. nil for an operator of every tenant: everything.
+func (s *Server) findingVisibility(ctx context.Context, op *access.Operator) (*reconcile.Visibility, error) {
+	if op.SeesAllTenants() {
+		return nil, nil
 	}
-	if t, ok := keys[*f.KeyID]; ok {
-		return []string{t}
+	v := &reconcile.Visibility{Tenants: []string{}, Channels: []string{}}
+	for _, t := range op.Tenants {
+		if access.Decide(op, access.ObjFinding, "", []string{t}, false) == nil {
+			v.Tenants = append(v.Tenants, t)
+		}
 	}
-	return []string{access.EveryTenant}
+	accounts, err := s.recon.ListChannelAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range accounts {
+		if access.Decide(op, access.ObjFinding, "", a.Tenants, false) == nil {
+			v.Channels = append(v.Channels, a.Channel)
+		}
+	}
+	return v, nil
 }
 
-// findingsPageMax bounds the database pages one listing reads to fill a page for a
-// tenant-limited operator (the rest is reached through the next-page cursor).
-const findingsPageMax = 10
+// visibleTo is f limited to what op may see.
+func (s *Server) visibleTo(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) (reconcile.FindingFilter, error) {
+	v, err := s.findingVisibility(ctx, op)
+	f.Visible = v
+	return f, err
+}
 
 // listFindings returns up to f.Limit findings op may see, and the keyset cursor of the next page
-// (0: none). Rows op may not see are skipped, not counted.
+// (0: none).
 func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
-	want := f.Limit
-	var out []reconcile.Finding
-	for range findingsPageMax {
-		f.Limit = want + 1
-		rows, err := s.recon.ListFindings(ctx, f)
-		if err != nil {
-			return nil, 0, err
-		}
-		var ids []int64
-		for _, r := range rows {
-			if r.KeyID != nil {
-				ids = append(ids, *r.KeyID)
-			}
-		}
-		tenants, err := s.keyTenants(ctx, ids)
-		if err != nil {
-			return nil, 0, err
-		}
-		var chans []string
-		for _, r := range rows {
-			chans = append(chans, r.Channel)
-		}
-		channels, err := reconcile.ChannelTenants(ctx, s.db, chans)
-		if err != nil {
-			return nil, 0, err
-		}
-		for i := range rows {
-			if access.Decide(op, access.ObjFinding, "", findingTenants(&rows[i], tenants, channels), false) != nil {
-				continue
-			}
-			if len(out) == want {
-				return out, out[len(out)-1].ID, nil
-			}
-			out = append(out, rows[i])
-		}
-		if len(rows) < f.Limit {
-			return out, 0, nil
-		}
-		f.BeforeID = rows[len(rows)-1].ID
+	f, err := s.visibleTo(ctx, op, f)
+	if err != nil {
+		return nil, 0, err
 	}
-	// Bounded: what was scanned is shown, and the next page continues after it.
-	return out, f.BeforeID, nil
+	want := f.Limit
+	f.Limit = want + 1
+	rows, err := s.recon.ListFindings(ctx, f)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(rows) > want {
+		return rows[:want], rows[want-1].ID, nil
+	}
+	return rows, 0, nil
 }
 
 // getFinding reads one finding op may see; one of a tenant op may not see is ErrNotFound.
@@ -131,35 +97,24 @@ func (s *Server) getFinding(ctx context.Context, op *access.Operator, id int64) 
 	return s.recon.GetFinding(ctx, id)
 }
 
+// findingCounts counts the findings matching f (whatever its state) that op may see, per state,
+// kind, channel, bill date, owner and currency (reconcile.CountFindings).
+func (s *Server) findingCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.FindingCount, bool, error) {
+	f, err := s.visibleTo(ctx, op, f)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.recon.CountFindings(ctx, f)
+}
+
 // findingStateCounts counts the findings matching f (whatever its state) that op may see, per
-// state: the groups are decided one by one with the rule listFindings applies to each row.
+// state: the findings page's tabs and the dashboard's open findings.
 func (s *Server) findingStateCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) (map[reconcile.FindingState]int64, error) {
-	groups, err := s.recon.FindingGroups(ctx, f)
+	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
 		return nil, err
 	}
-	var chans []string
-	for _, g := range groups {
-		chans = append(chans, g.Channel)
-	}
-	channels, err := reconcile.ChannelTenants(ctx, s.db, chans)
-	if err != nil {
-		return nil, err
-	}
-	out := map[reconcile.FindingState]int64{}
-	for _, g := range groups {
-		tenants := channels[g.Channel]
-		if g.HasKey {
-			tenants = []string{access.EveryTenant}
-			if g.KeyTenant != nil {
-				tenants = []string{*g.KeyTenant}
-			}
-		}
-		if access.Decide(op, access.ObjFinding, "", tenants, false) == nil {
-			out[g.State] += g.N
-		}
-	}
-	return out, nil
+	return s.recon.CountFindingsByState(ctx, f)
 }
 
 var reconNotices = map[string]string{
@@ -175,6 +130,7 @@ var findingNotices = map[string]string{
 	"resolved":  "Finding resolved.",
 	"ignored":   "Finding ignored.",
 	"recovered": "Recover done: the key was completed from the channel's document and the finding resolved.",
+	"reopened":  "Finding reopened.",
 }
 
 const (

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,13 +10,19 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/templates"
 )
 
-// Resolving, ignoring and recovering a finding: findingAction is the one action; the page and
-// the API handler only decode and answer.
+// Resolving, ignoring, recovering and reopening a finding: findingAction is the one action; the
+// page and the API handler only decode and answer. A refused form comes back in place — the
+// findings page it was sent from, its form open with what was typed and the field's error in
+// the operator's language — never an error page.
 
-// findingAction is the one finding action both handlers share: resolve, ignore or recover the
-// finding op may see, under findingTimeout (recover looks the document up downstream).
+// findingAction is the one finding action both handlers share: resolve, ignore, recover or
+// reopen the finding op may see, under findingTimeout (recover looks the document up).
 func (s *Server) findingAction(ctx context.Context, r *request, action string, id int64, reasonCode, note string) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.findingTimeout())
 	defer cancel()
@@ -23,12 +30,14 @@ func (s *Server) findingAction(ctx context.Context, r *request, action string, i
 		return nil, err
 	}
 	switch action {
-	case "resolve":
-		return s.recon.Resolve(ctx, id, s.reconActor(r), strings.TrimSpace(reasonCode), note)
-	case "ignore":
-		return s.recon.Ignore(ctx, id, s.reconActor(r), note)
-	case "recover":
+	case reconcile.ActionResolve:
+		return s.recon.Resolve(ctx, id, s.reconActor(r), reasonCode, note)
+	case reconcile.ActionIgnore:
+		return s.recon.Ignore(ctx, id, s.reconActor(r), reasonCode, note)
+	case reconcile.ActionRecover:
 		return s.recon.Recover(ctx, id, s.reconActor(r), note)
+	case reconcile.ActionReopen:
+		return s.recon.Reopen(ctx, id, s.reconActor(r), reasonCode, note)
 	}
 	return nil, fmt.Errorf("finding action %q: %w", action, ErrNotFound)
 }
@@ -36,26 +45,84 @@ func (s *Server) findingAction(ctx context.Context, r *request, action string, i
 // findingTimeout bounds an action: recover looks the document up downstream.
 func (s *Server) findingTimeout() time.Duration { return s.cfg.QueryTimeout + s.cfg.LookupTimeout }
 
-// findingActionPage is POST /reconcile/findings/{id}/{resolve,ignore,recover} (operators); the
-// note (ignore: the reason) is the "note" field, the reason code "reason_code". It goes back to
-// the findings page it came from (same filters) with a notice.
+// findingActionNotices are the notices after each action.
+var findingActionNotices = map[string]string{reconcile.ActionResolve: "resolved", reconcile.ActionIgnore: "ignored",
+	reconcile.ActionRecover: "recovered", reconcile.ActionReopen: "reopened"}
+
+// findingActionPage is POST /reconcile/findings/{id}/{resolve,ignore,recover,reopen} (operators)
+// with "reason_code" and "note". Done, it goes back to the findings page it came from ("back",
+// same filters) with a notice; refused (bad input, a finding no longer open, recover that does
+// not apply), it renders that page again with the form open, as typed, and why.
 func (s *Server) findingActionPage(action string) func(c *gin.Context, r *request) error {
-	notice := map[string]string{"resolve": "resolved", "ignore": "ignored", "recover": "recovered"}[action]
 	return func(c *gin.Context, r *request) error {
 		id, err := parseID(c.Param("id"))
 		if err != nil {
 			return err
 		}
-		if _, err := s.findingAction(c.Request.Context(), r, action, id, c.PostForm("reason_code"), c.PostForm("note")); err != nil {
+		reasonCode, note := c.PostForm("reason_code"), c.PostForm("note")
+		_, err = s.findingAction(c.Request.Context(), r, action, id, reasonCode, note)
+		back := findingsBack(c.PostForm("back"), "")
+		if err == nil {
+			c.Redirect(http.StatusSeeOther, findingsBack(back, findingActionNotices[action]))
+			return nil
+		}
+		status := statusOf(err)
+		if status != http.StatusBadRequest && status != http.StatusConflict {
 			return err
 		}
-		c.Redirect(http.StatusSeeOther, findingsBack(c.PostForm("back"), notice))
-		return nil
+		form := &templates.FindingForm{FindingID: id, Action: action, ReasonCode: reasonCode, Note: note,
+			Error: pageMessage(c.Request.Context(), err), Field: errorField(err)}
+		return s.renderFindingsAgain(c, r, back, form, status)
 	}
 }
 
+// errorField is the field a field error names ("" for another error).
+func errorField(err error) string {
+	var fe *errs.FieldError
+	if errors.As(err, &fe) {
+		return fe.Name
+	}
+	return ""
+}
+
+// renderFindingsAgain renders the findings page back (a local URL) with form open on it: the
+// finding it is about is listed first when the page would not show it.
+func (s *Server) renderFindingsAgain(c *gin.Context, r *request, back string, form *templates.FindingForm, status int) error {
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	u, _ := url.Parse(back)
+	q := u.Query()
+	q.Del("notice")
+	if form.FindingID != 0 {
+		q.Set("view", "list") // the form is on its finding's row
+	}
+	v, err := s.findingsView(ctx, r, q, form)
+	if err != nil && !isFormError(err) {
+		return err
+	}
+	if form.FindingID != 0 {
+		shown := false
+		for _, row := range v.Rows {
+			shown = shown || row.ID == form.FindingID
+		}
+		if !shown {
+			f, err := s.getFinding(ctx, r.op, form.FindingID)
+			if err != nil {
+				return err
+			}
+			names, err := s.findingKeyNames(ctx, r.op, []reconcile.Finding{*f})
+			if err != nil {
+				return err
+			}
+			v.Rows = append([]templates.FindingRow{findingRow(*f, names)}, v.Rows...)
+		}
+	}
+	s.render(c, status, templates.FindingsPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
 // findingsBack is the findings page to return to: back when it is one (a local path under
-// /reconcile/findings), else the findings page; with the notice set.
+// /reconcile/findings), else the findings page; with the notice set (none: "").
 func findingsBack(back, notice string) string {
 	if !strings.HasPrefix(back, "/reconcile/findings") || strings.ContainsAny(back, "\r\n") {
 		back = "/reconcile/findings"
@@ -65,13 +132,16 @@ func findingsBack(back, notice string) string {
 		u = &url.URL{Path: "/reconcile/findings"}
 	}
 	q := u.Query()
-	q.Set("notice", notice)
+	q.Del("notice")
+	if notice != "" {
+		q.Set("notice", notice)
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }
 
-// apiFindingAction is POST /api/v1/reconcile/findings/{id}/{resolve,ignore,recover} (operators)
-// with {"reason_code", "note"} (ignore: "reason" or "note").
+// apiFindingAction is POST /api/v1/reconcile/findings/{id}/{resolve,ignore,recover,reopen}
+// (operators) with {"reason_code", "note"}.
 func (s *Server) apiFindingAction(action string) func(c *gin.Context, r *request) error {
 	return func(c *gin.Context, r *request) error {
 		id, err := parseID(c.Param("id"))
@@ -80,14 +150,10 @@ func (s *Server) apiFindingAction(action string) func(c *gin.Context, r *request
 		}
 		var b struct {
 			ReasonCode string `json:"reason_code"`
-			Reason     string `json:"reason"`
 			Note       string `json:"note"`
 		}
 		if err := bindJSON(c, &b); err != nil {
 			return err
-		}
-		if b.Note == "" {
-			b.Note = b.Reason
 		}
 		out, err := s.findingAction(c.Request.Context(), r, action, id, b.ReasonCode, b.Note)
 		if err != nil {

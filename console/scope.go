@@ -59,6 +59,8 @@ var routeObjects = []struct {
 	{"/api/v1/keys/:id", access.ObjKey},
 	{"/replays/:id", access.ObjReplay},
 	{"/api/v1/replays/:id", access.ObjReplay},
+	{"/reconcile/findings/bulk/:id", access.ObjFindingBulk},
+	{"/api/v1/reconcile/findings/bulk/:id", access.ObjFindingBulk},
 	{"/reconcile/findings/:id", access.ObjFinding},
 	{"/api/v1/reconcile/findings/:id", access.ObjFinding},
 	{"/reconcile/runs/:id", access.ObjReconRun},

@@ -188,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 			return float64(h.Seq)
 		}))
 	rc := cfg.Reconcile
-	rc.Store, rc.Auditor, rc.Operations = cfg.Claims, reconAuditor{s}, nil
+	rc.Store, rc.Auditor, rc.Operations = cfg.Claims, reconcile.LogAuditor{Log: s.audit, DB: cfg.DB}, nil
 	if rc.Logger == nil {
 		rc.Logger = cfg.Logger
 	}

@@ -122,13 +122,18 @@ type FindingRow struct {
 	KeyID                            int64
 	KeyHref                          string
 	Detail                           string
+	// OrderNo is the merchant order number, Amount the finding's amount with its currency
+	// ("1234.50 CNY", money.Display): what finance searches by.
+	OrderNo, Amount string
 	// Money is a SETTLEMENT_MISMATCH's or FEE_MISMATCH's amounts formatted with their currency
 	// ("stated 45.00 USD, computed 45.64 USD, difference -0.64 USD"); empty for other kinds.
 	Money                      string
 	State                      string
 	Resolver, ReasonCode, Note string
-	CreatedAt                  time.Time
-	CanRecover                 bool
+	// ReasonLabel is the reason code's label in the vocabulary ("" for a code of none).
+	ReasonLabel string
+	CreatedAt   time.Time
+	CanRecover  bool
 	// Key names the finding's key (ID 0: the finding is about no key; Key "": not visible).
 	Key KeyName
 	// KindHelp says in words what the kind means (the label's title).
@@ -145,9 +150,14 @@ func (f FindingRow) KindClass() string { return "kind-label kind-" + f.Kind }
 
 // FindingSearch is the findings filter form's values.
 type FindingSearch struct {
+	// View is "grouped", "list" or "" (grouped unless a run or a key narrows it).
+	View                                string
 	Kind, State, Channel, BillDate, Run string
 	// Key is a key id: only the findings of that key.
 	Key string
+	// OrderNo is a merchant order number (a prefix when it ends in *); Currency, AmountMin and
+	// AmountMax an amount range in major units.
+	OrderNo, Currency, AmountMin, AmountMax string
 }
 
 // StateTab is one state tab of the findings page: its count under the other filters.
@@ -158,17 +168,60 @@ type StateTab struct {
 	Current      bool
 }
 
+// FindingGroup is one group of the grouped findings page: a kind × channel × bill date, how many
+// findings, and their amounts per currency.
+type FindingGroup struct {
+	ID                                string
+	Kind, KindHelp, Channel, BillDate string
+	N                                 int64
+	// Amounts are the sums per currency, formatted with money ("1234.50 CNY").
+	Amounts []string
+	// Href is the group's list; RowsHref its first findings, for the group opened in place.
+	Href, RowsHref string
+}
+
+// Reason is one reason of an action's vocabulary.
+type Reason struct{ Code, Label string }
+
+// FindingForm is an action form refused and shown again in place: the finding (0: the bulk
+// form), the action, what was typed, the error said in the operator's language and the field it
+// names.
+type FindingForm struct {
+	FindingID                int64
+	Action, ReasonCode, Note string
+	Error, Field             string
+}
+
+// For reports whether the form is the one of finding id and action.
+func (f *FindingForm) For(id int64, action string) bool {
+	return f != nil && f.FindingID == id && (action == "" || f.Action == action)
+}
+
 // FindingsView is the findings page.
 type FindingsView struct {
-	Search   FindingSearch
-	Tabs     []StateTab
-	Kinds    []string
-	Rows     []FindingRow
+	Search FindingSearch
+	Tabs   []StateTab
+	Kinds  []string
+	// Grouped: the page shows Groups (GroupsMore: more than it lists); else Rows.
+	Grouped    bool
+	Groups     []FindingGroup
+	GroupsMore bool
+	Rows       []FindingRow
+	// Matching is how many findings the filter matches (the current state's).
+	Matching int64
 	NextURL  string
 	FirstURL string
-	CanAct   bool
-	Notice   string
-	Error    string
+	// ExportCSV and ExportXLSX download what the filter matches.
+	ExportCSV, ExportXLSX string
+	// BulkFields are the filter as hidden fields of the bulk form.
+	BulkFields []Field
+	CanAct     bool
+	Notice     string
+	Error      string
+	// Form is a refused action form, shown again in place; Reasons the vocabulary per action.
+	Form       *FindingForm
+	Reasons    map[string][]Reason
+	Currencies []string
 }
 
 // ReconLineView is one line of a run's statement.

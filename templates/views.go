@@ -79,7 +79,10 @@ type DashboardView struct {
 	ByState       []StateCount
 	Open          []Count
 	ExpiredLeases Count
-	Attention     Count
+	// Attention is "need attention": the sum of AttentionItems, each what needs an operator of
+	// one kind (a card each when not zero).
+	Attention      Count
+	AttentionItems []Count
 	// Unresolved counts the keys whose outcome outside is unknown: retention keeps them until an
 	// operator (or a retry that asks downstream) resolves them.
 	Unresolved    Count

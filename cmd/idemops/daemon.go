@@ -104,12 +104,18 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	// package), so it has no default schedule of its own.
 	rcfg := deps.Recon
 	rcfg.Store, rcfg.Operations, rcfg.Logger = deps.Store, deps.Operations, deps.Logger
+	// Bulk runs of findings audit every finding they change, in the batch's transaction.
+	rcfg.Auditor = reconcile.LogAuditor{Log: audit.New(deps.DB, deps.Store.Config().DigestSecret), DB: deps.DB}
 	rec, err := reconcile.New(deps.DB, rcfg)
 	if err != nil {
 		return nil, err
 	}
 	rekeyCredentials(rec, deps.Logger)
 	if err := d.Register(reconcile.NewJob(rec), ""); err != nil {
+		return nil, err
+	}
+	// Bulk resolve, ignore and recover of findings started in any console run here.
+	if err := d.Register(reconcile.NewBulkJob(rec), reconcile.BulkJobSpec); err != nil {
 		return nil, err
 	}
 	// Bulk replays started in any console run here, as jobs (replay.BulkJob).

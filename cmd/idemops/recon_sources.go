@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ func addReconSourceFlags(root *cobra.Command) {
 	f.String("recon-source-allow", "", "origins statements may also be fetched from, comma-separated scheme://host:port, besides each channel's API hosts (env IDEMOPS_RECON_SOURCE_ALLOW); a loopback or private address only when named by its IP")
 	f.String("recon-file-root", "", "the directory local file sources must be under; unset: file sources are refused (env IDEMOPS_RECON_FILE_ROOT)")
 	f.String("previous-digest-secret", "", "the deployment secret before a change of it: channel credentials it sealed still open and are sealed again under the new one (env IDEMOPS_PREVIOUS_DIGEST_SECRET)")
+	f.String("findings-approval-above", "", "a bulk action on more findings than this waits for a second operator's approval (env IDEMOPS_FINDINGS_APPROVAL_ABOVE; default 1000)")
 }
 
 // reconSources is the reconcile configuration of the flags: the source policy (plus extra
@@ -30,6 +32,13 @@ func reconSources(cmd *cobra.Command, secret []byte, extra ...string) (reconcile
 	}
 	cfg := reconcile.Config{Sources: reconcile.SourcePolicy{Allow: append(allow, extra...),
 		FileRoot: flagOrEnv(cmd, "recon-file-root", "IDEMOPS_RECON_FILE_ROOT")}}
+	if v := flagOrEnv(cmd, "findings-approval-above", "IDEMOPS_FINDINGS_APPROVAL_ABOVE"); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return cfg, usagef("--findings-approval-above: %q is not a positive number of findings", v)
+		}
+		cfg.BulkApprovalAbove = n
+	}
 	if len(secret) > 0 {
 		k, err := reconcile.NewKeyring(secret, []byte(flagOrEnv(cmd, "previous-digest-secret", "IDEMOPS_PREVIOUS_DIGEST_SECRET")))
 		if err != nil {
