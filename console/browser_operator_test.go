@@ -141,17 +141,17 @@ func browseConfirmations(t *testing.T, br *browser) {
 	defer br.step("default viewport", chromedp.EmulateViewport(1280, 900))
 	br.signIn("ada")
 
-	// Resolve a finding: open the disclosure, read the consequence, give a reason code, confirm.
+	// Resolve a finding: open the disclosure, read the consequence, choose a reason, confirm.
 	id := fmt.Sprint(f)
-	br.step("findings", chromedp.Navigate(br.base+"/reconcile/findings?state=open"), chromedp.WaitVisible(`#resolve-`+id+`-confirm summary`))
+	br.step("findings", chromedp.Navigate(br.base+"/reconcile/findings?state=open&view=list"), chromedp.WaitVisible(`#close-`+id+`-confirm summary`))
 	if n, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`document.querySelector('#resolve-`+id+`').checkVisibility()`)); err != nil || n {
 		t.Errorf("the resolve button shows before its confirmation is opened (%v)", err)
 	}
-	br.step("open resolve", chromedp.Click(`#resolve-`+id+`-confirm summary`), chromedp.WaitVisible(`#resolve-`+id))
-	if got := br.text(`#resolve-` + id + `-confirm .consequence`); !strings.Contains(got, "Closes finding #"+id+" as resolved") {
+	br.step("open resolve", chromedp.Click(`#close-`+id+`-confirm summary`), chromedp.WaitVisible(`#resolve-`+id))
+	if got := br.text(`#close-` + id + `-confirm .consequence`); !strings.Contains(got, "Closes finding #"+id+" as resolved") {
 		t.Errorf("resolve consequence: %q", got)
 	}
-	br.step("reason code", chromedp.SendKeys(`#resolve-`+id+`-confirm input[name=reason_code]`, "refunded_at_channel"))
+	br.step("reason code", chromedp.SetValue(`#close-`+id+`-reason`, "refunded_at_channel"))
 	br.shot("findings-resolve-confirm")
 	br.step("resolve", chromedp.Click(`#resolve-`+id), chromedp.WaitVisible(`#findings-notice, #findings-error`))
 	if got := br.text(`main [role=status], main [role=alert]`); !strings.Contains(got, "Finding resolved.") {

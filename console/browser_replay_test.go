@@ -145,6 +145,6 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 	br.shot("retention")
 	br.step("reconcile", chromedp.Navigate(base+"/reconcile"), chromedp.WaitVisible(`#recon-job-stripe-daily`))
 	br.shot("reconcile")
-	br.step("findings", chromedp.Navigate(base+"/reconcile/findings"), chromedp.WaitVisible(`table.findings`))
+	br.step("findings", chromedp.Navigate(base+"/reconcile/findings"), chromedp.WaitVisible(`#finding-groups`))
 	br.shot("reconcile-findings")
 }

@@ -116,7 +116,7 @@ func stringLit(e ast.Expr) (string, bool) {
 func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 	tables := map[string]map[string]string{"notices": notices, "jobsNotices": jobsNotices, "reconNotices": reconNotices,
 		"findingNotices": findingNotices, "retentionNotices": retentionNotices, "predictionLabels": predictionLabels,
-		"resultLabels": resultLabels}
+		"resultLabels": resultLabels, "bulkNotices": bulkNotices}
 	for name, table := range tables {
 		for k, text := range table {
 			if !templates.HasMessage(text) {
@@ -124,9 +124,38 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 			}
 		}
 	}
+	// The reasons' labels (their forms list them), the labels of the codes the system writes,
+	// and the actions' names.
+	for _, action := range []string{reconcile.ActionResolve, reconcile.ActionIgnore, reconcile.ActionRecover, reconcile.ActionReopen} {
+		if !templates.HasMessage(action) {
+			t.Errorf("the finding action %q has no zh-CN catalog entry", action)
+		}
+		for _, r := range reconcile.Reasons(action) {
+			if !templates.HasMessage(r.Label) {
+				t.Errorf("the %s reason %q (%s) has no zh-CN catalog entry", action, r.Label, r.Code)
+			}
+		}
+	}
+	for _, code := range []string{"not_found_again", "recovered", "ignored"} {
+		if l := reconcile.ReasonLabel(code); l == "" || !templates.HasMessage(l) {
+			t.Errorf("the reason code %q's label %q has no zh-CN catalog entry", code, l)
+		}
+	}
+	for _, col := range exportColumns {
+		if !templates.HasMessage(col) {
+			t.Errorf("the export column %q has no zh-CN catalog entry", col)
+		}
+	}
+	// The dashboard's attention cards and a bulk run's states and results.
+	for _, word := range []string{"open findings", "failed retryable", "keys needing recovery", "expired leases", "failed jobs",
+		"bulk runs awaiting approval", "pending_approval", "rejected", "resolved", "ignored", "recovered", "skipped"} {
+		if !templates.HasMessage(word) {
+			t.Errorf("%q has no zh-CN catalog entry", word)
+		}
+	}
 	for _, err := range []error{access.ErrUnauthenticated, ErrForbidden, access.ErrCSRF, ErrNotFound, access.ErrThrottled, access.ErrBadCredentials,
 		access.ErrConflict, ErrTooLarge, errs.New(errs.Internal, "x"), claim.ErrKeyChanged, replay.ErrNotFound,
-		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge,
+		reconcile.ErrInvalid, reconcile.ErrClosed, reconcile.ErrNotClosed, reconcile.ErrCannotRecover, reconcile.ErrTooLarge,
 		fmt.Errorf("read: %w", io.ErrUnexpectedEOF) /* the database went away: errs' unreachable sentence */} {
 		if msg := publicMessage(err); !templates.HasMessage(msg) {
 			t.Errorf("the public message %q of %v has no zh-CN catalog entry", msg, err)

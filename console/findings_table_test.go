@@ -70,7 +70,7 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 	}
 
 	// Every state, no kind: the open tab counts both acme findings; recover names the key.
-	all := c.get("/reconcile/findings").Body
+	all := c.get("/reconcile/findings?view=list").Body
 	mustContain(t, "all tabs", all, `id="tab-open">open <span class="count">2</span>`, `id="tab-resolved">resolved <span class="count">1</span>`,
 		`id="tab-ignored">ignored <span class="count">1</span>`, `aria-current="page" id="tab-all">all <span class="count">4</span>`)
 	orow := between(t, all, fmt.Sprintf(`id="finding-%d"`, only), "</tr>")
@@ -99,7 +99,7 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 		`id="tab-resolved">resolved <span class="count">1</span>`)
 
 	// Another tenant's operator sees none of acme's findings, in the rows or the counts.
-	gb := b.signIn("globex-op").get("/reconcile/findings").Body
+	gb := b.signIn("globex-op").get("/reconcile/findings?view=list").Body
 	mustContain(t, "globex", gb, `id="tab-open">open <span class="count">1</span>`, `aria-current="page" id="tab-all">all <span class="count">1</span>`)
 	mustNotContain(t, "globex", gb, long, "acme-pending")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -32,8 +33,9 @@ func (j *gatedJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (da
 	return daemon.Stats{"swept": 10}, nil
 }
 
-// startDaemon runs a real daemon replica on b's database with one gated job and the bulk
-// replay job on the console's workflow (as `idemops serve` runs it).
+// startDaemon runs a real daemon replica on b's database with one gated job, the bulk replay
+// job on the console's workflow and the bulk findings job on its reconciler (as `idemops serve`
+// runs them).
 func (b *bundle) startDaemon() *gatedJob {
 	b.t.Helper()
 	if b.daemon != nil {
@@ -50,6 +52,9 @@ func (b *bundle) startDaemon() *gatedJob {
 		b.t.Fatal(err)
 	}
 	if err := d.Register(replay.NewBulkJob(b.srv.Replays()), replay.BulkJobSpec); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := d.Register(reconcile.NewBulkJob(b.srv.recon), reconcile.BulkJobSpec); err != nil {
 		b.t.Fatal(err)
 	}
 	b.daemon = d

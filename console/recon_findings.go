@@ -102,10 +102,13 @@ func findingQuery(fs templates.FindingSearch, extra ...string) url.Values {
 	return q
 }
 
-// grouped says whether the page shows groups: by default, unless the filter already narrows to
-// one run or one key (a list is then what one wants).
+// grouped says whether the page shows groups: by default, unless a filter beyond the state tab
+// already narrows the findings (a group opened, a run, a key, an order number, an amount): a
+// list is then what one wants.
 func grouped(fs templates.FindingSearch) bool {
-	return fs.View == "grouped" || (fs.View == "" && fs.Run == "" && fs.Key == "")
+	narrowed := fs.Kind != "" || fs.Channel != "" || fs.BillDate != "" || fs.Run != "" || fs.Key != "" || fs.OrderNo != "" ||
+		fs.Currency != "" || fs.AmountMin != "" || fs.AmountMax != ""
+	return fs.View == "grouped" || (fs.View == "" && !narrowed)
 }
 
 // kindHelp says in words what each kind of finding means.

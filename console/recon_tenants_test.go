@@ -81,7 +81,7 @@ func TestReconTenants_UploadRunNowAndListsStayInsideTheChannelAccount(t *testing
 	if got := c.get(fmt.Sprintf("/reconcile/runs/%d", run)); got.Status != 404 {
 		t.Errorf("run of the account: %d, want 404", got.Status)
 	}
-	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", finding), url.Values{"note": {"x"}}, true); got.Status != 404 {
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", finding), url.Values{"reason_code": {"test_transaction"}, "note": {"x"}}, true); got.Status != 404 {
 		t.Errorf("ignore a finding of the account: %d, want 404", got.Status)
 	}
 	// The job itself is listed (it shares acme), without a way around the refusal.

@@ -72,7 +72,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 	f2 := b.seedFinding(run, "DUPLICATE_IN_FILE", "txn:two", nil, `{}`)
 	c := b.signIn("o")
 
-	got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", f1), url.Values{"reason_code": {"booked_next_day"},
+	got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", f1), url.Values{"reason_code": {"booked_other_day"},
 		"note": {"on the 2nd"}, "back": {"/reconcile/findings?kind=LOCAL_ONLY"}}, true)
 	if got.Status != 303 || !strings.HasPrefix(got.Location, "/reconcile/findings?") || !strings.Contains(got.Location, "kind=LOCAL_ONLY") {
 		t.Fatalf("resolve: %d %q", got.Status, got.Location)
@@ -81,7 +81,8 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 		!strings.Contains(got.Body, "reason_code") {
 		t.Errorf("bad reason code: %d", got.Status)
 	}
-	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", f2), url.Values{"note": {"test file"}, "back": {"https://evil.example/"}}, true); got.Status != 303 ||
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", f2), url.Values{"reason_code": {"test_transaction"}, "note": {"test file"},
+		"back": {"https://evil.example/"}}, true); got.Status != 303 ||
 		got.Location != "/reconcile/findings?notice=ignored" {
 		t.Fatalf("ignore: %d %q", got.Status, got.Location)
 	}
@@ -92,7 +93,7 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 		action string
 		id     int64
 		reason string
-	}{{"reconcile.finding.resolve", f1, "booked_next_day"}, {"reconcile.finding.ignore", f2, "test file"}} {
+	}{{"reconcile.finding.resolve", f1, "booked_other_day"}, {"reconcile.finding.ignore", f2, "test file"}} {
 		rows, _, err := b.srv.audit.List(context.Background(), audit.Filter{Action: a.action, Target: fmt.Sprintf("finding:%d", a.id)})
 		if err != nil {
 			t.Fatal(err)
@@ -102,12 +103,12 @@ func TestFindingResolveIgnoreAudited(t *testing.T) {
 		}
 	}
 	// Closing it again is a 409 with the reason.
-	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", f1), url.Values{"note": {"again"}}, true); got.Status != 409 ||
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/ignore", f1), url.Values{"reason_code": {"test_transaction"}, "note": {"again"}}, true); got.Status != 409 ||
 		!strings.Contains(got.Body, "already closed") {
 		t.Errorf("ignore a resolved finding: %d", got.Status)
 	}
-	page := c.get("/reconcile/findings?state=resolved")
-	mustContain(t, "resolved findings", page.Body, "txn:one", "booked_next_day")
+	page := c.get("/reconcile/findings?state=resolved&view=list")
+	mustContain(t, "resolved findings", page.Body, "txn:one", "Booked on another day")
 	mustNotContain(t, "resolved findings", page.Body, "txn:two")
 }
 
@@ -153,10 +154,10 @@ func TestFindingTenantIsolation(t *testing.T) {
 	}
 
 	c := b.signIn("acme-op")
-	page := c.get("/reconcile/findings")
+	page := c.get("/reconcile/findings?view=list")
 	mustContain(t, "acme findings", page.Body, fmt.Sprintf(`href="/keys/%d"`, a.ID), "txn:channel-level")
 	mustNotContain(t, "acme findings", page.Body, fmt.Sprintf("key:%d", g.ID), "GLOBEX-DETAIL", "PURGED-DETAIL")
-	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", fg), url.Values{"reason_code": {"x"}}, true); got.Status != 404 {
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", fg), url.Values{"reason_code": {"corrected_locally"}}, true); got.Status != 404 {
 		t.Errorf("resolve another tenant's finding: %d, want 404", got.Status)
 	}
 	if b.findingState(fg) != "open" {
@@ -190,7 +191,7 @@ func TestFindingTenantIsolation(t *testing.T) {
 		t.Errorf("findings seen through the API pages: %v", seen)
 	}
 	// An operator of every tenant sees them all.
-	all := b.signIn("all").get("/reconcile/findings")
+	all := b.signIn("all").get("/reconcile/findings?view=list")
 	mustContain(t, "all findings", all.Body, "GLOBEX-DETAIL", "PURGED-DETAIL")
 }
 
@@ -355,7 +356,7 @@ func TestReconJobFeeScheduleAndSettlementFindings(t *testing.T) {
 	page := c.get("/reconcile/findings?run=" + strconv.FormatInt(run, 10))
 	mustContain(t, "findings", page.Body, "stated 45.00 USD, computed 45.64 USD, difference -0.64 USD",
 		"fee 0.00020 CNY, expected 0.00021 CNY, difference -0.00001 CNY", `value="SETTLEMENT_MISMATCH"`, `value="FEE_MISMATCH"`)
-	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", settle), url.Values{"reason_code": {"short_payout_claimed"}}, true); got.Status != 303 {
+	if got := c.post(fmt.Sprintf("/reconcile/findings/%d/resolve", settle), url.Values{"reason_code": {"corrected_at_channel"}}, true); got.Status != 303 {
 		t.Fatalf("resolve: %d", got.Status)
 	}
 	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'reconcile.finding.resolve' AND target = ?`, fmt.Sprintf("finding:%d", settle)); n != 1 {
@@ -425,7 +426,7 @@ func TestRecover_ChannelNotSucceeded_NoButtonAndRefused(t *testing.T) {
 	failed := b.seedFinding(run, "CHANNEL_ONLY", fmt.Sprintf("key:%d", k.ID), &k.ID, `{"channel_status":"failed"}`)
 	success := b.seedFinding(run, "CHANNEL_ONLY", fmt.Sprintf("key:%d", ok.ID), &ok.ID, `{"channel_status":"success"}`)
 	c := b.signIn("o")
-	body := c.get("/reconcile/findings").Body
+	body := c.get("/reconcile/findings?view=list").Body
 	mustNotContain(t, "failed-channel row", between(t, body, fmt.Sprintf(`id="finding-%d"`, failed), "</tr>"), "Recover…")
 	mustContain(t, "successful-channel row", between(t, body, fmt.Sprintf(`id="finding-%d"`, success), "</tr>"), "Recover…")
 	got := c.post(fmt.Sprintf("/reconcile/findings/%d/recover", failed), url.Values{"note": {"try"}}, true)

@@ -113,6 +113,16 @@ func TestObjectScopeMatrix(t *testing.T) {
 		target := b.addOperator("target-"+c, access.RoleViewer, map[string]string{"own": "acme", "other": "globex", "star": "*"}[c])
 		set(access.ObjOperator, c, strconv.FormatInt(target.ID, 10))
 	}
+	// Bulk runs of findings, done, over findings of the case's tenant ("*": every tenant's).
+	for _, c := range cases {
+		var ids []int64
+		if err := b.db.Raw(`INSERT INTO finding_bulk_runs (action, reason_code, filter, operator_id, operator, tenants, state, total, processed)
+			VALUES ('ignore', 'test_transaction', '{}', ?, 'requester', ARRAY[?]::text[], 'done', 1, 1) RETURNING id`,
+			requester.ID, map[string]string{"own": "acme", "other": "globex", "star": "*"}[c]).Scan(&ids).Error; err != nil {
+			t.Fatal(err)
+		}
+		set(access.ObjFindingBulk, c, strconv.FormatInt(ids[0], 10))
+	}
 	bulk := map[string]map[string]string{} // actor → case → run id
 	for _, a := range actors {
 		bulk[a.name] = map[string]string{}

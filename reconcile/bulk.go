@@ -182,17 +182,24 @@ func (r *Reconciler) ListBulkRuns(ctx context.Context, limit int) ([]*BulkRun, e
 	return out, nil
 }
 
-// checkBulk validates req and returns the filter it acts on.
-func (r *Reconciler) checkBulk(req *BulkRequest) (FindingFilter, error) {
+// checkBulk validates req and returns the filter it acts on. A preview may come before the
+// action and the reason are chosen (the page's first step): it checks only an action given.
+func (r *Reconciler) checkBulk(req *BulkRequest, preview bool) (FindingFilter, error) {
 	f := req.Filter
 	switch req.Action {
 	case ActionResolve, ActionIgnore, ActionRecover:
+	case "":
+		if !preview {
+			return f, invalidf("action", "%q is not resolve, ignore or recover", req.Action)
+		}
 	default:
 		return f, invalidf("action", "%q is not resolve, ignore or recover", req.Action)
 	}
 	var err error
-	if req.ReasonCode, req.Note, err = CheckReason(req.Action, req.ReasonCode, req.Note); err != nil {
-		return f, err
+	if !preview {
+		if req.ReasonCode, req.Note, err = CheckReason(req.Action, req.ReasonCode, req.Note); err != nil {
+			return f, err
+		}
 	}
 	if err := checkOperator(req.By.Name); err != nil {
 		return f, err
@@ -237,9 +244,10 @@ func (r *Reconciler) newestMatching(ctx context.Context, f FindingFilter) (int64
 
 // PreviewBulk says what req would act on — how many open findings, their amounts per currency
 // and per kind, a sample, the newest of them — and whether it needs a second operator. It
-// writes nothing. Errors: ErrInvalid.
+// writes nothing; the action, when given, must be one, the reason is checked at the start.
+// Errors: ErrInvalid.
 func (r *Reconciler) PreviewBulk(ctx context.Context, req BulkRequest) (*BulkPreview, error) {
-	f, err := r.checkBulk(&req)
+	f, err := r.checkBulk(&req, true)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +295,7 @@ func (r *Reconciler) PreviewBulk(ctx context.Context, req BulkRequest) (*BulkPre
 // (reconcile.findings.bulk_start). Errors: ErrInvalid, a refusal (nothing matches, more than
 // BulkCap, no batch auditor).
 func (r *Reconciler) StartBulk(ctx context.Context, req BulkRequest, upTo int64) (*BulkRun, error) {
-	f, err := r.checkBulk(&req)
+	f, err := r.checkBulk(&req, false)
 	if err != nil {
 		return nil, err
 	}
