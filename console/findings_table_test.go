@@ -59,8 +59,8 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 		fmt.Sprintf(`data-copy="%s"`, long),
 		"success · 123.45 IDR", "completed · 120.00 IDR",
 		fmt.Sprintf(`href="/reconcile/runs/%d/line?n=7"`, run), "line 7</a>",
-		"Closes finding #"+fmt.Sprint(amount)+" as resolved", "Closes finding #"+fmt.Sprint(amount)+" as ignored",
-		`<summary class="danger">Resolve…</summary>`, `<summary class="danger">Ignore…</summary>`)
+		"Closes finding #"+fmt.Sprint(amount)+" as resolved (something was corrected) or ignored", `<summary class="danger">Close…</summary>`,
+		fmt.Sprintf(`id="resolve-%d"`, amount), fmt.Sprintf(`id="ignore-%d"`, amount), `<option value="refunded_at_channel">`)
 	mustNotContain(t, "row", row, "Recover…") // an amount mismatch is not recovered
 	mustNotContain(t, "acme page", body, "globex-1", fmt.Sprintf("finding-%d", resolved), fmt.Sprintf("finding-%d", only))
 	for _, m := range hrefPattern.FindAllStringSubmatch(body, -1) {

@@ -116,9 +116,28 @@ func (s *Server) renderFindingsAgain(c *gin.Context, r *request, back string, fo
 			}
 			v.Rows = append([]templates.FindingRow{findingRow(*f, names)}, v.Rows...)
 		}
+		// The form comes back on its row only where the row offers it (resolve and ignore on an
+		// open finding, recover where it applies, reopen on a closed one); otherwise the page
+		// says why at its top.
+		for _, row := range v.Rows {
+			if row.ID == form.FindingID && !formOnRow(row, form.Action) {
+				v.Error = form.Error
+			}
+		}
 	}
 	s.render(c, status, templates.FindingsPage(chrome(r, "reconcile"), v))
 	return nil
+}
+
+// formOnRow says whether row shows the form of action.
+func formOnRow(row templates.FindingRow, action string) bool {
+	switch action {
+	case reconcile.ActionResolve, reconcile.ActionIgnore:
+		return row.State == string(reconcile.FindingOpen)
+	case reconcile.ActionRecover:
+		return row.State == string(reconcile.FindingOpen) && row.CanRecover
+	}
+	return row.State != string(reconcile.FindingOpen)
 }
 
 // findingsBack is the findings page to return to: back when it is one (a local path under
