@@ -31,7 +31,9 @@ func TestBrowser_FindingsAFinanceTeamCanWork(t *testing.T) {
 		{"en", "done", "Bulk action on findings", "Finding reopened.", "choose a reason"},
 		{"zh-CN", "已完成", "批量处理差异", "差异已重新打开。", "请选择原因"},
 	} {
-		t.Run(lang.code, func(t *testing.T) { browseFindings(t, br, lang.code, lang.done, lang.bulkWord, lang.reopened, lang.why) })
+		t.Run(lang.code, func(t *testing.T) {
+			browseFindings(t, br, lang.code, lang.done, lang.bulkWord, lang.reopened, lang.why)
+		})
 	}
 }
 
@@ -78,7 +80,7 @@ func browseFindings(t *testing.T, br *browser, lang, doneWord, bulkWord, reopene
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#close-`+id+`-reason').removeAttribute('required')`),
 		chromedp.SendKeys(`#close-`+id+`-confirm input[name=note]`, "客户来电 call back"),
 		chromedp.Click(`#resolve-`+id), chromedp.WaitVisible(`#close-`+id+`-error`))
-	note, err := chromedp.Run(br.ctx, chromedp.Evaluate[string](`document.querySelector('#close-` + id + `-confirm input[name=note]').value`))
+	note, err := chromedp.Run(br.ctx, chromedp.Evaluate[string](`document.querySelector('#close-`+id+`-confirm input[name=note]').value`))
 	if err != nil || note != "客户来电 call back" {
 		t.Errorf("%s: the note after the refusal: %q (%v)", lang, note, err)
 	}
