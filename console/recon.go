@@ -97,14 +97,15 @@ func (s *Server) getFinding(ctx context.Context, op *access.Operator, id int64) 
 	return s.recon.GetFinding(ctx, id)
 }
 
-// findingCounts counts the findings matching f (whatever its state) that op may see, per state,
-// kind, channel, bill date, owner and currency (reconcile.CountFindings).
+// findingCounts counts the findings matching f (in its state) that op may see per kind, channel
+// and bill date with their amounts per currency: the newest maxGroupsShown groups, and whether
+// there are more (reconcile.GroupFindings).
 func (s *Server) findingCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.FindingCount, bool, error) {
 	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
 		return nil, false, err
 	}
-	return s.recon.CountFindings(ctx, f)
+	return s.recon.GroupFindings(ctx, f, maxGroupsShown)
 }
 
 // findingStateCounts counts the findings matching f (whatever its state) that op may see, per

@@ -280,11 +280,12 @@ func (s *Server) findingsView(ctx context.Context, r *request, q url.Values, for
 	v.ExportXLSX = "/reconcile/findings/export?" + withParam(exportQ, "format", "xlsx").Encode()
 	v.BulkFields = formFields(findingQuery(fs, "view", ""))
 	if v.Grouped {
-		all, _, err := s.findingCounts(ctx, r.op, f)
+		all, more, err := s.findingCounts(ctx, r.op, f)
 		if err != nil {
 			return v, err
 		}
 		v.Groups, v.GroupsMore = findingGroups(fs, all, f.State)
+		v.GroupsMore = v.GroupsMore || more
 		return v, nil
 	}
 	rows, next, err := s.listFindings(ctx, r.op, f)

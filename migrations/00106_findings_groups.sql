@@ -75,6 +75,8 @@ CREATE TABLE discrepancy_groups (
     amount_minor bigint NOT NULL,
     PRIMARY KEY (state, kind, channel, bill_date, tenant, currency)
 );
+-- The page lists the newest groups first: a window of bill dates back from the newest.
+CREATE INDEX discrepancy_groups_date_idx ON discrepancy_groups (state, bill_date DESC);
 
 -- +goose StatementBegin
 CREATE FUNCTION discrepancy_groups_apply() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -281,3 +281,49 @@ func TestCountFindings_GroupsFromTheTableAgreeWithTheRows(t *testing.T) {
 		t.Errorf("an amount range without a currency: %v", err)
 	}
 }
+
+// TestGroupFindings_TheNewestGroupsOfAStateWithTheirAmountsFromAWindowOrTheRows: the page's
+// groups are the newest kind × channel × bill date groups of one state, each with its amount per
+// currency, at most limit of them (more says so), read through a window of bill dates that
+// widens until it holds them — the same answer as grouping the rows.
+func TestGroupFindings_TheNewestGroupsOfAStateWithTheirAmountsFromAWindowOrTheRows(t *testing.T) {
+	b := setup(t)
+	run, err := b.rec.StartRun(b.ctx, nil, "wechat", billDate, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Groups on 60 bill dates (one every 3 days back from 2024-03-01), two currencies on the
+	// newest; one group closed.
+	pgtest.Exec(t, b.db, `INSERT INTO discrepancies (run_id, first_run_id, channel, bill_date, kind, subject, detail)
+		SELECT ?, ?, 'wechat', date '2024-03-01' - 3 * (i / 2), 'LOCAL_ONLY', 'k:' || i,
+		       jsonb_build_object('local_amount_minor', 100, 'local_currency', CASE WHEN i = 1 THEN 'USD' ELSE 'CNY' END)
+		FROM generate_series(0, 119) i`, run, run)
+	pgtest.Exec(t, b.db, `UPDATE discrepancies SET state = 'ignored' WHERE bill_date = date '2024-03-01' - 6`)
+	for _, tc := range []struct {
+		f     reconcile.FindingFilter
+		limit int
+	}{{reconcile.FindingFilter{State: reconcile.FindingOpen}, 5}, {reconcile.FindingFilter{State: reconcile.FindingOpen}, 40},
+		{reconcile.FindingFilter{State: reconcile.FindingOpen, UpTo: 1 << 40}, 5}} {
+		got, more, err := b.rec.GroupFindings(b.ctx, tc.f, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dates := map[string]bool{}
+		for _, g := range got {
+			dates[g.BillDate] = true
+			if g.State != reconcile.FindingOpen || g.BillDate == "2024-02-24" {
+				t.Errorf("limit %d: group %+v is not open", tc.limit, g)
+			}
+		}
+		if len(dates) != tc.limit || !more || !dates["2024-03-01"] || dates["2024-02-24"] {
+			t.Errorf("limit %d (simple %v): %d dates %v, more %v", tc.limit, tc.f.Simple(), len(dates), dates, more)
+		}
+		if got[0].BillDate != "2024-03-01" || got[0].Currency != "CNY" || got[0].N != 1 || got[0].AmountMinor != 100 ||
+			got[1].Currency != "USD" || got[1].BillDate != "2024-03-01" {
+			t.Errorf("limit %d: the newest group %+v %+v", tc.limit, got[0], got[1])
+		}
+	}
+	if got, more, err := b.rec.GroupFindings(b.ctx, reconcile.FindingFilter{State: reconcile.FindingOpen}, 100); err != nil || more || len(got) != 60 {
+		t.Errorf("every group: %d rows, more %v, %v; want 59 dates (60 rows: two currencies on one)", len(got), more, err)
+	}
+}

@@ -121,6 +121,8 @@ type FindingFilter struct {
 	Visible *Visibility
 	// BeforeID continues a listing after its last row (keyset paging).
 	BeforeID int64
+	// billFrom keeps the groups of a bill date from it on (GroupFindings' window).
+	billFrom string
 	Limit    int // default 100, at most 1000
 }
 
@@ -248,7 +250,7 @@ const maxFindingCounts = 20000
 // filter groups the matching rows. Errors: ErrInvalid (a filter value).
 func (r *Reconciler) CountFindings(ctx context.Context, f FindingFilter) ([]FindingCount, bool, error) {
 	q, args, err := countSQL(f, `state, kind, channel, to_char(bill_date, 'YYYY-MM-DD') AS bill_date, tenant, currency,
-		sum(n) AS n, sum(amount_minor) AS amount_minor`, `1, 2, 3, 4, 5, 6`)
+		sum(n) AS n, sum(amount_minor) AS amount_minor`, `1, 2, 3, 4, 5, 6`, "")
 	if err != nil {
 		return nil, false, err
 	}
@@ -265,10 +267,100 @@ func (r *Reconciler) CountFindings(ctx context.Context, f FindingFilter) ([]Find
 	return rows, more, nil
 }
 
+// GroupFindings counts the findings matching f (its BeforeID and Limit aside) in f.State (""
+// for every state) per kind, channel and bill date — the findings page's groups — with their
+// amounts per currency: the newest limit groups (bill date first, then channel and kind), one
+// row per currency of each, and whether there are more. Read like CountFindings (a Simple
+// filter from discrepancy_groups), folded in the database: the page gets a few hundred rows,
+// never one per group row of a year of findings. Errors: ErrInvalid (a filter value).
+func (r *Reconciler) GroupFindings(ctx context.Context, f FindingFilter, limit int) ([]FindingCount, bool, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 200
+	}
+	state := f.State
+	if state != "" && state != FindingOpen && state != FindingResolved && state != FindingIgnored {
+		return nil, false, invalidf("state", "%q is not open, resolved or ignored", state)
+	}
+	if !f.Simple() {
+		return r.groupFindings(ctx, f, state, limit)
+	}
+	// From discrepancy_groups: the newest groups are of the newest bill dates, so read a window
+	// of them back from the newest (discrepancy_groups_date_idx), wider until it holds more
+	// than limit groups or is everything — a year of group rows is not folded per request.
+	nq, nargs, err := countSQL(f, `to_char(max(bill_date), 'YYYY-MM-DD') AS newest`, `state`, state)
+	if err != nil {
+		return nil, false, err
+	}
+	var newest []*string
+	if err := r.db.WithContext(ctx).Raw(nq, nargs...).Scan(&newest).Error; err != nil {
+		return nil, false, fmt.Errorf("group findings: newest bill date: %w", err)
+	}
+	top := ""
+	for _, d := range newest {
+		if d != nil && *d > top {
+			top = *d
+		}
+	}
+	if top == "" {
+		return nil, false, nil
+	}
+	day, err := time.Parse(time.DateOnly, top)
+	if err != nil {
+		return nil, false, fmt.Errorf("group findings: newest bill date %q: %w", top, err)
+	}
+	for _, days := range []int{7, 31, 127, 0} {
+		f.billFrom = ""
+		if days > 0 {
+			f.billFrom = day.AddDate(0, 0, -days).Format(time.DateOnly)
+		}
+		// Fewer than limit+1 groups in a window: an older one may follow, so widen it.
+		out, more, err := r.groupFindings(ctx, f, state, limit)
+		if err != nil || more || days == 0 {
+			return out, more, err
+		}
+	}
+	return nil, false, nil // not reached: the last window is everything
+}
+
+// groupFindings is GroupFindings over f as it is (its bill date window included).
+func (r *Reconciler) groupFindings(ctx context.Context, f FindingFilter, state FindingState, limit int) ([]FindingCount, bool, error) {
+	q, args, err := countSQL(f, `kind, channel, bill_date, currency, sum(n) AS n, sum(amount_minor) AS amount_minor`, `1, 2, 3, 4`, state)
+	if err != nil {
+		return nil, false, err
+	}
+	q = `WITH c AS (` + q + `), top AS (SELECT kind, channel, bill_date FROM c WHERE n > 0 GROUP BY 1, 2, 3
+		ORDER BY bill_date DESC, channel, kind LIMIT ?)
+		SELECT c.kind, c.channel, to_char(c.bill_date, 'YYYY-MM-DD') AS bill_date, c.currency, c.n, c.amount_minor
+		FROM c JOIN top USING (kind, channel, bill_date) WHERE c.n > 0 ORDER BY c.bill_date DESC, c.channel, c.kind, c.currency`
+	args = append(args, limit+1)
+	var rows []FindingCount
+	if err := r.db.WithContext(ctx).Raw(q, args...).Scan(&rows).Error; err != nil {
+		return nil, false, fmt.Errorf("group findings: %w", err)
+	}
+	type gk struct {
+		kind          Kind
+		channel, date string
+	}
+	seen := map[gk]bool{}
+	var out []FindingCount
+	more := false
+	for _, row := range rows {
+		row.State = state
+		k := gk{row.Kind, row.Channel, row.BillDate}
+		if !seen[k] && len(seen) == limit {
+			more = true
+			break
+		}
+		seen[k] = true
+		out = append(out, row)
+	}
+	return out, more, nil
+}
+
 // CountFindingsByState counts the findings matching f (its State, BeforeID and Limit aside) per
 // state, exactly (the same sources as CountFindings).
 func (r *Reconciler) CountFindingsByState(ctx context.Context, f FindingFilter) (map[FindingState]int64, error) {
-	q, args, err := countSQL(f, `state, sum(n) AS n`, `1`)
+	q, args, err := countSQL(f, `state, sum(n) AS n`, `1`, "")
 	if err != nil {
 		return nil, err
 	}
@@ -288,8 +380,8 @@ func (r *Reconciler) CountFindingsByState(ctx context.Context, f FindingFilter) 
 
 // countSQL selects cols (over state, kind, channel, bill_date, tenant, currency, n and
 // amount_minor) grouped by group, from the rows a count of f reads: discrepancy_groups for a
-// Simple filter, else the matching findings, one per row.
-func countSQL(f FindingFilter, cols, group string) (string, []any, error) {
+// Simple filter, else the matching findings, one per row; of one state, or every state ("").
+func countSQL(f FindingFilter, cols, group string, state FindingState) (string, []any, error) {
 	f.State, f.BeforeID = "", 0
 	if !f.Simple() {
 		where, args, err := findingWhere(f)
@@ -298,6 +390,9 @@ func countSQL(f FindingFilter, cols, group string) (string, []any, error) {
 		}
 		q := `SELECT d.state, d.kind, d.channel, d.bill_date, COALESCE(d.tenant, '') AS tenant, COALESCE(d.currency, '') AS currency,
 			1 AS n, COALESCE(d.amount_minor, 0) AS amount_minor FROM discrepancies d`
+		if state != "" {
+			where, args = append(where, "d.state = ?"), append(args, string(state))
+		}
 		if len(where) > 0 {
 			q += ` WHERE ` + strings.Join(where, " AND ")
 		}
@@ -321,9 +416,15 @@ func countSQL(f FindingFilter, cols, group string) (string, []any, error) {
 		}
 		add("g.bill_date = ?::date", f.BillDate)
 	}
+	if f.billFrom != "" {
+		add("g.bill_date >= ?::date", f.billFrom)
+	}
 	if v := f.Visible; v != nil {
 		where = append(where, "(g.tenant = ANY(?::text[]) OR (g.tenant = '' AND g.channel = ANY(?::text[])))")
 		args = append(args, textArray(v.Tenants), textArray(v.Channels))
+	}
+	if state != "" {
+		add("g.state = ?", string(state))
 	}
 	where = append(where, "g.n > 0")
 	return `SELECT ` + cols + ` FROM discrepancy_groups g WHERE ` + strings.Join(where, " AND ") + ` GROUP BY ` + group, args, nil
