@@ -82,7 +82,7 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 			FindingsExportCap, FindingsExportCap)
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: ip, Action: "reconcile.findings.export",
-		Target: "findings", Tenant: auditTenant(op.Tenants), Detail: map[string]any{"filter": f.Describe(), "format": format, "findings": n}}); err != nil {
+		Target: "findings", Tenants: op.Tenants, Detail: map[string]any{"filter": f.Describe(), "format": format, "findings": n}}); err != nil {
 		return err
 	}
 	loc, err := templates.LoadZone(op.TimeZone)

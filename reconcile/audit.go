@@ -13,8 +13,10 @@ import (
 
 // AuditEntry is one audited action of a bulk run: one per finding it changed.
 type AuditEntry struct {
-	Actor, IP, Action, Target, Tenant string
-	Detail                            map[string]any
+	Actor, IP, Action, Target string
+	// Tenants are the tenants of what it is about (audit.Entry.Tenants).
+	Tenants []string
+	Detail  map[string]any
 }
 
 // BatchAuditor is an Auditor that also records many entries in the caller's transaction, so a
@@ -25,7 +27,7 @@ type BatchAuditor interface {
 }
 
 // LogAuditor records a reconciler's actions in the audit log, each under the tenant of the
-// finding it is about (FindingAuditTenant): the console's and the daemon's auditor.
+// finding it is about (FindingAuditTenants): the console's and the daemon's auditor.
 type LogAuditor struct {
 	Log *audit.Log
 	DB  *gorm.DB
@@ -34,7 +36,7 @@ type LogAuditor struct {
 var _ BatchAuditor = LogAuditor{}
 
 // Record appends one entry in its own transaction. A target "finding:ID" is recorded under that
-// finding's tenant.
+// finding's tenants.
 func (a LogAuditor) Record(ctx context.Context, actor, action, target string, detail map[string]any) error {
 	e := audit.Entry{Actor: actor, Action: action, Target: target, Detail: detail}
 	if id, ok := strings.CutPrefix(target, "finding:"); ok {
@@ -42,7 +44,7 @@ func (a LogAuditor) Record(ctx context.Context, actor, action, target string, de
 		if err != nil {
 			return fmt.Errorf("audit %s: target %s", action, target)
 		}
-		if e.Tenant, err = FindingAuditTenant(ctx, a.DB, n); err != nil {
+		if e.Tenants, err = FindingAuditTenants(ctx, a.DB, n); err != nil {
 			return fmt.Errorf("audit %s: %w", action, err)
 		}
 	}
@@ -53,40 +55,31 @@ func (a LogAuditor) Record(ctx context.Context, actor, action, target string, de
 func (a LogAuditor) RecordBatch(ctx context.Context, tx *gorm.DB, entries []AuditEntry) error {
 	es := make([]audit.Entry, len(entries))
 	for i, e := range entries {
-		es[i] = audit.Entry{Actor: e.Actor, IP: e.IP, Action: e.Action, Target: e.Target, Tenant: e.Tenant, Detail: e.Detail}
+		es[i] = audit.Entry{Actor: e.Actor, IP: e.IP, Action: e.Action, Target: e.Target, Tenants: e.Tenants, Detail: e.Detail}
 	}
 	return a.Log.AppendBatch(ctx, tx, es)
 }
 
-// FindingAuditTenant is the tenant an audit row about a finding is recorded under: its key's
-// tenant, or its channel account's when the account has one tenant; "*" otherwise (so that an
-// administrator of some tenants, who reads rows of their tenants, never reads about others').
-// A finding that does not exist is "*".
-func FindingAuditTenant(ctx context.Context, db *gorm.DB, id int64) (string, error) {
+// FindingAuditTenants are the tenants an audit row about a finding is recorded under: its key's
+// tenant (recorded with the finding), or its channel account's tenants for a finding about a
+// statement; "*" for a finding that does not exist.
+func FindingAuditTenants(ctx context.Context, db *gorm.DB, id int64) ([]string, error) {
 	var rows []struct {
 		Tenant  *string
 		Channel string
 	}
 	if err := db.WithContext(ctx).Raw(`SELECT d.tenant, d.channel FROM discrepancies d WHERE d.id = ?`, id).Scan(&rows).Error; err != nil {
-		return "", fmt.Errorf("finding %d's tenant: %w", id, err)
+		return nil, fmt.Errorf("finding %d's tenants: %w", id, err)
 	}
 	if len(rows) == 0 {
-		return AllTenants, nil
+		return []string{AllTenants}, nil
 	}
 	if rows[0].Tenant != nil {
-		return *rows[0].Tenant, nil
+		return []string{*rows[0].Tenant}, nil
 	}
 	m, err := ChannelTenants(ctx, db, []string{rows[0].Channel})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return oneTenant(m[rows[0].Channel]), nil
-}
-
-// oneTenant is the tenant of a set of one, else "*".
-func oneTenant(tenants []string) string {
-	if len(tenants) == 1 {
-		return tenants[0]
-	}
-	return AllTenants
+	return m[rows[0].Channel], nil
 }

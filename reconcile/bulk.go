@@ -360,7 +360,7 @@ func (r *Reconciler) StartBulk(ctx context.Context, req BulkRequest, upTo int64)
 		detail := map[string]any{"action": req.Action, "reason_code": req.ReasonCode, "note": req.Note, "filter": req.Filter.Describe(),
 			"selected": req.Selected, "findings": total, "amounts": amounts, "state": state}
 		if err := ba.RecordBatch(ctx, tx, []AuditEntry{{Actor: "operator:" + req.By.Name, IP: req.By.IP,
-			Action: "reconcile.findings.bulk_start", Target: fmt.Sprintf("finding-bulk:%d", runID), Tenant: oneTenant(tenants),
+			Action: "reconcile.findings.bulk_start", Target: fmt.Sprintf("finding-bulk:%d", runID), Tenants: tenants,
 			Detail: detail}}); err != nil {
 			return fmt.Errorf("audit bulk run %d: %w", runID, err)
 		}
@@ -465,7 +465,7 @@ func (r *Reconciler) DecideBulk(ctx context.Context, runID int64, by BulkOperato
 			return fmt.Errorf("decide bulk run %d: %w", runID, err)
 		}
 		if err := ba.RecordBatch(ctx, tx, []AuditEntry{{Actor: "operator:" + by.Name, IP: by.IP, Action: action,
-			Target: fmt.Sprintf("finding-bulk:%d", runID), Tenant: oneTenant(run.Tenants),
+			Target: fmt.Sprintf("finding-bulk:%d", runID), Tenants: run.Tenants,
 			Detail: map[string]any{"action": run.Action, "findings": run.Total, "started_by": run.Operator}}}); err != nil {
 			return fmt.Errorf("audit bulk run %d: %w", runID, err)
 		}

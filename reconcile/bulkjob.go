@@ -173,12 +173,12 @@ func (r *Reconciler) closeBatch(ctx context.Context, run *BulkRun, ba BatchAudit
 			if c.KeyID != nil {
 				detail["key_id"] = *c.KeyID
 			}
-			tenant := oneTenant(chTenants[c.Channel])
+			tenants := chTenants[c.Channel]
 			if c.Tenant != nil {
-				tenant = *c.Tenant
+				tenants = []string{*c.Tenant}
 			}
 			entries[i] = AuditEntry{Actor: actor, IP: run.IP, Action: "reconcile.finding." + run.Action,
-				Target: fmt.Sprintf("finding:%d", c.ID), Tenant: tenant, Detail: detail}
+				Target: fmt.Sprintf("finding:%d", c.ID), Tenants: tenants, Detail: detail}
 			closedIDs[i] = c.ID
 		}
 		if err := ba.RecordBatch(ctx, tx, entries); err != nil {
@@ -272,7 +272,7 @@ func (r *Reconciler) finishBulk(ctx context.Context, run *BulkRun, state, why st
 			detail["error"] = why
 		}
 		return ba.RecordBatch(ctx, tx, []AuditEntry{{Actor: "operator:" + run.Operator, IP: run.IP, Action: "reconcile.findings.bulk_done",
-			Target: fmt.Sprintf("finding-bulk:%d", run.ID), Tenant: oneTenant(run.Tenants), Detail: detail}})
+			Target: fmt.Sprintf("finding-bulk:%d", run.ID), Tenants: run.Tenants, Detail: detail}})
 	})
 	if err != nil {
 		return fmt.Errorf("finish bulk run %d: %w", run.ID, err)
