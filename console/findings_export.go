@@ -24,10 +24,10 @@ import (
 // Export: what the findings page's filter matches, as CSV (streamed from the database, row by
 // row) or XLSX (excelize's stream writer), with the page's columns; amounts as decimal strings
 // beside their currency, times in the operator's zone with the offset. At most
-// FindingsExportCap rows: above it the export is refused, naming the cap, before anything is
-// written. Audited (reconcile.findings.export) with the filter and the count.
+// Config.FindingsExportCap rows: above it the export is refused, naming the cap, before
+// anything is written. Audited (reconcile.findings.export) with the filter and the count.
 
-// FindingsExportCap bounds one export.
+// FindingsExportCap is the default bound on one export (Config.FindingsExportCap).
 const FindingsExportCap = 100_000
 
 // exportColumns are the export's columns (the findings table's, spelled out), English: the
@@ -73,13 +73,14 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 	if f, err = s.visibleTo(ctx, op, f); err != nil {
 		return err
 	}
-	n, err := s.recon.CountMatching(ctx, f, FindingsExportCap)
+	limit := s.cfg.FindingsExportCap
+	n, err := s.recon.CountMatching(ctx, f, int(limit))
 	if err != nil {
 		return err
 	}
-	if n > FindingsExportCap {
+	if n > limit {
 		return errs.Refusedf("more than %d findings match; an export holds at most %d: narrow the filter (state, kind, channel, bill date)",
-			FindingsExportCap, FindingsExportCap)
+			limit, limit)
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: op.Actor(), IP: ip, Action: "reconcile.findings.export",
 		Target: "findings", Tenants: op.Tenants, Detail: map[string]any{"filter": f.Describe(), "format": format, "findings": n}}); err != nil {
@@ -106,7 +107,7 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 			return err
 		}
 		rows := 0
-		err := s.recon.EachFinding(ctx, f, FindingsExportCap, func(fd *reconcile.Finding) error {
+		err := s.recon.EachFinding(ctx, f, int(limit), func(fd *reconcile.Finding) error {
 			if err := cw.Write(exportRow(fd, loc)); err != nil {
 				return err
 			}
@@ -143,7 +144,7 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 		return err
 	}
 	row := 1
-	err = s.recon.EachFinding(ctx, f, FindingsExportCap, func(fd *reconcile.Finding) error {
+	err = s.recon.EachFinding(ctx, f, int(limit), func(fd *reconcile.Finding) error {
 		row++
 		cell, err := excelize.CoordinatesToCellName(1, row)
 		if err != nil {

@@ -116,6 +116,28 @@ func TestReconRunPage_ExplainsMatchedAndFindings(t *testing.T) {
 	}
 	mustContain(t, "run page", page.Body, `id="run-explained"`, "<strong>Parsed</strong> (3)", "<strong>Matched</strong> (2)",
 		"<strong>Findings</strong> (1)", "not that they agree", "a run can match every line and still have findings")
+	mustNotContain(t, "run page", page.Body, `id="keys-without-account"`) // every key said its account
+}
+
+// TestReconRunPage_SaysWhichFindingsAreAboutKeysWithoutAnAccount: a run whose findings include
+// keys recorded before channel accounts were (matched by tenant and currencies, as before)
+// says how many, in the operator's language.
+func TestReconRunPage_SaysWhichFindingsAreAboutKeysWithoutAnAccount(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", access.RoleViewer, "*")
+	run := b.seedReconRun("stripe")
+	b.exec(`UPDATE recon_runs SET keys_without_account = 2 WHERE id = ?`, run)
+	c := b.signIn("v")
+	mustContain(t, "run page", c.get(fmt.Sprintf("/reconcile/runs/%d", run)).Body, `id="keys-without-account">2 of the findings are about keys`,
+		"matched by tenant and the account&#39;s currencies")
+	if r := c.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
+		t.Fatalf("language: %d", r.Status)
+	}
+	mustContain(t, "zh-CN run page", c.get(fmt.Sprintf("/reconcile/runs/%d", run)).Body, `id="keys-without-account">其中 2 项差异`)
+	if got := c.api(fmt.Sprintf("/api/v1/reconcile/runs/%d", run), b.token("v")); !strings.Contains(got.Body, `"keys_without_account":2`) {
+		t.Errorf("run API: %d %s", got.Status, truncate(got.Body, 300))
+	}
 }
 
 // between is the part of s from the first from up to the next to (fails when absent).

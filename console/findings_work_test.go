@@ -316,3 +316,89 @@ func TestFindings_ExportCSVAndXLSXHoldThePagesColumnsInTheOperatorsZone(t *testi
 		t.Errorf("an unknown format: %d", got.Status)
 	}
 }
+
+// TestFindings_BulkOfASelectionActsOnThePickedFindingsOnly: findings picked by hand (the API's
+// "ids", the page's scope=selected) are previewed and closed alone — not the rest of what the
+// filter matches, and not another tenant's finding slipped into the list.
+func TestFindings_BulkOfASelectionActsOnThePickedFindingsOnly(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("o", access.RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
+	run := b.seedReconRun("stripe")
+	ids := b.seedOrderFindings(run, "pick", 4)
+	other := b.seedReconRun("adyen")
+	foreign := b.seedFinding(other, "CHANNEL_ONLY", "txn:foreign", nil,
+		`{"merchant_order_no":"ORD-foreign","channel_amount_minor":5,"channel_currency":"USD"}`)
+	b.exec(`UPDATE discrepancies SET channel = 'adyen', tenant = 'globex' WHERE id = ?`, foreign)
+	c := b.signIn("o")
+	tok := b.token("o")
+	body := map[string]any{"filter": map[string]any{}, "ids": []int64{ids[0], ids[2], foreign}, "action": "resolve",
+		"reason_code": "corrected_at_channel", "note": "picked", "preview": true}
+	got := c.apiPost("/api/v1/reconcile/findings/bulk", tok, body)
+	var p struct {
+		Count   int64            `json:"count"`
+		Amounts map[string]int64 `json:"amounts"`
+	}
+	if got.Status != 200 || json.Unmarshal([]byte(got.Body), &p) != nil || p.Count != 2 || p.Amounts["USD"] != 1000+1002 {
+		t.Fatalf("preview of a selection: %d %s; want count 2, USD 2002", got.Status, got.Body)
+	}
+	body["preview"] = false
+	got = c.apiPost("/api/v1/reconcile/findings/bulk", tok, body)
+	var r struct {
+		ID    int64 `json:"id"`
+		Total int64 `json:"total"`
+	}
+	if got.Status != 202 || json.Unmarshal([]byte(got.Body), &r) != nil || r.Total != 2 {
+		t.Fatalf("start of a selection: %d %s", got.Status, got.Body)
+	}
+	b.waitFindingsBulk(r.ID)
+	for i, want := range []string{"resolved", "open", "resolved", "open"} {
+		if st := b.findingState(ids[i]); st != want {
+			t.Errorf("finding %d (ORD-pick-%d): %s, want %s", ids[i], i, st, want)
+		}
+	}
+	if st := b.findingState(foreign); st != "open" {
+		t.Errorf("another tenant's finding in the selection: %s, want open", st)
+	}
+	// The page's form: scope=selected with the ticked ids previews those only.
+	page := c.post("/reconcile/findings/bulk", url.Values{"scope": {"selected"}, "id": {fmt.Sprint(ids[1])}, "state": {"open"}}, true)
+	if page.Status != 200 {
+		t.Fatalf("page preview of a selection: %d %s", page.Status, truncate(page.Body, 300))
+	}
+	mustContain(t, "page preview", page.Body, `id="bulk-count"`, "ORD-pick-1", `name="scope" value="selected"`)
+	mustNotContain(t, "page preview", page.Body, "ORD-pick-3")
+}
+
+// TestFindings_ExportAboveTheCapIsRefusedNamingIt: an export matching more findings than the
+// cap writes nothing: the page comes back saying the cap (in the operator's language), the API
+// answers 409; at the cap it downloads.
+func TestFindings_ExportAboveTheCapIsRefusedNamingIt(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t, func(c *Config) { c.FindingsExportCap = 2 })
+	b.addOperator("o", access.RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
+	run := b.seedReconRun("stripe")
+	b.seedOrderFindings(run, "cap", 3)
+	c := b.signIn("o")
+	got := c.get("/reconcile/findings/export?format=csv&order_no=ORD-cap*")
+	if got.Status != 409 || strings.HasPrefix(got.Header.Get("Content-Type"), "text/csv") {
+		t.Fatalf("page export over the cap: %d %s", got.Status, got.Header.Get("Content-Type"))
+	}
+	mustContain(t, "refused export", got.Body, `id="findings-error"`, "more than 2 findings match; an export holds at most 2", "ORD-cap-2")
+	api := c.api("/api/v1/reconcile/findings/export?format=xlsx&order_no=ORD-cap*", b.token("o"))
+	if api.Status != 409 || !strings.Contains(api.Body, "at most 2") {
+		t.Errorf("API export over the cap: %d %s", api.Status, truncate(api.Body, 300))
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'reconcile.findings.export'`); n != 0 {
+		t.Errorf("a refused export audited as done: %d rows", n)
+	}
+	if r := c.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
+		t.Fatalf("language: %d", r.Status)
+	}
+	mustContain(t, "zh-CN refused export", c.get("/reconcile/findings/export?format=csv&order_no=ORD-cap*").Body, `id="findings-error"`, "一次导出最多 2 项")
+	ok := c.get("/reconcile/findings/export?format=csv&order_no=ORD-cap-1*")
+	if ok.Status != 200 || !strings.Contains(ok.Body, "ORD-cap-1") {
+		t.Errorf("an export under the cap: %d", ok.Status)
+	}
+}

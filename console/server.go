@@ -61,6 +61,9 @@ type Config struct {
 	BulkPreviewTimeout time.Duration
 	// UploadLimit bounds a statement upload (default 256 MiB).
 	UploadLimit int64
+	// FindingsExportCap bounds one findings export (default FindingsExportCap rows): above it
+	// the export is refused, naming the cap.
+	FindingsExportCap int64
 	// PreviewTimeout bounds a retention dry run started from the console (default 60 s).
 	PreviewTimeout time.Duration
 	// Reconcile tunes the reconciler behind the reconciliation pages; its Store, Operations and
@@ -104,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.UploadLimit == 0 {
 		c.UploadLimit = 256 << 20
+	}
+	if c.FindingsExportCap <= 0 {
+		c.FindingsExportCap = FindingsExportCap
 	}
 	if c.PreviewTimeout == 0 {
 		c.PreviewTimeout = 60 * time.Second
