@@ -92,10 +92,16 @@ var (
 // statement of hashJoinThreshold lines or more is matched with enable_nestloop off: it was just
 // imported and has no statistics, and the planner would take it for a handful of lines.
 //
-//  1. match_lines: the statement's order lines (success, failed) joined to idempotency_keys by
-//     merchant order no = downstream_key (unique index idempotency_keys_downstream_key_idx),
-//     then, for lines still unmatched, by channel txn id = resource_id (a hash join: resource_id
-//     has no index, and the claim's hot path should not pay for one).
+// Its cost follows the statement, not the keys table: it reads idempotency_keys only through
+// indexes — the keys of the bill window (idempotency_keys_completed_idx, the keys the statement
+// should list) and one probe per line whose key is not among them (by order number, then by txn
+// id). Those probes are LATERAL subqueries with OFFSET 0 (never pulled up into a join the
+// planner could hash, which would read every key), and a key of a finding is read by its id.
+//
+//  1. match_lines: the statement's order lines (success, failed) with their key in
+//     idempotency_keys by merchant order no = downstream_key (unique index
+//     idempotency_keys_downstream_key_idx), then, for lines still unmatched, by channel txn id =
+//     resource_id (idempotency_keys_resource_idx).
 //  2. duplicates are looked for only where they may be: the import noted (by 64-bit hashes)
 //     whether any txn id or order number repeats among the order lines, and a key can also meet
 //     a second line through the txn-id fallback. A statement imported before the import took
@@ -118,9 +124,10 @@ var (
 //  7. findings upserted on (channel, bill_date, kind, subject): a re-run updates, never copies.
 //
 // That is the full plan. A statement whose import saw no repeated txn id or order number takes
-// the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join that keeps only the lines
-// that can make a finding and the keys of the window that no line names; steps 2 and 3 have
-// nothing to do. A line matched through its txn id sends it back to the full plan.
+// the lean plan instead (leanMatchSQL): steps 1 and 5 in one full join of the lines with the
+// window's keys that keeps only the lines that can make a finding and the keys of the window that
+// no line names; steps 2 and 3 have nothing to do. A line matched through its txn id sends it
+// back to the full plan.
 var (
 	matchLinesSQL = `
 CREATE TEMP TABLE match_lines ON COMMIT DROP AS
@@ -128,17 +135,19 @@ SELECT l.id AS line_id, l.line_no, l.channel_txn_id AS txn, l.merchant_order_no 
        l.status, k.id AS key_id, k.state AS key_state, k.amount_minor AS key_amount, upper(k.currency) AS key_currency,
        CASE WHEN k.id IS NOT NULL THEN 'merchant_order_no' END AS matched_by, false AS repeat, false AS secondary
 FROM statement_lines l
-LEFT JOIN (SELECT * FROM idempotency_keys WHERE ($2::text[] IS NULL OR tenant = ANY($2::text[]))
-           AND (channel_account IS NULL OR channel_account = $3)) k ON k.downstream_key = l.merchant_order_no
+LEFT JOIN LATERAL (SELECT id, state, amount_minor, currency FROM idempotency_keys k
+                   WHERE k.downstream_key = l.merchant_order_no AND ` + inScope("k", "$2", "$3") + ` OFFSET 0) k ON true
 WHERE l.statement_id = $1 AND l.status IN ('success', 'failed')`
 
 	// The lean plan, for a statement whose import saw no repeated txn id or order number: one
-	// full join of its order lines with the keys keeps only what can make a finding — lines
-	// without a key or disagreeing with theirs (into match_lines) and keys of the job's
-	// operations completed in the window with no line (into local_only) — where the full plan
-	// writes every line and joins the keys a second time for LOCAL_ONLY. The condition on
-	// matched lines is the negation of "lineFindingsSQL finds nothing here"; keeping a line too
-	// many only costs a row.
+	// full join of its order lines with the window's keys (w: the keys of the job's operations
+	// completed in the window, a range of idempotency_keys_completed_idx) keeps only what can
+	// make a finding — lines without a key or disagreeing with theirs (into match_lines) and
+	// keys of the window with no line (into local_only) — where the full plan writes every line
+	// and reads the window a second time for LOCAL_ONLY. A line whose key is not in the window
+	// (completed another day, not completed, another operation's, none) looks for it by its
+	// order number (p). The condition on matched lines is the negation of "lineFindingsSQL finds
+	// nothing here"; keeping a line too many only costs a row.
 	leanLinesTableSQL = `
 CREATE TEMP TABLE match_lines (line_id bigint, line_no integer, txn text, order_no text, amount_minor bigint, currency text,
     status text, key_id bigint, key_state text, key_amount bigint, key_currency text, matched_by text, repeat boolean, secondary boolean)
@@ -147,20 +156,26 @@ ON COMMIT DROP`
 CREATE TEMP TABLE local_only (id bigint, downstream_key text, resource_id text, amount_minor bigint, currency text,
     completed_at timestamptz, operation text, channel_account text) ON COMMIT DROP`
 	leanMatchSQL = `
-WITH j AS (
-    SELECT l.id AS line_id, l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor AS line_amount, l.currency AS line_currency,
-           l.status, k.id AS key_id, k.state, k.amount_minor, k.currency, k.downstream_key, k.resource_id, k.completed_at, k.operation,
-           k.channel_account
-    FROM (SELECT * FROM statement_lines WHERE statement_id = $1 AND status IN ('success', 'failed')) l
-    FULL JOIN (SELECT * FROM idempotency_keys WHERE ($5::text[] IS NULL OR tenant = ANY($5::text[]))
-                AND (channel_account IS NULL OR channel_account = $6)) k
-           ON k.downstream_key = l.merchant_order_no
-    WHERE (l.id IS NOT NULL AND (k.id IS NULL OR NOT (
-               (l.status = 'success' AND k.state = ` + completed + ` AND (k.currency IS NULL OR upper(k.currency) = l.currency)
-                AND (k.amount_minor IS NULL OR k.amount_minor = l.amount_minor))
-            OR (l.status = 'failed' AND k.state <> ` + completed + `))))
-       OR (l.id IS NULL AND k.state = ` + completed + ` AND k.operation = ANY($2::text[]) AND k.completed_at >= $3 AND k.completed_at < $4
-           AND ` + accountCurrencies("k", "$7") + `)
+WITH w AS (
+    SELECT id, state, amount_minor, currency, downstream_key, resource_id, completed_at, operation, channel_account
+    FROM idempotency_keys k
+    WHERE ` + windowKeys("k", "$2", "$3", "$4", "$5", "$6", "$7") + `
+), j AS (
+    SELECT * FROM (
+        SELECT l.id AS line_id, l.line_no, l.channel_txn_id, l.merchant_order_no, l.amount_minor AS line_amount,
+               l.currency AS line_currency, l.status, COALESCE(w.id, p.id) AS key_id, COALESCE(w.state, p.state) AS state,
+               COALESCE(w.amount_minor, p.amount_minor) AS amount_minor, COALESCE(w.currency, p.currency) AS currency,
+               w.downstream_key, w.resource_id, w.completed_at, w.operation, w.channel_account
+        FROM (SELECT * FROM statement_lines WHERE statement_id = $1 AND status IN ('success', 'failed')) l
+        FULL JOIN w ON w.downstream_key = l.merchant_order_no
+        LEFT JOIN LATERAL (SELECT id, state, amount_minor, currency FROM idempotency_keys k
+                           WHERE w.id IS NULL AND l.id IS NOT NULL AND k.downstream_key = l.merchant_order_no
+                             AND ` + inScope("k", "$5", "$6") + ` OFFSET 0) p ON true) lk
+    WHERE (line_id IS NOT NULL AND (key_id IS NULL OR NOT (
+               (status = 'success' AND state = ` + completed + ` AND (currency IS NULL OR upper(currency) = line_currency)
+                AND (amount_minor IS NULL OR amount_minor = line_amount))
+            OR (status = 'failed' AND state <> ` + completed + `))))
+       OR line_id IS NULL
 ), lines AS (
     INSERT INTO match_lines
     SELECT line_id, line_no, channel_txn_id, merchant_order_no, line_amount, line_currency, status, key_id, state, amount_minor,
@@ -170,13 +185,17 @@ WITH j AS (
 INSERT INTO local_only SELECT key_id, downstream_key, resource_id, amount_minor, currency, completed_at, operation, channel_account
 FROM j WHERE line_id IS NULL`
 
+	// Lines left without a key look for it by txn id, one probe of idempotency_keys_resource_idx
+	// each.
 	matchByTxnSQL = `
 UPDATE match_lines m SET key_id = k.id, key_state = k.state, key_amount = k.amount_minor, key_currency = upper(k.currency),
        matched_by = 'channel_txn_id'
-FROM (SELECT * FROM idempotency_keys WHERE ($2::text[] IS NULL OR tenant = ANY($2::text[]))
-      AND (channel_account IS NULL OR channel_account = $3)) k
-WHERE m.key_id IS NULL AND m.txn <> '' AND k.resource_id = m.txn
-  AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[]))`
+FROM (SELECT u.line_id, k.* FROM match_lines u
+      CROSS JOIN LATERAL (SELECT id, state, amount_minor, currency FROM idempotency_keys k
+                          WHERE k.resource_id = u.txn AND ` + inScope("k", "$2", "$3") + `
+                            AND (cardinality($1::text[]) = 0 OR k.operation = ANY($1::text[])) OFFSET 0) k
+      WHERE u.key_id IS NULL AND u.txn <> '') k
+WHERE m.line_id = k.line_id`
 
 	// One pass over match_lines says whether any txn id or key appears on more than one line;
 	// only then do the exact statements below run (a clean statement has neither). The key
@@ -266,15 +285,13 @@ CROSS JOIN LATERAL (SELECT CASE
 END AS kind) c
 WHERE c.kind IS NOT NULL AND NOT m.repeat AND NOT m.secondary`
 
-	// Keys completed in [$2, $3) of the job's operations that no line matched. No index serves
-	// completed_at (claim owns the table); this is one scan per run.
+	// Keys completed in [$2, $3) of the job's operations that no line matched: a range of
+	// idempotency_keys_completed_idx.
 	localOnlySQL = `
 CREATE TEMP TABLE local_only ON COMMIT DROP AS
 SELECT k.id, k.downstream_key, k.resource_id, k.amount_minor, k.currency, k.completed_at, k.operation, k.channel_account
-FROM (SELECT * FROM idempotency_keys WHERE ($4::text[] IS NULL OR tenant = ANY($4::text[]))
-      AND (channel_account IS NULL OR channel_account = $5)) k
-WHERE k.state = ` + completed + ` AND k.operation = ANY($1::text[]) AND k.completed_at >= $2 AND k.completed_at < $3
-  AND ` + accountCurrencies("k", "$6") + `
+FROM idempotency_keys k
+WHERE ` + windowKeys("k", "$1", "$2", "$3", "$4", "$5", "$6") + `
   AND NOT EXISTS (SELECT 1 FROM match_lines m WHERE m.key_id = k.id)`
 
 	// Keys completed within the grace of the day start (before it, or after it by a clock's
@@ -294,12 +311,13 @@ SELECT 'LOCAL_ONLY', 'key:' || id, id, NULL,
                           'local_currency', currency, 'completed_at', completed_at, 'channel_account', channel_account)
 FROM local_only`
 
-	// A finding about a key is its tenant's, recorded with it (discrepancies.tenant).
+	// A finding about a key is its tenant's, recorded with it (discrepancies.tenant): read by the
+	// key's id, a subquery (a join the planner could hash would read every key).
 	upsertFindingsSQL = `
 INSERT INTO discrepancies (run_id, first_run_id, statement_id, channel, bill_date, kind, subject, key_id, statement_line_id, detail, tenant)
 SELECT DISTINCT ON (f.kind, f.subject) $1::bigint, $1::bigint, $2::bigint, $3, $4::date, f.kind, f.subject, f.key_id, f.line_id,
-       f.detail, k.tenant
-FROM found f LEFT JOIN idempotency_keys k ON k.id = f.key_id ORDER BY f.kind, f.subject, f.line_id
+       f.detail, (SELECT k.tenant FROM idempotency_keys k WHERE k.id = f.key_id)
+FROM found f ORDER BY f.kind, f.subject, f.line_id
 ON CONFLICT (channel, bill_date, kind, subject) DO UPDATE
 SET run_id = EXCLUDED.run_id, statement_id = EXCLUDED.statement_id, key_id = EXCLUDED.key_id,
     statement_line_id = EXCLUDED.statement_line_id, detail = EXCLUDED.detail, tenant = EXCLUDED.tenant, updated_at = now()`
@@ -312,6 +330,23 @@ UPDATE discrepancies SET state = 'resolved', resolver = 'reconcile', reason_code
 WHERE channel = $2 AND bill_date = $3::date AND state = 'open' AND run_id <> $1::bigint`
 )
 
+// inScope is the condition on a key k that matching may read it: a key of the channel account's
+// tenants (the parameter named by tenants; NULL for an account of every tenant, which the planner
+// folds away) recorded at the account (the parameter named by account) or at none.
+func inScope(k, tenants, account string) string {
+	return `(` + tenants + `::text[] IS NULL OR ` + k + `.tenant = ANY(` + tenants + `::text[])) AND (` + k +
+		`.channel_account IS NULL OR ` + k + `.channel_account = ` + account + `)`
+}
+
+// windowKeys is the condition on a key k that the statement should list it: in scope, completed
+// in [from, to) under one of the operations, and recorded at the account or in one of its
+// currencies. Its range is one of idempotency_keys_completed_idx (operation, completed_at) WHERE
+// state = 'completed'.
+func windowKeys(k, operations, from, to, tenants, account, currencies string) string {
+	return k + `.state = ` + completed + ` AND ` + k + `.operation = ANY(` + operations + `::text[]) AND ` + k + `.completed_at >= ` + from +
+		` AND ` + k + `.completed_at < ` + to + ` AND ` + inScope(k, tenants, account) + ` AND ` + accountCurrencies(k, currencies)
+}
+
 // accountCurrencies is the condition on a key k that the statement should list it by currency:
 // a key recorded at the account (the scope already keeps only those and keys recorded nowhere)
 // whatever its currency; a key recorded nowhere (before accounts were recorded) only in one of
@@ -322,9 +357,11 @@ func accountCurrencies(k, param string) string {
 
 // keysWithoutAccountSQL counts the findings of this run about keys that went past processing
 // without recording a channel account (before accounts were recorded): matched by tenant (and
-// the account's currencies). A processing key has not said yet; it is not counted.
-var keysWithoutAccountSQL = `SELECT count(DISTINCT f.subject) FROM found f JOIN idempotency_keys k ON k.id = f.key_id
-WHERE k.channel_account IS NULL AND k.state <> ` + claim.StateProcessing.SQL()
+// the account's currencies). A processing key has not said yet; it is not counted. Each key is
+// read by its id (OFFSET 0 keeps the EXISTS a probe, never a semi-join hashed over every key).
+var keysWithoutAccountSQL = `SELECT count(DISTINCT f.subject) FROM found f
+WHERE EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.id = f.key_id AND k.channel_account IS NULL
+              AND k.state <> ` + claim.StateProcessing.SQL() + ` OFFSET 0)`
 
 // Match matches one imported statement against idempotency_keys for run runID and upserts the
 // findings. A re-run of the same statement finds the same findings (updated, not copied); open
@@ -405,16 +442,18 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		return nil, err
 	}
 	// A statement just imported has no statistics yet (an ANALYZE of statement_lines would cost
-	// the import a sampling pass): the planner takes its lines for a handful and probes the keys'
-	// index once per line. For a large statement, hash joins are the plan.
+	// the import a sampling pass): the planner takes its lines for a handful and loops over them.
+	// For a large statement, hash joins of the lines, the window's keys and the temporary tables
+	// are the plan; the probes of idempotency_keys by index are LATERAL subqueries, which stay
+	// loops.
 	if rowCount >= hashJoinThreshold {
 		if _, err := exec("settings", `SET LOCAL enable_nestloop = off`); err != nil {
 			return nil, err
 		}
 	}
-	// The statements that read idempotency_keys read it as (… WHERE $N IS NULL OR tenant =
-	// ANY($N)) k: scope is NULL for an account of every tenant (the planner folds the condition
-	// away) and the account's tenants otherwise.
+	// The statements that read idempotency_keys keep to the account's keys (inScope): scope is
+	// NULL for an account of every tenant (the planner folds the condition away) and the
+	// account's tenants otherwise.
 	var scope any
 	if !allTenants {
 		scope = textArray(tenants)
@@ -444,7 +483,7 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 				return nil, err
 			}
 		}
-		// The fallback join scans idempotency_keys (resource_id has no index): only when some
+		// The fallback probes idempotency_keys once per line left without a key: only when some
 		// line is left to match by its txn id.
 		var unmatched bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM match_lines WHERE key_id IS NULL AND txn <> '')`).
