@@ -74,3 +74,15 @@ func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip stri
 	req, err = s.replays.Approve(ctx, replayActor(op, ip), req)
 	return req, err
 }
+
+// PreviewFindingsBulk is what a bulk action on findings would act on, in op's scope: the
+// console's preview (count, amounts, sample, the newest finding seen). Writes nothing.
+func (s *Server) PreviewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, error) {
+	return s.previewFindingsBulk(ctx, op, ip, in)
+}
+
+// StartFindingsBulk starts a bulk action on findings in op's scope, up to in.UpTo (the newest
+// finding its preview saw): the daemon's job works it, or a second operator approves it first.
+func (s *Server) StartFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkRun, error) {
+	return s.startFindingsBulk(ctx, op, ip, in)
+}

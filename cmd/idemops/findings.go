@@ -9,11 +9,11 @@ import (
 	"github.com/idemops/idemops/reconcile"
 )
 
-// newFindingsCmd is the reconciliation findings group: list here; more subcommands (bulk
-// resolution, export) add themselves with findings.AddCommand and share its operator flags.
+// newFindingsCmd is the reconciliation findings group: list here, bulk and export in
+// findings_bulk.go; they share its operator flags.
 func newFindingsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "findings list",
+		Use:   "findings list|bulk|export",
 		Short: "Reconciliation findings: what the channels' statements and the local keys disagree on",
 		Long: `Reconciliation findings, as the console's findings page shows them: with IDEMOPS_TOKEN (or
 --token-file) set to an operator's API token, only findings of that operator's tenants (a
@@ -22,7 +22,7 @@ database URL alone, every finding.`,
 		Args: cobra.NoArgs,
 	}
 	addOperatorFlags(cmd)
-	cmd.AddCommand(newFindingsListCmd())
+	cmd.AddCommand(newFindingsListCmd(), newFindingsBulkCmd(), newFindingsExportCmd())
 	return cmd
 }
 

@@ -228,6 +228,11 @@ func TestCLI_BadInputExits2WithOneLine(t *testing.T) {
 		{"replay", "approve"},
 		{"findings", "list", "--limit", "0"},
 		{"findings", "nope"},
+		{"findings", "bulk", "--action", "nope", "--reason-code", "other"},
+		{"findings", "bulk", "--action", "ignore"},
+		{"findings", "bulk", "--action", "ignore", "--reason-code", "other", "--start"},
+		{"findings", "export", "--format", "pdf"},
+		{"findings", "export", "--format", "xlsx"},
 		{"audit", "verify", "extra"},
 		{"migrate", "sideways"},
 	} {
