@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/idemops/idemops/internal/testinfra/ports"
 )
 
 // proc is one part of the world running as a process of its own (this binary re-executed with
@@ -144,15 +146,9 @@ func (p *proc) stop() {
 	}
 }
 
-// freeAddr reserves a loopback port (closed again at once) so a replica restarts on the same one.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr picks a loopback port a replica restarts on, below the ephemeral range: while the
+// replica is down, no client connection's source port can take it.
+func freeAddr() (string, error) { return ports.Addr() }
 
 // backend is one payments replica behind the proxy.
 type backend struct {

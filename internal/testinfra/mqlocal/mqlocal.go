@@ -17,7 +17,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/testinfra/ports"
 	"github.com/idemops/idemops/internal/testinfra/sysuser"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -358,22 +358,12 @@ log.file = false
 	return nil
 }
 
-// freePorts returns n distinct free loopback ports (held open together while picked).
+// freePorts returns n distinct free loopback ports the node can restart on (below the ephemeral
+// range: no client connection's source port can take one while the node is down).
 func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("rabbitmq: pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	ps, err := ports.Restartable(n)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	return ports, nil
+	return ps, nil
 }

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemops/idemops/internal/testinfra/ports"
 	"github.com/idemops/idemops/internal/testinfra/sysuser"
 	"github.com/jackc/pgx/v5"
 )
@@ -222,13 +222,14 @@ func reachableDataDir(dir string, cred *syscall.Credential) (string, error) {
 	return filepath.Join(os.TempDir(), "idemops-pg-"+hex.EncodeToString(sum[:6])), nil
 }
 
+// freePort is a free loopback port the cluster can restart on (below the ephemeral range: no
+// client connection's source port can take it while the server is down).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := ports.Restartable(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
 }
 
 func lastLine(b []byte) string {
