@@ -463,11 +463,14 @@ func (m *claimModel) DaemonTakeover(t *rapid.T) {
 	}
 }
 
-// unresolved: the key's attempt may have acted outside and nobody has found out yet — held,
-// flagged, or failed retryably and neither proven absent nor released by an operator. Retention
-// never touches it (issue 37 item 4): a late retry of a purged one would execute blind.
+// unresolved: the key failed retryably, its attempt may have acted outside and nobody has found
+// out yet — held, flagged, or neither proven absent nor released by an operator. Retention never
+// touches it (issue 37 item 4): a late retry of a purged one would execute blind. A final state
+// is a known outcome whatever flag it still carries (a held key an operator took over and that
+// then failed final keeps needs_attention, and is purged like any failed_final key).
 func unresolved(k *mKey) bool {
-	return k.held || k.attention || (k.state == claim.StateFailedRetryable && !k.retryCleared && k.errorCode != "downstream_not_found")
+	return k.state == claim.StateFailedRetryable &&
+		(k.held || k.attention || (!k.retryCleared && k.errorCode != "downstream_not_found"))
 }
 
 func replayable(k *mKey) bool {
