@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -197,6 +198,20 @@ func (r *Reconciler) credential(ctx context.Context, channel, name string) (valu
 		return nil, "", err
 	}
 	return plain, row.Label, nil
+}
+
+// privateKey is the channel's RSA private key credential name, with its label (a WeChat Pay
+// merchant certificate's serial). ErrFetch when the credential is not an RSA private key.
+func (r *Reconciler) privateKey(ctx context.Context, channel, name string) (*rsa.PrivateKey, string, error) {
+	pemKey, label, err := r.credential(ctx, channel, name)
+	if err != nil {
+		return nil, "", err
+	}
+	key, err := chanproto.ParsePrivateKey(pemKey)
+	if err != nil {
+		return nil, "", errs.Errorf("%w: the %s credential is not an RSA private key", ErrFetch, name)
+	}
+	return key, label, nil
 }
 
 // RekeyCredentials seals again, under the keyring's current key, every credential and job

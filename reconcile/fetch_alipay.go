@@ -46,13 +46,9 @@ type alipayBillAnswer struct {
 func (f alipayFetcher) Fetch(ctx context.Context, req FetchRequest) (*Fetched, error) {
 	r := f.r
 	s := req.Account.Settings
-	pemKey, _, err := r.credential(ctx, req.Account.Channel, CredAppPrivateKey)
+	key, _, err := r.privateKey(ctx, req.Account.Channel, CredAppPrivateKey)
 	if err != nil {
 		return nil, err
-	}
-	key, err := chanproto.ParsePrivateKey(pemKey)
-	if err != nil {
-		return nil, errs.Errorf("%w: the app_private_key credential is not an RSA private key", ErrFetch)
 	}
 	alipayKey, err := chanproto.ParsePublicKey([]byte(s.AlipayPublicKey), "")
 	if err != nil {

@@ -85,13 +85,9 @@ type wechatError struct {
 func (f wechatFetcher) Fetch(ctx context.Context, req FetchRequest) (*Fetched, error) {
 	r := f.r
 	s := req.Account.Settings
-	pemKey, serial, err := r.credential(ctx, req.Account.Channel, CredMerchantPrivateKey)
+	key, serial, err := r.privateKey(ctx, req.Account.Channel, CredMerchantPrivateKey)
 	if err != nil {
 		return nil, err
-	}
-	key, err := chanproto.ParsePrivateKey(pemKey)
-	if err != nil {
-		return nil, errs.Errorf("%w: the merchant_private_key credential is not an RSA private key", ErrFetch)
 	}
 	if serial == "" {
 		return nil, errs.Errorf("%w: the merchant_private_key credential has no label: set it to the merchant certificate's serial", ErrFetch)
