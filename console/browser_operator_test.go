@@ -1,9 +1,7 @@
 package console
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/daemon"
 )
 
 // browseFindByKey: the header's find box at 1400 px — a key that exists once opens its page; a
@@ -71,25 +68,7 @@ func browseReplayThroughQuarantine(t *testing.T, br *browser) {
 	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "order-idr-1", `{"amount":12345,"currency":"IDR","payee":"Toko Budi"}`, true)
-	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	reclaimerDone := make(chan struct{})
-	go func() { // the reclaimer, every 200 ms, while the browser works
-		defer close(reclaimerDone)
-		for ctx.Err() == nil {
-			if _, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil && ctx.Err() == nil {
-				t.Errorf("reclaim: %v", err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() { stop(); <-reclaimerDone }()
+	defer b.runReclaimer(held)() // the reclaimer runs while the browser works
 
 	br.use(t, b)
 	br.step("wide viewport", chromedp.EmulateViewport(1400, 900))

@@ -344,6 +344,31 @@ func TestReplay_FourEyes(t *testing.T) {
 	}
 }
 
+// runReclaimer runs the daemon's reclaimer over held every 200 ms, as a leader would, until the
+// returned stop is called (it waits for the last run to end).
+func (b *bundle) runReclaimer(held *claim.Store) (stop func()) {
+	b.t.Helper()
+	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if _, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil && ctx.Err() == nil {
+				b.t.Errorf("reclaim: %v", err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning: a confirmed replay that
 // meets a first not-found keeps the key, waits the quarantine out itself (its page counting
 // down), looks again and sends — while the daemon's reclaimer runs all along and takes nothing
@@ -361,25 +386,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "lost-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
-	reclaim, err := daemon.NewReclaimJob(held, oneOperation{b.fakeOp}, daemon.ReclaimConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	reclaimerDone := make(chan struct{})
-	go func() { // the reclaimer, every 200 ms, for the whole test
-		defer close(reclaimerDone)
-		for ctx.Err() == nil {
-			if _, err := reclaim.RunOnce(ctx, nil, daemon.NopProgress{}); err != nil && ctx.Err() == nil {
-				t.Errorf("reclaim: %v", err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() { stop(); <-reclaimerDone }()
+	defer b.runReclaimer(held)() // the reclaimer runs for the whole test
 
 	c := b.signIn("olga")
 	page, token := c.previewToken(k.ID)
