@@ -145,14 +145,22 @@ func SearchKeys(ctx context.Context, db *gorm.DB, op *access.Operator, f KeyFilt
 // getKey reads one key op may see; a key of another tenant is ErrNotFound, exactly like a
 // missing one, so guessing ids tells nothing.
 func (s *Server) getKey(ctx context.Context, op *access.Operator, id int64) (*claim.Key, error) {
-	k, err := s.claims.Get(ctx, id)
+	return readScoped(ctx, op, access.ObjKey, id, s.claims.Get, func(k *claim.Key) string { return k.Tenant })
+}
+
+// readScoped reads the object id of kind with read, and gives it to op only when its tenant is
+// within op's (access.Decide): one of another tenant is ErrNotFound.
+func readScoped[T any](ctx context.Context, op *access.Operator, kind access.ObjectKind, id int64,
+	read func(context.Context, int64) (T, error), tenant func(T) string) (T, error) {
+	var none T
+	v, err := read(ctx, id)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	if err := access.Decide(op, access.ObjKey, strconv.FormatInt(id, 10), []string{k.Tenant}, false); err != nil {
-		return nil, err
+	if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(v)}, false); err != nil {
+		return none, err
 	}
-	return k, nil
+	return v, nil
 }
 
 // keyParam reads the key named by the route's {id}, under the same rule as getKey.

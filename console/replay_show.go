@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -14,14 +13,7 @@ import (
 
 // getReplay reads a request op may see (another tenant's is ErrNotFound).
 func (s *Server) getReplay(ctx context.Context, op *access.Operator, id int64) (*replay.Request, error) {
-	req, err := s.replays.Request(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if err := access.Decide(op, access.ObjReplay, strconv.FormatInt(id, 10), []string{req.Tenant}, false); err != nil {
-		return nil, err
-	}
-	return req, nil
+	return readScoped(ctx, op, access.ObjReplay, id, s.replays.Request, func(r *replay.Request) string { return r.Tenant })
 }
 
 // replayParam reads the request named by the route's {id} (GET /replays/{id}, GET
