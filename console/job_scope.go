@@ -33,7 +33,7 @@ func (s *Server) visibleSchedules(ctx context.Context, op *access.Operator) ([]d
 	if err != nil {
 		return nil, err
 	}
-	return visibleBySchedule(ctx, s, op, all, access.ObjSchedule, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+	return visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
 }
 
 // visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
@@ -43,27 +43,5 @@ func (s *Server) visibleJobRuns(ctx context.Context, op *access.Operator, f daem
 	if err != nil {
 		return nil, err
 	}
-	return visibleBySchedule(ctx, s, op, runs, access.ObjJobRun, func(r daemon.Run) (string, string) { return r.Schedule, "" })
-}
-
-// visibleBySchedule keeps the items op may see as objects of kind whose tenants are their
-// schedule's; ref gives an item's schedule and its name in refusals.
-func visibleBySchedule[T any](ctx context.Context, s *Server, op *access.Operator, items []T, kind access.ObjectKind,
-	ref func(T) (schedule, name string)) ([]T, error) {
-	names := make([]string, len(items))
-	for i, it := range items {
-		names[i], _ = ref(it)
-	}
-	tenants, err := s.scheduleTenants(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	out := items[:0]
-	for _, it := range items {
-		schedule, name := ref(it)
-		if access.Decide(op, kind, name, tenants[schedule], false) == nil {
-			out = append(out, it)
-		}
-	}
-	return out, nil
+	return visibleBy(ctx, op, runs, access.ObjJobRun, s.scheduleTenants, func(r daemon.Run) (string, string) { return r.Schedule, "" })
 }

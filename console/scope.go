@@ -115,3 +115,41 @@ func (s *Server) routeScope(c *gin.Context, r *request, rt route) error {
 	}
 	return s.authorize(ctx, r, rt.Method+" "+rt.Path, kind, c.Param(param))
 }
+
+// auditTenantsOf is the tenant set of kind:ref for its audit row ("*" when it cannot be
+// resolved: only administrators of every tenant read such a row).
+func (s *Server) auditTenantsOf(ctx context.Context, kind access.ObjectKind, ref string) []string {
+	ts, err := s.scope.Tenants(ctx, kind, ref)
+	if err != nil {
+		return []string{access.AllTenants}
+	}
+	return ts
+}
+
+// channelAuditTenants is auditTenantsOf a channel account.
+func (s *Server) channelAuditTenants(ctx context.Context, channel string) []string {
+	return s.auditTenantsOf(ctx, access.ObjChannel, channel)
+}
+
+// visibleBy keeps the items op may see as objects of kind whose tenants are those of their
+// owner (a schedule, a channel account); ref gives an item's owner and its name in refusals,
+// tenantsOf resolves the owners' tenant sets at once.
+func visibleBy[T any](ctx context.Context, op *access.Operator, items []T, kind access.ObjectKind,
+	tenantsOf func(context.Context, []string) (map[string][]string, error), ref func(T) (owner, name string)) ([]T, error) {
+	owners := make([]string, len(items))
+	for i, it := range items {
+		owners[i], _ = ref(it)
+	}
+	tenants, err := tenantsOf(ctx, owners)
+	if err != nil {
+		return nil, err
+	}
+	out := items[:0]
+	for _, it := range items {
+		owner, name := ref(it)
+		if access.Decide(op, kind, name, tenants[owner], false) == nil {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
