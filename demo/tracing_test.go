@@ -5,7 +5,9 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -23,7 +25,8 @@ import (
 func TestTracing_PaymentsServiceSpansHTTPAndGRPC(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	ended := newEndedSpans()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(ended))
 	defer tp.Shutdown(context.Background())
 	db := pgtest.New(t)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("demo-test-secret-0123")})
@@ -52,6 +55,11 @@ func TestTracing_PaymentsServiceSpansHTTPAndGRPC(t *testing.T) {
 		t.Fatal(r.err)
 	}
 
+	// A server span ends after its answer is sent (the gRPC stats handler's End event comes after
+	// the status reaches the client): wait for both to end before reading the exporter.
+	wanted := []string{"POST /v1/payments", "idemops.demo.v1.Payments/Charge"}
+	ended.await(t, wanted...)
+
 	names := map[string]trace.SpanKind{}
 	for _, s := range exp.GetSpans() {
 		names[s.Name] = s.SpanKind
@@ -61,9 +69,58 @@ func TestTracing_PaymentsServiceSpansHTTPAndGRPC(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"POST /v1/payments", "idemops.demo.v1.Payments/Charge"} {
+	for _, want := range wanted {
 		if kind, ok := names[want]; !ok || kind != trace.SpanKindServer {
 			t.Errorf("no server span %q among %v", want, names)
+		}
+	}
+}
+
+// endedSpans is a span processor that records the names of the spans that have ended and
+// signals each end, so that the test waits on the ends it names instead of polling.
+type endedSpans struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	changed chan struct{} // one pending signal at most: a waiter re-reads seen
+}
+
+func newEndedSpans() *endedSpans {
+	return &endedSpans{seen: map[string]bool{}, changed: make(chan struct{}, 1)}
+}
+
+func (e *endedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (e *endedSpans) OnEnd(s sdktrace.ReadOnlySpan) {
+	e.mu.Lock()
+	e.seen[s.Name()] = true
+	e.mu.Unlock()
+	select {
+	case e.changed <- struct{}{}:
+	default:
+	}
+}
+func (e *endedSpans) Shutdown(context.Context) error   { return nil }
+func (e *endedSpans) ForceFlush(context.Context) error { return nil }
+
+// await returns once a span of each of names has ended; it fails the test after 10 s.
+func (e *endedSpans) await(t *testing.T, names ...string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		var left []string
+		e.mu.Lock()
+		for _, n := range names {
+			if !e.seen[n] {
+				left = append(left, n)
+			}
+		}
+		e.mu.Unlock()
+		if len(left) == 0 {
+			return
+		}
+		select {
+		case <-e.changed:
+		case <-timeout:
+			t.Fatalf("spans not ended after 10 s: %v", left)
 		}
 	}
 }
