@@ -95,8 +95,13 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 			break
 		}
 		if !r.cfg.Now().Add(backoff).Before(deadline) {
-			err = errs.Errorf("%w after %d attempts until the deadline (%s): %s", ErrNotReady, attempt,
-				time.Duration(job.ReadyDeadlineSeconds)*time.Second, errorPhrase(err))
+			// The fetcher's line already says "statement not ready: " and the channel's reason;
+			// the deadline follows it, so the line says "not ready" once (a job that does not
+			// wait has only the fetcher's line).
+			if attempt > 1 {
+				err = errs.Errorf("%w; gave up at the ready deadline (%s) after %d attempts", err,
+					time.Duration(job.ReadyDeadlineSeconds)*time.Second, attempt)
+			}
 			break
 		}
 		_ = r.setRunStatus(ctx, runID, RunWaiting, errs.Phrasef("attempt %d: %s; retrying in %s", attempt, errorPhrase(err), backoff))

@@ -190,7 +190,7 @@ func TestJob_FailsVisiblyWhenTheStatementIsStillMissingAtTheDeadline(t *testing.
 	if run.Status != reconcile.RunFailed || run.Error == nil || !strings.Contains(*run.Error, "404") || run.FinishedAt == nil {
 		t.Errorf("run %+v", run)
 	}
-	if run.ErrorPhrase == nil || run.ErrorPhrase.Format != "%s after %d attempts until the deadline (%s): %s" ||
+	if run.ErrorPhrase == nil || run.ErrorPhrase.Format != "%s; gave up at the ready deadline (%s) after %d attempts" ||
 		run.ErrorPhrase.String() != *run.Error {
 		t.Errorf("the failed run's phrase %+v does not say its error %q", run.ErrorPhrase, *run.Error)
 	}
