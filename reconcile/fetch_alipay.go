@@ -141,8 +141,13 @@ func (f alipayFetcher) call(ctx context.Context, gateway string, params url.Valu
 }
 
 func alipayRefusal(a alipayBillAnswer) error {
-	if strings.HasPrefix(a.SubCode, "isv.invalid-signature") || strings.HasPrefix(a.SubCode, "isv.missing-signature") {
+	switch {
+	case strings.HasPrefix(a.SubCode, "isv.invalid-signature") || strings.HasPrefix(a.SubCode, "isv.missing-signature"):
 		return errs.Errorf("%w: Alipay refused the request's signature (%s %s)", ErrFetch, truncateName(a.Code), truncateName(a.SubCode))
+	case a.SubCode == "isv.invalid-timestamp":
+		// The request's timestamp is this machine's clock: say where to look.
+		return errs.Errorf("%w: Alipay refused the request's timestamp (%s %s): this machine's clock may be off",
+			ErrFetch, truncateName(a.Code), truncateName(a.SubCode))
 	}
 	return errs.Errorf("%w: Alipay refused the bill query: %s %s", ErrFetch, truncateName(a.Code), truncateName(a.SubCode))
 }
