@@ -186,6 +186,40 @@ func Display(minor int64, currency string) string {
 	return Format(minor, currency) + " " + currency
 }
 
+// Grouped is Format with the integer digits grouped by three for reading: Grouped(123456789,
+// "CNY") is "1,234,567.89", Grouped(5000000, "KRW") is "5,000,000". An unknown currency's minor
+// units are grouped as they are. Both languages of the console group this way; Parse does not
+// read the separators back (ParseScaled does, given the separator).
+func Grouped(minor int64, currency string) string {
+	return Group(Format(minor, currency))
+}
+
+// Group puts thousands separators into a plain decimal as Format writes it ("-1234567.50" →
+// "-1,234,567.50"); anything else is returned unchanged.
+func Group(s string) string {
+	sign, digits := "", s
+	if strings.HasPrefix(digits, "-") {
+		sign, digits = "-", digits[1:]
+	}
+	intPart, frac, hasFrac := strings.Cut(digits, ".")
+	if _, err := strconv.ParseUint(intPart, 10, 64); err != nil || len(intPart) <= 3 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, r := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if hasFrac {
+		b.WriteByte('.')
+		b.WriteString(frac)
+	}
+	return b.String()
+}
+
 // FormatScaled renders v / 10^scale exactly: FormatScaled(-5, 2) is "-0.05".
 func FormatScaled(v int64, scale int) string {
 	neg := v < 0

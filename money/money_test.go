@@ -169,3 +169,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestGrouped_GroupsTheIntegerDigitsByThree(t *testing.T) {
+	for _, c := range []struct {
+		minor    int64
+		currency string
+		want     string
+	}{
+		{123456789, "CNY", "1,234,567.89"},
+		{5000000, "KRW", "5,000,000"},
+		{50000, "KRW", "50,000"},
+		{-123456, "EUR", "-1,234.56"},
+		{999, "USD", "9.99"},
+		{100000, "USD", "1,000.00"},
+		{1234567, "BHD", "1,234.567"},
+		{1234567, "XX1", "1,234,567"},
+		{-9223372036854775808, "JPY", "-9,223,372,036,854,775,808"},
+	} {
+		if got := Grouped(c.minor, c.currency); got != c.want {
+			t.Errorf("Grouped(%d, %s) = %q, want %q", c.minor, c.currency, got, c.want)
+		}
+	}
+	if got := Group("12 CNY"); got != "12 CNY" {
+		t.Errorf("Group of a non-number = %q", got)
+	}
+}
