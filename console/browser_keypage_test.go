@@ -35,7 +35,7 @@ func browseKeyPage(t *testing.T, br *browser) {
 	br.signIn("olga")
 	br.step("open key", chromedp.Navigate(fmt.Sprintf("%s/keys/%d", br.base, k.ID)), chromedp.WaitVisible(`#intent-summary`))
 	summary := br.text(`#intent-summary`)
-	for _, want := range []string{"12345.67 IDR", "Toko Budi", "MO-2026-0042"} { // IDR: two minor digits
+	for _, want := range []string{"12,345.67\u00a0IDR", "Toko Budi", "MO-2026-0042"} { // IDR: two minor digits, grouped, joined to its code
 		if !strings.Contains(summary, want) {
 			t.Errorf("intent summary %q: missing %q", summary, want)
 		}

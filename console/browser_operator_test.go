@@ -75,7 +75,7 @@ func browseReplayThroughQuarantine(t *testing.T, br *browser) {
 	defer br.step("default viewport", chromedp.EmulateViewport(1280, 900))
 	br.signIn("olga")
 	br.step("preview", chromedp.Navigate(fmt.Sprintf("%s/keys/%d/replay", br.base, k.ID)), chromedp.WaitVisible(`#confirm-replay`))
-	if got := br.text(`main`); !strings.Contains(got, "123.45 IDR") || strings.Contains(got, "12345 IDR") {
+	if got := br.text(`main`); !strings.Contains(got, "123.45\u00a0IDR") || strings.Contains(got, "12345\u00a0IDR") {
 		t.Errorf("IDR preview: %q, want 123.45 IDR for 12345 minor units", got)
 	}
 	br.step("reason", chromedp.SendKeys(`textarea[name=reason]`, "charge lost in the outage"))

@@ -159,7 +159,9 @@ func browseKeys(t *testing.T, br *browser) {
 	shot("audit")
 	step("operators", chromedp.Navigate(base+"/admin/operators"), chromedp.WaitVisible(`table.operators`))
 	shot("operators")
-	step("toggle theme", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`#theme-toggle`), chromedp.Click(`#theme-toggle`))
+	step("dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`header.top`))
+	br.openAccount()
+	step("toggle theme", chromedp.Click(`#theme-toggle`))
 	theme, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.documentElement.dataset.theme || ""`))
 	if err != nil || theme == "" {
 		t.Errorf("the theme toggle set no theme (%q, %v)", theme, err)
@@ -284,7 +286,25 @@ func (br *browser) signIn(name string) {
 
 func (br *browser) signOut() {
 	br.t.Helper()
+	br.openAccount()
 	br.step("sign out", chromedp.Click(`form[action="/logout"] button`), chromedp.WaitVisible(`input[name=name]`))
+}
+
+// openAccount opens the header's account menu (zone, theme, sign out), unfolding the header
+// first where it is folded behind the menu button.
+func (br *browser) openAccount() {
+	br.t.Helper()
+	folded, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`getComputedStyle(document.querySelector('.top .tools')).display === 'none'`))
+	if err != nil {
+		br.t.Fatalf("browser: header: %v", err)
+	}
+	if folded {
+		br.step("open the menu", chromedp.Click(`label.nav-toggle-label`), chromedp.WaitVisible(`#account > summary`))
+	}
+	if _, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`document.getElementById('account').open = true`)); err != nil {
+		br.t.Fatalf("browser: open the account menu: %v", err)
+	}
+	br.step("account menu", chromedp.WaitVisible(`form[action="/logout"] button`))
 }
 
 // done fails the test on any browser error seen.

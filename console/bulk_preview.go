@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
@@ -101,7 +102,7 @@ func (s *Server) bulkPlanView(ctx context.Context, p *replay.BulkPlan, op *acces
 		Selected: p.Selected, Plan: p.Plan, Token: p.Token, Expires: p.Expires}
 	v.ByState, v.ByOutcome = counts(p.Counts.ByState, nil), counts(p.Counts.ByOutcome, predictionLabels)
 	if p.AllRefused() {
-		v.NoneReplayable = say(ctx, "Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
+		v.NoneReplayable = errs.Phrasef("Nothing to start: a guard refuses all %d keys of this selection (their states or live leases, listed below). Change the search or the selection.", p.Total)
 	}
 	for _, it := range p.Items {
 		v.Items = append(v.Items, templates.BulkItemRow{Seq: it.Seq, KeyID: it.KeyID, KeyHref: fmt.Sprintf("/keys/%d", it.KeyID),

@@ -72,7 +72,7 @@ func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []repl
 				row.Result = label
 			}
 		}
-		row.Detail = storedText(ctx, it.DetailPhrase, it.Detail)
+		row.Detail = storedPhrase(it.DetailPhrase, it.Detail)
 		if it.RequestID != nil {
 			row.RequestHref = fmt.Sprintf("/replays/%d", *it.RequestID)
 		}

@@ -68,6 +68,18 @@ func storedText(ctx context.Context, p errs.NullPhrase, text *string) string {
 	return ""
 }
 
+// storedPhrase is a text stored with its phrase: the phrase when there is one, else the text
+// (looked up whole when shown) of a row stored before phrases were.
+func storedPhrase(p errs.NullPhrase, text *string) errs.Phrase {
+	switch {
+	case p.Valid:
+		return p.Phrase
+	case text != nil:
+		return errs.Verbatim(*text)
+	}
+	return errs.Phrase{}
+}
+
 // pageMessage is publicMessage in the page's language (ctx's): when the message is the text of a
 // phrase in err's chain (a field's error, a statement line's, a refusal, an errs.Errorf) it is
 // said through the catalog with its values filled in; any other message is looked up whole.

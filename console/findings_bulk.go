@@ -166,6 +166,9 @@ func (s *Server) bulkPreviewView(ctx context.Context, r *request, in FindingsBul
 	for _, f := range p.Sample {
 		v.Sample = append(v.Sample, findingRow(f, names))
 	}
+	if err := s.findingChannelKinds(ctx, v.Sample); err != nil {
+		return v, err
+	}
 	v.Fields = formFields(in.Filter)
 	if in.Selected {
 		v.Fields = append(v.Fields, templates.Field{Name: "scope", Value: "selected"})

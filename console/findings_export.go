@@ -52,7 +52,7 @@ func exportRow(f *reconcile.Finding, loc *time.Location) []string {
 	}
 	reason := strp(f.ReasonCode)
 	return []string{strconv.FormatInt(f.ID, 10), strconv.FormatInt(f.RunID, 10), string(f.Kind), f.Channel, f.BillDate,
-		strp(f.MerchantOrderNo), amount, currency, key, strp(f.Tenant), f.Subject, channel, local, lineText, string(f.State),
+		strp(f.MerchantOrderNo), amount, currency, key, strp(f.Tenant), f.Subject, sideText(channel), sideText(local), lineText, string(f.State),
 		reason, strp(f.Resolver), strp(f.Note), f.CreatedAt.In(loc).Format(time.RFC3339)}
 }
 

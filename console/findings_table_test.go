@@ -54,8 +54,8 @@ func TestFindingsTable_KindKeySidesLineTabsAndConfirmations(t *testing.T) {
 	// The row: kind label with its text and meaning, the key by name, both sides formatted with
 	// money (IDR has two decimals), the statement line linked.
 	row := between(t, body, fmt.Sprintf(`id="finding-%d"`, amount), "</tr>")
-	mustContain(t, "row", row, `class="kind-label kind-AMOUNT_MISMATCH"`, ">AMOUNT_MISMATCH</span>", "both succeeded with different amounts",
-		fmt.Sprintf(`<a href="/keys/%d">acme · payment.charge · <span class="mono" title="%s">order-ACME-0001-a-key-lo…</span></a>`, a.ID, long),
+	mustContain(t, "row", row, `class="kind-label kind-AMOUNT_MISMATCH"`, "AMOUNT_MISMATCH</code>", "both succeeded with different amounts",
+		fmt.Sprintf(`<a href="/keys/%d" translate="no">acme · payment.charge · <span class="mono" title="%s">order-ACME-0001-a-key-lo…</span></a>`, a.ID, long),
 		fmt.Sprintf(`data-copy="%s"`, long),
 		"success · 123.45 IDR", "completed · 120.00 IDR",
 		fmt.Sprintf(`href="/reconcile/runs/%d/line?n=7"`, run), "line 7</a>",

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -56,12 +55,12 @@ func runFilter(c *gin.Context) (daemon.RunFilter, error) {
 	return f, nil
 }
 
-// jobRunRow is r as shown in ctx's language (its error said from its phrase; see runError).
-func jobRunRow(ctx context.Context, r daemon.Run) templates.RunRow {
+// jobRunRow is r as shown (its error a phrase; see runError).
+func jobRunRow(r daemon.Run) templates.RunRow {
 	row := templates.RunRow{ID: r.ID, Href: fmt.Sprintf("/jobs/runs/%d", r.ID), Schedule: r.Schedule, Job: r.Job, Trigger: r.Trigger,
 		Replica: r.Replica, Status: string(r.Status), StartedAt: r.StartedAt, DeadlineAt: r.DeadlineAt,
-		Duration: r.Duration().Round(time.Millisecond).String(), Phase: r.Phase, Done: r.Done, Total: r.Total,
-		Stats: statsText(r.Stats), Error: truncate(runError(ctx, r), 300)}
+		Phase: r.Phase, Done: r.Done, Total: r.Total,
+		Stats: statsText(r.Stats), Error: runError(r)}
 	if r.FinishedAt != nil {
 		row.FinishedAt = *r.FinishedAt
 	}
@@ -88,7 +87,7 @@ func (s *Server) runsView(ctx context.Context, op *access.Operator, requested bo
 		if r.Status == daemon.RunRunning {
 			v.Poll = true
 		}
-		v.Rows = append(v.Rows, jobRunRow(ctx, r))
+		v.Rows = append(v.Rows, jobRunRow(r))
 	}
 	return v, nil
 }
@@ -136,7 +135,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 		}
 		if sc.LastRun != nil {
 			row.LastStatus, row.LastStarted = string(sc.LastRun.Status), sc.LastRun.StartedAt
-			row.LastError = truncate(runError(ctx, *sc.LastRun), 200)
+			row.LastError = runError(*sc.LastRun)
 		}
 		requested = requested || row.Requested
 		v.Schedules = append(v.Schedules, row)

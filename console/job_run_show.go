@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -27,14 +27,21 @@ func (s *Server) jobRunParam(c *gin.Context) (*daemon.Run, error) {
 	return run, err
 }
 
-// runError is a job run's error in ctx's language: said from its phrase when the job's error
-// carried one; else the stored text looked up whole (the daemon's own fixed texts: a run left
-// by an earlier leader, one stopped before its pass was complete), or as it is.
-func runError(ctx context.Context, r daemon.Run) string {
-	if r.ErrorPhrase.Valid {
-		return templates.Say(ctx, r.ErrorPhrase.Phrase)
+// runError is a job run's error as a phrase for the page: its own phrase when the job's error
+// carried one; else the stored text when the catalog has it whole (the daemon's own fixed
+// texts: a run left by an earlier leader, one stopped before its pass was complete); else "the
+// run failed" with the text after it as data (an error from below, in its own words). Zero when
+// the run has no error.
+func runError(r daemon.Run) errs.Phrase {
+	switch {
+	case r.ErrorPhrase.Valid:
+		return r.ErrorPhrase.Phrase
+	case r.Error == "":
+		return errs.Phrase{}
+	case templates.HasMessage(r.Error):
+		return errs.Verbatim(r.Error)
 	}
-	return templates.SayText(ctx, r.Error)
+	return errs.Phrasef("The run failed: %s", truncate(r.Error, 300))
 }
 
 // jobRunPage is GET /jobs/runs/:id: one run with its progress, timings, stats and error.
@@ -43,8 +50,7 @@ func (s *Server) jobRunPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	row := jobRunRow(c.Request.Context(), *run)
-	row.Error = runError(c.Request.Context(), *run)
+	row := jobRunRow(*run)
 	s.render(c, http.StatusOK, templates.JobRunPage(chrome(r, "jobs"), row))
 	return nil
 }

@@ -193,7 +193,7 @@ func TestJobs_RunsFilterRunPageAndDashboardCards(t *testing.T) {
 		t.Fatalf("run page: %d", run.Status)
 	}
 	mustContain(t, "run page", run.Body, `id="run-status">succeeded`, "run_now", "replica-a", "3 of 10", "sweeping", "swept=10", "took ")
-	mustContain(t, "dashboard", olga.get("/").Body, `id="leader-card"`, "Leader · term", "lease left in ", "seen ",
-		`id="schedule-card-sweep"`, "next in ", "succeeded")
+	mustContain(t, "dashboard", olga.get("/").Body, `id="leader-card"`, "Leader · term", "lease ends in ", "seen ",
+		`id="schedule-card-sweep"`, "next run in ", "succeeded")
 	mustNotContain(t, "dashboard", olga.get("/").Body, "elected_at", "renewed_at")
 }

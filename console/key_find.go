@@ -52,7 +52,8 @@ func (s *Server) findKeyAnywhere(c *gin.Context, r *request, key string) error {
 	for _, k := range rows {
 		v.Rows = append(v.Rows, templates.KeyRow{ID: k.ID, Href: fmt.Sprintf("/keys/%d", k.ID), Tenant: k.Tenant,
 			Operation: k.Operation, Key: k.Key, DigestShort: k.KeyDigest[:12], State: string(k.State),
-			Attempts: k.Attempts, CreatedAt: k.CreatedAt, NeedsAttention: k.NeedsAttention})
+			Attempts: k.Attempts, CreatedAt: k.CreatedAt, NeedsAttention: k.NeedsAttention,
+			AmountMinor: k.AmountMinor, Currency: deref(k.Currency)})
 	}
 	s.render(c, http.StatusOK, templates.KeyFindPage(chrome(r, "keys"), v))
 	return nil

@@ -48,7 +48,8 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	for _, k := range rows {
 		v.Rows = append(v.Rows, templates.KeyRow{ID: k.ID, Href: fmt.Sprintf("/keys/%d", k.ID), Tenant: k.Tenant,
 			Operation: k.Operation, Key: k.Key, DigestShort: k.KeyDigest[:12], State: string(k.State),
-			Attempts: k.Attempts, CreatedAt: k.CreatedAt, NeedsAttention: k.NeedsAttention})
+			Attempts: k.Attempts, CreatedAt: k.CreatedAt, NeedsAttention: k.NeedsAttention,
+			AmountMinor: k.AmountMinor, Currency: deref(k.Currency)})
 	}
 	for name, vals := range f.Query() {
 		v.BulkFields = append(v.BulkFields, templates.Field{Name: name, Value: vals[0]})
@@ -97,4 +98,12 @@ func (s *Server) apiKeys(c *gin.Context, r *request) error {
 	}
 	c.JSON(http.StatusOK, out)
 	return nil
+}
+
+// deref is *s, "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

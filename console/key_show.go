@@ -69,10 +69,10 @@ func (s *Server) intentSummary(k *claim.Key) []templates.SummaryRow {
 	for _, f := range fields {
 		switch {
 		case f.Path == spec.AmountField && amountShown:
-			out = append(out, templates.SummaryRow{Label: "amount", Value: money.Display(*k.AmountMinor, *k.Currency)})
+			out = append(out, templates.SummaryRow{Label: "amount", Field: f.Path, Value: money.Display(*k.AmountMinor, *k.Currency)})
 		case f.Path == spec.CurrencyField && amountShown:
 		default:
-			out = append(out, templates.SummaryRow{Label: strings.ReplaceAll(f.Path, "_", " "), Value: f.Value})
+			out = append(out, templates.SummaryRow{Label: strings.ReplaceAll(f.Path, "_", " "), Field: f.Path, Value: f.Value})
 		}
 	}
 	return out

@@ -46,7 +46,7 @@ func TestKeyNames_ReplaysBulkAndAuditNameKeysAsPeopleKnowThem(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	name := fmt.Sprintf(`<a href="/keys/%d">acme · payment.charge · <span class="mono" title="%s">cust-quoted-key-ACME-123…</span></a>`, k.ID, long)
+	name := fmt.Sprintf(`<a href="/keys/%d" translate="no">acme · payment.charge · <span class="mono" title="%s">cust-quoted-key-ACME-123…</span></a>`, k.ID, long)
 	copyBtn := fmt.Sprintf(`data-copy="%s"`, long)
 	c := b.signIn("o")
 	pages := map[string]string{

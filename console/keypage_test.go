@@ -89,8 +89,8 @@ func TestKeyPage_HistoryIsATimelineWithExpandableDetail(t *testing.T) {
 		t.Errorf("timeline has %d expandable events, want %d", n, len(evs))
 	}
 	last := evs[len(evs)-1]
-	mustContain(t, "timeline", body, `id="history"`, "<strong>"+last.Kind+"</strong>",
-		`datetime="`+last.At.UTC().Format(time.RFC3339)+`"`, last.At.UTC().Format("2006-01-02 15:04:05")+" UTC</time>", " s ago</span>",
+	mustContain(t, "timeline", body, `id="history"`, `<code class="code-muted">`+last.Kind+"</code></span></strong>",
+		`datetime="`+last.At.UTC().Format(time.RFC3339)+`"`, last.At.UTC().Format("2006-01-02 15:04:05")+" UTC</time>", " ago</span>",
 		`<dt>Event</dt><dd class="mono">#`+strconv.FormatInt(last.ID, 10)+`</dd>`)
 	var detail bytes.Buffer
 	if err := json.Indent(&detail, last.Detail, "", "  "); err != nil || detail.Len() < 3 {
@@ -148,7 +148,7 @@ func TestKeyPage_ShowsTheClientsReplays409sAnd422sAfterAFlush(t *testing.T) {
 	k := &claim.Key{ID: id}
 
 	// Nothing is written on the answering path: before the flush the page shows no answers.
-	mustContain(t, "before flush", c.get(fmt.Sprintf("/keys/%d", k.ID)).Body, "No replays, 409s or 422s recorded")
+	mustContain(t, "before flush", c.get(fmt.Sprintf("/keys/%d", k.ID)).Body, "No replays and no 409 or 422 answers recorded")
 	if err := rec.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,52 @@ package console
 
 import (
 	"context"
+	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/templates"
 )
 
 // KeyPanel is a section a deployment adds to the key page, built from its own domain tables
-// (the demo: the order a payment opened and every callback that moved it).
+// (the demo: the order a payment opened and every callback that moved it). Title and Columns
+// are English texts the console translates (each needs a catalog entry); Summary is a phrase
+// (its data arguments are shown as data); each cell says what it holds.
 type KeyPanel struct {
 	// ID names the section (its HTML id is panel-ID).
-	ID, Title, Summary string
-	Columns            []string
-	Rows               [][]string
+	ID, Title string
+	Summary   errs.Phrase
+	Columns   []string
+	Rows      [][]Cell
+}
+
+// Cell is one value of a panel's row: make it with Data, Word, Code or At.
+type Cell struct{ c templates.PanelCell }
+
+// Data is a value shown as it is (an id, a name).
+func Data(s string) Cell { return Cell{templates.PanelCell{Kind: templates.CellData, Text: s}} }
+
+// Word is a word the console translates (a status, an outcome): it needs a catalog entry.
+func Word(s string) Cell { return Cell{templates.PanelCell{Kind: templates.CellWord, Text: s}} }
+
+// Code is a code shown as code (an event type).
+func Code(s string) Cell { return Cell{templates.PanelCell{Kind: templates.CellCode, Text: s}} }
+
+// At is a moment, written in the operator's zone like every time of the console.
+func At(t time.Time) Cell { return Cell{templates.PanelCell{Kind: templates.CellTime, At: t}} }
+
+// String is the cell's value as text (a moment in RFC 3339), for tests and logs.
+func (c Cell) String() string {
+	if c.c.Kind == templates.CellTime {
+		return c.c.At.UTC().Format(time.RFC3339Nano)
+	}
+	return c.c.Text
+}
+
+// Translated says whether the console looks the cell up in its catalog (a Word), and whether
+// the catalog has it.
+func (c Cell) Translated() (word, inCatalog bool) {
+	return c.c.Kind == templates.CellWord, templates.HasMessage(c.c.Text)
 }
 
 // KeyPanelFunc builds a panel for k, a key the operator may see: the page loaded it with the
@@ -33,7 +67,15 @@ func (s *Server) keyPanels(ctx context.Context, k *claim.Key) []templates.KeyPan
 			continue
 		}
 		if p != nil {
-			out = append(out, templates.KeyPanel{ID: p.ID, Title: p.Title, Summary: p.Summary, Columns: p.Columns, Rows: p.Rows})
+			tp := templates.KeyPanel{ID: p.ID, Title: p.Title, Summary: p.Summary, Columns: p.Columns}
+			for _, r := range p.Rows {
+				row := make([]templates.PanelCell, len(r))
+				for i, c := range r {
+					row[i] = c.c
+				}
+				tp.Rows = append(tp.Rows, row)
+			}
+			out = append(out, tp)
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 )
 
 // TestKeyPage_PanelsShowTheDeploymentsRowsForTheKey: a KeyPanelFunc gets the key the operator
@@ -24,8 +25,8 @@ func TestKeyPage_PanelsShowTheDeploymentsRowsForTheKey(t *testing.T) {
 				mu.Lock()
 				calls = append(calls, k.Tenant)
 				mu.Unlock()
-				return &KeyPanel{ID: "order", Title: "Order and channel callbacks", Summary: "order of " + k.Tenant,
-					Columns: []string{"Event", "Outcome"}, Rows: [][]string{{"charge.succeeded", "applied"}}}, nil
+				return &KeyPanel{ID: "order", Title: "Order and channel callbacks", Summary: errs.Phrasef("order of %s", k.Tenant),
+					Columns: []string{"Event", "Outcome"}, Rows: [][]Cell{{Code("charge.succeeded"), Word("applied")}}}, nil
 			},
 			func(context.Context, *claim.Key) (*KeyPanel, error) { return nil, errors.New("boom") },
 		}

@@ -38,8 +38,13 @@ func operatorLanguage(c *gin.Context, op *access.Operator) {
 	}
 }
 
-// backTo is the same-site page a settings form was posted from ("/" otherwise).
+// backTo is the page a settings form was posted from: its "next" field (the header's forms
+// carry the page's own address, Chrome.Here — the console sends no Referer), else a same-site
+// Referer, else the dashboard.
 func backTo(c *gin.Context) string {
+	if next := c.PostForm("next"); next != "" {
+		return safeNext(next)
+	}
 	if ref, err := url.Parse(c.GetHeader("Referer")); err == nil && ref.Host == c.Request.Host {
 		return safeNext(ref.RequestURI())
 	}

@@ -38,7 +38,7 @@ func TestLanguage_StoredReplayTextsSaidInTheReadersLanguage(t *testing.T) {
 	}
 	reqPath := got.Location
 	const (
-		zhAction  = "一笔付给 alice、金额 2.02 EUR 的 charge"
+		zhAction  = "一笔付给 alice、金额 2.02 EUR 的 扣款"
 		zhOutcome = "已记录：渠道已有此单据（ch_zh）；未发送任何内容"
 		enAction  = "a charge of 2.02 EUR to alice"
 		enOutcome = "recorded: the channel already had it (ch_zh); nothing was sent"

@@ -114,7 +114,11 @@ func (s *Server) renderFindingsAgain(c *gin.Context, r *request, back string, fo
 			if err != nil {
 				return err
 			}
-			v.Rows = append([]templates.FindingRow{findingRow(*f, names)}, v.Rows...)
+			one := []templates.FindingRow{findingRow(*f, names)}
+			if err := s.findingChannelKinds(ctx, one); err != nil {
+				return err
+			}
+			v.Rows = append(one, v.Rows...)
 		}
 		// The form comes back on its row only where the row offers it (resolve and ignore on an
 		// open finding, recover where it applies, reopen on a closed one); otherwise the page

@@ -152,6 +152,19 @@ func findingRow(f reconcile.Finding, names map[int64]templates.KeyName) template
 	return row
 }
 
+// findingChannelKinds names the channel of each row by its account's kind (one read for all).
+func (s *Server) findingChannelKinds(ctx context.Context, rows []templates.FindingRow) error {
+	channels := make([]string, len(rows))
+	for i, row := range rows {
+		channels[i] = row.Channel
+	}
+	kinds, err := s.recon.ChannelKinds(ctx, channels)
+	for i := range rows {
+		rows[i].ChannelKind = kinds[rows[i].Channel]
+	}
+	return err
+}
+
 // findingKeyNames names the keys of a page of findings for op.
 func (s *Server) findingKeyNames(ctx context.Context, op *access.Operator, rows []reconcile.Finding) (map[int64]templates.KeyName, error) {
 	var ids []int64
@@ -286,7 +299,15 @@ func (s *Server) findingsView(ctx context.Context, r *request, q url.Values, for
 		}
 		v.Groups, v.GroupsMore = findingGroups(fs, all, f.State)
 		v.GroupsMore = v.GroupsMore || more
-		return v, nil
+		channels := make([]string, len(v.Groups))
+		for i, g := range v.Groups {
+			channels[i] = g.Channel
+		}
+		kinds, err := s.recon.ChannelKinds(ctx, channels)
+		for i := range v.Groups {
+			v.Groups[i].ChannelKind = kinds[v.Groups[i].Channel]
+		}
+		return v, err
 	}
 	rows, next, err := s.listFindings(ctx, r.op, f)
 	if err != nil {
@@ -298,6 +319,9 @@ func (s *Server) findingsView(ctx context.Context, r *request, q url.Values, for
 	}
 	for _, row := range rows {
 		v.Rows = append(v.Rows, findingRow(row, names))
+	}
+	if err := s.findingChannelKinds(ctx, v.Rows); err != nil {
+		return v, err
 	}
 	if next != 0 {
 		v.NextURL = "/reconcile/findings?" + findingQuery(fs, "before", strconv.FormatInt(next, 10)).Encode()

@@ -79,8 +79,17 @@ func (s *Server) reconView(ctx context.Context, r *request) (templates.ReconView
 		return v, err
 	}
 	now := time.Now()
+	var channels []string
 	for _, j := range jobs {
 		v.Jobs = append(v.Jobs, jobRow(j, now, r.op))
+		channels = append(channels, j.Channel)
+	}
+	kinds, err := s.recon.ChannelKinds(ctx, channels)
+	if err != nil {
+		return v, err
+	}
+	for i := range v.Jobs {
+		v.Jobs[i].ChannelKind = kinds[v.Jobs[i].Channel]
 	}
 	v.NextRuns = nextRuns(ctx, v.Form.CronSpec, v.Form.TimeZone)
 	if v.Channels, err = s.channelRows(ctx, r); err != nil {
@@ -104,8 +113,15 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
 		return v, err
 	}
+	kinds, err := s.recon.ChannelKinds(ctx, []string{j.Channel})
+	if err != nil {
+		return v, err
+	}
+	v.Job.ChannelKind = kinds[j.Channel]
 	for _, run := range runs {
-		v.Runs = append(v.Runs, runRow(run))
+		row := runRow(run)
+		row.ChannelKind = kinds[row.Channel]
+		v.Runs = append(v.Runs, row)
 	}
 	return v, nil
 }

@@ -7,11 +7,12 @@ import (
 
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
+	"github.com/idemops/idemops/templates"
 )
 
-// findingMoney formats the amounts of a settlement or fee finding with their currency through
-// money (exact: the detail holds minor units with up to three decimals).
-func findingMoney(f reconcile.Finding) string {
+// findingMoney is the amounts of a settlement or fee finding, each labelled and formatted with
+// its currency through money (exact: the detail holds minor units with up to three decimals).
+func findingMoney(f reconcile.Finding) []templates.FindingAmount {
 	var d struct {
 		Currency   string       `json:"currency"`
 		Stated     *json.Number `json:"stated_minor"`
@@ -21,26 +22,21 @@ func findingMoney(f reconcile.Finding) string {
 		Difference *json.Number `json:"difference_minor"`
 	}
 	if f.Kind != reconcile.SettlementMismatch && f.Kind != reconcile.FeeMismatch {
-		return ""
+		return nil
 	}
 	if json.Unmarshal(f.Detail, &d) != nil {
-		return ""
+		return nil
 	}
-	show := func(label string, n *json.Number) string {
-		if n == nil {
-			return ""
-		}
-		return label + " " + displayMinor(n.String(), d.Currency)
-	}
-	parts := []string{show("stated", d.Stated), show("computed", d.Computed), show("fee", d.Fee),
-		show("expected", d.Expected), show("difference", d.Difference)}
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
+	var out []templates.FindingAmount
+	for _, a := range []struct {
+		label string
+		n     *json.Number
+	}{{"stated", d.Stated}, {"computed", d.Computed}, {"fee", d.Fee}, {"expected", d.Expected}, {"difference", d.Difference}} {
+		if a.n != nil {
+			out = append(out, templates.FindingAmount{Label: a.label, Amount: displayMinor(a.n.String(), d.Currency)})
 		}
 	}
-	return strings.Join(out, ", ")
+	return out
 }
 
 // displayMinor renders a decimal number of minor units ("-64", "0.02") in major units with the
@@ -61,9 +57,9 @@ func displayMinor(minor, currency string) string {
 }
 
 // findingSides is what a line finding's detail says of each side — the channel's status and
-// amount, the local key's state and amount, formatted with money — and the statement line it is
-// about (0: none, e.g. LOCAL_ONLY).
-func findingSides(f reconcile.Finding) (channel, local string, line int64) {
+// amount, the local key's state and amount — and the statement line it is about (0: none, e.g.
+// LOCAL_ONLY).
+func findingSides(f reconcile.Finding) (channel, local templates.FindingSide, line int64) {
 	var d struct {
 		Line            int64   `json:"line"`
 		Lines           []int64 `json:"lines"`
@@ -76,38 +72,33 @@ func findingSides(f reconcile.Finding) (channel, local string, line int64) {
 		Currency        string  `json:"currency"`
 	}
 	if json.Unmarshal(f.Detail, &d) != nil {
-		return "", "", 0
+		return channel, local, 0
 	}
 	line = d.Line
 	if line == 0 && len(d.Lines) > 1 {
 		line = d.Lines[1] // DUPLICATE_IN_FILE: the repeated line
 	}
-	join := func(parts ...string) string {
-		var out []string
-		for _, p := range parts {
-			if p != "" {
-				out = append(out, p)
-			}
-		}
-		return strings.Join(out, " · ")
-	}
-	amount := func(n *int64, currency string) string {
-		if n == nil {
-			return ""
-		}
-		return money.Display(*n, currency)
-	}
 	localCurrency := d.LocalCurrency
-	if localCurrency == "" {
+	if localCurrency == "" && d.LocalAmount != nil {
 		localCurrency = d.Currency // AMOUNT_MISMATCH: both sides in the channel's currency
 	}
-	channel = join(d.ChannelStatus, amount(d.ChannelAmount, d.ChannelCurrency))
-	if d.ChannelAmount == nil && d.ChannelCurrency != "" {
-		channel = join(channel, d.ChannelCurrency)
-	}
-	local = join(d.LocalState, amount(d.LocalAmount, localCurrency))
-	if d.LocalAmount == nil && d.LocalCurrency != "" {
-		local = join(local, d.LocalCurrency) // CURRENCY_MISMATCH: the key's currency
-	}
+	// CURRENCY_MISMATCH has a currency without an amount: the side names its currency alone.
+	channel = templates.FindingSide{Status: d.ChannelStatus, Amount: d.ChannelAmount, Currency: d.ChannelCurrency}
+	local = templates.FindingSide{Status: d.LocalState, Amount: d.LocalAmount, Currency: localCurrency}
 	return channel, local, line
+}
+
+// sideText is one side of a finding as text (status · amount, or status · currency): the export's
+// cell.
+func sideText(s templates.FindingSide) string {
+	var parts []string
+	if s.Status != "" {
+		parts = append(parts, s.Status)
+	}
+	if s.Amount != nil {
+		parts = append(parts, money.Display(*s.Amount, s.Currency))
+	} else if s.Currency != "" {
+		parts = append(parts, s.Currency)
+	}
+	return strings.Join(parts, " · ")
 }

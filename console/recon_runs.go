@@ -80,8 +80,17 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
 		return err
 	}
+	var channels []string
 	for _, run := range runs {
 		v.Rows = append(v.Rows, runRow(run))
+		channels = append(channels, run.Channel)
+	}
+	kinds, err := s.recon.ChannelKinds(ctx, channels)
+	if err != nil {
+		return err
+	}
+	for i := range v.Rows {
+		v.Rows[i].ChannelKind = kinds[v.Rows[i].Channel]
 	}
 	s.render(c, http.StatusOK, templates.ReconRunsPage(chrome(r, "reconcile"), v))
 	return nil
@@ -105,6 +114,13 @@ func (s *Server) reconRunPage(c *gin.Context, r *request) error {
 		return err
 	}
 	v := runView(*run)
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	kinds, err := s.recon.ChannelKinds(ctx, []string{run.Channel})
+	if err != nil {
+		return err
+	}
+	v.Run.ChannelKind = kinds[run.Channel]
 	if isHTMX(c) {
 		s.render(c, http.StatusOK, templates.ReconRunProgress(v))
 		return nil

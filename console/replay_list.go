@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
@@ -53,7 +54,7 @@ func counts(m map[string]int, labels map[string]string) []templates.Count {
 func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *access.Operator) templates.ReplayRow {
 	row := templates.ReplayRow{ID: r.ID, Href: fmt.Sprintf("/replays/%d", r.ID), KeyID: r.KeyID,
 		KeyHref: fmt.Sprintf("/keys/%d", r.KeyID), Tenant: r.Tenant, DigestShort: r.KeyDigest[:12], Requester: r.Requester,
-		Reason: r.Reason, Action: storedText(ctx, r.PreviewPhrase, &r.Preview), State: r.State, NeedsApproval: r.NeedsApproval,
+		Reason: r.Reason, Action: storedPhrase(r.PreviewPhrase, &r.Preview), State: r.State, NeedsApproval: r.NeedsApproval,
 		CreatedAt: r.CreatedAt, CanApprove: r.State == "pending" && op.Role >= access.RoleOperator && op.ID != r.RequestedBy}
 	if r.Approver != nil {
 		row.Approver = *r.Approver
@@ -61,9 +62,9 @@ func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *access.Op
 	if r.OutcomeKind != nil {
 		row.OutcomeKind = *r.OutcomeKind
 	}
-	row.Outcome = storedText(ctx, r.OutcomePhrase, r.Outcome)
+	row.Outcome = storedPhrase(r.OutcomePhrase, r.Outcome)
 	if r.State == "pending" {
-		row.Outcome = say(ctx, "waiting for a second operator's approval")
+		row.Outcome = errs.Phrasef("waiting for a second operator's approval")
 	}
 	if r.BulkRunID != nil {
 		row.BulkHref = fmt.Sprintf("/replays/bulk/%d", *r.BulkRunID)

@@ -25,7 +25,7 @@ func (s *Server) previewAction(ctx context.Context, c *gin.Context, r *request) 
 // replayPreviewView builds the preview page of k for r.
 func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key, p replay.Preview) (templates.ReplayPreviewView, error) {
 	v := templates.ReplayPreviewView{Key: k, Preview: templates.ReplayPreviewData{Allowed: p.Allowed, Outcome: string(p.Outcome),
-		Text: templates.Say(ctx, p.Why), Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
+		Text: p.Why, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
 	if r.op.Role >= access.RoleAdmin && k.Replayable() {
 		v.CanMarkFinal, v.FinalToken = true, s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
 		v.ReleaseToken = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)

@@ -36,7 +36,7 @@ func (s *Server) replayPage(c *gin.Context, r *request) error {
 	}
 	row := s.replayRow(ctx, req, r.op)
 	if req.State == "executing" {
-		row.Waiting = templates.Say(ctx, s.replays.Waiting(ctx, req.KeyID))
+		row.Waiting = s.replays.Waiting(ctx, req.KeyID)
 	}
 	one := []templates.ReplayRow{row}
 	if err := s.nameReplayRows(ctx, r.op, one); err != nil {

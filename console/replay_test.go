@@ -17,6 +17,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/testinfra/pagecheck"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
 )
@@ -390,7 +391,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 
 	c := b.signIn("olga")
 	page, token := c.previewToken(k.ID)
-	mustContain(t, "preview", page.Body, "will be sent after a second check a quarantine (6s) later")
+	mustContain(t, "preview", page.Body, "will be sent after a second check a quarantine (6 s) later")
 	got := c.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {token}, "reason": {"lost charge"}}, true)
 	live := c.get(got.Location).Body
 	mustContain(t, "page while the replay waits", live, "This replay holds the key and looks again at")
@@ -401,7 +402,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 	var body string
 	pgtest.Await(t, b.db, quarantine+10*time.Second, "the replay's outcome", func() bool {
 		body = c.get(got.Location).Body
-		return strings.Contains(body, "sent: downstream created ch_sent_")
+		return strings.Contains(pagecheck.Text(body), "sent: downstream created ch_sent_")
 	}, "replay_requests")
 	mustContain(t, "outcome", body, "sent: downstream created ch_sent_")
 	if strings.Contains(body, `hx-trigger="every 2s"`) {

@@ -72,7 +72,7 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 		err = s.savePolicy(ctx, r, p, c.PostForm("confirm_shorter") == "yes")
 	}
 	if shorter := (*shorterError)(nil); errors.As(err, &shorter) {
-		form.Shorter = templates.Say(c.Request.Context(), shorter.why)
+		form.Shorter = shorter.why
 		return s.retentionAgain(ctx, c, r, http.StatusOK, func(v *templates.RetentionView) { v.Form = form })
 	}
 	if err != nil {
@@ -107,8 +107,7 @@ func (s *Server) shorterThanDefault(p retention.Policy) errs.Phrase {
 	}
 	return errs.Phrasef("This is shorter than the default (responses %s, keys %s): keys of %s that end %s lose their stored response after %s "+
 		"(a retry then gets 410 instead of the replay) and are deleted after %s (a retry then executes again). Tick the box to save it.",
-		retention.FormatPeriod(def.KeepResponse), retention.FormatPeriod(def.KeepKey), p.Operation, p.State,
-		retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
+		def.KeepResponse, def.KeepKey, p.Operation, p.State, p.KeepResponse, p.KeepKey)
 }
 
 // apiSavePolicy is POST /api/v1/retention/policies {"operation","state","keep_response","keep_key"}

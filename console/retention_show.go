@@ -45,14 +45,12 @@ func (s *Server) retentionView(ctx context.Context, r *request, before int64) (t
 		return v, err
 	}
 	f := set.Floor
-	v.Floor = templates.FloorView{Total: retention.FormatPeriod(f.Total()), ClientRetry: retention.FormatPeriod(f.ClientRetry),
-		Backfill: retention.FormatPeriod(f.Backfill), ReconciliationLag: retention.FormatPeriod(f.ReconciliationLag),
-		UpdatedBy: f.UpdatedBy, UpdatedAt: f.UpdatedAt}
+	v.Floor = templates.FloorView{Total: f.Total(), ClientRetry: f.ClientRetry, Backfill: f.Backfill,
+		ReconciliationLag: f.ReconciliationLag, UpdatedBy: f.UpdatedBy, UpdatedAt: f.UpdatedAt}
 	v.FloorForm = floorForm(f)
 	for _, p := range set.Policies {
 		v.Policies = append(v.Policies, templates.PolicyRow{Operation: p.Operation, State: string(p.State),
-			KeepResponse: retention.FormatPeriod(p.KeepResponse), KeepKey: retention.FormatPeriod(p.KeepKey),
-			UpdatedBy: p.UpdatedBy, UpdatedAt: p.UpdatedAt})
+			KeepResponse: p.KeepResponse, KeepKey: p.KeepKey, UpdatedBy: p.UpdatedBy, UpdatedAt: p.UpdatedAt})
 	}
 	if !r.op.SeesAllTenants() {
 		return v, nil // the purge history counts every tenant's keys

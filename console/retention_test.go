@@ -56,7 +56,7 @@ func TestRetentionPolicyBelowFloor(t *testing.T) {
 		t.Fatalf("valid policy: %d", got.Status)
 	}
 	page := c.get("/retention?notice=saved")
-	mustContain(t, "retention page", page.Body, "Policy saved", "payment.charge", "30d", `id="floor-total">6d<`)
+	mustContain(t, "retention page", page.Body, "Policy saved", "payment.charge", "30d", `id="floor-total"><span class="duration">6 d</span><`)
 	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'retention.policy.save' AND target = 'policy:payment.charge/completed'`); n != 1 {
 		t.Errorf("policy audit rows: %d, want 1", n)
 	}

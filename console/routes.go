@@ -38,6 +38,9 @@ type request struct {
 	op   *access.Operator
 	sess *access.Session // nil on the API
 	ip   string
+	// here is the page's address for a GET ("" otherwise): the header's language and zone
+	// switches come back to it.
+	here string
 }
 
 // routes is the route table. enforce applies it; TestRoleRouteMatrix checks all of it.
@@ -175,6 +178,9 @@ const (
 func (s *Server) enforce(rt route) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := &request{ip: c.ClientIP()}
+		if c.Request.Method == http.MethodGet && !isHTMX(c) {
+			r.here = c.Request.URL.RequestURI()
+		}
 		if rt.Min != access.RoleNone {
 			if err := s.authenticate(c, rt, r); err != nil {
 				s.fail(c, r, rt.Kind, err)
@@ -304,7 +310,7 @@ func chrome(r *request, active string) templates.Chrome {
 	if r.sess != nil {
 		ch.CSRF = r.sess.CSRF
 	}
-	ch.TimeZone = r.op.TimeZone
+	ch.TimeZone, ch.Here = r.op.TimeZone, r.here
 	return ch
 }
 

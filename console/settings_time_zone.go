@@ -2,7 +2,6 @@ package console
 
 import (
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -22,10 +21,6 @@ func (s *Server) setTimeZone(c *gin.Context, r *request) error {
 	if err := s.ops.SetTimeZone(ctx, s.change(r), r.op.ID, zone); err != nil {
 		return err
 	}
-	back := "/"
-	if ref, err := url.Parse(c.GetHeader("Referer")); err == nil && ref.Host == c.Request.Host {
-		back = safeNext(ref.RequestURI())
-	}
-	c.Redirect(http.StatusSeeOther, back)
+	c.Redirect(http.StatusSeeOther, backTo(c))
 	return nil
 }

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/internal/testinfra/pagecheck"
 )
 
 // TestTimeZoneSwitch: pages show times as "2006-01-02 15:04:05 UTC" with how long ago beside
-// them; an operator who picks Asia/Shanghai sees the same moments in CST, on every later request
-// and in a new session; a zone that is not one is a 400 naming time_zone and changes nothing.
+// them; an operator who picks Asia/Shanghai sees the same moments as "… UTC+08:00" (never the
+// ambiguous "CST"), on every later request and in a new session; a zone that is not one is a 400
+// naming time_zone and changes nothing.
 func TestTimeZoneSwitch(t *testing.T) {
 	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
@@ -20,7 +22,7 @@ func TestTimeZoneSwitch(t *testing.T) {
 	page := "/keys/" + strconv.FormatInt(k.ID, 10)
 	c := b.signIn("a")
 
-	utc := regexp.MustCompile(`<time datetime="[0-9T:+Z-]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time> <span class="muted">\d+ (s|min) ago</span>`)
+	utc := regexp.MustCompile(`<time datetime="[0-9T:+Z-]+" class="at">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time> <span class="muted ago">\d+ (ms|s|min) ago</span>`)
 	r := c.get(page)
 	if r.Status != 200 || !utc.MatchString(r.Body) {
 		t.Fatalf("key page: %d, no UTC time with a relative part:\n%s", r.Status, r.Body)
@@ -43,11 +45,8 @@ func TestTimeZoneSwitch(t *testing.T) {
 		t.Fatalf("set zone: %d %s", r.Status, r.Body)
 	}
 	sh, _ := time.LoadLocation("Asia/Shanghai")
-	local := k.CreatedAt.In(sh).Format("2006-01-02 15:04:05 MST")
-	if !strings.HasSuffix(local, " CST") {
-		t.Fatalf("Shanghai time %q", local)
-	}
-	cst := regexp.MustCompile(`\d\d:\d\d:\d\d CST</time> <span class="muted">\d+ (s|min) ago</span>`)
+	local := k.CreatedAt.In(sh).Format("2006-01-02 15:04:05") + " UTC+08:00"
+	cst := regexp.MustCompile(`\d\d:\d\d:\d\d UTC\+08:00</time> <span class="muted ago">\d+ (ms|s|min) ago</span>`)
 	for i, cl := range []*client{c, c, b.signIn("a")} { // later requests, then a new session
 		r = cl.get(page)
 		if r.Status != 200 || !strings.Contains(r.Body, local) || !cst.MatchString(r.Body) || utc.MatchString(r.Body) {
@@ -65,7 +64,8 @@ func TestTimeZoneSwitch(t *testing.T) {
 }
 
 // TestTimeFormatsOnPages: no page prints Go's default time format ("… +0000 UTC") or a raw
-// database timestamp; every page with times prints them in the console's one format.
+// database timestamp; every page with times prints them in the console's one format, and
+// pagecheck finds no time written another way, in both languages, in UTC and Asia/Shanghai.
 func TestTimeFormatsOnPages(t *testing.T) {
 	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
@@ -73,9 +73,10 @@ func TestTimeFormatsOnPages(t *testing.T) {
 	b.seedReconJob("daily")
 	c := b.signIn("a") // signing in records a last login: the operators page shows it
 	goDefault := regexp.MustCompile(`\d\d:\d\d:\d\d(\.\d+)? [+-]\d{4}|\+0000 UTC| m=[+-]`)
-	ours := regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>`)
-	for _, p := range []string{"/", "/keys", "/keys/" + strconv.FormatInt(k.ID, 10), "/jobs", "/consumers",
-		"/reconcile", "/reconcile/jobs/daily", "/retention", "/audit", "/admin/operators", "/replays"} {
+	ours := regexp.MustCompile(`\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC(</time>|")`)
+	pages := []string{"/", "/keys", "/keys/" + strconv.FormatInt(k.ID, 10), "/jobs", "/consumers",
+		"/reconcile", "/reconcile/jobs/daily", "/retention", "/audit", "/admin/operators", "/replays"}
+	for _, p := range pages {
 		r := c.get(p)
 		if r.Status != 200 {
 			t.Fatalf("%s: %d", p, r.Status)
@@ -85,6 +86,23 @@ func TestTimeFormatsOnPages(t *testing.T) {
 		}
 		if p != "/" && p != "/jobs" && p != "/consumers" && p != "/retention" && p != "/replays" && !ours.MatchString(r.Body) {
 			t.Errorf("%s shows no time in the console's format", p)
+		}
+	}
+	for _, zone := range []string{"Asia/Shanghai", "UTC"} {
+		if r := c.post("/settings/time-zone", map[string][]string{"time_zone": {zone}}, true); r.Status != 303 {
+			t.Fatalf("zone %s: %d", zone, r.Status)
+		}
+		loc, _ := time.LoadLocation(zone)
+		for _, lang := range []string{"zh-CN", "en"} {
+			if r := c.post("/settings/language", map[string][]string{"lang": {lang}}, true); r.Status != 303 {
+				t.Fatalf("language %s: %d", lang, r.Status)
+			}
+			check := pagecheck.Times{Lang: lang, Zone: loc}
+			for _, p := range pages {
+				for _, problem := range check.Check(c.get(p).Body) {
+					t.Errorf("%s [%s, %s]: %s", p, lang, zone, problem)
+				}
+			}
 		}
 	}
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/templates"
 )
 
 // fastCallbacks makes paysim's retry schedule short enough for a test.
@@ -216,11 +218,25 @@ func TestCallbacks_KeyPageShowsTheOrdersTransitions(t *testing.T) {
 	}
 	var got []string
 	for _, row := range p.Rows {
-		got = append(got, row[1]+":"+row[5])
+		got = append(got, row[1].String()+":"+row[5].String())
 	}
 	sort.Strings(got[1:]) // the duplicate and the late close race each other
-	if strings.Join(got, ",") != "charge.succeeded:applied,charge.closed:ignored,charge.succeeded:duplicate" || !strings.Contains(p.Summary, "is paid") {
+	if strings.Join(got, ",") != "charge.succeeded:applied,charge.closed:ignored: can never apply,charge.succeeded:duplicate: already there" || !strings.Contains(p.Summary.String(), "is paid") {
 		t.Fatalf("panel %q rows %v", p.Summary, got)
+	}
+	// Every word of the panel reaches a Chinese page translated: its title, columns, summary,
+	// and the statuses and outcomes of its rows (ids, event types and times are not words).
+	for _, s := range append([]string{p.Title, p.Summary.Format, p.Summary.Args[2].(errs.Phrase).Format}, p.Columns...) {
+		if !templates.HasMessage(s) {
+			t.Errorf("the panel's %q has no zh-CN catalog entry", s)
+		}
+	}
+	for _, row := range p.Rows {
+		for _, c := range row {
+			if word, ok := c.Translated(); word && !ok {
+				t.Errorf("the panel's word %q has no zh-CN catalog entry", c)
+			}
+		}
 	}
 	other := *k
 	other.Tenant = "globex"

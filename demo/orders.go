@@ -12,6 +12,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/errs"
 )
 
 // OrderStatus is a demo order's state. Channel callbacks move it, only along
@@ -239,6 +240,20 @@ type OrderTransition struct {
 	ReceivedAt time.Time
 }
 
+// statusWord is an order status as the key page says it (the console translates it).
+func statusWord(s string) string {
+	if w, ok := statusWords[OrderStatus(s)]; ok {
+		return w
+	}
+	return s
+}
+
+var statusWords = map[OrderStatus]string{OrderPending: "awaiting payment", OrderPaid: "paid", OrderClosed: "closed", OrderRefunded: "refunded"}
+
+// outcomeWords say what a callback did to its order, on the key page.
+var outcomeWords = map[string]string{OutcomeApplied: "applied", OutcomeDuplicate: "duplicate: already there",
+	OutcomeIgnored: "ignored: can never apply", OutcomeNotYet: "not yet: waits for its precondition"}
+
 // maxPanelTransitions bounds the transitions the key page lists.
 const maxPanelTransitions = 200
 
@@ -265,11 +280,11 @@ func (m *Orders) KeyPanel(ctx context.Context, k *claim.Key) (*console.KeyPanel,
 		return nil, fmt.Errorf("transitions of key %d: %w", k.ID, err)
 	}
 	p := &console.KeyPanel{ID: "order", Title: "Order and channel callbacks",
-		Summary: fmt.Sprintf("Order %s (payment %s) is %s.", o.MerchantOrderNo, o.PaymentID, o.Status),
-		Columns: []string{"Received", "Event", "Callback", "From", "To", "Outcome"}}
+		Summary: errs.Phrasef("Order %s (payment %s) is %s.", o.MerchantOrderNo, o.PaymentID, errs.Verbatim(statusWord(string(o.Status)))),
+		Columns: []string{"Received", "Event", "Callback", "Before", "After", "Outcome"}}
 	for _, t := range ts {
-		p.Rows = append(p.Rows, []string{t.ReceivedAt.UTC().Format("2006-01-02 15:04:05.000"), t.EventType, t.EventID,
-			t.FromStatus, t.ToStatus, t.Outcome})
+		p.Rows = append(p.Rows, []console.Cell{console.At(t.ReceivedAt), console.Code(t.EventType), console.Data(t.EventID),
+			console.Word(statusWord(t.FromStatus)), console.Word(statusWord(t.ToStatus)), console.Word(outcomeWords[t.Outcome])})
 	}
 	return p, nil
 }

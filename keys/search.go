@@ -144,9 +144,12 @@ type KeySummary struct {
 	NeedsAttention bool        `json:"needs_attention"`
 	CreatedAt      time.Time   `json:"created_at"`
 	UpdatedAt      time.Time   `json:"updated_at"`
+	// AmountMinor and Currency are the amount the key's intent declared (nil: none).
+	AmountMinor *int64  `json:"amount_minor,omitempty"`
+	Currency    *string `json:"currency,omitempty"`
 }
 
-const summaryColumns = `id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at`
+const summaryColumns = `id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at, amount_minor, currency`
 
 // SearchKeys returns one page of the keys in scope that match f, and the cursor of the next page
 // (nil on the last). The scope is part of the query, so nothing outside it is read or counted.

@@ -186,3 +186,22 @@ func (r *Reconciler) ListChannelAccounts(ctx context.Context) ([]ChannelAccount,
 	}
 	return out, nil
 }
+
+// ChannelKinds returns the kind of each named channel account that has one set (a channel
+// without a row is generic, and absent from the map): how pages name a channel by what it is
+// (a WeChat Pay account) rather than by what it was called. One query, bounded by the names.
+func (r *Reconciler) ChannelKinds(ctx context.Context, channels []string) (map[string]string, error) {
+	out := make(map[string]string, len(channels))
+	if len(channels) == 0 {
+		return out, nil
+	}
+	var rows []struct{ Channel, Kind string }
+	if err := r.db.WithContext(ctx).Raw(`SELECT channel, kind FROM channel_accounts WHERE channel = ANY(?::text[])`,
+		textArray(channels)).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("channel kinds: %w", err)
+	}
+	for _, row := range rows {
+		out[row.Channel] = row.Kind
+	}
+	return out, nil
+}

@@ -231,7 +231,7 @@ func (w *Workflow) checkPlan(a Actor, plan, token string) (*BulkPlan, error) {
 		return nil, inputErr("plan", "cannot be read; preview the bulk replay again")
 	}
 	if time.Now().After(time.Unix(exp, 0)) {
-		return nil, inputErr("token", "this preview expired at %s; preview the bulk replay again", time.Unix(exp, 0).UTC().Format("15:04:05 UTC"))
+		return nil, inputErr("token", "this preview expired at %s; preview the bulk replay again", time.Unix(exp, 0).UTC())
 	}
 	p := &BulkPlan{Capped: parts[3] == "1", Selected: parts[4] == "1", Filter: parts[5], Plan: plan, Token: token,
 		Expires: time.Unix(exp, 0), Counts: BulkCounts{ByState: map[string]int{}, ByOutcome: map[string]int{}}}

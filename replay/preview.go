@@ -92,13 +92,13 @@ func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Predicti
 			truncate(err.Error(), 200))
 	case v == claim.Found && doc.Failure != nil:
 		return PredictRecordedFailed, errs.Phrasef("the channel already has this %s and it failed (%s) — it will be recorded as failed, nothing is sent",
-			nounOf(k), doc.Failure.Code)
+			errs.Verbatim(nounOf(k)), doc.Failure.Code)
 	case v == claim.Found:
 		return PredictRecorded, errs.Phrasef("the channel already has this %s (%s) — it will be recorded, nothing is sent",
-			nounOf(k), doc.ResourceID)
+			errs.Verbatim(nounOf(k)), doc.ResourceID)
 	case v == claim.Absent:
 		return PredictSend, errs.Phrasef("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
-			actionPhrase(k), k.NotFoundAt.UTC().Format("15:04:05 UTC"))
+			actionPhrase(k), *k.NotFoundAt)
 	default:
 		return PredictNotFoundOnce, errs.Phrasef("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
 			actionPhrase(k), w.claims.Config().Quarantine)
@@ -111,11 +111,13 @@ func actionOf(k *claim.Key) string { return actionPhrase(k).String() }
 // actionPhrase is actionOf as a phrase, for a console that says it in the operator's language
 // (one format per shape, so a translation can order noun, amount and payee its own way).
 func actionPhrase(k *claim.Key) errs.Phrase {
-	noun := k.Operation
-	if i := strings.LastIndexByte(noun, '.'); i >= 0 && i < len(noun)-1 {
-		noun = noun[i+1:]
+	name := k.Operation
+	if i := strings.LastIndexByte(name, '.'); i >= 0 && i < len(name)-1 {
+		name = name[i+1:]
 	}
-	an := strings.ContainsRune("aeiou", rune(noun[0]))
+	an := strings.ContainsRune("aeiou", rune(name[0]))
+	// A noun, looked up in the console's catalog when shown ("charge" is 扣款).
+	noun := errs.Verbatim(name)
 	amount, payee := "", ""
 	if k.AmountMinor != nil && k.Currency != nil {
 		amount = money.Display(*k.AmountMinor, *k.Currency)

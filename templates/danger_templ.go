@@ -13,7 +13,7 @@ import templruntime "github.com/a-h/templ/runtime"
 // names the consequence before the action's own form (its children) can be submitted. It works
 // without JavaScript and by keyboard (summary is a button to assistive technology); the action's
 // button inside carries the danger style.
-func Confirm(id, label, consequence string) templ.Component {
+func Confirm(id, label string, consequence templ.Component) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -58,7 +58,7 @@ func Confirm(id, label, consequence string) templ.Component {
 }
 
 // ConfirmOpen is Confirm shown open (a refused form comes back with what was typed).
-func ConfirmOpen(id, label, consequence string, open bool) templ.Component {
+func ConfirmOpen(id, label string, consequence templ.Component, open bool) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -129,12 +129,7 @@ func ConfirmOpen(id, label, consequence string, open bool) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var7 string
-		templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(t(ctx, consequence))
-		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/danger.templ`, Line: 18, Col: 47}
-		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
+		templ_7745c5c3_Err = consequence.Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -4,12 +4,13 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"strconv"
 	"strings"
 
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 	"golang.org/x/text/message/catalog"
+
+	"github.com/idemops/idemops/money"
 )
 
 // The console speaks English and Simplified Chinese. Messages are keyed by their English text
@@ -135,64 +136,51 @@ func num(ctx context.Context, n int64) string {
 // numi is num of an int.
 func numi(ctx context.Context, n int) string { return num(ctx, int64(n)) }
 
-// channelNames are the payment channels' names as their users know them.
-var channelNames = map[string][2]string{
-	"wechat": {"WeChat Pay", "微信支付"}, "wechatpay": {"WeChat Pay", "微信支付"}, "wxpay": {"WeChat Pay", "微信支付"},
-	"alipay": {"Alipay", "支付宝"},
+// channelKindNames are the payment channels' names as their users know them, by the kind of
+// the channel account (reconcile.AccountKinds); a generic account has none.
+var channelKindNames = map[string]string{"wechatpay_v3": "WeChat Pay", "alipay": "Alipay", "stripe": "Stripe", "adyen": "Adyen"}
+
+// channelKindName is the name of a channel account's kind in the context's language, "" for a
+// generic account (or an unknown kind).
+func channelKindName(ctx context.Context, kind string) string {
+	if n, ok := channelKindNames[kind]; ok {
+		return t(ctx, n)
+	}
+	return ""
 }
 
-// channelName is a payment channel's name in the context's language ("wechat" → 微信支付 / WeChat
-// Pay); a channel it does not know keeps its code.
-func channelName(ctx context.Context, code string) string {
-	n, ok := channelNames[strings.ToLower(code)]
-	if !ok {
-		return code
+// amountText is an amount for people in the context's language, through the money package:
+// digits grouped, the currency kept with the number by a no-break space so a line never splits
+// them ("50,000 KRW", "1,234.50 USD"), in Chinese the yuan as 元 ("1,234.50 元"). An unknown
+// currency is never guessed at: "42 minor units of "XX1"".
+func amountText(ctx context.Context, minor int64, currency string) string {
+	if _, ok := money.Exponent(currency); !ok {
+		return tf(ctx, "%s minor units of %q", money.Grouped(minor, currency), currency)
 	}
-	if zhCtx(ctx) {
-		return n[1]
+	unit := currency
+	if currency == "CNY" && zhCtx(ctx) {
+		unit = "元"
 	}
-	return n[0]
+	return money.Grouped(minor, currency) + "\u00a0" + unit
 }
 
-// groupDigits puts thousands separators into a plain decimal ("-1234567.50" → "-1,234,567.50").
-func groupDigits(s string) string {
-	sign := ""
-	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
+// displayedAmount reads back an amount the money package displayed ("1234.50 CNY"); ok is false
+// for anything else.
+func displayedAmount(displayed string) (minor int64, currency string, ok bool) {
+	amount, code, found := strings.Cut(displayed, " ")
+	if !found || !money.Known(code) {
+		return 0, "", false
 	}
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	if _, err := strconv.ParseUint(intPart, 10, 64); err != nil || len(intPart) <= 3 {
-		return sign + s
-	}
-	var b strings.Builder
-	for i, r := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if hasFrac {
-		return sign + b.String() + "." + frac
-	}
-	return sign + b.String()
+	minor, err := money.Parse(amount, code)
+	return minor, code, err == nil
 }
 
-// LocalizeMoney rewrites an amount the money package displayed ("1234.50 CNY") for lang: digits
-// grouped, and in Chinese the yuan written as such ("1,234.50 元"). Anything else (an unknown
-// currency's minor units, an empty string) is returned unchanged.
+// LocalizeMoney rewrites an amount the money package displayed ("1234.50 CNY") for lang, as
+// amountText writes it; anything else is returned unchanged.
 func LocalizeMoney(lang, displayed string) string {
-	amount, code, ok := strings.Cut(displayed, " ")
-	if !ok || len(code) != 3 || strings.ToUpper(code) != code {
+	minor, code, ok := displayedAmount(displayed)
+	if !ok {
 		return displayed
 	}
-	amount = groupDigits(amount)
-	if lang == LangChinese && code == "CNY" {
-		return amount + " 元"
-	}
-	return amount + " " + code
-}
-
-// money is LocalizeMoney for the context's language.
-func money(ctx context.Context, displayed string) string {
-	return LocalizeMoney(LangOf(ctx), displayed)
+	return amountText(WithLang(context.Background(), lang), minor, code)
 }

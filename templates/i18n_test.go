@@ -144,7 +144,7 @@ func hasLetter(s string) bool {
 // exampleValue is a placeholder that shows the syntax of a value rather than words: "key:42",
 // "payment.charge", "72h".
 func exampleValue(s string) bool {
-	return !strings.ContainsAny(s, " ") && strings.ContainsAny(s, ":._/*0123456789…")
+	return !strings.ContainsAny(s, " ") && strings.ContainsAny(s, ":._/*0123456789…,")
 }
 
 // untranslated reports whether a literal a template writes would reach a reader in English.
@@ -267,10 +267,11 @@ func TestMatchAcceptLanguage(t *testing.T) {
 
 func TestLocalizeMoney(t *testing.T) {
 	for _, c := range []struct{ lang, in, want string }{
-		{LangEnglish, "1234567.50 CNY", "1,234,567.50 CNY"},
-		{LangChinese, "1234567.50 CNY", "1,234,567.50 元"},
-		{LangChinese, "-0.05 EUR", "-0.05 EUR"},
-		{LangChinese, "1000000 JPY", "1,000,000 JPY"},
+		{LangEnglish, "1234567.50 CNY", "1,234,567.50\u00a0CNY"},
+		{LangChinese, "1234567.50 CNY", "1,234,567.50\u00a0元"},
+		{LangChinese, "-0.05 EUR", "-0.05\u00a0EUR"},
+		{LangChinese, "1000000 JPY", "1,000,000\u00a0JPY"},
+		{LangEnglish, "50000 KRW", "50,000\u00a0KRW"},
 		{LangEnglish, `42 minor units of "XX1"`, `42 minor units of "XX1"`},
 		{LangEnglish, "", ""},
 	} {
@@ -292,7 +293,7 @@ func TestTf_FillsArgumentsPerLanguage(t *testing.T) {
 	if got, want := tf(zhCtx, "(last hour, %d in all)", 12345), "（最近一小时，共 12,345 次）"; got != want {
 		t.Errorf("zh number = %q, want %q", got, want)
 	}
-	if got, want := channelName(zhCtx, "wechat")+"/"+channelName(zhCtx, "alipay")+"/"+channelName(enCtx, "alipay"), "微信支付/支付宝/Alipay"; got != want {
+	if got, want := channelKindName(zhCtx, "wechatpay_v3")+"/"+channelKindName(zhCtx, "alipay")+"/"+channelKindName(enCtx, "alipay")+"/"+channelKindName(zhCtx, "generic"), "微信支付/支付宝/Alipay/"; got != want {
 		t.Errorf("channel names = %q, want %q", got, want)
 	}
 	if got := ago(zhCtx, time.Now().Add(-90*time.Second)); got != "1 分钟前" {

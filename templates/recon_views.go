@@ -10,6 +10,8 @@ import (
 // ReconJobRow is one recon job in the list.
 type ReconJobRow struct {
 	Name, Channel, Format, Source, Operations string
+	// ChannelKind is the kind of its channel account ("" or generic: none).
+	ChannelKind string
 	// Fetcher is how its statements are fetched (wechatpay_v3, alipay, stripe, adyen, url,
 	// file); Bill which of the account's bills, for a channel's fetcher.
 	Fetcher, Bill      string
@@ -83,6 +85,7 @@ type ReconRunRow struct {
 	ID                                  int64
 	Href                                string
 	Job, Channel, BillDate, Status      string
+	ChannelKind                         string
 	Actor                               string
 	RowsParsed, RowsLoaded, RowsMatched int64
 	Counts                              []KindCount
@@ -119,15 +122,16 @@ type FindingRow struct {
 	ID                               int64
 	RunID                            int64
 	Channel, BillDate, Kind, Subject string
+	ChannelKind                      string
 	KeyID                            int64
 	KeyHref                          string
 	Detail                           string
 	// OrderNo is the merchant order number, Amount the finding's amount with its currency
 	// ("1234.50 CNY", money.Display): what finance searches by.
 	OrderNo, Amount string
-	// Money is a SETTLEMENT_MISMATCH's or FEE_MISMATCH's amounts formatted with their currency
-	// ("stated 45.00 USD, computed 45.64 USD, difference -0.64 USD"); empty for other kinds.
-	Money                      string
+	// Money is a SETTLEMENT_MISMATCH's or FEE_MISMATCH's amounts, each labelled (stated 45.00
+	// USD, computed 45.64 USD, difference -0.64 USD); empty for other kinds.
+	Money                      []FindingAmount
 	State                      string
 	Resolver, ReasonCode, Note string
 	// ReasonLabel is the reason code's label in the vocabulary ("" for a code of none).
@@ -138,11 +142,26 @@ type FindingRow struct {
 	Key KeyName
 	// KindHelp says in words what the kind means (the label's title).
 	KindHelp string
-	// ChannelSide and LocalSide are what each side says: status or state, amount formatted with money.
-	ChannelSide, LocalSide string
+	// ChannelSide and LocalSide are what each side says: status or state, and amount.
+	ChannelSide, LocalSide FindingSide
 	// Line is the statement line the finding is about (0: none); LineHref its statement.
 	Line     int64
 	LineHref string
+}
+
+// FindingSide is what one side of a finding says: the channel's status or the key's state (a
+// catalog word), its amount in minor units with the currency (nil: none stated; a currency
+// without an amount is a currency alone).
+type FindingSide struct {
+	Status   string
+	Amount   *int64
+	Currency string
+}
+
+// FindingAmount is one labelled amount of a settlement or fee finding: Amount as money.Display
+// writes it (with up to three more decimals where a fee has them).
+type FindingAmount struct {
+	Label, Amount string
 }
 
 // KindClass is the CSS class of a kind's coloured label (the label always carries its text).
@@ -173,7 +192,9 @@ type StateTab struct {
 type FindingGroup struct {
 	ID                                string
 	Kind, KindHelp, Channel, BillDate string
-	N                                 int64
+	// ChannelKind is the kind of its channel account ("" or generic: none).
+	ChannelKind string
+	N           int64
 	// Amounts are the sums per currency, formatted with money ("1234.50 CNY").
 	Amounts []string
 	// Href is the group's list; RowsHref its first findings, for the group opened in place.

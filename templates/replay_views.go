@@ -1,7 +1,10 @@
 package templates
 
 import (
+	"context"
 	"time"
+
+	"github.com/idemops/idemops/errs"
 
 	"github.com/idemops/idemops/claim"
 )
@@ -10,7 +13,7 @@ import (
 type ReplayPreviewData struct {
 	Allowed       bool
 	Outcome       string
-	Text          string
+	Text          errs.Phrase
 	Action        string
 	Amount        string
 	NeedsApproval bool
@@ -42,17 +45,17 @@ type ReplayRow struct {
 	DigestShort   string
 	Requester     string
 	Reason        string
-	Action        string
+	Action        errs.Phrase
 	State         string
 	NeedsApproval bool
 	Approver      string
 	OutcomeKind   string
-	Outcome       string
+	Outcome       errs.Phrase
 	CreatedAt     time.Time
 	CanApprove    bool
 	BulkHref      string
 	// Waiting, while the replay holds its key through the quarantine, says when it looks again.
-	Waiting string
+	Waiting errs.Phrase
 	// Name is the key as people know it (tenant · operation · key).
 	Name KeyName
 }
@@ -78,7 +81,7 @@ type BulkItemRow struct {
 	KeyVersion  int64
 	Predicted   string
 	Result      string // the result's label (resultLabels), said in the page's language
-	Detail      string
+	Detail      errs.Phrase
 	RequestHref string
 	// Name is the key as people know it (tenant · operation · key).
 	Name KeyName
@@ -105,7 +108,7 @@ type BulkView struct {
 	Items        []BulkItemRow
 	Error        string
 	// NoneReplayable, when set, says why the run cannot start: every key is refused by a guard.
-	NoneReplayable string
+	NoneReplayable errs.Phrase
 	// Preview is a selection not yet started (nothing stored): Plan and Token go back with the
 	// start form; Selected says the keys were picked by hand rather than the whole filter.
 	Preview  bool
@@ -113,6 +116,14 @@ type BulkView struct {
 	Plan     string
 	Token    string
 	Expires  time.Time
+}
+
+// runLength is how long r ran, or has been running (to the page's present).
+func runLength(ctx context.Context, r RunRow) time.Duration {
+	if r.FinishedAt.IsZero() {
+		return nowOf(ctx).Sub(r.StartedAt)
+	}
+	return r.FinishedAt.Sub(r.StartedAt)
 }
 
 // Running says whether the page should keep polling for progress.
@@ -144,7 +155,7 @@ type ScheduleRow struct {
 	Requested                         bool
 	LastStatus                        string
 	LastStarted                       time.Time
-	LastError                         string
+	LastError                         errs.Phrase
 }
 
 // RunRow is one job run.
@@ -156,11 +167,10 @@ type RunRow struct {
 	Status                          string
 	StartedAt, DeadlineAt           time.Time
 	FinishedAt, ProgressAt          time.Time // zero: not yet
-	Duration                        string
 	Phase                           string
 	Done, Total                     int64
 	Stats                           string
-	Error                           string
+	Error                           errs.Phrase
 }
 
 // RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.

@@ -1,18 +1,23 @@
 package templates
 
-import "time"
+import (
+	"time"
+
+	"github.com/idemops/idemops/errs"
+)
 
 // FloorView is the retention floor and its three parts.
 type FloorView struct {
-	Total, ClientRetry, Backfill, ReconciliationLag string
+	Total, ClientRetry, Backfill, ReconciliationLag time.Duration
 	UpdatedBy                                       string
 	UpdatedAt                                       time.Time
 }
 
 // PolicyRow is one retention policy.
 type PolicyRow struct {
-	Operation, State, KeepResponse, KeepKey, UpdatedBy string
-	UpdatedAt                                          time.Time
+	Operation, State, UpdatedBy string
+	KeepResponse, KeepKey       time.Duration
+	UpdatedAt                   time.Time
 }
 
 // PolicyForm is the set-a-policy form's values and what was wrong with them.
@@ -21,7 +26,7 @@ type PolicyForm struct {
 	Error                                   string
 	// Shorter, when set, names what a policy below the default periods will do; saving it then
 	// needs the confirmation box ticked.
-	Shorter string
+	Shorter errs.Phrase
 }
 
 // FloorForm is the floor form's values and what was wrong with them.

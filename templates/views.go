@@ -20,6 +20,9 @@ type Chrome struct {
 	IsAdmin    bool
 	IsOperator bool   // operator or admin
 	TimeZone   string // IANA zone the operator sees times in
+	// Here is the page's own address (path and query): the language and zone switches come
+	// back to it.
+	Here string
 }
 
 // LoginView is the sign-in form.
@@ -105,6 +108,9 @@ type KeyRow struct {
 	Attempts       int
 	CreatedAt      time.Time
 	NeedsAttention bool
+	// AmountMinor and Currency are the key's declared amount (nil / "": none declared).
+	AmountMinor *int64
+	Currency    string
 }
 
 // KeyFindView answers the header's find box when the key matched none or several keys.
@@ -184,9 +190,11 @@ type KeyView struct {
 	EventLinks map[int64][]EventLink
 }
 
-// SummaryRow is one field of a key's intent summary, formatted (an amount with its currency).
+// SummaryRow is one field of a key's intent summary, formatted (an amount with its currency):
+// Label is the field in words ("merchant order no"), shown translated when the catalog has
+// it, else the field's path as code.
 type SummaryRow struct {
-	Label, Value string
+	Label, Field, Value string
 }
 
 // AnswerRow is one kind of answer a key's client got without an execution, aggregated.

@@ -455,3 +455,39 @@ func latinWords(s string) []string {
 	}
 	return out
 }
+
+// Text is what a reader of page sees as one line: its text without tags, entities decoded,
+// no-break spaces as spaces and runs of white space as one space (scripts and styles left out).
+// Tests look for a sentence in it however the page marks its parts up (a datum wrapped in
+// translate="no", an amount in its money span).
+func Text(page string) string {
+	z := html.NewTokenizer(strings.NewReader(page))
+	var b strings.Builder
+	skip := 0
+	for {
+		switch z.Next() {
+		case html.ErrorToken:
+			return strings.Join(strings.Fields(strings.ReplaceAll(b.String(), "\u00a0", " ")), " ")
+		case html.TextToken:
+			if skip == 0 {
+				b.Write(z.Text())
+			}
+		case html.StartTagToken:
+			if name, _ := z.TagName(); string(name) == "script" || string(name) == "style" {
+				skip++
+			} else if blockTags[string(name)] {
+				b.WriteByte(' ')
+			}
+		case html.EndTagToken:
+			if name, _ := z.TagName(); string(name) == "script" || string(name) == "style" {
+				skip--
+			} else if blockTags[string(name)] {
+				b.WriteByte(' ')
+			}
+		}
+	}
+}
+
+// blockTags end a run of text: their neighbours' words do not join.
+var blockTags = map[string]bool{"p": true, "div": true, "td": true, "th": true, "tr": true, "li": true, "dt": true, "dd": true,
+	"h1": true, "h2": true, "h3": true, "section": true, "br": true, "summary": true, "option": true, "label": true}
