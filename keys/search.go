@@ -144,9 +144,10 @@ type KeySummary struct {
 	NeedsAttention bool        `json:"needs_attention"`
 	CreatedAt      time.Time   `json:"created_at"`
 	UpdatedAt      time.Time   `json:"updated_at"`
-	// AmountMinor and Currency are the amount the key's intent declared (nil: none).
-	AmountMinor *int64  `json:"amount_minor,omitempty"`
-	Currency    *string `json:"currency,omitempty"`
+	// AmountMinor and Currency are the amount the key's intent declared (nil: none), for the
+	// console's list; the API's search answers without them, as it does without the request.
+	AmountMinor *int64  `json:"-"`
+	Currency    *string `json:"-"`
 }
 
 const summaryColumns = `id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at, amount_minor, currency`
