@@ -28,15 +28,35 @@ func scopeSQL(op *access.Operator) (string, []any) {
 	return cond, args
 }
 
+// dashboard is GET /: the key store at a glance. Its live part polls the same address; an htmx
+// request gets that part alone, and every page polling within liveTTL shares one computation of
+// the view per role and scope (s.live). A page loaded whole reads the database.
 func (s *Server) dashboard(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	view, err := s.live.get(ctx, liveScopeKey("dashboard", r.op), !isHTMX(c), func(ctx context.Context) (any, error) {
+		return s.dashboardView(ctx, r)
+	})
+	if err != nil {
+		return err
+	}
+	v := view.(templates.DashboardView)
+	if isHTMX(c) {
+		s.render(c, http.StatusOK, templates.DashboardLive(v))
+		return nil
+	}
+	s.render(c, http.StatusOK, templates.DashboardPage(chrome(r, "dashboard"), v))
+	return nil
+}
+
+// dashboardView reads the dashboard's figures in r's scope.
+func (s *Server) dashboardView(ctx context.Context, r *request) (templates.DashboardView, error) {
 	scope := keyScope(r.op)
 	v := templates.DashboardView{Window: "keys created in the last 24 hours"}
 
 	byState, err := keys.CountByState(ctx, s.db, scope, dashboardWindow)
 	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return v, fmt.Errorf("dashboard: %w", err)
 	}
 	since := time.Now().Add(-dashboardWindow).UTC().Format(time.RFC3339)
 	for _, b := range byState {
@@ -48,13 +68,13 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
 		n, err := keys.CountInState(ctx, s.db, scope, st)
 		if err != nil {
-			return fmt.Errorf("dashboard: open keys: %w", err)
+			return v, fmt.Errorf("dashboard: open keys: %w", err)
 		}
 		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(string(st), "_", " "), N: n, Href: "/keys?state=" + string(st)})
 	}
 	att, err := s.attention(ctx, r)
 	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return v, fmt.Errorf("dashboard: %w", err)
 	}
 	v.Attention = templates.Count{Label: "need attention", Href: "#attention"}
 	for _, a := range att {
@@ -65,21 +85,20 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	// their own, not part of the sum.
 	unresolved, err := keys.CountUnresolved(ctx, s.db, scope)
 	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return v, fmt.Errorf("dashboard: %w", err)
 	}
 	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved, Href: "/keys?unresolved=1"}
 
 	minutes, err := keys.ClaimsPerMinute(ctx, s.db, scope)
 	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return v, fmt.Errorf("dashboard: %w", err)
 	}
 	v.Claims = claimsChart(time.Now().UTC(), minutes)
 
 	if err := s.daemonStatus(ctx, r, &v); err != nil {
-		return err
+		return v, err
 	}
-	s.render(c, http.StatusOK, templates.DashboardPage(chrome(r, "dashboard"), v))
-	return nil
+	return v, nil
 }
 
 // claimsChart lays out one bar per minute of the last hour in a 600×150 box.
@@ -122,7 +141,7 @@ func (s *Server) daemonStatus(ctx context.Context, r *request, v *templates.Dash
 		return fmt.Errorf("dashboard: %w", err)
 	}
 	if !installed {
-		v.DaemonNote = "Daemon not running: its tables do not exist yet (start `idemops daemon`)."
+		v.DaemonNote = "Daemon not running: its tables do not exist yet (start %s)."
 		return nil
 	}
 	d, err := s.jobsView(ctx, r, daemon.RunFilter{Limit: 5})
@@ -131,7 +150,7 @@ func (s *Server) daemonStatus(ctx context.Context, r *request, v *templates.Dash
 	}
 	v.Daemon, v.DaemonRunning = d, d.HasLeader
 	if !d.HasLeader {
-		v.DaemonNote = "Daemon not running: no replica was ever elected (start `idemops daemon`)."
+		v.DaemonNote = "Daemon not running: no replica was ever elected (start %s)."
 	}
 	return nil
 }

@@ -78,13 +78,18 @@ func (s *Server) intentSummary(k *claim.Key) []templates.SummaryRow {
 	return out
 }
 
-// key is the key detail page.
+// key is the key detail page. Its state refreshes itself while the key is not settled: an htmx
+// request for ?part=state gets that part alone, read from the key's row (one query).
 func (s *Server) key(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	k, err := s.keyParam(ctx, c, r)
 	if err != nil {
 		return err
+	}
+	if isHTMX(c) && c.Query("part") == "state" {
+		s.render(c, http.StatusOK, templates.KeyStateLive(k))
+		return nil
 	}
 	v, err := s.keyView(ctx, r, k)
 	if err != nil {

@@ -153,6 +153,7 @@ type Server struct {
 	purge    *retention.PurgeJob
 	sso      *sso // nil when single sign-on is off
 	replays  *replay.Workflow
+	live     *liveShare // the views of live regions, shared by the pages polling them
 }
 
 // New validates cfg and builds the server and its routes.
@@ -168,6 +169,7 @@ func New(cfg Config) (*Server, error) {
 		tp = otel.GetTracerProvider()
 	}
 	s := &Server{
+		live:     newLiveShare(liveTTL),
 		cfg:      cfg,
 		tracer:   tp.Tracer("github.com/idemops/idemops/console"),
 		db:       cfg.DB,
