@@ -54,6 +54,9 @@ func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []repl
 	if run.Reason != nil {
 		v.Reason = *run.Reason
 	}
+	if run.RecheckAt != nil {
+		v.RecheckAt = *run.RecheckAt
+	}
 	if run.Error != nil {
 		v.Error = say(ctx, "The run stopped: %s", *run.Error)
 	}
@@ -75,6 +78,12 @@ func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []repl
 		row.Detail = storedPhrase(it.DetailPhrase, it.Detail)
 		if it.RequestID != nil {
 			row.RequestHref = fmt.Sprintf("/replays/%d", *it.RequestID)
+		}
+		if row.Parked, row.Checks = it.Parked(), it.Checks; it.RecheckAt != nil {
+			row.RecheckAt = *it.RecheckAt
+		}
+		if row.Parked {
+			v.Parked++
 		}
 		v.Items = append(v.Items, row)
 	}

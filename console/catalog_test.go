@@ -164,7 +164,7 @@ func TestCatalog_CoversRuntimeTexts(t *testing.T) {
 	// The states and statuses pages show as words (their CHECK constraints in migrations/):
 	// replay requests, bulk replays, daemon job runs and their triggers, retention purges.
 	for _, word := range []string{"pending", "approved", "executing", "executed", "refused", "failed",
-		"previewed", "running", "done", "cancelled", "succeeded", "abandoned", "timed_out",
+		"previewed", "running", "waiting", "done", "cancelled", "succeeded", "abandoned", "timed_out",
 		daemon.TriggerSchedule, daemon.TriggerRunNow, daemon.TriggerCLI, "ok", "stopped"} {
 		if !templates.HasMessage(word) {
 			t.Errorf("the state %q has no zh-CN catalog entry", word)

@@ -391,7 +391,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 
 	c := b.signIn("olga")
 	page, token := c.previewToken(k.ID)
-	mustContain(t, "preview", page.Body, "will be sent after a second check a quarantine (6 s) later")
+	mustContain(t, "preview", page.Body, "will be sent after a second check, one quarantine (6 s) later")
 	got := c.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {token}, "reason": {"lost charge"}}, true)
 	live := c.get(got.Location).Body
 	mustContain(t, "page while the replay waits", live, "This replay holds the key and looks again at")
@@ -501,12 +501,13 @@ func (b *bundle) runJobs() {
 	}
 }
 
-// waitBulk runs the daemon's jobs and waits for a bulk run to finish (bounded).
+// waitBulk runs the daemon's jobs and waits for a bulk run to finish, or to wait for its parked
+// keys' re-check (bounded).
 func (b *bundle) waitBulk(id int64) {
 	b.t.Helper()
 	b.runJobs()
 	pgtest.Await(b.t, b.db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {
-		return b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'cancelled', 'failed')`, id) == 1
+		return b.count(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state IN ('done', 'waiting', 'cancelled', 'failed')`, id) == 1
 	}, "replay_bulk_runs")
 }
 
@@ -594,10 +595,13 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	var id int64
 	fmt.Sscanf(runPath, "/replays/bulk/%d", &id)
 	b.waitBulk(id)
+	// Two keys were parked (not found once): the run is not done but waits for their re-check,
+	// says when, and its page keeps refreshing.
 	progress := c.get(runPath + "/progress").Body
-	if strings.Contains(progress, "hx-get") || !strings.Contains(progress, `data-state="done"`) {
-		t.Errorf("the finished run's progress partial still polls: %s", truncate(progress, 300))
+	if !strings.Contains(progress, "hx-get") || strings.Contains(progress, `data-state="done"`) {
+		t.Errorf("the waiting run's progress partial does not poll, or says done: %s", truncate(progress, 300))
 	}
+	mustContain(t, "waiting", progress, `id="bulk-waiting"`, "2 parked: downstream said not found once", "next check in ", "(check 1 of 5)")
 	mustContain(t, "results", progress, "6 of 6", "recorded: the channel already had it (ch_found)", "not found once",
 		"waiting for a second operator", "stored response is the answer", "live lease", "failed finally")
 	run := decode[struct {
@@ -608,7 +612,7 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 		} `json:"run"`
 		Items []replay.BulkItem `json:"items"`
 	}](t, c.api("/api/v1"+runPath, b.token("olga")))
-	if run.Run.Total != 6 || !run.Run.Capped || run.Run.State != "done" || len(run.Items) != 6 || run.Items[0].Result == nil {
+	if run.Run.Total != 6 || !run.Run.Capped || run.Run.State != "waiting" || len(run.Items) != 6 || run.Items[0].Result == nil {
 		t.Errorf("run: %+v, %d items", run.Run, len(run.Items))
 	}
 	if n := b.fakeOp.executes.Load(); n != 0 {

@@ -44,6 +44,8 @@ type BulkRun struct {
 	Results    claim.JSON `json:"results"`
 	JobRunID   *int64     `json:"job_run_id"`
 	Error      *string    `json:"error,omitempty"`
+	// RecheckAt is when a waiting run's next parked key is looked at again.
+	RecheckAt  *time.Time `json:"recheck_at,omitempty"`
 	CreatedAt  time.Time  `json:"created_at"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
@@ -65,7 +67,18 @@ type BulkItem struct {
 	DetailPhrase errs.NullPhrase `json:"-"`
 	RequestID    *int64          `json:"request_id"`
 	DoneAt       *time.Time      `json:"done_at"`
+	// RecheckAt is when the bulk job looks again at a parked key (nil: not parked, or its
+	// re-checks are used up); Checks how often it has.
+	RecheckAt *time.Time `json:"recheck_at,omitempty"`
+	Checks    int        `json:"checks"`
 }
+
+// Parked reports whether the item's key is parked (downstream said not found once, or could
+// not answer) rather than done with.
+func (it BulkItem) Parked() bool { return it.Result != nil && parkedResult(*it.Result) }
+
+// parkedResult: the results that leave a key parked for a later look.
+func parkedResult(result string) bool { return result == "not_found_once" || result == "lookup_error" }
 
 // BulkCounts is a preview's summary.
 type BulkCounts struct {
@@ -74,7 +87,7 @@ type BulkCounts struct {
 }
 
 const bulkRunColumns = `id, operator_id, operator, filter, reason, state, total, processed, capped, counts::text AS counts,
-	results::text AS results, job_run_id, error, created_at, started_at, finished_at, updated_at`
+	results::text AS results, job_run_id, error, recheck_at, created_at, started_at, finished_at, updated_at`
 
 // BulkRun reads a run, whoever started it (the caller decides scope); ErrNotFound when there is
 // none.
@@ -94,7 +107,7 @@ func (w *Workflow) BulkRun(ctx context.Context, id int64) (*BulkRun, error) {
 func (w *Workflow) BulkItems(ctx context.Context, runID int64) ([]BulkItem, error) {
 	var items []BulkItem
 	if err := w.db.WithContext(ctx).Raw(`SELECT run_id, seq, key_id, key_version, key_state, predicted, result, detail,
-		detail_phrase::text AS detail_phrase, request_id, done_at FROM replay_bulk_items WHERE run_id = ? ORDER BY seq LIMIT 5000`, runID).Scan(&items).Error; err != nil {
+		detail_phrase::text AS detail_phrase, request_id, done_at, recheck_at, checks FROM replay_bulk_items WHERE run_id = ? ORDER BY seq LIMIT 5000`, runID).Scan(&items).Error; err != nil {
 		return nil, fmt.Errorf("read bulk items of %d: %w", runID, err)
 	}
 	return items, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
@@ -25,6 +26,10 @@ const BulkJobSpec = "@every 10s"
 
 // bulkRunsPerPass bounds the runs one pass works through.
 const bulkRunsPerPass = 20
+
+// bulkMaxChecks bounds how often the job looks again at one parked key; after that the key
+// stays parked for an operator to replay by hand.
+const bulkMaxChecks = 5
 
 // BulkJob replays the keys of started bulk runs (daemon.Job). Each pass takes the oldest run
 // that no running job run holds — a new one, or one whose job run ended without finishing it
@@ -77,6 +82,7 @@ type takenRun struct {
 	Tenants     string // JSON array
 	IP          *string
 	ResumedFrom *int64 // the job run that held it before, when this pass resumes it
+	Waited      bool   // the run was waiting for its parked keys' re-check, now due
 }
 
 func (r *takenRun) actor() Actor {
@@ -88,21 +94,23 @@ func (r *takenRun) actor() Actor {
 	return a
 }
 
-// takeBulkSQL takes the oldest running bulk run that no running job run holds for jobRun $1
-// (replay_bulk_runs_running_idx; SKIP LOCKED: two passes never take one run).
+// takeBulkSQL takes for jobRun $1 the oldest running bulk run that no running job run holds, or
+// a waiting one whose re-check is due, and marks it running (replay_bulk_runs_running_idx,
+// _waiting_idx; SKIP LOCKED: two passes never take one run).
 const takeBulkSQL = `
 WITH prev AS (
-    SELECT r.id, r.job_run_id FROM replay_bulk_runs r
-    WHERE r.state = 'running'
-      AND (r.job_run_id IS NULL
-           OR NOT EXISTS (SELECT 1 FROM job_runs j WHERE j.id = r.job_run_id AND j.status = 'running'))
+    SELECT r.id, r.job_run_id, r.state FROM replay_bulk_runs r
+    WHERE (r.state = 'running'
+           AND (r.job_run_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM job_runs j WHERE j.id = r.job_run_id AND j.status = 'running')))
+       OR (r.state = 'waiting' AND r.recheck_at <= now())
     ORDER BY r.id LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
 )
-UPDATE replay_bulk_runs b SET job_run_id = ?, updated_at = now()
+UPDATE replay_bulk_runs b SET job_run_id = ?, state = 'running', recheck_at = NULL, updated_at = now()
 FROM prev WHERE b.id = prev.id
 RETURNING b.id, b.operator_id, b.operator, b.reason, COALESCE(array_to_json(b.tenants)::text, '[]') AS tenants, b.ip,
-          prev.job_run_id AS resumed_from`
+          CASE WHEN prev.state = 'running' THEN prev.job_run_id END AS resumed_from, prev.state = 'waiting' AS waited`
 
 func (w *Workflow) takeBulkRun(ctx context.Context, jobRun int64) (*takenRun, error) {
 	qctx, cancel := context.WithTimeout(ctx, w.cfg.QueryTimeout)
@@ -123,6 +131,11 @@ func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progres
 	log := w.log.With("bulk_run", run.ID)
 	if run.ResumedFrom != nil {
 		log.Info("bulk replay resumed", "abandoned_job_run", *run.ResumedFrom)
+	}
+	if run.Waited {
+		if err := w.reopenParked(ctx, run); err != nil {
+			return err
+		}
 	}
 	items, err := w.BulkItems(ctx, run.ID)
 	if err != nil {
@@ -164,7 +177,62 @@ func (w *Workflow) workBulk(ctx context.Context, run *takenRun, p daemon.Progres
 		}
 		p.Report("replaying", done, total)
 	}
+	next, err := w.nextRecheck(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	if next != nil {
+		return w.waitBulk(ctx, run, *next, results)
+	}
 	return w.finishBulk(ctx, run, "done", results, "")
+}
+
+// nextRecheck is when the run's earliest parked key is due for its next look (nil: none is).
+func (w *Workflow) nextRecheck(ctx context.Context, runID int64) (*time.Time, error) {
+	var row struct{ Next *time.Time }
+	if err := w.db.WithContext(context.WithoutCancel(ctx)).Raw(`SELECT min(recheck_at) AS next FROM replay_bulk_items WHERE run_id = ? AND recheck_at IS NOT NULL`,
+		runID).Scan(&row).Error; err != nil {
+		return nil, fmt.Errorf("bulk run %d: next re-check: %w", runID, err)
+	}
+	return row.Next, nil
+}
+
+// waitBulk leaves a run whose keys are all looked at, some parked, waiting for the first
+// re-check: not done while a key waits.
+func (w *Workflow) waitBulk(ctx context.Context, run *takenRun, at time.Time, results map[string]int) error {
+	err := w.db.WithContext(context.WithoutCancel(ctx)).Exec(`UPDATE replay_bulk_runs SET state = 'waiting', recheck_at = ?, updated_at = now()
+		WHERE id = ? AND state = 'running'`, at, run.ID).Error
+	if err != nil {
+		return fmt.Errorf("bulk run %d: wait for its parked keys: %w", run.ID, err)
+	}
+	w.log.Info("bulk replay waits for its parked keys", "bulk_run", run.ID, "recheck_at", at, "results", results)
+	return nil
+}
+
+// reopenParked makes the run's parked keys whose re-check is due keys to replay again (their
+// result cleared, one more check counted), recounts the run's progress from its items, and
+// audits the re-check (replay.recheck), all at once.
+func (w *Workflow) reopenParked(ctx context.Context, run *takenRun) error {
+	ctx = context.WithoutCancel(ctx)
+	return w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Exec(`UPDATE replay_bulk_items SET result = NULL, detail = NULL, detail_phrase = NULL, request_id = NULL, done_at = NULL,
+			recheck_at = NULL, checks = checks + 1 WHERE run_id = ? AND recheck_at IS NOT NULL AND recheck_at <= now()`, run.ID)
+		if res.Error != nil {
+			return fmt.Errorf("bulk run %d: reopen parked keys: %w", run.ID, res.Error)
+		}
+		if err := tx.Exec(`UPDATE replay_bulk_runs SET
+			processed = (SELECT count(*) FROM replay_bulk_items WHERE run_id = ? AND done_at IS NOT NULL),
+			results = COALESCE((SELECT jsonb_object_agg(result, n) FROM (SELECT result, count(*) AS n FROM replay_bulk_items
+				WHERE run_id = ? AND result IS NOT NULL GROUP BY result) g), '{}'), updated_at = now()
+			WHERE id = ?`, run.ID, run.ID, run.ID).Error; err != nil {
+			return fmt.Errorf("bulk run %d: recount: %w", run.ID, err)
+		}
+		if res.RowsAffected == 0 {
+			return nil
+		}
+		return w.audit.Append(ctx, tx, audit.Entry{Actor: run.actor().Ref(), IP: run.actor().IP, Action: "replay.recheck",
+			Target: fmt.Sprintf("bulk:%d", run.ID), Detail: map[string]any{"keys": res.RowsAffected}})
+	})
 }
 
 // recordItem records one key's result and the run's progress, once: an item another pass
@@ -174,8 +242,12 @@ func (w *Workflow) recordItem(ctx context.Context, runID int64, seq int, result 
 	ctx = context.WithoutCancel(ctx)
 	var recorded bool
 	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		res := tx.Exec(`UPDATE replay_bulk_items SET result = ?, detail = ?, detail_phrase = ?::jsonb, request_id = ?, done_at = now()
-			WHERE run_id = ? AND seq = ? AND done_at IS NULL`, result, why.Phrase.String(), why, reqID, runID, seq)
+		// A parked key is looked at again when its quarantine or backoff ends (its lease),
+		// until its checks are used up.
+		res := tx.Exec(`UPDATE replay_bulk_items SET result = ?, detail = ?, detail_phrase = ?::jsonb, request_id = ?, done_at = now(),
+			recheck_at = CASE WHEN ? AND checks < ? THEN
+				(SELECT GREATEST(COALESCE(k.lease_expires_at, now()), now()) FROM idempotency_keys k WHERE k.id = replay_bulk_items.key_id) END
+			WHERE run_id = ? AND seq = ? AND done_at IS NULL`, result, why.Phrase.String(), why, reqID, parkedResult(result), bulkMaxChecks, runID, seq)
 		if res.Error != nil || res.RowsAffected == 0 {
 			return res.Error
 		}
@@ -246,6 +318,17 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 	// One token per (run, item, key): a pass that resumes a run finds the request an earlier
 	// pass made for this key instead of replaying it again.
 	token := tokenHash("bulk", strconv.FormatInt(run.ID, 10), strconv.Itoa(it.Seq), strconv.FormatInt(it.KeyID, 10))
+	version, predicted := it.KeyVersion, Prediction(it.Predicted)
+	if it.Checks > 0 {
+		// A re-check of a parked key: its own request, made as an operator would replay it
+		// again — at the key's version now, on what downstream says now.
+		token = tokenHash("bulk", strconv.FormatInt(run.ID, 10), strconv.Itoa(it.Seq), strconv.FormatInt(it.KeyID, 10), "check", strconv.Itoa(it.Checks))
+		var why errs.Phrase
+		version = k.Version
+		if predicted, why = w.predict(ctx, a, k); predicted == PredictRefused {
+			return "refused", errs.Stored(why), nil
+		}
+	}
 	prior, err := w.requestWhere(ctx, "token_hash = ?", token)
 	if err != nil {
 		w.log.Error("bulk replay: key", "bulk_run", run.ID, "digest", k.KeyDigest, "err", err)
@@ -260,8 +343,8 @@ func (w *Workflow) bulkReplayOne(ctx context.Context, a Actor, run *takenRun, it
 		if run.Reason != nil {
 			reason = *run.Reason
 		}
-		req, _, err = w.request(ctx, ask{actor: a, key: k, version: it.KeyVersion, token: token, reason: reason, bulkRun: &run.ID,
-			predicted: Prediction(it.Predicted)})
+		req, _, err = w.request(ctx, ask{actor: a, key: k, version: version, token: token, reason: reason, bulkRun: &run.ID,
+			predicted: predicted})
 	}
 	var re *errs.RefusedError
 	switch {

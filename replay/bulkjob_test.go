@@ -354,3 +354,111 @@ func TestBulkJob_UnreadableItemsFinishTheRunFailedWithTheError(t *testing.T) {
 		t.Errorf("%d keys taken over by a run that could not read its keys", n)
 	}
 }
+
+// TestBulkJob_ParkedKeysWaitForTheirRecheckAndAreReplayedThen: a bulk run whose keys downstream
+// has not found yet parks them for the quarantine; the run is not done but waiting, each key
+// with the time of its next check (its lease's end); a pass before then takes nothing; the pass
+// after it looks again (audited replay.recheck), replays the keys — now not found twice, so
+// charged once each — and only then is the run done.
+func TestBulkJob_ParkedKeysWaitForTheirRecheckAndAreReplayedThen(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	var keys []claim.Key
+	for i := range 2 {
+		out, err := f.claims.Claim(ctx, claim.Request{Tenant: "acme", Operation: "payment.charge", Key: fmt.Sprintf("parked-%d", i),
+			Intent: json.RawMessage(fmt.Sprintf(`{"amount":%d,"currency":"USD"}`, 200+i)), Spec: slowCharge{}.Intent(), Actor: "service:test"})
+		if err != nil || out.Kind != claim.Acquired {
+			t.Fatalf("seed %d: %v %v", i, out, err)
+		}
+		if err := f.claims.Fail(ctx, nil, out.Lease, claim.RetryableFailure("timeout", "no answer from the channel")); err != nil {
+			t.Fatal(err)
+		}
+		k, err := f.claims.Get(ctx, out.KeyID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, *k)
+	}
+	plan, err := f.w.PreviewBulk(ctx, f.actor, replay.BulkSelection{Filter: "tenant=acme", Selected: true, Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Counts.ByOutcome[string(replay.PredictNotFoundOnce)] != len(keys) {
+		t.Fatalf("preview: %+v, want every key not found once", plan.Counts)
+	}
+	run, err := f.w.StartBulk(ctx, f.actor, plan.Plan, plan.Token, "channel outage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newReplica(t, f.db, "cli", f.w)
+	pass := func() {
+		t.Helper()
+		if jr, err := d.RunJob(ctx, replay.BulkJobName); err != nil || jr.Status != daemon.RunSucceeded {
+			t.Fatalf("bulk pass: %v %v", jr, err)
+		}
+	}
+	read := func() (*replay.BulkRun, []replay.BulkItem) {
+		t.Helper()
+		got, err := f.w.BulkRun(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, err := f.w.BulkItems(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, items
+	}
+
+	pass()
+	got, items := read()
+	if got.State != "waiting" || got.RecheckAt == nil || got.FinishedAt != nil || got.Processed != len(keys) {
+		t.Fatalf("after the first pass: state %s, recheck %v, processed %d; want waiting with a re-check time, every key looked at", got.State, got.RecheckAt, got.Processed)
+	}
+	for _, it := range items {
+		k, err := f.claims.Get(ctx, it.KeyID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !it.Parked() || it.RecheckAt == nil || k.LeaseExpiresAt == nil || !it.RecheckAt.Equal(*k.LeaseExpiresAt) || it.Checks != 0 {
+			t.Errorf("item %d: result %v, recheck %v, key's lease %v, checks %d; want parked until the key's lease ends", it.Seq, it.Result, it.RecheckAt, k.LeaseExpiresAt, it.Checks)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM audit_log WHERE action = 'replay.bulk_done' AND target = ?`, fmt.Sprintf("bulk:%d", run.ID)); n != 0 {
+		t.Error("a run with parked keys was audited as done")
+	}
+
+	// Before the re-check is due, a pass leaves the run waiting.
+	pass()
+	if got, _ := read(); got.State != "waiting" {
+		t.Fatalf("a pass before the re-check: state %s, want waiting", got.State)
+	}
+
+	// The quarantine passes (moved back rather than waited out): the next pass looks again.
+	pgtest.Exec(t, f.db, `UPDATE idempotency_keys SET not_found_at = not_found_at - interval '1 hour', lease_expires_at = now() - interval '1 second'
+		WHERE tenant = 'acme'`)
+	pgtest.Exec(t, f.db, `UPDATE replay_bulk_items SET recheck_at = now() - interval '1 second' WHERE run_id = ? AND recheck_at IS NOT NULL`, run.ID)
+	pgtest.Exec(t, f.db, `UPDATE replay_bulk_runs SET recheck_at = now() - interval '1 second' WHERE id = ?`, run.ID)
+	pass()
+	got, items = read()
+	var results map[string]int
+	_ = json.Unmarshal(got.Results, &results)
+	if got.State != "done" || got.Processed != len(keys) || results["sent"] != len(keys) || got.RecheckAt != nil {
+		t.Fatalf("after the re-check: state %s, processed %d, results %v; want done, every key sent", got.State, got.Processed, results)
+	}
+	for _, it := range items {
+		if it.Parked() || it.Checks != 1 || it.RecheckAt != nil {
+			t.Errorf("item %d: result %v, checks %d, recheck %v; want sent after one check", it.Seq, it.Result, it.Checks, it.RecheckAt)
+		}
+		if k, _ := f.claims.Get(ctx, it.KeyID); k.State != claim.StateCompleted {
+			t.Errorf("key %d: %s, want completed", it.KeyID, k.State)
+		}
+	}
+	if n := f.count(`SELECT count(*) FROM audit_log WHERE action = 'replay.recheck' AND target = ? AND detail::jsonb->>'keys' = '2'`, fmt.Sprintf("bulk:%d", run.ID)); n != 1 {
+		t.Errorf("the re-check audited %d times, want once naming its 2 keys", n)
+	}
+	if n := f.count(`SELECT count(*) FROM audit_log WHERE action = 'replay.bulk_done' AND target = ?`, fmt.Sprintf("bulk:%d", run.ID)); n != 1 {
+		t.Errorf("bulk_done audited %d times, want once", n)
+	}
+}

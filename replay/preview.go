@@ -100,7 +100,7 @@ func (w *Workflow) predict(ctx context.Context, a Actor, k *claim.Key) (Predicti
 		return PredictSend, errs.Phrasef("not found — %s will be sent now (downstream also said not found at %s, a quarantine ago)",
 			actionPhrase(k), *k.NotFoundAt)
 	default:
-		return PredictNotFoundOnce, errs.Phrasef("not found — %s will be sent after a second check a quarantine (%s) later: this replay records the first not-found and parks the key until then",
+		return PredictNotFoundOnce, errs.Phrasef("not found — %s will be sent after a second check, one quarantine (%s) later: this replay records the first not-found and parks the key until then",
 			actionPhrase(k), w.claims.Config().Quarantine)
 	}
 }

@@ -68,11 +68,12 @@ func fixtures(now time.Time) map[string]templ.Component {
 		Waiting: errs.Phrasef("Downstream said not found at %s. This replay holds the key and looks again at %s (in %s), "+
 			"then sends or records what it finds; no second confirmation is needed.", ago(5*time.Second), ago(-5*time.Second), 5*time.Second), Name: keyName}
 	bulk := BulkView{ID: 3, Href: "/replays/bulk/3", ProgressHref: "/replays/bulk/3/progress", StartHref: "/replays/bulk/start",
-		FilterHref: "/keys?tenant=acme", Filter: "tenant=acme", State: "running", Operator: "olga", Reason: "channel outage",
+		FilterHref: "/keys?tenant=acme", Filter: "tenant=acme", State: "waiting", RecheckAt: ago(-25 * time.Second), Parked: 1, Operator: "olga", Reason: "channel outage",
 		Total: 2, Processed: 1, ByState: []Count{{Label: "failed_retryable", N: 2}}, ByOutcome: []Count{{Label: "not found twice: sent now", N: 2}},
 		Results: []Count{{Label: "sent", N: 1}}, Items: []BulkItemRow{{Seq: 1, KeyID: 42, KeyHref: "/keys/42", KeyState: "failed_retryable",
 			KeyVersion: 4, Predicted: "not found twice: sent now", Result: "sent", RequestHref: "/replays/7", Name: keyName,
-			Detail: errs.Phrasef("downstream could not answer — the key is parked and retried after %s", 30*time.Second)}},
+			Detail: errs.Phrasef("downstream could not answer — the key is parked and retried after %s", 30*time.Second),
+			Parked: true, RecheckAt: ago(-25 * time.Second), Checks: 1}},
 		Expires: ago(-10 * time.Minute)}
 	bulkPreview := bulk
 	bulkPreview.Preview, bulkPreview.Plan, bulkPreview.Token = true, "plan", "tok"

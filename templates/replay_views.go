@@ -85,6 +85,12 @@ type BulkItemRow struct {
 	RequestHref string
 	// Name is the key as people know it (tenant · operation · key).
 	Name KeyName
+	// Parked: downstream said not found once or could not answer; RecheckAt is when the bulk
+	// job looks again (zero: its re-checks are used up, an operator replays it by hand), Checks
+	// how often it has.
+	Parked    bool
+	RecheckAt time.Time
+	Checks    int
 }
 
 // BulkView is a bulk replay: its preview, its progress, its per-key results.
@@ -116,6 +122,10 @@ type BulkView struct {
 	Plan     string
 	Token    string
 	Expires  time.Time
+	// RecheckAt is when a waiting run's next parked key is looked at again; Parked how many of
+	// its keys are parked.
+	RecheckAt time.Time
+	Parked    int
 }
 
 // runLength is how long r ran, or has been running (to the page's present).
@@ -127,7 +137,7 @@ func runLength(ctx context.Context, r RunRow) time.Duration {
 }
 
 // Running says whether the page should keep polling for progress.
-func (v BulkView) Running() bool { return v.State == "running" }
+func (v BulkView) Running() bool { return v.State == "running" || v.State == "waiting" }
 
 // LeaderRow is the daemon's leader lease.
 type LeaderRow struct {
@@ -196,3 +206,6 @@ type JobsView struct {
 	Notice    string
 	Error     string
 }
+
+// bulkMaxChecks is how often the bulk job looks again at one parked key (replay.bulkMaxChecks).
+const bulkMaxChecks = 5
