@@ -53,7 +53,9 @@ type a11yResult struct {
 // TestBrowserAccessibility opens every console page (seeded so its tables are not empty) in
 // both languages (Accept-Language zh-CN and en) and runs axe-core on it in the light and the
 // dark theme (prefers-color-scheme), failing on any serious or critical violation. Each page is
-// also shot at 1400 px and at 390 px (a phone), where the page must not scroll sideways.
+// also shot at 1400 px, at 1024 px (a small laptop: the header must be one bar with every part
+// on screen and no nav label on two lines) and at 390 px (a phone), where the page must not
+// scroll sideways; at 1024 and 390 px axe runs again the rules a width can change.
 // Screenshots: screenshots/<page>-<lang>-<width>.png; per-page results:
 // screenshots/axe-results.json (both git-ignored). One Chromium and one console for the loop.
 func TestBrowserAccessibility(t *testing.T) {
@@ -228,8 +230,39 @@ func a11yVisit(t *testing.T, br *browser, axe string, p a11yPage, lang string, w
 	a11yTimes.keys += tKeys.Sub(tAxe)
 	a11yShot(t, br, fmt.Sprintf("%s-%s-%d", p.name, lang, wide))
 
+	// A small laptop: 1024 px. The header is one bar (not folded behind the menu button), every
+	// part of it on screen, no nav label on two lines; axe again for what the width changes.
+	const laptop = 1024
+	br.step(p.name+" laptop", chromedp.EmulateViewport(laptop, 800))
+	if !p.signedOut {
+		header, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+			const bad = [], w = window.innerWidth;
+			const tools = document.querySelector('.top .tools');
+			if (!tools || getComputedStyle(tools).display === 'none') bad.push('header folded: tools hidden');
+			for (const el of document.querySelectorAll('.top > *, .top nav a, #account > summary')) {
+				const r = el.getBoundingClientRect();
+				if (getComputedStyle(el).display === 'none' || r.width === 0) continue;
+				if (r.right > w + 0.5) bad.push((el.id || el.className || el.tagName) + ' ends at ' + Math.round(r.right));
+			}
+			for (const a of document.querySelectorAll('.top nav a')) {
+				const fs = parseFloat(getComputedStyle(a).fontSize);
+				if (a.getBoundingClientRect().height > 2.2 * fs) bad.push('nav label on two lines: ' + a.textContent.trim());
+			}
+			return bad;
+		})()`))
+		if err != nil {
+			t.Fatalf("%s: header check: %v", p.name, err)
+		}
+		for _, m := range header {
+			t.Errorf("%s [%s] at %d px: %s", p.name, lang, laptop, m)
+		}
+	}
+	out = append(out, a11yWidthRules(t, br, p, lang, htmlLang, laptop))
+	a11yShot(t, br, fmt.Sprintf("%s-%s-%d", p.name, lang, laptop))
+
 	// A phone: 390 px, touch. The page itself must never scroll sideways.
 	br.step(p.name+" phone", chromedp.EmulateViewport(phone, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulatePortrait))
+	out = append(out, a11yWidthRules(t, br, p, lang, htmlLang, phone))
 	type dims struct{ ScrollWidth, ViewportWidth float64 }
 	d, err := chromedp.Run(ctx, chromedp.Evaluate[dims](`({ScrollWidth: document.documentElement.scrollWidth, ViewportWidth: window.innerWidth})`))
 	if err != nil {
@@ -243,6 +276,29 @@ func a11yVisit(t *testing.T, br *browser, axe string, p a11yPage, lang string, w
 	a11yShot(t, br, fmt.Sprintf("%s-%s-%d", p.name, lang, phone))
 	a11yTimes.shots += time.Since(tKeys)
 	return out
+}
+
+// a11yWidthRules runs the axe rules a viewport's width can change (scrollers, nesting, names and
+// contrast of what folds) on the page as it is, in the light theme; the result's theme names the
+// width.
+func a11yWidthRules(t *testing.T, br *browser, p a11yPage, lang, htmlLang string, width int64) a11yResult {
+	t.Helper()
+	start := time.Now()
+	defer func() { a11yTimes.axe += time.Since(start) }()
+	vs, err := chromedp.Run(br.ctx, chromedp.Evaluate[[]axeViolation](`axe.run(document, {resultTypes: ['violations'], preload: false,
+		runOnly: {type: 'rule', values: ['scrollable-region-focusable', 'nested-interactive', 'color-contrast', 'label', 'button-name', 'link-name']
+			.filter(id => axe.getRules().some(r => r.ruleId === id))}}).then(r =>
+		r.violations.map(v => ({id: v.id, impact: v.impact || '', help: v.help, nodes: v.nodes.length,
+			targets: v.nodes.slice(0, 3).map(n => n.target.join(' ')), summary: (v.nodes[0] && v.nodes[0].failureSummary || '').split('\n').slice(0, 2).join(' ')})))`,
+		chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("%s at %d px: axe.run: %v", p.name, width, err)
+	}
+	r := a11yResult{Page: p.name, Lang: lang, HTMLLang: htmlLang, Theme: fmt.Sprintf("light@%dpx", width), ByImpact: map[string]int{}, Violations: vs}
+	for _, v := range vs {
+		r.ByImpact[v.Impact]++
+	}
+	return r
 }
 
 // a11yShot saves a full-page PNG like br.shot, encoded for speed (larger files, less time).

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/errs"
@@ -90,4 +91,20 @@ func pageMessage(ctx context.Context, err error) string {
 		return templates.Say(ctx, p.Phrase)
 	}
 	return templates.SayText(ctx, msg)
+}
+
+// roleNeeded says which role a refused action needs: a 403 page (and the API's error) names it
+// rather than only "not allowed". Each is ErrForbidden too (errors.Is).
+var roleNeeded = map[access.Role]error{
+	access.RoleViewer:   errs.Sentence(errs.Forbidden, "not allowed for your role: this needs the viewer role or higher"),
+	access.RoleOperator: errs.Sentence(errs.Forbidden, "not allowed for your role: this needs the operator or admin role"),
+	access.RoleAdmin:    errs.Sentence(errs.Forbidden, "not allowed for your role: this needs the admin role"),
+}
+
+// forbiddenBelow is the refusal of an action whose route needs role min.
+func forbiddenBelow(min access.Role) error {
+	if e, ok := roleNeeded[min]; ok {
+		return fmt.Errorf("%w: %w", e, ErrForbidden)
+	}
+	return ErrForbidden
 }

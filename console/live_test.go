@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -205,5 +206,30 @@ func TestLive_KeyStateRefreshesWhileTheKeyIsOpen(t *testing.T) {
 	b.addOperator("g", access.RoleViewer, "globex")
 	if got := b.signIn("g").poll(path + "?part=state"); got.Status != 404 {
 		t.Errorf("another tenant's poll: %d, want 404", got.Status)
+	}
+}
+
+// TestForbidden_SaysWhichRoleTheActionNeeds: a 403 names the role the action needs, on the page
+// (in the reader's language) and in the API, and is still a refusal of the role.
+func TestForbidden_SaysWhichRoleTheActionNeeds(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	b.addOperator("v", access.RoleViewer, "*")
+	k := b.seedKey("acme", "payment.charge", "forbid-1", `{"amount":100,"currency":"USD"}`, false)
+	c := b.signIn("v")
+	page := c.get("/admin/operators")
+	if page.Status != 403 {
+		t.Fatalf("viewer on the operators page: %d, want 403", page.Status)
+	}
+	mustContain(t, "403 page", page.Body, "this needs the admin role")
+	preview := c.get(fmt.Sprintf("/keys/%d/replay", k.ID))
+	if preview.Status != 403 {
+		t.Fatalf("viewer on a replay preview: %d, want 403", preview.Status)
+	}
+	mustContain(t, "403 page", preview.Body, "this needs the operator or admin role")
+	zh := c.getLang("/admin/operators", "zh-CN")
+	mustContain(t, "zh-CN 403 page", zh.Body, "需要管理员角色")
+	if !errors.Is(forbiddenBelow(access.RoleAdmin), ErrForbidden) {
+		t.Error("the role's refusal is not ErrForbidden")
 	}
 }

@@ -190,7 +190,7 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 				ctx, cancel := s.ctx(c)
 				s.auditRefusal(ctx, r, rt.Method+" "+rt.Path, "", ErrForbidden)
 				cancel()
-				s.fail(c, r, rt.Kind, ErrForbidden)
+				s.fail(c, r, rt.Kind, forbiddenBelow(rt.Min))
 				return
 			}
 			// The operator's zone reaches every template through the context (templates.At).
