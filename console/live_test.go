@@ -69,8 +69,7 @@ func (c *client) poll(path string) resp {
 // static/live.js); a poll is answered with that region alone, and a page loaded whole always
 // shows the figures of the moment.
 func TestLive_DashboardRefreshesItsFiguresAlone(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleAdmin, "*")
 	b.seedKey("acme", "payment.charge", "live-1", `{"amount":100,"currency":"USD"}`, false)
 	c := b.signIn("a")
@@ -102,8 +101,7 @@ func TestLive_DashboardRefreshesItsFiguresAlone(t *testing.T) {
 // one dashboard per window however many pages poll (s.live), so the database's cost does not
 // grow with open pages. It logs the cost of one refresh (statements and time).
 func TestLive_FiftyOpenDashboardsShareOneQueryPerWindow(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	sqlDB, err := b.db.DB()
 	if err != nil {
 		t.Fatal(err)
@@ -181,8 +179,7 @@ func TestLive_FiftyOpenDashboardsShareOneQueryPerWindow(t *testing.T) {
 // settled, a poll is answered with the state alone from the key's row, and a settled key's
 // page does not poll.
 func TestLive_KeyStateRefreshesWhileTheKeyIsOpen(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("a", access.RoleViewer, "*")
 	open := b.seedKey("acme", "payment.charge", "live-open", `{"amount":100,"currency":"USD"}`, false)
 	done := b.seedKey("acme", "payment.charge", "live-done", `{"amount":100,"currency":"USD"}`, true)
@@ -212,8 +209,7 @@ func TestLive_KeyStateRefreshesWhileTheKeyIsOpen(t *testing.T) {
 // TestForbidden_SaysWhichRoleTheActionNeeds: a 403 names the role the action needs, on the page
 // (in the reader's language) and in the API, and is still a refusal of the role.
 func TestForbidden_SaysWhichRoleTheActionNeeds(t *testing.T) {
-	t.Parallel()
-	b := newBundle(t)
+	b := setup(t)
 	b.addOperator("v", access.RoleViewer, "*")
 	k := b.seedKey("acme", "payment.charge", "forbid-1", `{"amount":100,"currency":"USD"}`, false)
 	c := b.signIn("v")

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/a-h/templ"
@@ -148,12 +149,39 @@ func fixtures(now time.Time) map[string]templ.Component {
 		History: []PurgeRow{{ID: 5, StartedAt: ago(3 * time.Hour), FinishedAt: p(ago(3*time.Hour - time.Minute)), Actor: "daemon", Operation: "*",
 			Status: "ok", Deleted: 1200, Tombstoned: 45000, Restamped: 3, Timeouts: 1, BatchSize: 500}},
 		HistoryNext: "/retention?before=5"}
+	// Every audit action the console names, and a counted refusal, on one page.
+	auditRows := []AuditRow{
+		{Seq: 77, At: ago(4 * time.Minute), Actor: "operator:olga", Action: "key.reveal", Target: "key:42", Tenant: "acme",
+			Detail: `{"fields":["request","response"]}`, IP: "10.0.0.7", Hash: "abc", Key: keyName},
+		{Seq: 76, At: ago(26 * time.Hour), Actor: "operator:ada", Action: "operator.time_zone", Target: "operator:ada",
+			Detail: `{"time_zone":"Asia/Shanghai"}`, IP: "10.0.0.8", Hash: "abd"},
+		{Seq: 75, At: ago(27 * time.Hour), Actor: "operator:vic", Action: "POST /keys/:id/replay_refused", Target: "key:43", Tenant: "globex",
+			Detail: `{"count":3}`, IP: "10.0.0.9", Hash: "abe"}}
+	actions := make([]string, 0, len(auditActionNames))
+	for a := range auditActionNames {
+		actions = append(actions, a)
+	}
+	sort.Strings(actions)
+	for i, a := range actions {
+		auditRows = append(auditRows, AuditRow{Seq: int64(74 - i), At: ago(time.Duration(28+i) * time.Hour), Actor: "operator:ada", Action: a,
+			Target: "operator:vic", Tenant: "*", Detail: `{}`, IP: "10.0.0.8", Hash: "f00"})
+	}
+	// A finding of every kind.
+	findingRows := []FindingRow{finding, resolved}
+	kinds := make([]string, 0, len(findingKindNames))
+	for k := range findingKindNames {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for i, k := range kinds {
+		f := finding
+		f.ID, f.Kind, f.KindHelp = int64(20+i), k, ""
+		findingRows = append(findingRows, f)
+	}
+	findingsView.Kinds, findingsView.Rows = kinds, append(findingRows, labelled)
+	groupedView.Kinds = kinds
 	return map[string]templ.Component{
-		"AuditPage": AuditPage(admin, AuditView{Search: AuditSearch{Action: "key.reveal"}, Rows: []AuditRow{
-			{Seq: 77, At: ago(4 * time.Minute), Actor: "operator:olga", Action: "key.reveal", Target: "key:42", Tenant: "acme",
-				Detail: `{"fields":["request","response"]}`, IP: "10.0.0.7", Hash: "abc", Key: keyName},
-			{Seq: 76, At: ago(26 * time.Hour), Actor: "operator:ada", Action: "operator.time_zone", Target: "operator:ada",
-				Detail: `{"time_zone":"Asia/Shanghai"}`, IP: "10.0.0.8", Hash: "abd"}},
+		"AuditPage": AuditPage(admin, AuditView{Search: AuditSearch{Action: "key.reveal"}, Rows: auditRows,
 			NextURL: "/audit?before=76", FirstURL: "/audit"}),
 		"OperatorsPage": OperatorsPage(admin, OperatorsView{Operators: []OperatorRow{
 			{ID: 1, Name: "ada", Role: "admin", Tenants: "*", LastLogin: p(ago(time.Minute))},
