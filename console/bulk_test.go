@@ -101,7 +101,8 @@ func TestBulkReplay_SelectedKeysPreviewAndStart(t *testing.T) {
 	if n := b.count(`SELECT count(*) FROM replay_bulk_items WHERE run_id = ?`, id); n != 2 {
 		t.Errorf("items of the run: %d, want 2", n)
 	}
-	mustContain(t, "run page", c.get(got.Location).Body, "2 of 2", `data-state="done"`)
+	// Both keys were not found yet: parked, the run waits for their re-check.
+	mustContain(t, "run page", c.get(got.Location).Body, "2 of 2", `id="bulk-waiting"`, "2 parked: downstream said not found once")
 }
 
 // TestBulkReplay_SelectAllMatchingTakesTheFilter: "select all N matching this filter" says how

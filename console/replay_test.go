@@ -595,13 +595,13 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	var id int64
 	fmt.Sscanf(runPath, "/replays/bulk/%d", &id)
 	b.waitBulk(id)
-	// Two keys were parked (not found once): the run is not done but waits for their re-check,
-	// says when, and its page keeps refreshing.
+	// The lost key was parked (not found once; the big one waits for approval): the run is not
+	// done but waits for its re-check, says when, and its page keeps refreshing.
 	progress := c.get(runPath + "/progress").Body
 	if !strings.Contains(progress, "hx-get") || strings.Contains(progress, `data-state="done"`) {
 		t.Errorf("the waiting run's progress partial does not poll, or says done: %s", truncate(progress, 300))
 	}
-	mustContain(t, "waiting", progress, `id="bulk-waiting"`, "2 parked: downstream said not found once", "next check in ", "(check 1 of 5)")
+	mustContain(t, "waiting", progress, `id="bulk-waiting"`, "1 parked: downstream said not found once", "next check in ", "(check 1 of 5)")
 	mustContain(t, "results", progress, "6 of 6", "recorded: the channel already had it (ch_found)", "not found once",
 		"waiting for a second operator", "stored response is the answer", "live lease", "failed finally")
 	run := decode[struct {
@@ -627,7 +627,8 @@ func TestBulkReplay_PreviewCountsGuardsCapAndResults(t *testing.T) {
 	if b.key(oldest.ID).State != claim.StateFailedRetryable {
 		t.Error("a key beyond the cap was replayed")
 	}
-	for action, want := range map[string]int64{"replay.bulk_preview": 0, "replay.bulk_start": 1, "replay.bulk_done": 1} {
+	// Not done while a key waits: no bulk_done yet.
+	for action, want := range map[string]int64{"replay.bulk_preview": 0, "replay.bulk_start": 1, "replay.bulk_done": 0} {
 		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ? AND target = ?`, action, fmt.Sprintf("bulk:%d", id)); n != want {
 			t.Errorf("audit %s: %d, want %d", action, n, want)
 		}
