@@ -158,4 +158,3 @@ func TestOperatorCLI_FindingsBulkAndExportWithinTheOperatorsTenants(t *testing.T
 		t.Errorf("fiona's audit actions: %v; want the bulk start and two exports", actions)
 	}
 }
-
