@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -154,5 +155,52 @@ func TestReconcile_ReuploadUnderAnotherChannelNeverRelabelsEarlierFindings(t *te
 	again, err := b.reconcileFile(first, file)
 	if err != nil || !again.AlreadyImported || *again.StatementID != *run1.StatementID {
 		t.Fatalf("re-upload under wechat: %+v %v", again, err)
+	}
+}
+
+// TestMatch_AKeyCompletedAfterTheStatementWasReadIsNotLocalOnly: a statement of a day still
+// running lists the charges made before it was read; a key completed afterwards (its charge
+// made after the read) is not LOCAL_ONLY of it — that run started, and so read the statement,
+// at 11:00 — while a key completed at 10:00 and missing is. Matched again by a run after the
+// day, the late key missing from the statement is LOCAL_ONLY. (The demo reconciles today's
+// statement every minute: each run made a LOCAL_ONLY of a payment completed while it ran,
+// closed by the next run.)
+func TestMatch_AKeyCompletedAfterTheStatementWasReadIsNotLocalOnly(t *testing.T) {
+	b := setup(t)
+	listed := b.keyAt("listed", 1000, "CNY", "wechat")
+	early := b.keyAt("early", 2000, "CNY", "wechat")
+	late := b.keyAt("late", 3000, "CNY", "wechat")
+	b.completedAt(late, billDay.Add(12*time.Hour))
+	imp, err := b.rec.Import(b.ctx, reconcile.ImportRequest{Channel: "wechat", Format: "wechat", Location: shanghai,
+		Importer: "operator:alice"}, bytesReader(wechatBill([]wechatLine{
+		{At: billDay.Add(10 * time.Hour), Txn: "wx-1", Order: listed.DownstreamKey, Status: "SUCCESS", Amount: 1000}}, 0)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := func(startedAt *time.Time) []string {
+		t.Helper()
+		run, err := b.rec.StartRun(b.ctx, nil, "wechat", billDate, "operator:alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if startedAt != nil {
+			pgtest.Exec(t, b.db, `UPDATE recon_runs SET started_at = ? WHERE id = ?`, *startedAt, run)
+		}
+		if _, err := b.rec.Match(b.ctx, run, imp.StatementID, reconcile.MatchSettings{Operations: []string{b.op.Name()},
+			Location: shanghai}); err != nil {
+			t.Fatal(err)
+		}
+		_, got := b.findings(run)
+		sort.Strings(got)
+		return got
+	}
+	noon := billDay.Add(11 * time.Hour)
+	if got, want := match(&noon), []string{"LOCAL_ONLY key:" + itoa(early.ID)}; !slices.Equal(got, want) {
+		t.Errorf("read at 11:00: findings %q, want %q", got, want)
+	}
+	want := []string{"LOCAL_ONLY key:" + itoa(early.ID), "LOCAL_ONLY key:" + itoa(late.ID)}
+	sort.Strings(want)
+	if got := match(nil); !slices.Equal(got, want) {
+		t.Errorf("read after the day: findings %q, want %q", got, want)
 	}
 }

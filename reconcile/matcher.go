@@ -397,8 +397,12 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 	}
 	// A run's findings carry the run's channel account: a statement of another account is not
 	// this run's to match (its findings would be labelled and counted under the wrong account).
+	// The statement can list no charge made after it was read: the run started before the
+	// fetch, and a statement imported earlier (matched again) was read before its import.
 	var runChannel string
-	if err := sqlDB.QueryRowContext(ctx, `SELECT channel FROM recon_runs WHERE id = $1`, runID).Scan(&runChannel); err != nil {
+	var readBy time.Time
+	if err := sqlDB.QueryRowContext(ctx, `SELECT r.channel, least(r.started_at, s.imported_at)
+		FROM recon_runs r, statements s WHERE r.id = $1 AND s.id = $2`, runID, statementID).Scan(&runChannel, &readBy); err != nil {
 		return nil, fmt.Errorf("match: run %d: %w", runID, err)
 	}
 	if runChannel != channel {
@@ -459,6 +463,12 @@ func (r *Reconciler) Match(ctx context.Context, runID, statementID int64, ms Mat
 		scope = textArray(tenants)
 	}
 	from, to := dayStart.Add(-ms.Grace), dayEnd.Add(-ms.Grace)
+	// A key completed after the statement was read is no LOCAL_ONLY of it (a statement of a day
+	// still running, read at noon, lists nothing charged in the afternoon): the next run's
+	// statement says whether the channel has it.
+	if readBy.Before(to) {
+		to = readBy
+	}
 	// The lean plan when the import saw no repeats; the full one otherwise, or when a line
 	// matched a key through its txn id (that key may also be the key of a line the lean plan
 	// did not keep). At most two rounds.
