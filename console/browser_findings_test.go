@@ -105,6 +105,13 @@ func browseFindings(t *testing.T, br *browser, lang, doneWord, bulkWord, reopene
 	}
 	br.step("choose", chromedp.Click(`#bulk-action-ignore`), chromedp.SetValue(`#bulk-reason`, "test_transaction"),
 		chromedp.SendKeys(`#bulk-note`, "browser orders"))
+	// Each action's radio sits at the start of its words, not stretched across a line of its own.
+	beside, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](`[...document.querySelectorAll('#bulk-start input[name=action]')].every(i => {
+		const r = i.getBoundingClientRect(), l = i.parentElement.getBoundingClientRect();
+		return r.width < 40 && r.right < l.left + 60 && r.top < l.top + 20; })`))
+	if err != nil || !beside {
+		t.Errorf("%s: the action radios are not beside their words (%v)", lang, err)
+	}
 	br.shot("findings-bulk-preview-" + lang)
 	br.step("start", chromedp.Click(`#bulk-start-button`), chromedp.WaitVisible(`#bulk-progress[data-polling=false]`))
 	if got := br.text(`#bulk-state`); got != doneWord {
