@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +197,44 @@ func TestCredentials_NeverInTheLogOrTheRunsErrors(t *testing.T) {
 				t.Errorf("%s holds %q, a piece of a credential", what, s)
 			}
 		}
+	}
+}
+
+// A credential may be a file the deployment provides (a mounted secret) instead of a sealed
+// value: nothing is sealed, the file is read at each fetch (a key replaced in the file is used by
+// the next run), and a file gone fails the run with one line naming the credential, not the path
+// or its content.
+func TestCredentials_FromAFileReadAtEachFetch(t *testing.T) {
+	rig := newChannelRig(t, paysim.Config{})
+	rig.charges(billDay)
+	path := filepath.Join(t.TempDir(), "app_private_key.pem")
+	if err := os.WriteFile(path, chanproto.EncodePrivateKey(rsaKey(keyApp)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rig.account("alipay-2088", reconcile.KindAlipay, reconcile.AccountSettings{AppID: "2021000122600000",
+		AlipayPublicKey: rig.keys.AlipayPublicKey}, map[string]reconcile.CredentialInput{reconcile.CredAppPrivateKey: {File: path}})
+	var sealed int64
+	rig.db.Raw(`SELECT count(*) FROM channel_credentials WHERE file = ? AND sealed IS NULL AND key_id = ''`, path).Scan(&sealed)
+	if sealed != 1 {
+		t.Errorf("the file credential is stored %d times as a path with nothing sealed; want once", sealed)
+	}
+	job := rig.job("alipay-daily", "alipay-2088", "alipay", "")
+	run, err := rig.rec.RunJob(rig.ctx, job, billDate, "daemon", nil)
+	rig.wantImported(run, err, "alipay with the key from a file")
+
+	rig.db.Exec(`TRUNCATE statements, statement_lines, recon_runs, discrepancies`)
+	if err := os.WriteFile(path, chanproto.EncodePrivateKey(rsaKey(keyOtherMerchant)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run, err = rig.rec.RunJob(rig.ctx, job, billDate, "daemon", nil)
+	rig.wantRefused(run, err, "Alipay refused the request's signature (40002 isv.invalid-signature)")
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	run, err = rig.rec.RunJob(rig.ctx, job, billDate, "daemon", nil)
+	rig.wantRefused(run, err, "the app_private_key credential's file cannot be read")
+	if strings.Contains(*run.Error, path) {
+		t.Errorf("the run's error %q names the file's path", *run.Error)
 	}
 }
