@@ -10,32 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idemops/idemops/chanproto"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/testinfra/syncbuf"
 	"github.com/idemops/idemops/reconcile"
 )
-
-// lockedBuffer is a log sink the runs' goroutines may write to at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // pemBody is a PEM text's base64 body on one line.
 func pemBody(text string) string {
@@ -70,7 +52,7 @@ func keyFragments(k *rsa.PrivateKey) []string {
 // the audit rows hold any piece of a private key, API key, secret key, password or basic-auth
 // token.
 func TestCredentials_NeverInTheLogOrTheRunsErrors(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	rig := newChannelRig(t, paysim.Config{}, func(cfg *reconcile.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
