@@ -22,7 +22,7 @@ const module = "github.com/idemops/idemops/"
 var order = [][]string{
 	{"errs"},
 	{"money", "chanproto"},
-	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "migrations", "proto"},
+	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "internal/tenantdb", "migrations", "proto"},
 	{"internal/testinfra/..."},
 	{"claim"},
 	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
