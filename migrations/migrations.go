@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 )
@@ -60,3 +61,59 @@ func Hash() (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
+
+// TenantRole is the role the console runs an operator's transactions as when the operator is
+// limited to some tenants (internal/tenantdb): row-level security (migration 00118) shows it only
+// those tenants' rows. It cannot log in; the console's own login switches to it per transaction,
+// so that login must be a member of it.
+const TenantRole = "idemops_console"
+
+// EnsureTenantRole makes TenantRole usable by db's login: the role exists, the login is a member
+// of it, and the role has the schema's tables and sequences (the tables' owner runs this, so the
+// grants are its to give). Creating the role and the membership needs a superuser or CREATEROLE;
+// when the login has neither and they are missing, the error says what a superuser must run.
+// It is idempotent and safe to run from several processes at once.
+func EnsureTenantRole(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("tenant role: %w", err)
+	}
+	defer conn.Close()
+	// Role changes are not transactional against each other: serialize the processes doing this.
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(hashtext('idemops tenant role'))`); err != nil {
+		return fmt.Errorf("tenant role: %w", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('idemops tenant role'))`) //nolint:errcheck
+	var user string
+	var exists, member bool
+	if err := conn.QueryRowContext(ctx, `SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = $1),
+		EXISTS (SELECT FROM pg_roles WHERE rolname = $1) AND pg_has_role(current_user, $1, 'MEMBER')`, TenantRole).Scan(&user, &exists, &member); err != nil {
+		return fmt.Errorf("tenant role: %w", err)
+	}
+	fix := fmt.Sprintf("as a superuser run: CREATE ROLE %s NOLOGIN; GRANT %s TO %s;", TenantRole, TenantRole, quoteIdent(user))
+	if !exists {
+		if _, err := conn.ExecContext(ctx, `CREATE ROLE `+TenantRole+` NOLOGIN NOSUPERUSER NOBYPASSRLS`); err != nil {
+			return fmt.Errorf("tenant role %s does not exist and %s cannot create it (%v): %s", TenantRole, user, err, fix)
+		}
+	}
+	if !member {
+		if _, err := conn.ExecContext(ctx, `GRANT `+TenantRole+` TO `+quoteIdent(user)); err != nil {
+			return fmt.Errorf("%s is not a member of the tenant role %s and cannot make itself one (%v): %s", user, TenantRole, err, fix)
+		}
+	}
+	for _, q := range []string{
+		`GRANT USAGE ON SCHEMA public TO ` + TenantRole,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ` + TenantRole,
+		`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO ` + TenantRole,
+		`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ` + TenantRole,
+		`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO ` + TenantRole,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("tenant role %s: %s: %w (the tables' owner must start the console)", TenantRole, q, err)
+		}
+	}
+	return nil
+}
+
+// quoteIdent quotes a role name for a statement that cannot take it as a parameter.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

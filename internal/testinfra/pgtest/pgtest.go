@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
@@ -97,8 +99,79 @@ func baseConfig(t testing.TB) pgtestdb.Config {
 // URL creates a fresh migrated database for t and returns its connection string.
 func URL(t testing.TB) string {
 	t.Helper()
-	conf := pgtestdb.Custom(t, baseConfig(t), migrator{})
+	base := baseConfig(t)
+	// The tenant role exists before the template is migrated (the migration grants it the
+	// tables), and the test role is a member of it (the console switches to it).
+	roleOnce.Do(func() { roleErr = createTenantRole(base) })
+	if roleErr != nil {
+		t.Fatalf("pgtest: tenant role: %v", roleErr)
+	}
+	conf := pgtestdb.Custom(t, base, migrator{})
+	memberOnce.Do(func() { memberErr = grantTenantRole(base, conf.User) })
+	if memberErr != nil {
+		t.Fatalf("pgtest: tenant role: %v", memberErr)
+	}
 	return conf.URL()
+}
+
+var (
+	roleOnce, memberOnce sync.Once
+	roleErr, memberErr   error
+)
+
+// createTenantRole makes migrations.TenantRole on the server as DATABASE_URL's (super)user,
+// once for all the test binaries sharing the server.
+func createTenantRole(base pgtestdb.Config) error {
+	return onServer(base, fmt.Sprintf(`DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%s') THEN CREATE ROLE %s NOLOGIN NOSUPERUSER NOBYPASSRLS; END IF;
+		END $$`, migrations.TenantRole, migrations.TenantRole))
+}
+
+// grantTenantRole makes user (the role tests connect as) a member of the tenant role.
+func grantTenantRole(base pgtestdb.Config, user string) error {
+	return onServer(base, fmt.Sprintf(`GRANT %s TO %q`, migrations.TenantRole, user))
+}
+
+// onServer runs q on DATABASE_URL's database under an advisory lock: role changes by test
+// binaries running at once would otherwise collide.
+func onServer(base pgtestdb.Config, q string) error {
+	ctx := context.Background()
+	db, err := base.Connect()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(hashtext('idemops tenant role'))`); err != nil {
+		return err
+	}
+	defer conn.ExecContext(ctx, `SELECT pg_advisory_unlock(hashtext('idemops tenant role'))`) //nolint:errcheck
+	_, err = conn.ExecContext(ctx, q)
+	return err
+}
+
+// Tenant opens the console's handle (internal/tenantdb: row-level security by the context's
+// tenants) on the database db was opened on, closed at cleanup.
+func Tenant(t testing.TB, db *gorm.DB) *gorm.DB {
+	t.Helper()
+	d, ok := db.Dialector.(*postgres.Dialector)
+	if !ok || d.Config.DSN == "" {
+		t.Fatalf("pgtest: Tenant needs a handle opened on a URL")
+	}
+	tdb, err := tenantdb.Open(d.Config.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: open the tenant handle: %v", err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := tdb.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	return tdb
 }
 
 // New creates a fresh migrated database for t and returns a gorm handle to it, closed at cleanup.
