@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -360,4 +361,11 @@ func truncate(s string, n int) string {
 		return s[:n]
 	}
 	return s
+}
+
+// Bind returns ctx carrying op's tenants for the database (internal/tenantdb): on the console's
+// handle, the statements run under it see and change only those tenants' rows — row-level
+// security behind the Go checks above, not instead of them.
+func Bind(ctx context.Context, op *Operator) context.Context {
+	return tenantdb.WithTenants(ctx, op.Tenants)
 }

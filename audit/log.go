@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/internal/tenantdb"
 )
 
 // Log is the append-only record of every state-changing action and every reveal. Rows form
@@ -219,8 +221,10 @@ func (a *Log) AppendBatch(ctx context.Context, tx *gorm.DB, es []Entry) error {
 	if err := tx.Exec(`SELECT pg_advisory_xact_lock(?)`, lockID).Error; err != nil {
 		return fmt.Errorf("audit %s: lock: %w", what, err)
 	}
+	// The head through audit_log_head: an appender under row-level security reads only its
+	// tenants' rows, and the chain's newest row may be anyone's.
 	var last []Row
-	if err := tx.Raw(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&last).Error; err != nil {
+	if err := tx.Raw(`SELECT seq, hash FROM audit_log_head() WHERE seq IS NOT NULL`).Scan(&last).Error; err != nil {
 		return fmt.Errorf("audit %s: read chain head: %w", what, err)
 	}
 	seq, prev := int64(0), genesisHash
@@ -298,7 +302,7 @@ func ParseHead(s string) (Head, error) {
 // Head returns the chain's newest row (zero when the log is empty), without verifying it.
 func (a *Log) Head(ctx context.Context) (Head, error) {
 	var rows []Row
-	if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&rows).Error; err != nil {
+	if err := a.db.WithContext(ctx).Raw(`SELECT seq, hash FROM audit_log_head() WHERE seq IS NOT NULL`).Scan(&rows).Error; err != nil {
 		return Head{}, fmt.Errorf("audit head: %w", err)
 	}
 	if len(rows) == 0 {
@@ -342,6 +346,9 @@ func (a *Log) Verify(ctx context.Context, opt VerifyOptions) (VerifyResult, erro
 	if a.key == nil {
 		return VerifyResult{}, fmt.Errorf("audit verify: %w", ErrNoKey)
 	}
+	// The chain is every tenant's rows: it is walked whole (as the database's login, past row-
+	// level security) whoever asks, and what Verify returns names rows by number only.
+	ctx = tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants})
 	const batch = 1000
 	var res VerifyResult
 	prev, after, keyed, tenantsSealed := genesisHash, int64(0), false, false

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/internal/tenantdb"
 )
 
 // Refusals are counted, not each written: a refused action (out of the actor's scope, a role too
@@ -65,6 +67,9 @@ func (a *Log) SealRefusals(ctx context.Context) (int, error) {
 	if a.key == nil {
 		return 0, fmt.Errorf("audit seal refusals: %w", ErrNoKey)
 	}
+	// Every actor's counts: sealing is the log's own work, not the reader's (past row-level
+	// security, as Verify walks the chain).
+	ctx = tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants})
 	var due []refusalCount
 	err := a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Raw(`DELETE FROM audit_refusals WHERE (actor, action, minute) IN (

@@ -11,7 +11,7 @@ import (
 // countMatching counts the keys of a search up to BulkCap (more says more match): the "N" of
 // "select all N matching this filter".
 func (s *Server) countMatching(ctx context.Context, op *access.Operator, f KeyFilter) (n int, more bool, err error) {
-	ids, err := keys.MatchingIDs(ctx, s.db, keyScope(op), f, s.cfg.BulkCap)
+	ids, err := keys.MatchingIDs(ctx, s.db, s.keyScope(op), f, s.cfg.BulkCap)
 	if err != nil {
 		return 0, false, err
 	}
@@ -30,7 +30,7 @@ func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter,
 		if len(ids) > s.cfg.BulkCap {
 			return sel, inputErr("id", "%d keys selected; a bulk replay takes at most %d", len(ids), s.cfg.BulkCap)
 		}
-		if sel.Keys, err = keys.Selected(ctx, s.db, keyScope(op), ids); err != nil {
+		if sel.Keys, err = keys.Selected(ctx, s.db, s.keyScope(op), ids); err != nil {
 			return sel, err
 		}
 		if len(sel.Keys) == 0 {
@@ -38,7 +38,7 @@ func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter,
 		}
 		return sel, nil
 	}
-	if sel.Keys, err = keys.Matching(ctx, s.db, keyScope(op), f, s.cfg.BulkCap); err != nil {
+	if sel.Keys, err = keys.Matching(ctx, s.db, s.keyScope(op), f, s.cfg.BulkCap); err != nil {
 		return sel, err
 	}
 	if len(sel.Keys) == 0 {

@@ -107,7 +107,9 @@ func newBundle(t *testing.T, mod ...func(*Config)) *bundle {
 		t.Fatal(err)
 	}
 	op := &fakeOp{name: "payment.charge", found: map[string]string{}}
-	cfg := Config{DB: db, Claims: st, Argon2: cheapArgon,
+	// The console reads and writes through its own handle, under the operator's tenants (row-
+	// level security); the test seeds and checks as the tables' owner, as services do.
+	cfg := Config{DB: pgtest.Tenant(t, db), Claims: st, Argon2: cheapArgon,
 		Throttle:   access.ThrottleConfig{UserLimit: 3, IPLimit: 6, Window: time.Minute, Lockout: time.Minute},
 		Operations: func(name string) (claim.Operation, bool) { return op, name == op.name },
 		Reconcile:  reconcile.Config{Sources: reconcile.SourcePolicy{FileRoot: "/data"}, Keyring: testKeyring}}

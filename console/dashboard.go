@@ -51,7 +51,7 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 
 // dashboardView reads the dashboard's figures in r's scope.
 func (s *Server) dashboardView(ctx context.Context, r *request) (templates.DashboardView, error) {
-	scope := keyScope(r.op)
+	scope := s.keyScope(r.op)
 	v := templates.DashboardView{Window: "keys created in the last 24 hours"}
 
 	byState, err := keys.CountByState(ctx, s.db, scope, dashboardWindow)

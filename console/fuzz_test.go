@@ -37,7 +37,7 @@ func FuzzConsoleQuery(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := New(Config{DB: db, Claims: st, Argon2: cheapArgon})
+	srv, err := New(Config{DB: pgtest.Tenant(f, db), Claims: st, Argon2: cheapArgon})
 	if err != nil {
 		f.Fatal(err)
 	}

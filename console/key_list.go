@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -41,7 +42,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, next, err := SearchKeys(ctx, s.db, r.op, f)
+	rows, next, err := keys.SearchKeys(ctx, s.db, s.keyScope(r.op), f)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func (s *Server) apiKeys(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, next, err := SearchKeys(ctx, s.db, r.op, f)
+	rows, next, err := keys.SearchKeys(ctx, s.db, s.keyScope(r.op), f)
 	if err != nil {
 		return err
 	}

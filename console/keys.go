@@ -137,9 +137,18 @@ func keyScope(op *access.Operator) keys.Scope {
 	return keys.Scope{All: op.SeesAllTenants(), Tenants: op.Tenants}
 }
 
+// keyScope is keyScope(op), unless a test dropped the Go scope of key reads (goScopeOff) to
+// show that row-level security still hides other tenants' keys.
+func (s *Server) keyScope(op *access.Operator) keys.Scope {
+	if s.goScopeOff {
+		return keys.AllTenants()
+	}
+	return keyScope(op)
+}
+
 // SearchKeys returns one page of keys op may see that match f (keys.SearchKeys in op's scope).
 func SearchKeys(ctx context.Context, db *gorm.DB, op *access.Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
-	return keys.SearchKeys(ctx, db, keyScope(op), f)
+	return keys.SearchKeys(access.Bind(ctx, op), db, keyScope(op), f)
 }
 
 // getKey reads one key op may see; a key of another tenant is ErrNotFound, exactly like a
@@ -186,5 +195,5 @@ const MaxFound = keys.MaxFound
 // FindKeys returns the keys op may see whose raw key is exactly key (keys.FindKeys in op's
 // scope).
 func FindKeys(ctx context.Context, db *gorm.DB, op *access.Operator, key string) ([]KeySummary, error) {
-	return keys.FindKeys(ctx, db, keyScope(op), key)
+	return keys.FindKeys(access.Bind(ctx, op), db, keyScope(op), key)
 }

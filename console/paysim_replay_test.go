@@ -57,7 +57,7 @@ func TestReplay_FoundAtTheChannelSendsNoCharge(t *testing.T) {
 		t.Fatalf("the crashed key: %d %v", keyID, err)
 	}
 
-	srv, err := console.New(console.Config{DB: db, Claims: store, Argon2: access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1},
+	srv, err := console.New(console.Config{DB: pgtest.Tenant(t, db), Claims: store, Argon2: access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1},
 		Operations: func(name string) (claim.Operation, bool) {
 			op, err := w.Operations.Get(name)
 			return op, err == nil

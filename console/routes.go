@@ -186,6 +186,9 @@ func (s *Server) enforce(rt route) gin.HandlerFunc {
 				s.fail(c, r, rt.Kind, err)
 				return
 			}
+			// From here on the request's statements run under the operator's tenants (a refusal's
+			// count included).
+			c.Request = c.Request.WithContext(access.Bind(c.Request.Context(), r.op))
 			if r.op.Role < rt.Min {
 				ctx, cancel := s.ctx(c)
 				s.auditRefusal(ctx, r, rt.Method+" "+rt.Path, "", ErrForbidden)

@@ -20,6 +20,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/retention"
@@ -30,10 +31,14 @@ var staticFiles embed.FS
 
 // Config sets up a Server. Zero fields take the defaults in withDefaults.
 type Config struct {
-	// DB is the database holding the claim and console tables.
+	// DB is the database holding the claim and console tables, opened by tenantdb.Open: every
+	// request runs its statements under the signed-in operator's tenants, so row-level security
+	// (migration 00118) hides other tenants' rows even where a Go check would miss them. Its
+	// login must be a member of migrations.TenantRole (migrations.EnsureTenantRole).
 	DB *gorm.DB
 	// Claims is the claim store keys are read and recorded through; when nil one is made on DB
-	// with DigestSecret.
+	// with DigestSecret. A store on another handle (the services') lends its configuration to
+	// one made on DB: the console reads and records keys through DB alone.
 	Claims *claim.Store
 	// DigestSecret keys key digests (exact-key search); taken from Claims when that is set.
 	DigestSecret []byte
@@ -84,6 +89,16 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	if c.DB == nil {
 		return c, errors.New("console: Config.DB is required")
+	}
+	if !tenantdb.Scoped(c.DB) {
+		return c, errors.New("console: Config.DB must be opened by tenantdb.Open (row-level security by the operator's tenants)")
+	}
+	if c.Claims != nil && c.Claims.DB() != c.DB {
+		st, err := claim.NewStore(c.DB, c.Claims.Config())
+		if err != nil {
+			return c, fmt.Errorf("console: %w", err)
+		}
+		c.Claims = st
 	}
 	if c.Claims == nil {
 		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: c.DigestSecret, Logger: c.Logger})
@@ -154,6 +169,9 @@ type Server struct {
 	sso      *sso // nil when single sign-on is off
 	replays  *replay.Workflow
 	live     *liveShare // the views of live regions, shared by the pages polling them
+	// goScopeOff drops the Go scope of key reads (keyScope): set by one test only, which shows
+	// that row-level security still hides other tenants' keys without it.
+	goScopeOff bool
 }
 
 // New validates cfg and builds the server and its routes.

@@ -311,7 +311,7 @@ func TestSSOLocalLoginOff(t *testing.T) {
 	if r := b.ssoSignIn(c, idp, map[string]any{"email": "erin@example.com", "email_verified": true}, nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("sso with local login off: %d %s", r.Status, r.Body)
 	}
-	if _, err := New(Config{DB: b.db, DisableLocalLogin: true}); err == nil {
+	if _, err := New(Config{DB: b.srv.db, DisableLocalLogin: true}); err == nil {
 		t.Fatal("local login off without SSO must be refused")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/tenantdb"
 )
 
 // BulkJobName is the daemon job that works through running bulk runs of findings.
@@ -54,12 +55,14 @@ func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (dae
 		if daemon.ShouldStop(ctx) {
 			return stats, daemon.ErrStopped
 		}
-		run, err := j.r.takeBulkRun(ctx, jobRun)
+		// Any operator's run is the daemon's to take; its findings are worked under the run's
+		// tenants, those its starter and approver covered (row-level security on a console's handle).
+		run, err := j.r.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
 		if err != nil || run == nil {
 			return stats, err
 		}
 		stats["runs"]++
-		if err := j.r.workBulk(ctx, run, p, stats); err != nil {
+		if err := j.r.workBulk(tenantdb.WithTenants(ctx, run.Tenants), run, p, stats); err != nil {
 			return stats, err
 		}
 	}

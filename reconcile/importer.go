@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idemops/idemops/daemon"
 )
@@ -129,11 +128,18 @@ func (r *Reconciler) Import(ctx context.Context, req ImportRequest, src io.Reade
 	defer conn.Close()
 	var res *ImportResult
 	err = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
-		if !ok {
+		// pgx's database/sql connection, or one wrapping it (the console's, internal/tenantdb):
+		// the import COPYs on the pgx connection itself, as the login.
+		var pc *pgx.Conn
+		switch c := dc.(type) {
+		case interface{ Conn() *pgx.Conn }:
+			pc = c.Conn()
+		case interface{ Pgx() *pgx.Conn }:
+			pc = c.Pgx()
+		default:
 			return fmt.Errorf("import: the database handle is not pgx (%T)", dc)
 		}
-		res, err = r.importOn(ctx, sc.Conn(), req, src, p)
+		res, err = r.importOn(ctx, pc, req, src, p)
 		return err
 	})
 	if res != nil && res.Summary != nil && errors.Is(err, ErrControlTotal) {

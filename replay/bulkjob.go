@@ -15,6 +15,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/tenantdb"
 )
 
 // BulkJobName is the daemon job that works through started bulk replays.
@@ -58,7 +59,9 @@ func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (dae
 		if daemon.ShouldStop(ctx) {
 			return stats, daemon.ErrStopped
 		}
-		run, err := j.w.takeBulkRun(ctx, jobRun)
+		// Any operator's run is the daemon's to take; its keys are replayed under the tenants
+		// of the operator who started it (row-level security on a console's handle).
+		run, err := j.w.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
 		if err != nil || run == nil {
 			return stats, err
 		}
@@ -66,7 +69,7 @@ func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (dae
 		if run.ResumedFrom != nil {
 			stats["resumed"]++
 		}
-		if err := j.w.workBulk(ctx, run, p, stats); err != nil {
+		if err := j.w.workBulk(tenantdb.WithTenants(ctx, run.actor().Tenants), run, p, stats); err != nil {
 			return stats, err
 		}
 	}

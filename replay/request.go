@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/tenantdb"
 )
 
 // Request is one confirmed replay (replay_requests).
@@ -289,6 +290,8 @@ func (w *Workflow) execute(ctx context.Context, id int64, ip string, hold bool) 
 	done := make(chan struct{})
 	w.background(func(bg context.Context) {
 		defer close(done)
+		// Past the request, under the key's tenant alone (row-level security on a console's handle).
+		bg = tenantdb.WithTenants(bg, []string{r.Tenant})
 		if _, err := w.run(bg, r, ip, true); err != nil {
 			w.log.Error("replay", "request", id, "digest", r.KeyDigest, "err", err)
 		}

@@ -220,7 +220,11 @@ func chaosConsoleCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{w.Operations}.Get, Logger: log,
+		cdb, err := d.ConsoleDB(ctx)
+		if err != nil {
+			return err
+		}
+		srv, err := console.New(console.Config{DB: cdb, Claims: store, Operations: operationSet{w.Operations}.Get, Logger: log,
 			KeyPanels: []console.KeyPanelFunc{w.Orders.KeyPanel}, Reconcile: rcfg})
 		if err != nil {
 			return err

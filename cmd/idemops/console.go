@@ -92,7 +92,11 @@ beside the data directory when unset).`,
 			if err != nil {
 				return err
 			}
-			ccfg := console.Config{DB: d.DB, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get, Reconcile: rcfg}
+			cdb, err := d.ConsoleDB(ctx)
+			if err != nil {
+				return err
+			}
+			ccfg := console.Config{DB: cdb, DigestSecret: secret, SecureCookies: secure, Operations: operationSet{ops}.Get, Reconcile: rcfg}
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
 			}

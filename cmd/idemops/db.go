@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
@@ -18,9 +19,37 @@ type database struct {
 	DB      *gorm.DB
 	URL     string
 	cluster *pglocal.Cluster
+	console *gorm.DB // the console's handle (ConsoleDB), opened on first use
+}
+
+// ConsoleDB is the console's handle on the same database: every statement runs under the
+// tenants of the operator it is for (internal/tenantdb, row-level security of migration 00118).
+// It makes sure the login may switch to the tenant role first (migrations.EnsureTenantRole).
+func (d *database) ConsoleDB(ctx context.Context) (*gorm.DB, error) {
+	if d.console != nil {
+		return d.console, nil
+	}
+	sqlDB, err := d.DB.DB()
+	if err != nil {
+		return nil, err
+	}
+	if err := migrations.EnsureTenantRole(ctx, sqlDB); err != nil {
+		return nil, err
+	}
+	cdb, err := tenantdb.Open(d.URL)
+	if err != nil {
+		return nil, fmt.Errorf("connect the console to the database: %w", err)
+	}
+	d.console = cdb
+	return cdb, nil
 }
 
 func (d *database) Close() {
+	if d.console != nil {
+		if sqlDB, err := d.console.DB(); err == nil {
+			sqlDB.Close()
+		}
+	}
 	if d.DB != nil {
 		if sqlDB, err := d.DB.DB(); err == nil {
 			sqlDB.Close()

@@ -212,7 +212,11 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	if err != nil {
 		return nil, err
 	}
-	ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
+	cdb, err := d.ConsoleDB(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ccfg := console.Config{DB: cdb, Claims: store, Operations: operationSet{world.Operations}.Get, Logger: log,
 		KeyPanels: []console.KeyPanelFunc{world.Orders.KeyPanel}, Reconcile: rcfg}
 	if err := ssoConfig(cmd, &ccfg); err != nil {
 		return nil, err

@@ -58,7 +58,7 @@ func newKeysSearchCmd() *cobra.Command {
 			defer s.Close()
 			ctx, cancel := cliContext(cmd)
 			defer cancel()
-			rows, next, err := console.SearchKeys(ctx, s.d.DB, s.op, f)
+			rows, next, err := console.SearchKeys(ctx, s.d.console, s.op, f)
 			if err != nil {
 				return err
 			}
@@ -177,7 +177,7 @@ listing.`,
 			defer s.Close()
 			ctx, cancel := cliContext(cmd)
 			defer cancel()
-			rows, err := console.FindKeys(ctx, s.d.DB, s.op, key)
+			rows, err := console.FindKeys(ctx, s.d.console, s.op, key)
 			if err != nil {
 				return err
 			}

@@ -83,7 +83,12 @@ func openOperatorSession(cmd *cobra.Command, needOperator bool) (*operatorSessio
 		d.Close()
 		return nil, err
 	}
-	srv, err := console.New(console.Config{DB: d.DB, Claims: store, Operations: operationSet{ops}.Get, Logger: quiet})
+	cdb, err := d.ConsoleDB(ctx)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	srv, err := console.New(console.Config{DB: cdb, Claims: store, Operations: operationSet{ops}.Get, Logger: quiet})
 	if err != nil {
 		d.Close()
 		return nil, err

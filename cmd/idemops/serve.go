@@ -47,7 +47,11 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			if err != nil {
 				return err
 			}
-			ccfg := console.Config{DB: d.DB, Claims: store, Operations: operationSet{ops}.Get,
+			cdb, err := d.ConsoleDB(ctx)
+			if err != nil {
+				return err
+			}
+			ccfg := console.Config{DB: cdb, Claims: store, Operations: operationSet{ops}.Get,
 				SecureCookies: secure, Logger: log, Reconcile: rcfg}
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
