@@ -353,7 +353,11 @@ func dropWithoutReading(ctx context.Context, db *gorm.DB, rules ExpiryRules, day
 	if err := conn(db).QueryRowContext(ctx, `SELECT count(*) FROM `+part).Scan(&n); err != nil {
 		return nil, fmt.Errorf("drop responses of %s: %w", day.Format(time.DateOnly), err)
 	}
-	return &ResponseDrop{Dropped: true, N: n, Counts: []ExpiryCount{{Operation: "*", State: "", N: n}}}, nil
+	out := &ResponseDrop{Dropped: true, N: n}
+	if n > 0 { // an empty day (made ahead, never written) is dropped without a count, as the full reading does
+		out.Counts = []ExpiryCount{{Operation: "*", State: "", N: n}}
+	}
+	return out, nil
 }
 
 // sparedOnDay says whether a key whose answer is on day is spared by every retention pass (on
