@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -182,4 +184,93 @@ func BenchmarkFindByKey(b *testing.B) {
 	b.ReportMetric(ms(percentile(missT, 99)), "p99_missing_ms")
 	b.Logf("find by key over %d keys: * p50 %.2f ms p99 %.2f ms; 3 tenants p99 %.2f ms; missing p99 %.2f ms (target p99 ≤ 5 ms)",
 		rows, ms(percentile(allT, 50)), ms(percentile(allT, 99)), ms(percentile(someT, 99)), ms(percentile(missT, 99)))
+}
+
+// BenchmarkKeySearchRowLevelSecurity measures what row-level security (migration 00118) costs the
+// key search of an operator limited to 3 of 10 tenants over 1M keys (IDEMOPS_BENCH_ROWS
+// overrides): the baseline is the search as before, on the tables' owner handle with the Go scope
+// alone; against it, the same search on the console's handle (internal/tenantdb: the operator's
+// tenants set per statement, the policies applied). Both pages, first and a filtered one,
+// interleaved. Target: p50 with row-level security ≤ 1.1× the baseline.
+func BenchmarkKeySearchRowLevelSecurity(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 60*PageSize {
+			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 60*PageSize)
+		}
+		rows = n
+	}
+	const samples = 300
+	db := pgtest.New(b)
+	rls := pgtest.Tenant(b, db)
+	start := time.Now()
+	if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+			request, state, downstream_key, amount_minor, currency, created_at, updated_at)
+		SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
+			md5(i::text) || md5('x' || i), md5('f' || i), 1,
+			jsonb_build_object('amount', i % 10000, 'currency', 'USD'),
+			(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
+			md5('d' || i), i % 10000, 'USD', now() - i * interval '1 second', now()
+		FROM generate_series(1, ?) AS i`, rows).Error; err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("set-up: %d keys in %s", rows, time.Since(start).Round(time.Millisecond))
+
+	op := &access.Operator{Role: access.RoleViewer, Tenants: []string{"tenant-1", "tenant-2", "tenant-3"}}
+	ctx := access.Bind(context.Background(), op)
+	first := KeyFilter{Limit: PageSize}
+	filtered := KeyFilter{Limit: PageSize, Operation: "refund.create", State: "failed_final"}
+	query := func(on *gorm.DB, f KeyFilter) time.Duration {
+		t0 := time.Now()
+		got, _, err := SearchKeys(ctx, on, op, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != PageSize {
+			b.Fatalf("page has %d keys, want %d", len(got), PageSize)
+		}
+		for _, k := range got {
+			if !slices.Contains(op.Tenants, k.Tenant) {
+				b.Fatalf("key of %s in the search of %v", k.Tenant, op.Tenants)
+			}
+		}
+		return time.Since(t0)
+	}
+	for i := 0; i < 30; i++ { // warm the cache, the pools and the connections' descriptions
+		query(db, first)
+		query(rls, first)
+		query(db, filtered)
+		query(rls, filtered)
+	}
+	var base, with, baseF, withF []time.Duration
+	for i := 0; i < samples; i++ { // interleaved, so neither side gets a warmer machine
+		base = append(base, query(db, first))
+		with = append(with, query(rls, first))
+		baseF = append(baseF, query(db, filtered))
+		withF = append(withF, query(rls, filtered))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		query(rls, first)
+	}
+	b.StopTimer()
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	ratio := ms(percentile(with, 50)) / ms(percentile(base, 50))
+	ratioF := ms(percentile(withF, 50)) / ms(percentile(baseF, 50))
+	b.ReportMetric(float64(rows), "keys")
+	b.ReportMetric(ms(percentile(base, 50)), "p50_go_scope_ms")
+	b.ReportMetric(ms(percentile(with, 50)), "p50_rls_ms")
+	b.ReportMetric(ms(percentile(baseF, 50)), "p50_filtered_go_scope_ms")
+	b.ReportMetric(ms(percentile(withF, 50)), "p50_filtered_rls_ms")
+	b.ReportMetric(ratio, "ratio_p50_rls/go_scope")
+	b.ReportMetric(ratioF, "ratio_p50_filtered_rls/go_scope")
+	b.Logf("key search, 3 of 10 tenants, %d keys: page 1 p50 %.2f ms → %.2f ms with row-level security (×%.2f), p99 %.2f → %.2f ms; "+
+		"filtered p50 %.2f → %.2f ms (×%.2f); target ≤ ×1.1",
+		rows, ms(percentile(base, 50)), ms(percentile(with, 50)), ratio, ms(percentile(base, 99)), ms(percentile(with, 99)),
+		ms(percentile(baseF, 50)), ms(percentile(withF, 50)), ratioF)
 }
