@@ -22,6 +22,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
@@ -112,6 +113,7 @@ type world struct {
 	name    string
 	url     string
 	db      *gorm.DB
+	console *gorm.DB  // the console's handle: under the operator's tenants (tenantdb)
 	t0      time.Time // the seed's now
 	billDay time.Time // UTC midnight of the bill day
 	srv     *console.Server
@@ -159,6 +161,18 @@ func worldOf(b *testing.B, n int) *world {
 		b.Logf("seeded %d keys in %s", n, time.Since(start).Round(time.Second))
 	}
 	if w.db, err = pglocal.Open(w.url); err != nil {
+		b.Fatal(err)
+	}
+	// The console reads through its own handle, as the tenant role for an operator of some
+	// tenants (row-level security, migration 00118), as `idemops console` does.
+	sqlDB, err := w.db.DB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := migrations.EnsureTenantRole(ctx, sqlDB); err != nil {
+		b.Fatal(err)
+	}
+	if w.console, err = tenantdb.Open(w.url); err != nil {
 		b.Fatal(err)
 	}
 	w.startConsole(b)
@@ -224,8 +238,13 @@ func dropWorlds() {
 		if w.srv != nil {
 			w.srv.Close()
 		}
-		if sqlDB, err := w.db.DB(); err == nil {
-			sqlDB.Close()
+		for _, h := range []*gorm.DB{w.console, w.db} {
+			if h == nil {
+				continue
+			}
+			if sqlDB, err := h.DB(); err == nil {
+				sqlDB.Close()
+			}
 		}
 		db.Exec(`DROP DATABASE IF EXISTS ` + w.name + ` WITH (FORCE)`)
 	}
@@ -425,7 +444,7 @@ func (w *world) startConsole(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w.srv, err = console.New(console.Config{DB: w.db, Claims: st, Argon2: cheapArgon,
+	w.srv, err = console.New(console.Config{DB: w.console, Claims: st, Argon2: cheapArgon,
 		Throttle:  access.ThrottleConfig{UserLimit: 1000, IPLimit: 1000, Window: time.Minute, Lockout: time.Second},
 		Reconcile: reconcile.Config{Sources: reconcile.SourcePolicy{FileRoot: os.TempDir()}, Keyring: keyring}})
 	if err != nil {
