@@ -21,7 +21,7 @@ var Everyone = &access.Operator{Name: "cli", Role: access.RoleViewer, Tenants: [
 
 // KeyFor reads one key op may see (ErrNotFound otherwise) and its history, newest last.
 func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*claim.Key, []claim.Event, error) {
-	ctx = access.Bind(ctx, op) // row-level security: op\'s tenants
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	k, err := s.getKey(ctx, op, id)
 	if err != nil {
 		return nil, nil, err
@@ -33,14 +33,14 @@ func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*cl
 // FindingsFor lists up to f.Limit findings op may see, newest first, and the cursor of the next
 // page (0: none): the findings page's listing.
 func (s *Server) FindingsFor(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
-	ctx = access.Bind(ctx, op) // row-level security: op\'s tenants
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	return s.listFindings(ctx, op, f)
 }
 
 // PreviewReplay is the replay preview of key id for op (its confirmation token included): the
 // Operation's lookup, read-only.
 func (s *Server) PreviewReplay(ctx context.Context, op *access.Operator, ip string, id int64) (replay.Preview, error) {
-	ctx = access.Bind(ctx, op) // row-level security: op\'s tenants
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	if op.Role < access.RoleOperator {
 		return replay.Preview{}, ErrForbidden
 	}
@@ -54,7 +54,7 @@ func (s *Server) PreviewReplay(ctx context.Context, op *access.Operator, ip stri
 // ConfirmReplay requests the replay of key id under a preview's token, with a reason; dup says
 // the token was used before (the same request, nothing executed again).
 func (s *Server) ConfirmReplay(ctx context.Context, op *access.Operator, ip string, id int64, token, reason string) (req *replay.Request, dup bool, err error) {
-	ctx = access.Bind(ctx, op) // row-level security: op\'s tenants
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	if op.Role < access.RoleOperator {
 		return nil, false, ErrForbidden
 	}
@@ -68,7 +68,7 @@ func (s *Server) ConfirmReplay(ctx context.Context, op *access.Operator, ip stri
 
 // ApproveReplay approves (and so executes) replay request id as op, a second operator.
 func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip string, id int64) (*replay.Request, error) {
-	ctx = access.Bind(ctx, op) // row-level security: op\'s tenants
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	if op.Role < access.RoleOperator {
 		return nil, ErrForbidden
 	}
@@ -83,11 +83,13 @@ func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip stri
 // PreviewFindingsBulk is what a bulk action on findings would act on, in op's scope: the
 // console's preview (count, amounts, sample, the newest finding seen). Writes nothing.
 func (s *Server) PreviewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, error) {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	return s.previewFindingsBulk(ctx, op, ip, in)
 }
 
 // StartFindingsBulk starts a bulk action on findings in op's scope, up to in.UpTo (the newest
 // finding its preview saw): the daemon's job works it, or a second operator approves it first.
 func (s *Server) StartFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkRun, error) {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	return s.startFindingsBulk(ctx, op, ip, in)
 }

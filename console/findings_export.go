@@ -209,5 +209,6 @@ func exportStart(c *gin.Context) func(contentType, filename string) {
 // ExportFindings writes what the findings filter q matches that op may see, as format (csv,
 // xlsx), to w: the command line's `findings export`, the same export as the page's.
 func (s *Server) ExportFindings(ctx context.Context, op *access.Operator, q url.Values, format string, w io.Writer) error {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
 	return s.exportFindings(ctx, op, "", q, format, func(string, string) {}, w)
 }
