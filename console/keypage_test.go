@@ -24,6 +24,23 @@ import (
 	"github.com/idemops/idemops/claim/httpidem"
 )
 
+// TestKeyPage_RequestAndResponseEachUnderItsOwnHeading: the stored bodies are headed Request and
+// Response (the response once said "Request" too), in both languages.
+func TestKeyPage_RequestAndResponseEachUnderItsOwnHeading(t *testing.T) {
+	b := setup(t)
+	b.addOperator("v", access.RoleViewer, "*")
+	c := b.signIn("v")
+	k := b.seedKey("acme", "payment.charge", "bodies-1", `{"amount":100,"currency":"CNY"}`, true)
+	path := fmt.Sprintf("/keys/%d", k.ID)
+	page := c.get(path)
+	mustContain(t, "en", page.Body, "<h3>Request</h3>", "<h3>Response</h3>")
+	if r := c.post("/settings/language", url.Values{"lang": {"zh-CN"}}, true); r.Status != 303 {
+		t.Fatalf("switch to zh-CN: %d", r.Status)
+	}
+	page = c.get(path)
+	mustContain(t, "zh-CN", page.Body, "<h3>请求</h3>", "<h3>响应</h3>")
+}
+
 // summaryOp is fakeOp declaring the non-sensitive fields of its intent, as the demo's payment does.
 type summaryOp struct{ *fakeOp }
 

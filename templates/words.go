@@ -186,9 +186,9 @@ func errorCodeName(ctx context.Context, code string) string {
 	return ""
 }
 
-// bodyTitle names a key's stored body ("request", "response").
+// bodyTitle names a key's stored body (Body.Name: "Request", "Response"; either case).
 func bodyTitle(name string) string {
-	if name == "response" {
+	if strings.EqualFold(name, "response") {
 		return "Response"
 	}
 	return "Request"
