@@ -134,19 +134,23 @@ func TestLeader_StepsDownAsSoonAsARenewalFails(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	db := open(t, url)
-	a := newDaemon(t, open(t, url), "a", nil)
+	// A renewal may take up to RenewEvery before it counts as failed (and steps down for that
+	// reason instead): 250ms was too little on a loaded 2-core machine (a renewal timed out in a
+	// full run). One second per renewal, a 4s TTL: the point stays "at the next renewal, long
+	// before the TTL".
+	a := newDaemon(t, open(t, url), "a", func(c *daemon.Config) { c.LeaseTTL = 4 * time.Second; c.RenewEvery = time.Second })
 	start(t, a)
 	onlyLeader(t, a)
 
 	// Another replica's election (as after a long pause of a): a's term is over.
 	pgtest.Exec(t, db, `UPDATE daemon_leader SET leader_id = 'intruder', term = term + 1, expires_at = now() + interval '1 hour'`)
 	changed := time.Now()
-	if reason := a.TestSignals().SteppedDown.Wait(t, 2*time.Second); reason != "another replica was elected" {
+	if reason := a.TestSignals().SteppedDown.Wait(t, 4*time.Second); reason != "another replica was elected" {
 		t.Fatalf("stepped down because %q", reason)
 	}
-	// At the next renewal (250ms), well before the 1s TTL would run out.
-	if took := time.Since(changed); took > time.Second {
-		t.Fatalf("stepping down took %s, want at the next renewal (250ms)", took)
+	// At the next renewal (within 1s, plus the renewal itself), well before the 4s TTL.
+	if took := time.Since(changed); took > 2500*time.Millisecond {
+		t.Fatalf("stepping down took %s, want at the next renewal (1s), before the 4s TTL", took)
 	}
 }
 
