@@ -26,8 +26,8 @@ type anomaly struct {
 // killPaysim is kill -9 of the channel, then a restart from its state file on the same port:
 // every charge it answered is still there (the file is fsync'd before each answer).
 func (w *world) killPaysim(ctx context.Context) {
-	if w.paysim.pid() == 0 {
-		w.fault(KindKillPaysim, "paysim", "skipped: already down")
+	if !w.paysim.claimCycle() {
+		w.fault(KindKillPaysim, "paysim", "skipped: already down or restarting")
 		return
 	}
 	w.paysim.kill()
@@ -35,6 +35,7 @@ func (w *world) killPaysim(ctx context.Context) {
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
+		defer w.paysim.cycling.Store(false)
 		t0 := time.Now()
 		if err := w.restart(context.WithoutCancel(ctx), w.paysim); err == nil {
 			w.logf("paysim back after %.1fs", time.Since(t0).Seconds())
@@ -47,8 +48,8 @@ func (w *world) killPaysim(ctx context.Context) {
 // then comes back on the same port. The replay's key and request must end consistent all the
 // same (the invariants check the key; the replay machinery resumes or abandons the request).
 func (w *world) killConsole(ctx context.Context) {
-	if w.console.pid() == 0 {
-		w.fault(KindKillConsole, "console", "skipped: already down")
+	if !w.console.claimCycle() {
+		w.fault(KindKillConsole, "console", "skipped: already down or restarting")
 		return
 	}
 	w.bg.Add(2)
@@ -56,6 +57,7 @@ func (w *world) killConsole(ctx context.Context) {
 	delay := time.Duration(200+rand.IntN(1800)) * time.Millisecond
 	go func() {
 		defer w.bg.Done()
+		defer w.console.cycling.Store(false)
 		time.Sleep(delay)
 		w.console.kill()
 		w.fault(KindKillConsole, "console", fmt.Sprintf("kill -9 %v into an operator replay; restarting on the same port", delay))

@@ -530,8 +530,8 @@ func (w *world) killService(ctx context.Context, target string) {
 			b, p = w.backs[i], w.pays[i]
 		}
 	}
-	if b == nil || b.down.Load() {
-		w.fault(KindKillService, target, "skipped: already down")
+	if b == nil || b.down.Load() || !p.claimCycle() {
+		w.fault(KindKillService, target, "skipped: already down or restarting")
 		return
 	}
 	deadline := time.Now().Add(3 * time.Second)
@@ -545,6 +545,7 @@ func (w *world) killService(ctx context.Context, target string) {
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
+		defer p.cycling.Store(false)
 		t0 := time.Now()
 		if err := w.restart(context.WithoutCancel(ctx), p); err != nil {
 			return
@@ -593,8 +594,8 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 		p = w.daemons[0]
 		detail = "no live leader found at that moment: kill -9 of daemon-1"
 	}
-	if p.pid() == 0 {
-		w.fault(KindKillDaemonLeader, p.name, "skipped: already down")
+	if !p.claimCycle() {
+		w.fault(KindKillDaemonLeader, p.name, "skipped: already down or restarting")
 		return
 	}
 	p.kill()
@@ -602,6 +603,7 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
+		defer p.cycling.Store(false)
 		_ = w.restart(context.WithoutCancel(ctx), p)
 	}()
 }

@@ -35,6 +35,16 @@ type proc struct {
 	done  chan struct{}
 	ready string // what the process printed after READY
 	runs  int
+
+	cycling atomic.Bool // a kill and its restart are under way (claimCycle)
+}
+
+// claimCycle marks p for a kill and its restart; false when p is down or a kill and restart are
+// already under way. A second kill then would kill the restart's own process, and the two restart
+// loops would race each other for the port (seen in a 5-minute run: the console never came back).
+// The fault's restart clears it when it ends.
+func (p *proc) claimCycle() bool {
+	return p.pid() != 0 && p.cycling.CompareAndSwap(false, true)
 }
 
 // start runs the process and waits (bounded) for its READY line.
