@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/idemops/idemops/internal/testinfra/pgha"
+	"github.com/idemops/idemops/internal/pgha"
 )
 
 // BouncerPoolSize is the server connections each pgbouncer keeps per database and user: the

@@ -28,9 +28,10 @@ import (
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/testinfra/mqlocal"
-	"github.com/idemops/idemops/internal/testinfra/pgha"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/mqlocal"
+	"github.com/idemops/idemops/internal/pgha"
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -67,7 +68,7 @@ type Config struct {
 	Seed     int64
 	OutDir   string
 	Rate     float64 // new logical payments per second (default 8)
-	// HA runs PostgreSQL as the pg_auto_failover set (internal/testinfra/pgha) and kills its primary once;
+	// HA runs PostgreSQL as the pg_auto_failover set (internal/pgha) and kills its primary once;
 	// when the set cannot start (pg_autoctl missing) the run falls back to a single cluster and
 	// the report says so.
 	HA  bool
@@ -253,19 +254,19 @@ func (w *world) up(ctx context.Context, logs string) error {
 		dbURL = w.ha.URL("idemops")
 		w.logf("PostgreSQL HA set (pg_auto_failover: monitor, primary, synchronous standby) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
 		w.components = append(w.components, report.Component{Name: "postgres-ha", Exercised: true,
-			Why: "pg_auto_failover (internal/testinfra/pgha): monitor, primary, synchronous standby; multi-host URL, target_session_attrs=read-write; the primary is killed once"})
+			Why: "pg_auto_failover (internal/pgha): monitor, primary, synchronous standby; multi-host URL, target_session_attrs=read-write; the primary is killed once"})
 	} else {
 		dbURL = w.pg.URL("postgres")
-		why := "--ha=false: a single cluster (internal/testinfra/pglocal); kill-pg-primary is not drawn"
+		why := "--ha=false: a single cluster (internal/pglocal); kill-pg-primary is not drawn"
 		if haErr != nil {
 			why = "the HA set did not start (" + oneLine(haErr) + "): a single cluster instead; kill-pg-primary is not drawn"
 		}
 		w.logf("PostgreSQL (single cluster) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
-		w.components = append(w.components, report.Component{Name: "postgres", Exercised: true, Why: "a single cluster (internal/testinfra/pglocal)"},
+		w.components = append(w.components, report.Component{Name: "postgres", Exercised: true, Why: "a single cluster (internal/pglocal)"},
 			report.Component{Name: "postgres-ha", Exercised: false, Why: why})
 	}
 	w.components = append(w.components, report.Component{Name: "rabbitmq", Exercised: true})
-	db, err := pglocal.Open(dbURL)
+	db, err := pgpool.Open(dbURL)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/testinfra/ports"
+	"github.com/idemops/idemops/internal/ports"
 )
 
 // proc is one part of the world running as a process of its own (this binary re-executed with

@@ -13,8 +13,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/benchload"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 )
@@ -67,7 +68,7 @@ func durableURL(b *testing.B) string {
 // that a scheduler hiccup is a small part of it: with 4,000 claims a round took 50 ms and the ratio
 // swung 0.80-0.87 within the hour; with 20,000 it read 0.79-0.84 over four runs the same day.
 func claimCompleteBench(b *testing.B, url string, ops, opsC16 int) {
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func claimCompleteBench(b *testing.B, url string, ops, opsC16 int) {
 func BenchmarkOneCommit(b *testing.B) {
 	ops := benchload.EnvInt("IDEMOPS_BENCH_DURABLE_CLAIMS", 1000)
 	url := durableURL(b)
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -133,7 +133,7 @@ func proxied(t *testing.T) (*bundle, *cutProxy) {
 	q := u.Query()
 	q.Set("default_query_exec_mode", "exec") // the SQL text goes out on every execution, for the trigger
 	u.RawQuery = q.Encode()
-	db, err := pglocal.Open(u.String())
+	db, err := pgpool.Open(u.String())
 	if err != nil {
 		t.Fatal(err)
 	}

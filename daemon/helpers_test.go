@@ -16,7 +16,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/daemon/internal/testsignal"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -27,7 +27,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // open opens a handle of its own on url (a "process" of its own), closed at cleanup.
 func open(t testing.TB, url string) *gorm.DB {
 	t.Helper()
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
 )
@@ -102,7 +102,7 @@ func (childT) Fatal(args ...any) { fmt.Fprintln(os.Stderr, args...); os.Exit(3) 
 
 // bulkChild runs a daemon replica with the bulk replay job until it is killed.
 func bulkChild(url string) {
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -130,7 +130,7 @@ func newFixture(t *testing.T) *fixture { return newFixtureOps(t, operations) }
 // newFixtureOps is newFixture whose workflow finds operations in ops.
 func newFixtureOps(t *testing.T, ops func(string) (claim.Operation, bool)) *fixture {
 	url := pgtest.URL(t)
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/retention"
 )
@@ -102,7 +102,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // benchDB is a fresh database with rows expired keys (2 events each) and rows/10 live ones.
 func benchDB(b *testing.B, rows int) *gorm.DB {
 	b.Helper()
-	db, err := pglocal.Open(pgtest.URL(b))
+	db, err := pgpool.Open(pgtest.URL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func benchDB(b *testing.B, rows int) *gorm.DB {
 // whichever p99 they fall on.
 func settle(b *testing.B) {
 	b.Helper()
-	admin, err := pglocal.Open(os.Getenv("DATABASE_URL"))
+	admin, err := pgpool.Open(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func BenchmarkResponseDrop(b *testing.B) {
 	}
 	ctx := context.Background()
 	seed := func() *gorm.DB {
-		db, err := pglocal.Open(pgtest.URL(b))
+		db, err := pgpool.Open(pgtest.URL(b))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/consume"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/testinfra/mqlocal"
+	"github.com/idemops/idemops/internal/mqlocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 

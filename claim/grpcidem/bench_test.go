@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/benchload"
 	"net"
 	"strconv"
@@ -18,7 +19,6 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkGRPCChargePath(b *testing.B) {
 	// read 0.82–0.95 around a median of 0.88.
 	callsC16 := benchload.EnvInt("IDEMOPS_BENCH_GRPC_CALLS_C16", 16000)
 	url := pgtest.URL(b)
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		b.Fatal(err)
 	}

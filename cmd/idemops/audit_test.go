@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemops/idemops/audit"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -41,7 +41,7 @@ func TestAuditVerify_BadFlagsExit2WithOneLine(t *testing.T) {
 func TestAuditVerify_PrintsTheHeadAndChecksItBack(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/tenantdb"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -99,7 +100,7 @@ func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate
 		d.cluster = c
 		d.URL = c.URL("postgres")
 	}
-	db, err := pglocal.Open(d.URL)
+	db, err := pgpool.Open(d.URL)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("connect to the database (--database-url / DATABASE_URL): %w", err)

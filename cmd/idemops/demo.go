@@ -23,7 +23,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/testinfra/mqlocal"
+	"github.com/idemops/idemops/internal/mqlocal"
 	"github.com/idemops/idemops/reconcile"
 )
 

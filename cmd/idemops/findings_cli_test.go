@@ -12,7 +12,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -26,7 +26,7 @@ func TestOperatorCLI_FindingsBulkAndExportWithinTheOperatorsTenants(t *testing.T
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	db, err := pglocal.Open(dbURL)
+	db, err := pgpool.Open(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

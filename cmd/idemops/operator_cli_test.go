@@ -16,7 +16,7 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -43,7 +43,7 @@ func TestOperatorCLI_KeysAndReplaysWithinTheOperatorsTenants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	db, err := pglocal.Open(dbURL)
+	db, err := pgpool.Open(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

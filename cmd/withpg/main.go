@@ -16,8 +16,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/idemops/idemops/internal/testinfra/mqlocal"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/mqlocal"
+	"github.com/idemops/idemops/internal/pglocal"
 )
 
 func main() {

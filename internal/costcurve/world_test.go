@@ -22,8 +22,8 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/tenantdb"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 	"github.com/idemops/idemops/reconcile"
@@ -160,7 +160,7 @@ func worldOf(b *testing.B, n int) *world {
 		}
 		b.Logf("seeded %d keys in %s", n, time.Since(start).Round(time.Second))
 	}
-	if w.db, err = pglocal.Open(w.url); err != nil {
+	if w.db, err = pgpool.Open(w.url); err != nil {
 		b.Fatal(err)
 	}
 	// The console reads through its own handle, as the tenant role for an operator of some

@@ -22,7 +22,8 @@ const module = "github.com/idemops/idemops/"
 var order = [][]string{
 	{"errs"},
 	{"money", "chanproto"},
-	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "internal/tenantdb", "migrations", "proto"},
+	{"internal/cronspec", "internal/inputcheck", "internal/telemetry", "internal/pgpool", "internal/ports", "internal/sysuser", "migrations", "proto"},
+	{"internal/tenantdb", "internal/pglocal", "internal/mqlocal", "internal/pgha"},
 	{"internal/testinfra/..."},
 	{"claim"},
 	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
@@ -151,6 +152,23 @@ func TestLayers_NothingBelowTheConsoleImportsIt(t *testing.T) {
 	for pkg, ims := range code {
 		if strings.HasPrefix(pkg, "internal/") && (slices.Contains(ims, "console") || slices.Contains(ims, "demo")) {
 			t.Errorf("%s (under internal/) imports the console or the demo", pkg)
+		}
+	}
+}
+
+// TestLayers_OnlyTestsImportTheTestRigs: internal/testinfra holds what tests use; the binary
+// (and everything it links) opens its pool with internal/pgpool and starts its private servers
+// with internal/pglocal, mqlocal and pgha, so no rig is built into it.
+func TestLayers_OnlyTestsImportTheTestRigs(t *testing.T) {
+	code, _ := imports(t)
+	for pkg, ims := range code {
+		if strings.HasPrefix(pkg, "internal/testinfra/") {
+			continue
+		}
+		for _, im := range ims {
+			if strings.HasPrefix(im, "internal/testinfra/") {
+				t.Errorf("%s (not a test) imports the test rig %s", pkg, im)
+			}
 		}
 	}
 }

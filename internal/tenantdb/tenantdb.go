@@ -34,7 +34,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -42,8 +41,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -97,21 +96,16 @@ func arrayLiteral(tenants []string) string {
 const scopeSQL = `SELECT set_config('role', '` + migrations.TenantRole + `', true), set_config('idemops.tenants', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // Open opens a gorm handle on dsn whose statements run under their contexts' tenants, with the
-// settings pglocal.Open uses (no implicit transactions around single writes, no SQL logging,
-// UTC timestamps, 40 connections).
+// settings of pgpool.Open (pgpool.Config, pgpool.MaxConns connections).
 func Open(dsn string) (*gorm.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	sqlDB := sql.OpenDB(connector{stdlib.GetConnector(*cfg)})
-	sqlDB.SetMaxOpenConns(40)
-	sqlDB.SetMaxIdleConns(40)
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
-		Logger:                 logger.Discard,
-		SkipDefaultTransaction: true,
-		NowFunc:                func() time.Time { return time.Now().UTC() },
-	})
+	sqlDB.SetMaxOpenConns(pgpool.MaxConns)
+	sqlDB.SetMaxIdleConns(pgpool.MaxConns)
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), pgpool.Config())
 	if err != nil {
 		sqlDB.Close()
 		return nil, err

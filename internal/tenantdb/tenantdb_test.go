@@ -14,8 +14,8 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/internal/pgha"
 	"github.com/idemops/idemops/internal/tenantdb"
-	"github.com/idemops/idemops/internal/testinfra/pgha"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 

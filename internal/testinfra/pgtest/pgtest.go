@@ -24,8 +24,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/tenantdb"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -177,7 +178,7 @@ func Tenant(t testing.TB, db *gorm.DB) *gorm.DB {
 // New creates a fresh migrated database for t and returns a gorm handle to it, closed at cleanup.
 func New(t testing.TB) *gorm.DB {
 	t.Helper()
-	db, err := pglocal.Open(URL(t))
+	db, err := pgpool.Open(URL(t))
 	if err != nil {
 		t.Fatalf("pgtest: open: %v", err)
 	}
@@ -195,7 +196,7 @@ func New(t testing.TB) *gorm.DB {
 func Empty(t testing.TB) *gorm.DB {
 	t.Helper()
 	conf := pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{})
-	db, err := pglocal.Open(conf.URL())
+	db, err := pgpool.Open(conf.URL())
 	if err != nil {
 		t.Fatalf("pgtest: open: %v", err)
 	}

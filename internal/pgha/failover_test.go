@@ -22,8 +22,8 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/testinfra/pgha"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgha"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 )
@@ -93,7 +93,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	dsn := set.URL("idemops")
-	db, err := pglocal.Open(dsn)
+	db, err := pgpool.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	// second.
 	var daemons []*daemon.Daemon
 	for _, name := range []string{"d1", "d2"} {
-		ddb, err := pglocal.Open(dsn)
+		ddb, err := pgpool.Open(dsn)
 		if err != nil {
 			t.Fatal(err)
 		}

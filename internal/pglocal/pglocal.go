@@ -24,8 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/testinfra/ports"
-	"github.com/idemops/idemops/internal/testinfra/sysuser"
+	"github.com/idemops/idemops/internal/ports"
+	"github.com/idemops/idemops/internal/sysuser"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
-	"github.com/idemops/idemops/internal/testinfra/pgha"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgha"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -79,7 +79,7 @@ func TestBouncer_ClaimPathThroughTransactionPooling(t *testing.T) {
 	defer b.Stop()
 	// The one setting a transaction pooler needs: no named prepared statements kept per session.
 	dsn := b.URL(u.User.Username(), u.Path[1:]) + "&default_query_exec_mode=exec"
-	db, err := pglocal.Open(dsn)
+	db, err := pgpool.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

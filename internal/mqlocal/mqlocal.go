@@ -27,8 +27,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/testinfra/ports"
-	"github.com/idemops/idemops/internal/testinfra/sysuser"
+	"github.com/idemops/idemops/internal/ports"
+	"github.com/idemops/idemops/internal/sysuser"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -1,6 +1,7 @@
-// Package pgha starts a private highly available PostgreSQL set for tests: a pg_auto_failover
-// monitor, a primary and one synchronous standby (Debian package postgresql-15-auto-failover),
-// and a private pgbouncer in front of a server in transaction pooling mode.
+// Package pgha starts a private highly available PostgreSQL set, for the failover tests and for
+// `idemops chaos --ha`: a pg_auto_failover monitor, a primary and one synchronous standby (Debian
+// package postgresql-15-auto-failover), and a private pgbouncer in front of a server in
+// transaction pooling mode.
 //
 // Everything listens on 127.0.0.1 on free ports, keeps its data under one short folder in /tmp,
 // and runs as the `postgres` system user when this process is root (PostgreSQL refuses root).
@@ -28,8 +29,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
-	"github.com/idemops/idemops/internal/testinfra/ports"
+	"github.com/idemops/idemops/internal/pglocal"
+	"github.com/idemops/idemops/internal/ports"
 	"github.com/jackc/pgx/v5"
 )
 
