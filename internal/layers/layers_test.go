@@ -27,6 +27,7 @@ var order = [][]string{
 	{"internal/testinfra/..."},
 	{"claim"},
 	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
+	{"cells"},
 	{"keys"},
 	{"downstream/..."},
 	{"daemon/..."},
