@@ -28,9 +28,9 @@ type Options struct {
 type Cell struct {
 	Name  string
 	ID    int
+	URL   string // the map's connection string (may hold a password: never log it)
 	DB    *gorm.DB
 	Store *claim.Store
-	url   string
 }
 
 // Set is the open cells of a map. Its methods are safe for concurrent use; Refresh swaps the map
@@ -68,7 +68,7 @@ func (s *Set) open(ctx context.Context, spec CellSpec) (*Cell, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cell %s: connect: %w", spec.Name, err)
 	}
-	c := &Cell{Name: spec.Name, ID: spec.ID, DB: db, url: spec.URL}
+	c := &Cell{Name: spec.Name, ID: spec.ID, URL: spec.URL, DB: db}
 	fail := func(err error) (*Cell, error) {
 		c.close()
 		return nil, fmt.Errorf("cell %s: %w", spec.Name, err)
@@ -180,7 +180,7 @@ func (s *Set) Use(ctx context.Context, m *Map) error {
 	defer s.mu.Unlock()
 	opened := map[string]*Cell{}
 	for _, spec := range m.Cells() {
-		if c, ok := s.cells[spec.Name]; ok && c.url == spec.URL && c.ID == spec.ID {
+		if c, ok := s.cells[spec.Name]; ok && c.URL == spec.URL && c.ID == spec.ID {
 			continue
 		}
 		c, err := s.open(ctx, spec)
