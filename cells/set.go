@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/migrations"
 )
 
@@ -20,7 +20,7 @@ type Options struct {
 	// Claim configures each cell's claim.Store (one digest secret for every cell: a key's digest
 	// does not change when its tenant moves).
 	Claim claim.Config
-	// OpenDB opens a cell's pool; default pglocal.Open, the project's one pool opener.
+	// OpenDB opens a cell's pool; default pgpool.Open, the project's one pool opener.
 	OpenDB func(url string) (*gorm.DB, error)
 }
 
@@ -49,7 +49,7 @@ type Set struct {
 // range. On any failure nothing stays open and the error names the cell.
 func Open(ctx context.Context, m *Map, opt Options) (*Set, error) {
 	if opt.OpenDB == nil {
-		opt.OpenDB = pglocal.Open
+		opt.OpenDB = pgpool.Open
 	}
 	s := &Set{opt: opt, m: m, cells: map[string]*Cell{}}
 	for _, spec := range m.Cells() {

@@ -14,7 +14,7 @@ import (
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -223,7 +223,7 @@ func TestRefresh_RoutesByTheRewrittenMap(t *testing.T) {
 
 func openDB(t *testing.T, url string) *gorm.DB {
 	t.Helper()
-	db, err := pglocal.Open(url)
+	db, err := pgpool.Open(url)
 	if err != nil {
 		t.Fatal(err)
 	}
