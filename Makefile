@@ -31,14 +31,14 @@ chaos: prereqs
 	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
-## package; the HA failover test (internal/pgha) runs last, alone: on 2 cores, killing a primary
+## package; the HA failover test (chaos/failover) runs last, alone: on 2 cores, killing a primary
 ## while every other package's tests compete for the CPU measures the machine, not the failover
 test: prereqs
-	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /internal/pgha$$) && $(GO) test -count=1 -timeout 5m ./internal/pgha/'
+	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 5m ./chaos/failover/'
 
 ## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
 test-failover: prereqs
-	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./internal/pgha/
+	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./chaos/failover/
 
 ## test-race: the claim core under the race detector
 test-race: prereqs

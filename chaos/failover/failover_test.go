@@ -1,4 +1,4 @@
-package pgha_test
+package failover_test
 
 import (
 	"context"
