@@ -13,7 +13,6 @@ package mqlocal
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -301,17 +300,13 @@ func (b *Broker) env() []string {
 
 // prepareDir creates the folder with its home and Erlang cookie, owned by the broker's user.
 func (b *Broker) prepareDir() error {
-	abs, err := filepath.Abs(b.Dir)
+	// The rabbitmq user cannot reach a checkout under /root: then the folder is a stable one
+	// under /tmp named after the requested one.
+	dir, err := sysuser.ReachableDir(b.Dir, "idemops-mq-", b.cred)
 	if err != nil {
 		return err
 	}
-	b.Dir = abs
-	if b.cred != nil && !sysuser.TraversableByOthers(filepath.Dir(abs)) {
-		// The rabbitmq user cannot reach a checkout under /root: use a stable folder under /tmp
-		// named after the requested one.
-		sum := sha256.Sum256([]byte(abs))
-		abs = filepath.Join(os.TempDir(), "idemops-mq-"+hex.EncodeToString(sum[:6]))
-	}
+	b.Dir = dir
 	for _, d := range []string{"home", "mnesia", "log", "plugins-expand"} {
 		if err := os.MkdirAll(filepath.Join(b.Dir, d), 0o700); err != nil {
 			return fmt.Errorf("rabbitmq folder: %w", err)

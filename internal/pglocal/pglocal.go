@@ -11,8 +11,6 @@ package pglocal
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -96,7 +94,7 @@ func Start(ctx context.Context, opt Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dataDir, err := reachableDataDir(opt.DataDir, cred)
+	dataDir, err := sysuser.ReachableDir(opt.DataDir, "idemops-pg-", cred)
 	if err != nil {
 		return nil, err
 	}
@@ -206,20 +204,6 @@ func (c *Cluster) Remove() {
 // set's and pgbouncer, which refuse root too) run as the `postgres` system user.
 func ServerCredential() (*syscall.Credential, error) {
 	return sysuser.Credential("postgres", "running as root, and PostgreSQL refuses root: need the `postgres` system user (Debian: apt-get install postgresql)")
-}
-
-// reachableDataDir returns dir, or a stable folder under /tmp when the server user could not
-// traverse dir's parents.
-func reachableDataDir(dir string, cred *syscall.Credential) (string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if cred == nil || sysuser.TraversableByOthers(filepath.Dir(abs)) {
-		return abs, nil
-	}
-	sum := sha256.Sum256([]byte(abs))
-	return filepath.Join(os.TempDir(), "idemops-pg-"+hex.EncodeToString(sum[:6])), nil
 }
 
 // freePort is a free loopback port the cluster can restart on (below the ephemeral range: no

@@ -4,6 +4,8 @@
 package sysuser
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/user"
@@ -49,4 +51,19 @@ func ChownTree(dir string, uid, gid int) error {
 		}
 		return os.Lchown(p, uid, gid)
 	})
+}
+
+// ReachableDir returns dir as an absolute path, or — when cred (a server's user, nil when this
+// process is not root) could not traverse dir's parents, as with a checkout under /root — a
+// stable folder under /tmp named prefix plus a digest of that path, the same across runs.
+func ReachableDir(dir, prefix string, cred *syscall.Credential) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if cred == nil || TraversableByOthers(filepath.Dir(abs)) {
+		return abs, nil
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(os.TempDir(), prefix+hex.EncodeToString(sum[:6])), nil
 }
