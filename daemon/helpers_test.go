@@ -16,7 +16,6 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/daemon/internal/testsignal"
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -25,15 +24,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // open opens a handle of its own on url (a "process" of its own), closed at cleanup.
-func open(t testing.TB, url string) *gorm.DB {
-	t.Helper()
-	db, err := pgpool.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeDB(db) })
-	return db
-}
+func open(t testing.TB, url string) *gorm.DB { return pgtest.Open(t, url) }
 
 func closeDB(db *gorm.DB) {
 	if sqlDB, err := db.DB(); err == nil {

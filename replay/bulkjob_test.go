@@ -130,15 +130,7 @@ func newFixture(t *testing.T) *fixture { return newFixtureOps(t, operations) }
 // newFixtureOps is newFixture whose workflow finds operations in ops.
 func newFixtureOps(t *testing.T, ops func(string) (claim.Operation, bool)) *fixture {
 	url := pgtest.URL(t)
-	db, err := pgpool.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	})
+	db := pgtest.Open(t, url)
 	st, w := newWorkflowOps(t, db, ops)
 	t.Cleanup(w.Close)
 	op, err := access.NewOperators(db, access.Argon2Params{MemoryKiB: 1024, Time: 1, Threads: 1}, audit.New(db, testSecret)).Add(context.Background(),

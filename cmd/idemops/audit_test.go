@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/idemops/idemops/audit"
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -41,10 +40,7 @@ func TestAuditVerify_BadFlagsExit2WithOneLine(t *testing.T) {
 func TestAuditVerify_PrintsTheHeadAndChecksItBack(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	db, err := pgpool.Open(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := pgtest.Open(t, url)
 	chain := audit.New(db, []byte(auditTestSecret))
 	for i := 0; i < 4; i++ {
 		if err := chain.Append(context.Background(), nil, audit.Entry{Actor: "cli:test", Action: "test.action", Target: fmt.Sprint(i)}); err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -26,18 +25,9 @@ func TestOperatorCLI_FindingsBulkAndExportWithinTheOperatorsTenants(t *testing.T
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	db, err := pgpool.Open(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s, err := db.DB(); err == nil {
-		t.Cleanup(func() { s.Close() })
-	}
-	dir := t.TempDir()
+	db := pgtest.Open(t, dbURL)
 	secret := []byte("findings-cli-test-secret-01")
-	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), append(secret, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := dataDirWithSecret(t, secret)
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: secret})
 	if err != nil {
 		t.Fatal(err)

@@ -16,9 +16,18 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream/paysim"
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
+
+// dataDirWithSecret is a --data-dir for t holding secret as its digest secret.
+func dataDirWithSecret(t *testing.T, secret []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), append(secret, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // runIdemopsIn is runIdemops with stdin.
 func runIdemopsIn(t *testing.T, stdin string, args ...string) (string, error) {
@@ -43,18 +52,9 @@ func TestOperatorCLI_KeysAndReplaysWithinTheOperatorsTenants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
-	db, err := pgpool.Open(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s, err := db.DB(); err == nil {
-		t.Cleanup(func() { s.Close() })
-	}
-	dir := t.TempDir()
+	db := pgtest.Open(t, dbURL)
 	secret := []byte("operator-cli-test-secret-01")
-	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), append(secret, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := dataDirWithSecret(t, secret)
 	sim, err := paysim.NewServer(paysim.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -210,10 +210,7 @@ func TestOperatorCLI_KeysAndReplaysWithinTheOperatorsTenants(t *testing.T) {
 // one line, before any database is reached; an unreachable database exits 1 and keeps its cause.
 func TestCLI_BadInputExits2WithOneLine(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), []byte("bad-input-test-secret-01\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := dataDirWithSecret(t, []byte("bad-input-test-secret-01"))
 	nowhere := []string{"--database-url", "postgres://idemops@127.0.0.1:1/none?connect_timeout=1", "--data-dir", dir}
 	for _, args := range [][]string{
 		{"kyes"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"sync"
@@ -23,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // memOp is a downstream in memory that counts executions per downstream key.
 type memOp struct {
@@ -224,12 +223,5 @@ func TestBouncer_ClaimPathThroughTransactionPooling(t *testing.T) {
 		scancel()
 	}()
 	// The election's writes signal on the database itself (LISTEN does not pass a transaction pooler).
-	direct, err := pgpool.Open(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sqlDirect, err := direct.DB(); err == nil {
-		defer sqlDirect.Close()
-	}
-	pgtest.Await(t, direct, 5*time.Second, "the daemon elected through the pooler", d.IsLeader, "daemon_leader")
+	pgtest.Await(t, pgtest.Open(t, raw), 5*time.Second, "the daemon elected through the pooler", d.IsLeader, "daemon_leader")
 }

@@ -178,7 +178,14 @@ func Tenant(t testing.TB, db *gorm.DB) *gorm.DB {
 // New creates a fresh migrated database for t and returns a gorm handle to it, closed at cleanup.
 func New(t testing.TB) *gorm.DB {
 	t.Helper()
-	db, err := pgpool.Open(URL(t))
+	return Open(t, URL(t))
+}
+
+// Open opens the project's pool (pgpool.Open) on url — a database URL gave, or a server in
+// front of one — for t, closed at cleanup.
+func Open(t testing.TB, url string) *gorm.DB {
+	t.Helper()
+	db, err := pgpool.Open(url)
 	if err != nil {
 		t.Fatalf("pgtest: open: %v", err)
 	}
@@ -195,17 +202,7 @@ func New(t testing.TB) *gorm.DB {
 // cleanup.
 func Empty(t testing.TB) *gorm.DB {
 	t.Helper()
-	conf := pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{})
-	db, err := pgpool.Open(conf.URL())
-	if err != nil {
-		t.Fatalf("pgtest: open: %v", err)
-	}
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	})
-	return db
+	return Open(t, pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{}).URL())
 }
 
 // Exec runs statements directly, for test set-up only (e.g. to age a lease).
