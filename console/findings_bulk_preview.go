@@ -14,14 +14,19 @@ import (
 // the findings picked (scope=selected, id repeated) or all it matches (scope=all) in; the
 // preview page out — how many, for how much, a sample — with the start form. Writes nothing.
 func (s *Server) findingsBulkPreviewPage(c *gin.Context, r *request) error {
-	if err := c.Request.ParseForm(); err != nil {
-		return inputErr("form", "could not be read")
-	}
-	in, err := bulkInputForm(c.Request.PostForm)
+	in, err := postedBulkInput(c)
 	if err != nil {
 		return err
 	}
 	return s.renderBulkPreview(c, r, in, nil, http.StatusOK)
+}
+
+// postedBulkInput reads the bulk form posted to the preview and the start (bulkInputForm).
+func postedBulkInput(c *gin.Context) (FindingsBulkInput, error) {
+	if err := c.Request.ParseForm(); err != nil {
+		return FindingsBulkInput{}, inputErr("form", "could not be read")
+	}
+	return bulkInputForm(c.Request.PostForm)
 }
 
 // renderBulkPreview previews in and renders the preview page, with form as typed when it is a

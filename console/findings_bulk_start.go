@@ -15,10 +15,7 @@ import (
 // note missing for "other", nothing left to act on), the preview page comes back with the form as
 // typed and why, in the operator's language.
 func (s *Server) findingsBulkStartPage(c *gin.Context, r *request) error {
-	if err := c.Request.ParseForm(); err != nil {
-		return inputErr("form", "could not be read")
-	}
-	in, err := bulkInputForm(c.Request.PostForm)
+	in, err := postedBulkInput(c)
 	if err != nil {
 		return err
 	}

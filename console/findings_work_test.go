@@ -16,6 +16,16 @@ import (
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
+// findingsOfAcme is where the findings tests start: operator o of acme, acme's stripe account,
+// and a run of it holding n order findings ORD-<prefix>-0… (seedOrderFindings).
+func findingsOfAcme(t *testing.T, prefix string, n int, mod ...func(*Config)) (*bundle, []int64) {
+	t.Helper()
+	b := newBundle(t, mod...)
+	b.addOperator("o", access.RoleOperator, "acme")
+	b.setChannel("stripe", "acme")
+	return b, b.seedOrderFindings(b.seedReconRun("stripe"), prefix, n)
+}
+
 // seedOrderFindings stores n open CHANNEL_ONLY findings of run (channel stripe, 2024-03-01),
 // each with a merchant order number "ORD-<prefix>-<i>" and an amount of 1000+i USD cents.
 func (b *bundle) seedOrderFindings(run int64, prefix string, n int) []int64 {
@@ -44,12 +54,8 @@ func (b *bundle) waitFindingsBulk(id int64) {
 // non-zero item linking to its list and none for a zero one.
 func TestDashboard_AttentionIsTheSumOfItsItemsAndOpenFindingsIsTheListsCount(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
+	b, ids := findingsOfAcme(t, "dash", 3)
 	b.addOperator("g", access.RoleOperator, "globex")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	ids := b.seedOrderFindings(run, "dash", 3)
 	b.exec(`UPDATE discrepancies SET state = 'resolved' WHERE id = ?`, ids[0])
 	b.seedFailed("acme", "retry-1", `{"amount":100,"currency":"USD"}`, true)
 
@@ -103,11 +109,7 @@ func TestDashboard_AttentionIsTheSumOfItsItemsAndOpenFindingsIsTheListsCount(t *
 // lists its findings with the order number and amount as columns.
 func TestFindings_GroupedByKindChannelDayWithCountsAndAmountsOrderNoSearchable(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	b.seedOrderFindings(run, "grp", 3) // 10.00 + 10.01 + 10.02 USD
+	b, _ := findingsOfAcme(t, "grp", 3) // 10.00 + 10.01 + 10.02 USD
 	c := b.signIn("o")
 	page := c.get("/reconcile/findings").Body
 	mustContain(t, "grouped page", page, `id="finding-groups"`, "3 findings in 1 groups", `<span class="group-count">3 findings</span>`,
@@ -131,11 +133,7 @@ func TestFindings_GroupedByKindChannelDayWithCountsAndAmountsOrderNoSearchable(t
 // closed with the reason and audited one by one; one is reopened, audited.
 func TestFindings_BulkIgnoreThroughTheAPIPreviewsThenRunsAsAJobAuditedPerFindingThenReopen(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	ids := b.seedOrderFindings(run, "bulk", 5)
+	b, ids := findingsOfAcme(t, "bulk", 5)
 	c := b.signIn("o")
 	tok := b.token("o")
 	body := map[string]any{"filter": map[string]any{"order_no": "ORD-bulk*"}, "action": "ignore", "reason_code": "test_transaction",
@@ -196,12 +194,8 @@ func TestFindings_BulkIgnoreThroughTheAPIPreviewsThenRunsAsAJobAuditedPerFinding
 // the operator who started it cannot approve it, another one can.
 func TestFindings_BulkAboveTheCountWaitsForASecondOperator(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.Reconcile.BulkApprovalAbove = 2 })
-	b.addOperator("o", access.RoleOperator, "acme")
+	b, _ := findingsOfAcme(t, "four", 3, func(c *Config) { c.Reconcile.BulkApprovalAbove = 2 })
 	b.addOperator("p", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	b.seedOrderFindings(run, "four", 3)
 	c := b.signIn("o")
 	start := c.post("/reconcile/findings/bulk/start", url.Values{"scope": {"all"}, "state": {"open"}, "action": {"resolve"},
 		"reason_code": {"corrected_at_channel"}, "note": {"fixed"}}, true)
@@ -232,11 +226,7 @@ func TestFindings_BulkAboveTheCountWaitsForASecondOperator(t *testing.T) {
 // field's error in the operator's language — never an error page.
 func TestFindings_RefusedFormsComeBackInPlaceWithTheNoteKept(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	ids := b.seedOrderFindings(run, "form", 2)
+	b, ids := findingsOfAcme(t, "form", 2)
 	for _, lang := range []struct{ code, why, bulkWhy string }{
 		{"en", "reason_code: choose a reason", "note: say why: the reason is &#34;other&#34;"},
 		{"zh-CN", "请选择原因", "请说明原因"},
@@ -271,12 +261,8 @@ func TestFindings_RefusedFormsComeBackInPlaceWithTheNoteKept(t *testing.T) {
 // and the time with its offset; only what the operator may see; audited.
 func TestFindings_ExportCSVAndXLSXHoldThePagesColumnsInTheOperatorsZone(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
+	b, _ := findingsOfAcme(t, "exp", 3)
 	b.addOperator("g", access.RoleOperator, "globex")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	b.seedOrderFindings(run, "exp", 3)
 	c := b.signIn("o")
 	if r := c.post("/settings/time-zone", url.Values{"time_zone": {"Asia/Shanghai"}}, true); r.Status != 303 {
 		t.Fatalf("time zone: %d", r.Status)
@@ -322,11 +308,7 @@ func TestFindings_ExportCSVAndXLSXHoldThePagesColumnsInTheOperatorsZone(t *testi
 // filter matches, and not another tenant's finding slipped into the list.
 func TestFindings_BulkOfASelectionActsOnThePickedFindingsOnly(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t)
-	b.addOperator("o", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	ids := b.seedOrderFindings(run, "pick", 4)
+	b, ids := findingsOfAcme(t, "pick", 4)
 	other := b.seedReconRun("adyen")
 	foreign := b.seedFinding(other, "CHANNEL_ONLY", "txn:foreign", nil,
 		`{"merchant_order_no":"ORD-foreign","channel_amount_minor":5,"channel_currency":"USD"}`)
@@ -375,11 +357,7 @@ func TestFindings_BulkOfASelectionActsOnThePickedFindingsOnly(t *testing.T) {
 // answers 409; at the cap it downloads.
 func TestFindings_ExportAboveTheCapIsRefusedNamingIt(t *testing.T) {
 	t.Parallel()
-	b := newBundle(t, func(c *Config) { c.FindingsExportCap = 2 })
-	b.addOperator("o", access.RoleOperator, "acme")
-	b.setChannel("stripe", "acme")
-	run := b.seedReconRun("stripe")
-	b.seedOrderFindings(run, "cap", 3)
+	b, _ := findingsOfAcme(t, "cap", 3, func(c *Config) { c.FindingsExportCap = 2 })
 	c := b.signIn("o")
 	got := c.get("/reconcile/findings/export?format=csv&order_no=ORD-cap*")
 	if got.Status != 409 || strings.HasPrefix(got.Header.Get("Content-Type"), "text/csv") {

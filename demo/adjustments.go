@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,18 +34,13 @@ type adjustBody struct {
 
 // validateAdjustment refuses a bad body before anything is claimed.
 func validateAdjustment(raw []byte) error {
-	if err := refuseHostileJSON(raw); err != nil {
-		return err
-	}
 	var b struct {
 		AmountMinor *json.Number `json:"amount_minor"`
 		Currency    *string      `json:"currency"`
 		Reason      *string      `json:"reason"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&b); err != nil {
-		return httpidem.Refuse("", "the body must be a JSON object with amount_minor, currency and reason")
+	if err := decodeBody(raw, &b, "amount_minor, currency and reason"); err != nil {
+		return err
 	}
 	if b.AmountMinor == nil {
 		return httpidem.Refuse("amount_minor", "is required")

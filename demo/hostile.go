@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,7 +13,7 @@ import (
 
 // refuseHostileText answers 400 invalid-field before any route runs when the path or a query
 // parameter holds a NUL byte or bytes that are not UTF-8 (PostgreSQL would refuse them as a
-// 500). JSON bodies are checked by validateCharge, before anything is claimed.
+// 500). JSON bodies are checked by decodeBody, before anything is claimed.
 func refuseHostileText(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := inputcheck.Text("path", r.URL.Path)
@@ -32,7 +33,22 @@ func refuseHostileText(next http.Handler) http.Handler {
 	})
 }
 
-// refuseHostileJSON is validateCharge's first check: a string or member name of the body with a
+// decodeBody is where a body's validation starts (validateCharge, validateAdjustment): hostile
+// text refused naming its field (refuseHostileJSON), then raw decoded into into with numbers as
+// json.Number; a body that is not such an object is refused naming the fields it must have.
+func decodeBody(raw []byte, into any, fields string) error {
+	if err := refuseHostileJSON(raw); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(into); err != nil {
+		return httpidem.Refuse("", "the body must be a JSON object with "+fields)
+	}
+	return nil
+}
+
+// refuseHostileJSON is decodeBody's first check: a string or member name of the body with a
 // NUL byte or bytes that are not UTF-8 is refused naming its field.
 func refuseHostileJSON(raw []byte) error {
 	var ie *errs.FieldError

@@ -6,7 +6,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -63,19 +62,14 @@ type chargeBody struct {
 // parameter is not the business outcome, so the same key with a corrected body executes. A
 // declined charge (paysim's verdict) is the business outcome: it fails the key and is replayed.
 func validateCharge(raw []byte) error {
-	if err := refuseHostileJSON(raw); err != nil {
-		return err
-	}
 	var b struct {
 		AmountMinor     *json.Number `json:"amount_minor"`
 		Currency        *string      `json:"currency"`
 		MerchantOrderNo *string      `json:"merchant_order_no"`
 		Payee           *string      `json:"payee"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&b); err != nil {
-		return httpidem.Refuse("", "the body must be a JSON object with amount_minor, currency and payee")
+	if err := decodeBody(raw, &b, "amount_minor, currency and payee"); err != nil {
+		return err
 	}
 	if b.AmountMinor == nil {
 		return httpidem.Refuse("amount_minor", "is required")
