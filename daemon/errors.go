@@ -27,9 +27,9 @@ var (
 	ErrPermanent = errors.New("permanent failure") // a mark, no kind: the error it wraps keeps its own
 )
 
-// configErr is a one-line error naming the field.
+// configErr is bad configuration naming the field (an *errs.FieldError of ErrInvalidConfig).
 func configErr(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
+	return errs.Fieldf(field, format, args...).Of(ErrInvalidConfig)
 }
 
 // Permanent wraps err so that the outbox relay fails the row without retrying.
