@@ -48,7 +48,7 @@ func (s *Sessions) Create(ctx context.Context, o *Operator, ip, userAgent string
 			hashSecret(id), o.ID, RandomSecret(32), s.absolute.Seconds(), ip, userAgent).Error; err != nil {
 			return err
 		}
-		return tx.Exec(`UPDATE operators SET last_login_at = now() WHERE id = ?`, o.ID).Error
+		return tx.Model(&operatorModel{ID: o.ID}).Update("last_login_at", gorm.Expr("now()")).Error
 	})
 	if err != nil {
 		return "", fmt.Errorf("create session: %w", err)

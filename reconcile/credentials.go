@@ -261,7 +261,7 @@ func (r *Reconciler) RekeyCredentials(ctx context.Context) (int, error) {
 			if id == k.KeyID() {
 				continue
 			}
-			if err := tx.Exec(`UPDATE recon_jobs SET source_secret = ? WHERE id = ?`, k.Seal(plain, where), j.ID).Error; err != nil {
+			if err := tx.Model(&reconJobModel{ID: j.ID}).Update("source_secret", k.Seal(plain, where)).Error; err != nil {
 				return err
 			}
 			n++
