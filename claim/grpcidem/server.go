@@ -68,8 +68,19 @@ type Method struct {
 
 // Config is shared by every method of a service.
 type Config struct {
+	// Store is the claim store every call uses, unless Stores is set.
 	Store  *claim.Store
 	Tenant TenantFunc
+	// Stores, when set, picks the store by the authenticated tenant (a deployment of several
+	// cells, package cells): a call is claimed in its tenant's cell only. A tenant it finds no
+	// store for is refused — Unavailable, reason TENANT_UNAVAILABLE, a log line, Unrouted
+	// counted — and never sent to Store.
+	Stores func(tenant string) (*claim.Store, error)
+	// AnswersOf, with Stores, is the answer recorder of a tenant's store; nil records none.
+	// Answers is not used with Stores.
+	AnswersOf func(*claim.Store) *claim.AnswerRecorder
+	// Unrouted counts the calls refused because Stores found no store for their tenant.
+	Unrouted claim.Counter
 	// Methods maps full method names ("/pkg.Service/Method") to their contract; calls of other
 	// methods pass through untouched.
 	Methods map[string]Method
@@ -89,8 +100,8 @@ type server struct {
 
 // NewServerInterceptor validates cfg and returns the unary server interceptor.
 func NewServerInterceptor(cfg Config) (grpc.UnaryServerInterceptor, error) {
-	if cfg.Store == nil || cfg.Tenant == nil {
-		return nil, errors.New("grpcidem: Config.Store and Config.Tenant are required")
+	if (cfg.Store == nil && cfg.Stores == nil) || cfg.Tenant == nil {
+		return nil, errors.New("grpcidem: Config.Store (or Stores) and Config.Tenant are required")
 	}
 	if cfg.Service == "" {
 		cfg.Service = "grpc"
@@ -129,13 +140,13 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// completion's statement is the deepest point of the call (gRPC, this interceptor, the claim
 	// logic, database/sql, pgx), and when that point overflows the stack every frame below it is
 	// copied to a bigger one — with the claim's frames still held, it did so on every call.
-	switch out, resp, err := s.begin(ctx, m, req, info.FullMethod); out {
+	switch out, store, resp, err := s.begin(ctx, m, req, info.FullMethod); out {
 	case nil:
 		return resp, err
 	case unkeyed:
 		return handler(ctx, req)
 	default:
-		return s.runHandler(ctx, m, out, req, handler)
+		return s.runHandler(ctx, m, store, out, req, handler)
 	}
 }
 
@@ -143,65 +154,69 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 // without idempotency.
 var unkeyed = new(claim.Outcome)
 
-// begin authenticates, validates and claims the call's key. It returns the outcome when a
-// generic handler is to run under the acquired lease (unkeyed: without one), else (nil, the
-// call's answer).
+// begin authenticates, picks the tenant's store, validates and claims the call's key. It returns
+// the outcome and the store when a generic handler is to run under the acquired lease (unkeyed:
+// without one), else (nil, the call's answer).
 //
 //go:noinline
-func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod string) (*claim.Outcome, any, error) {
+func (s *server) begin(ctx context.Context, m *Method, req any, fullMethod string) (*claim.Outcome, *claim.Store, any, error) {
 	tenant, err := s.cfg.Tenant(ctx)
 	if err != nil || tenant == "" {
-		return nil, nil, statusError(codes.Unauthenticated, ReasonUnauthenticated, "a valid credential is required", nil)
+		return nil, nil, nil, statusError(codes.Unauthenticated, ReasonUnauthenticated, "a valid credential is required", nil)
+	}
+	store, answers, err := s.storeFor(tenant, fullMethod)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	key, err := keyFromMetadata(ctx)
 	if err != nil {
-		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
+		return nil, nil, nil, statusError(codes.InvalidArgument, ReasonKeyMalformed, err.Error(), nil)
 	}
 	if key == "" {
 		if m.KeyOptional {
-			return unkeyed, nil, nil
+			return unkeyed, nil, nil, nil
 		}
-		return nil, nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
+		return nil, nil, nil, statusError(codes.InvalidArgument, ReasonKeyMissing,
 			"this method requires idempotency-key metadata: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry", nil)
 	}
 	if h, ok := req.(DecodeErrorHolder); ok && h.DecodeError() != nil {
-		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
+		return nil, nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "malformed request message: "+h.DecodeError().Error(), nil)
 	}
 	intent, err := marshalMessage(req)
 	if err != nil {
-		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
+		return nil, nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request message cannot be read as JSON", nil)
 	}
 	if hasNUL(intent) { // PostgreSQL's jsonb cannot hold U+0000: refuse it here, not as Internal later
-		return nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
+		return nil, nil, nil, statusError(codes.InvalidArgument, ReasonInvalidRequest, "the request holds a NUL character", nil)
 	}
 	if err := validate(intent, m.Validate); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	creq := claim.Request{Tenant: tenant, Operation: m.Operation, Key: key, Intent: intent, Spec: m.Intent,
 		Actor: s.actor}
-	out, err := s.cfg.Store.Claim(ctx, creq)
+	out, err := store.Claim(ctx, creq)
 	if err != nil {
-		return nil, nil, s.errorStatus(fullMethod, err)
+		return nil, nil, nil, s.errorStatus(fullMethod, err)
 	}
 	if out.Kind != claim.Acquired {
-		resp, err := s.answer(ctx, m, out)
-		return nil, resp, err
+		resp, err := s.answer(ctx, m, out, answers)
+		return nil, nil, resp, err
 	}
 	if m.Run != nil {
-		out, err = s.cfg.Store.Drive(ctx, m.Run, out.Lease, claim.DriveOptions{Execute: true})
+		out, err = store.Drive(ctx, m.Run, out.Lease, claim.DriveOptions{Execute: true})
 		if err != nil {
-			return nil, nil, s.errorStatus(fullMethod, err)
+			return nil, nil, nil, s.errorStatus(fullMethod, err)
 		}
-		resp, err := s.answer(ctx, m, out)
-		return nil, resp, err
+		resp, err := s.answer(ctx, m, out, answers)
+		return nil, nil, resp, err
 	}
 	if out.Lease.MustCheckDownstream() && !m.Transactional {
 		// A plain handler has no downstream lookup: an earlier attempt may have acted, so the key
 		// is held for an operator (release for retry, or mark final) and never run blind.
-		s.hold(context.WithoutCancel(ctx), out.Lease, "outcome_unknown", "an earlier attempt did not finish")
-		return nil, nil, needsRecovery()
+		s.hold(context.WithoutCancel(ctx), store, out.Lease, "outcome_unknown", "an earlier attempt did not finish")
+		return nil, nil, nil, needsRecovery()
 	}
-	return out, nil, nil
+	return out, store, nil, nil
 }
 
 // needsRecovery is the answer to a call whose key is held: an earlier attempt's outcome outside
@@ -217,10 +232,10 @@ func needsRecovery() error {
 // The stored answer is a 500 for an HTTP reader of the same key, as httpidem's External routes
 // store; once an operator marks the key final it is every retry's answer (FailedPrecondition,
 // without the NEEDS_RECOVERY reason: nothing is left to recover).
-func (s *server) hold(ctx context.Context, l *claim.Lease, code, detail string) {
+func (s *server) hold(ctx context.Context, store *claim.Store, l *claim.Lease, code, detail string) {
 	body, _ := json.Marshal(storedError{GRPCCode: ptr(int(codes.FailedPrecondition)), Message: status.Convert(needsRecovery()).Message()})
 	snap := &claim.Snapshot{Status: http.StatusInternalServerError, Headers: jsonHeaders, Body: body}
-	if err := s.cfg.Store.Fail(ctx, nil, l, claim.HeldFailure(code, detail, snap)); err != nil {
+	if err := store.Fail(ctx, nil, l, claim.HeldFailure(code, detail, snap)); err != nil {
 		s.cfg.Logger.Error("holding a key whose outcome is unknown failed", "digest", l.Digest, "err", err)
 		return
 	}
@@ -232,8 +247,8 @@ func ptr[T any](v T) *T { return &v }
 // runHandler calls a generic handler holding the lease and records what it answered, unless the
 // handler completed or released the key itself. Its frame, and record's, are small: they sit
 // under the completion's statement (see intercept).
-func (s *server) runHandler(ctx context.Context, m *Method, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
-	st := &callState{lease: out.Lease, store: s.cfg.Store, method: m, logger: s.cfg.Logger}
+func (s *server) runHandler(ctx context.Context, m *Method, store *claim.Store, out *claim.Outcome, req any, handler grpc.UnaryHandler) (any, error) {
+	st := &callState{lease: out.Lease, store: store, method: m, logger: s.cfg.Logger}
 	resp, herr := s.callHandler(context.WithValue(ctx, stateKey{}, st), st, req, handler)
 	switch {
 	case st.done:
@@ -269,7 +284,7 @@ func (s *server) record(ctx context.Context, st *callState, resp any) {
 		s.unstorable(ctx, st, "snapshot_unencodable", "the response could not be stored", "response cannot be stored as JSON; key failed retryable")
 		return
 	}
-	if err := s.cfg.Store.Complete(ctx, nil, st.lease, snap); err != nil {
+	if err := st.store.Complete(ctx, nil, st.lease, snap); err != nil {
 		s.completeFailed(ctx, st, err)
 	}
 }
@@ -290,10 +305,10 @@ func (s *server) completeFailed(ctx context.Context, st *callState, err error) {
 func (s *server) unstorable(ctx context.Context, st *callState, code, detail, logMsg string) {
 	s.cfg.Logger.Warn(logMsg, "digest", st.lease.Digest)
 	if !st.method.Transactional {
-		s.hold(ctx, st.lease, code, detail)
+		s.hold(ctx, st.store, st.lease, code, detail)
 		return
 	}
-	if err := s.cfg.Store.Fail(ctx, nil, st.lease, claim.RetryableFailure(code, detail)); err != nil {
+	if err := st.store.Fail(ctx, nil, st.lease, claim.RetryableFailure(code, detail)); err != nil {
 		s.cfg.Logger.Error("recording the response failed", "digest", st.lease.Digest, "err", err)
 	}
 }
@@ -309,13 +324,13 @@ func (s *server) recordError(ctx context.Context, st *callState, herr error) {
 	var err error
 	switch {
 	case storedCode(sts.Code()):
-		err = s.cfg.Store.Fail(ctx, nil, st.lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
+		err = st.store.Fail(ctx, nil, st.lease, claim.FinalFailure("grpc_"+codeName(sts.Code()), sts.Message(), errorSnapshot(sts)))
 	case st.method.Transactional:
-		err = s.cfg.Store.Release(ctx, st.lease, "handler answered "+sts.Code().String())
+		err = st.store.Release(ctx, st.lease, "handler answered "+sts.Code().String())
 	case st.panicType != "":
-		s.hold(ctx, st.lease, "panic", "the handler panicked ("+st.panicType+")")
+		s.hold(ctx, st.store, st.lease, "panic", "the handler panicked ("+st.panicType+")")
 	default:
-		s.hold(ctx, st.lease, "grpc_"+codeName(sts.Code()), sts.Message())
+		s.hold(ctx, st.store, st.lease, "grpc_"+codeName(sts.Code()), sts.Message())
 	}
 	if err != nil {
 		s.cfg.Logger.Error("recording the handler's error failed", "digest", st.lease.Digest, "err", err)

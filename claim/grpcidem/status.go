@@ -41,6 +41,7 @@ const (
 	ReasonStoreUnavailable      = "STORE_UNAVAILABLE"
 	ReasonLeaseLost             = "LEASE_LOST"
 	ReasonInternal              = "INTERNAL"
+	ReasonTenantUnavailable     = "TENANT_UNAVAILABLE"
 )
 
 // Reason returns the ErrorInfo reason of an error this package answered ("" for others).
@@ -126,24 +127,24 @@ func validate(intent []byte, vs []Validator) error {
 
 // answer turns a claim or run outcome into the call's answer: the one place where outcomes
 // become gRPC.
-func (s *server) answer(ctx context.Context, m *Method, out *claim.Outcome) (any, error) {
+func (s *server) answer(ctx context.Context, m *Method, out *claim.Outcome, answers *claim.AnswerRecorder) (any, error) {
 	switch out.Kind {
 	case claim.Completed, claim.Recovered:
 		return fromSnapshot(m, out.Snapshot)
 	case claim.Replay:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataReplayed, "true"))
 		if out.Failure != nil && out.Failure.Hold { // held: outcome unknown until an operator decides
-			s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusInternalServerError)
+			answers.Record(out.KeyID, claim.AnswerReplay, http.StatusInternalServerError)
 			return nil, needsRecovery()
 		}
 		if out.Snapshot == nil { // failed_final without a stored answer
-			s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, http.StatusUnprocessableEntity)
+			answers.Record(out.KeyID, claim.AnswerReplay, http.StatusUnprocessableEntity)
 			return nil, statusError(codes.FailedPrecondition, ReasonRequestFailed, out.Failure.Detail, nil)
 		}
-		s.cfg.Answers.Record(out.KeyID, claim.AnswerReplay, out.Snapshot.Status)
+		answers.Record(out.KeyID, claim.AnswerReplay, out.Snapshot.Status)
 		return fromSnapshot(m, out.Snapshot)
 	case claim.InProgress:
-		s.cfg.Answers.Record(out.KeyID, claim.AnswerInProgress, http.StatusConflict)
+		answers.Record(out.KeyID, claim.AnswerInProgress, http.StatusConflict)
 		secs := int(math.Ceil(out.RetryAfter.Seconds()))
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataRetryAfter, strconv.Itoa(secs),
 			"grpc-retry-pushback-ms", strconv.FormatInt(out.RetryAfter.Milliseconds(), 10)))
@@ -151,7 +152,7 @@ func (s *server) answer(ctx context.Context, m *Method, out *claim.Outcome) (any
 			"a request with this idempotency-key is being processed; retry later with the same key", nil,
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)})
 	case claim.Mismatch:
-		s.cfg.Answers.Record(out.KeyID, claim.AnswerMismatch, http.StatusUnprocessableEntity)
+		answers.Record(out.KeyID, claim.AnswerMismatch, http.StatusUnprocessableEntity)
 		return nil, statusError(codes.FailedPrecondition, ReasonKeyReused,
 			"this idempotency-key was used with a different request", nil)
 	case claim.Expired:

@@ -42,7 +42,7 @@ func OperationHandler(cfg Config, op claim.Operation, validators ...Validator) h
 
 func serveOperation(w http.ResponseWriter, r *http.Request, cfg Config, tenant tenantFunc, op claim.Operation, validators []Validator) {
 	route := Route{Operation: op.Name(), Intent: op.Intent()}
-	req, ok := readRequest(w, r, cfg, route, tenant)
+	req, cfg, ok := readRequest(w, r, cfg, route, tenant)
 	if !ok || !validate(w, cfg, req.Intent, validators) {
 		return
 	}
@@ -68,7 +68,7 @@ func LocalHandler(cfg Config, route Route, fn claim.LocalFunc, validators ...Val
 }
 
 func serveLocal(w http.ResponseWriter, r *http.Request, cfg Config, tenant tenantFunc, route Route, fn claim.LocalFunc, validators []Validator) {
-	req, ok := readRequest(w, r, cfg, route, tenant)
+	req, cfg, ok := readRequest(w, r, cfg, route, tenant)
 	if !ok || !validate(w, cfg, req.Intent, validators) {
 		return
 	}
@@ -163,7 +163,7 @@ func ReleaseContext(ctx context.Context, reason string) error {
 //     replayed (Stripe's rule) and the key is held, and so is a retry that finds an earlier
 //     attempt crashed; an operator releases it for another attempt or marks it final (console).
 func serveMiddleware(w http.ResponseWriter, r *http.Request, cfg Config, tenant tenantFunc, route Route, next http.Handler) {
-	req, ok := readRequest(w, r, cfg, route, tenant)
+	req, cfg, ok := readRequest(w, r, cfg, route, tenant)
 	if !ok {
 		return
 	}
@@ -293,25 +293,30 @@ func recordServerError(ctx context.Context, cfg Config, route Route, st *leaseSt
 	}
 }
 
-// readRequest authenticates, bounds and reads the body, and builds the claim request; on a
+// readRequest authenticates, picks the tenant's store (Config.Stores), bounds and reads the
+// body, and builds the claim request; it returns cfg with the tenant's store in it. On a
 // problem it answers and reports false.
-func readRequest(w http.ResponseWriter, r *http.Request, cfg Config, route Route, tenant tenantFunc) (claim.Request, bool) {
+func readRequest(w http.ResponseWriter, r *http.Request, cfg Config, route Route, tenant tenantFunc) (claim.Request, Config, bool) {
 	t, err := tenant(r)
 	if err != nil || t == "" {
 		writeProblem(w, cfg, http.StatusUnauthorized, "unauthenticated", "Not authenticated", "a valid credential is required", nil)
-		return claim.Request{}, false
+		return claim.Request{}, cfg, false
+	}
+	cfg, ok := cfg.forTenant(w, r, t)
+	if !ok {
+		return claim.Request{}, cfg, false
 	}
 	key, err := parseKeyHeader(r.Header.Values(HeaderKey))
 	if err != nil {
 		keyProblem(w, r, cfg, route.Operation, Problem{Type: cfg.ProblemBase + "key-malformed", Title: "Malformed Idempotency-Key",
 			Status: http.StatusBadRequest, Detail: err.Error()})
-		return claim.Request{}, false
+		return claim.Request{}, cfg, false
 	}
 	if key == "" && !route.KeyOptional {
 		keyProblem(w, r, cfg, route.Operation, Problem{Type: cfg.ProblemBase + "key-missing", Title: "Idempotency-Key required",
 			Status: http.StatusBadRequest,
 			Detail: "this endpoint requires an Idempotency-Key header: 1-255 printable ASCII characters, generated before the first attempt and reused on every retry"})
-		return claim.Request{}, false
+		return claim.Request{}, cfg, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
 	if err != nil {
@@ -322,11 +327,11 @@ func readRequest(w http.ResponseWriter, r *http.Request, cfg Config, route Route
 		} else {
 			writeProblem(w, cfg, http.StatusBadRequest, "body-unreadable", "Request body unreadable", err.Error(), nil)
 		}
-		return claim.Request{}, false
+		return claim.Request{}, cfg, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return claim.Request{Tenant: t, Operation: route.Operation, Key: key, Intent: body, Spec: route.Intent,
-		Actor: "service:" + cfg.Service}, true
+		Actor: "service:" + cfg.Service}, cfg, true
 }
 
 // buffer holds a wrapped handler's response until the key's record is written: bounded by the

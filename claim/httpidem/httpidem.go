@@ -47,7 +47,19 @@ type TenantFunc func(c *gin.Context) (string, error)
 
 // Config is shared by every route of a service.
 type Config struct {
+	// Store is the claim store every request uses, unless Stores is set.
 	Store *claim.Store
+	// Stores, when set, picks the store by the authenticated tenant (a deployment of several
+	// cells, package cells): a request is claimed in its tenant's cell only. A tenant it finds no
+	// store for (an error, e.g. cells.ErrNoCell) is refused — 503 tenant-unavailable, a log line,
+	// Unrouted counted — and never sent to Store. Store still describes the key policy
+	// (PolicyHandler): every cell's store has one claim.Config.
+	Stores func(tenant string) (*claim.Store, error)
+	// AnswersOf, with Stores, is the answer recorder of a tenant's store (each cell records its
+	// own keys' answers); nil records none. Answers is not used with Stores.
+	AnswersOf func(*claim.Store) *claim.AnswerRecorder
+	// Unrouted counts the requests refused because Stores found no store for their tenant.
+	Unrouted claim.Counter
 	// Tenant authenticates a gin request; TenantFromRequest a net/http one (Wrap,
 	// OperationHandler). The gin adapters use TenantFromRequest when Tenant is nil.
 	Tenant            TenantFunc

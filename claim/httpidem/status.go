@@ -68,6 +68,10 @@ func serveStatus(w http.ResponseWriter, r *http.Request, cfg Config, tenant tena
 		writeProblem(w, cfg, http.StatusUnauthorized, "unauthenticated", "Not authenticated", "a valid credential is required", nil)
 		return
 	}
+	cfg, ok := cfg.forTenant(w, r, t)
+	if !ok {
+		return
+	}
 	op := r.URL.Query().Get("operation")
 	if op == "" {
 		writeProblemDoc(w, Problem{Type: cfg.ProblemBase + "invalid-field", Title: "Invalid request parameter",
