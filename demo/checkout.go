@@ -14,7 +14,7 @@ import (
 // as POST /v1/payments.
 func (s *Service) CheckoutHandler() http.Handler {
 	tokens := &httpidem.Tokens{DB: s.db, Operation: s.charge.Name()}
-	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10, Answers: s.answers}
+	cfg := s.idem()
 	r := gin.New()
 	r.Use(gin.Recovery())
 	r.POST("/v1/checkout/tokens", httpidem.IssueTokenHandler(cfg, tokens))

@@ -257,7 +257,7 @@ func chargeUnguarded(context.Context, any) (any, error) {
 // GRPCServer is the payment call over gRPC: the same charge Operation, validators and bearer
 // keys as the HTTP route, through grpcidem.
 func (s *Service) GRPCServer() (*grpc.Server, error) {
-	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Store: s.store, Service: "payments-grpc", Answers: s.answers,
+	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Store: s.store, Stores: s.stores, AnswersOf: s.answersOf, Service: "payments-grpc", Answers: s.answers,
 		Tenant: func(ctx context.Context) (string, error) {
 			md, _ := metadata.FromIncomingContext(ctx)
 			v := md.Get("authorization")

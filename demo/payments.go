@@ -139,13 +139,42 @@ type Service struct {
 	charge  claim.Operation
 	apiKeys map[string]string // bearer key → tenant
 	answers *claim.AnswerRecorder
-	tracing trace.TracerProvider // nil: not traced
-	channel *paysim.Client       // the tip's own calls (gRPC Payments/Tip)
+	// stores and answersOf route each request to its tenant's store (RouteByTenant); nil: store.
+	stores    func(tenant string) (*claim.Store, error)
+	answersOf func(*claim.Store) *claim.AnswerRecorder
+	tracing   trace.TracerProvider // nil: not traced
+	channel   *paysim.Client       // the tip's own calls (gRPC Payments/Tip)
 }
 
 // NewService builds the payments API. charge is the paysim Operation whose Apply is ApplyPayment.
 func NewService(db *gorm.DB, store *claim.Store, charge claim.Operation, apiKeys map[string]string) *Service {
 	return &Service{db: db, store: store, charge: charge, apiKeys: apiKeys}
+}
+
+// RouteByTenant makes the service claim every request (HTTP and gRPC) in its tenant's store, a
+// deployment of cells (package cells: Set.StoreFor): a tenant with no store is refused, never
+// claimed in the default store. answersOf is a store's answer recorder (nil: none recorded). A
+// tenant's payments are read from its store's database. Call it before Handler or GRPCServer.
+func (s *Service) RouteByTenant(stores func(tenant string) (*claim.Store, error), answersOf func(*claim.Store) *claim.AnswerRecorder) {
+	s.stores, s.answersOf = stores, answersOf
+}
+
+// idem is the idempotency configuration every HTTP route of the service shares.
+func (s *Service) idem() httpidem.Config {
+	return httpidem.Config{Store: s.store, Stores: s.stores, AnswersOf: s.answersOf, Tenant: s.tenant, Service: "payments",
+		MaxBodyBytes: 16 << 10, Answers: s.answers}
+}
+
+// dbOf is the database holding tenant's rows: its store's when the service routes by tenant.
+func (s *Service) dbOf(tenant string) (*gorm.DB, error) {
+	if s.stores == nil {
+		return s.db, nil
+	}
+	store, err := s.stores(tenant)
+	if err != nil {
+		return nil, err
+	}
+	return store.DB(), nil
 }
 
 // tenant authenticates the bearer API key; the tenant never comes from the request body.
@@ -174,8 +203,8 @@ func (s *Service) Handler() http.Handler {
 		writeProblem(c, http.StatusInternalServerError, "internal", "Internal error", "")
 	}))
 	r.NoRoute(func(c *gin.Context) { writeProblem(c, http.StatusNotFound, "not-found", "Not found", "no such route") })
-	cfg := httpidem.Config{Store: s.store, Tenant: s.tenant, Service: "payments", MaxBodyBytes: 16 << 10, Answers: s.answers,
-		Retention: func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, s.db) }}
+	cfg := s.idem()
+	cfg.Retention = func(ctx context.Context) ([]claim.ExpiryPolicy, error) { return retention.ExpiryPolicies(ctx, s.db) }
 	charge := httpidem.Handler(cfg, s.charge, validateCharge)
 	r.GET("/idempotency/status", httpidem.Status(cfg))                  // a key's state by key (409 points here)
 	r.GET("/idempotency/policy", httpidem.Policy(cfg, OperationCharge)) // the published key policy
@@ -206,8 +235,13 @@ func (s *Service) Handler() http.Handler {
 			writeProblem(c, http.StatusUnauthorized, "unauthenticated", "Not authenticated", "a valid credential is required")
 			return
 		}
+		db, err := s.dbOf(tenant)
+		if err != nil {
+			writeProblem(c, http.StatusServiceUnavailable, "tenant-unavailable", "Unavailable for this caller", "this service cannot take requests for your credential now")
+			return
+		}
 		var ps []Payment
-		if err := s.db.WithContext(c.Request.Context()).Raw(`SELECT id, merchant_order_no, payee, amount_minor, currency, status,
+		if err := db.WithContext(c.Request.Context()).Raw(`SELECT id, merchant_order_no, payee, amount_minor, currency, status,
 			channel_txn_id, created_at FROM payments WHERE tenant = ? AND id = ?`, tenant, c.Param("id")).Scan(&ps).Error; err != nil {
 			writeProblem(c, http.StatusInternalServerError, "internal", "Internal error", "")
 			return

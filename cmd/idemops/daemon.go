@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -144,8 +145,9 @@ func addDaemonFlags(cmd *cobra.Command) {
 	f.Int("outbox-attempts", 10, "sends per outbox row before it is failed")
 }
 
-// daemonSetup opens the database and builds the replica from the flags.
-func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg prometheus.Registerer) (*database, *daemon.Daemon, error) {
+// daemonSetup opens the database and builds the replica from the flags: with a cell map, one
+// replica per cell (newCellDaemons), in the map's order.
+func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg prometheus.Registerer) (*database, replicas, error) {
 	ctx := cmd.Context()
 	ops, err := loadOperations(cmd)
 	if err != nil {
@@ -179,12 +181,51 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 		d.Close()
 		return nil, nil, err
 	}
-	dm, err := newDaemon(daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger, Recon: rcfg}, opt)
+	deps := daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops}, Registerer: reg, Logger: logger, Recon: rcfg}
+	set, err := d.Cells(ctx, claim.Config{DigestSecret: secret, Owner: "daemon:" + opt.Daemon.Name, Logger: logger})
 	if err != nil {
 		d.Close()
 		return nil, nil, err
 	}
-	return d, dm, nil
+	var ds replicas
+	if set == nil {
+		var dm *daemon.Daemon
+		if dm, err = newDaemon(deps, opt); err == nil {
+			ds = replicas{dm}
+		}
+	} else {
+		ds, err = newCellDaemons(deps, set, opt)
+	}
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return d, ds, nil
+}
+
+// replicas are the daemon replicas of one process: one, or one per cell.
+type replicas []*daemon.Daemon
+
+// Start starts every replica; on a failure the ones started are stopped.
+func (rs replicas) Start(ctx context.Context) error {
+	for i, d := range rs {
+		if err := d.Start(ctx); err != nil {
+			_ = rs[:i].Stop(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops every replica (each finishing its batch in hand), all at once.
+func (rs replicas) Stop(ctx context.Context) error {
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, d := range rs {
+		wg.Go(func() { errs[i] = d.Stop(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func newDaemonCmd() *cobra.Command {
@@ -201,7 +242,7 @@ func newDaemonCmd() *cobra.Command {
 			opt.Daemon.ShutdownTimeout, _ = f.GetDuration("shutdown-timeout")
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
-			db, d, err := daemonSetup(cmd, true, opt, reg)
+			db, ds, err := daemonSetup(cmd, true, opt, reg)
 			if err != nil {
 				return err
 			}
@@ -217,7 +258,7 @@ func newDaemonCmd() *cobra.Command {
 			// The daemon outlives the signal context: the signal starts the graceful Stop.
 			life, kill := context.WithCancel(context.WithoutCancel(cmd.Context()))
 			defer kill()
-			if err := d.Start(life); err != nil {
+			if err := ds.Start(life); err != nil {
 				return err
 			}
 			if every, _ := f.GetDuration("audit-head-every"); every > 0 {
@@ -228,15 +269,22 @@ func newDaemonCmd() *cobra.Command {
 				chain, logger := audit.New(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 				go logAuditHeads(life, chain, logger, every, reg)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
+			for i, d := range ds {
+				if db.cells == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "cell %s: daemon replica %s running; jobs %s\n", db.cells.Cells()[i].Name, d.ID(), strings.Join(sorted(d.Jobs()), ", "))
+				}
+			}
 			<-cmd.Context().Done()
 			fmt.Fprintln(cmd.OutOrStdout(), "stopping: finishing the batches in hand")
 			sctx, cancel := context.WithTimeout(context.Background(), opt.Daemon.ShutdownTimeout+10*time.Second)
 			defer cancel()
-			return d.Stop(sctx)
+			return ds.Stop(sctx)
 		},
 	}
 	addDaemonFlags(cmd)
+	addCellsFlag(cmd.Flags())
 	f := cmd.Flags()
 	f.String("replica", "", "replica name shown in the console (env IDEMOPS_REPLICA; default: the host name)")
 	f.Duration("lease-ttl", 15*time.Second, "leader lease TTL")
@@ -367,11 +415,12 @@ func newJobsCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opt daemonOptions
 			opt.Daemon.Name = "cli"
-			db, d, err := daemonSetup(cmd, false, opt, prometheus.NewRegistry())
+			db, ds, err := daemonSetup(cmd, false, opt, prometheus.NewRegistry())
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			d := ds[0] // jobs run takes no cell map: one replica
 			r, err := d.RunJob(cmd.Context(), args[0])
 			if err != nil {
 				if errors.Is(err, daemon.ErrUnknownJob) {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/tenantdb"
@@ -21,6 +22,11 @@ type database struct {
 	URL     string
 	cluster *pglocal.Cluster
 	console *gorm.DB // the console's handle (ConsoleDB), opened on first use
+	// cellMap is the --cells map (nil: one database); DB is then its control cell's, and cells
+	// (Cells) every cell's, opened on first use.
+	cellMap  *cells.Map
+	cells    *cells.Set
+	migrated bool
 }
 
 // ConsoleDB is the console's handle on the same database: every statement runs under the
@@ -46,6 +52,9 @@ func (d *database) ConsoleDB(ctx context.Context) (*gorm.DB, error) {
 }
 
 func (d *database) Close() {
+	if d.cells != nil {
+		d.cells.Close() // the control cell's pool with it
+	}
 	if d.console != nil {
 		if sqlDB, err := d.console.DB(); err == nil {
 			sqlDB.Close()
@@ -82,10 +91,22 @@ func dataPath(cmd *cobra.Command, name string) string {
 	return filepath.Join(flagOrEnv(cmd, "data-dir", "IDEMOPS_DATA_DIR"), name)
 }
 
+// openPool is the project's pool opener.
+var openPool = pgpool.Open
+
 // openDatabase connects to --database-url / DATABASE_URL, or starts the private cluster when
-// allowPrivate and neither is set. With migrate, pending migrations are applied first.
+// allowPrivate and neither is set; with a cell map (--cells, on the commands that take it) to
+// its control cell's database. With migrate, pending migrations are applied first.
 func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate bool) (*database, error) {
-	d := &database{URL: flagOrEnv(cmd, "database-url", "DATABASE_URL")}
+	m, err := cellMap(cmd)
+	if err != nil {
+		return nil, err
+	}
+	d := &database{URL: flagOrEnv(cmd, "database-url", "DATABASE_URL"), cellMap: m, migrated: migrate}
+	if m != nil {
+		control, _ := m.Cell(m.Control())
+		d.URL = control.URL
+	}
 	if d.URL == "" {
 		if !allowPrivate {
 			return nil, usagef("no database: set DATABASE_URL or --database-url")
@@ -100,7 +121,7 @@ func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate
 		d.cluster = c
 		d.URL = c.URL("postgres")
 	}
-	db, err := pgpool.Open(d.URL)
+	db, err := openPool(d.URL)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("connect to the database (--database-url / DATABASE_URL): %w", err)

@@ -61,8 +61,19 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 				return err
 			}
 			defer srv.Close() // bulk replays stop between keys
-			stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops},
-				Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}})
+			deps := daemonDeps{DB: d.DB, Store: store, Operations: operationSet{ops},
+				Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}
+			dopt := daemonOptions{Daemon: daemon.Config{Name: flagOrEnv(cmd, "replica", "IDEMOPS_REPLICA")}}
+			set, err := d.Cells(ctx, claim.Config{DigestSecret: secret, Logger: log})
+			if err != nil {
+				return err
+			}
+			var stopDaemon func()
+			if set == nil {
+				stopDaemon, err = startDaemon(ctx, deps, dopt)
+			} else { // one replica per cell, each its own leader and jobs
+				stopDaemon, err = startCellDaemons(ctx, deps, set, dopt)
+			}
 			if err != nil {
 				return err
 			}
@@ -88,5 +99,6 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 	f.String("digest-secret", "", "deployment secret for key digests (env IDEMOPS_DIGEST_SECRET)")
 	addSSOFlags(f)
 	f.String("replica", "", "replica name (env IDEMOPS_REPLICA; default: the host name)")
+	addCellsFlag(f)
 	return cmd
 }

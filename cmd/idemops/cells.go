@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/cells"
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
+)
+
+// addCellsFlag declares --cells on a command that routes by tenant (serve, daemon).
+func addCellsFlag(f *pflag.FlagSet) {
+	f.String("cells", "", "tenant → cell map (YAML, env IDEMOPS_CELLS; see docs/SCALING.md): every cell's database is migrated and "+
+		"served, each tenant only in its own; the control cell's database holds operators, sessions and audit. Unset: one database")
+}
+
+// cellMap is the map --cells / IDEMOPS_CELLS names, read and validated whole (a refusal names the
+// file, line, field or tenant; exit 2); nil when the command takes no map or none is given —
+// one database, as without cells.
+func cellMap(cmd *cobra.Command) (*cells.Map, error) {
+	if cmd.Flag("cells") == nil {
+		return nil, nil
+	}
+	path := flagOrEnv(cmd, "cells", "IDEMOPS_CELLS")
+	if path == "" {
+		return nil, nil
+	}
+	if f := cmd.Flag("database-url"); f != nil && f.Changed {
+		return nil, usagef("--cells and --database-url both name databases: the cell map names every one (its control cell is the main database)")
+	}
+	return cells.Load(path)
+}
+
+// Cells opens every cell of the map the database was opened with (the control cell's pool is
+// d.DB's): migrated when the database was, each cell's claim store made with cfg. Nil without a
+// map.
+func (d *database) Cells(ctx context.Context, cfg claim.Config) (*cells.Set, error) {
+	if d.cellMap == nil || d.cells != nil {
+		return d.cells, nil
+	}
+	control := d.DB
+	set, err := cells.Open(ctx, d.cellMap, cells.Options{Migrate: d.migrated, Claim: cfg,
+		OpenDB: func(url string) (*gorm.DB, error) {
+			if url == d.URL { // the control cell: the pool the console already uses
+				return control, nil
+			}
+			return openPool(url)
+		}})
+	if err != nil {
+		return nil, err
+	}
+	d.cells = set
+	return set, nil
+}
+
+// cellDeps are the daemon's dependencies on one cell: its database and store, metrics carrying
+// cell="name", log lines too. The console's replay workflow is the control cell's.
+func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
+	deps.DB, deps.Store = c.DB, c.Store
+	if deps.Registerer != nil {
+		deps.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"cell": c.Name}, deps.Registerer)
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	deps.Logger = deps.Logger.With("cell", c.Name)
+	if c != set.Control() {
+		deps.Replays = nil // made on the cell's own database and store
+	}
+	return deps
+}
+
+// newCellDaemons builds one replica per cell: each its own leader lease in its own database and
+// its own jobs, so one cell's failover or backlog never holds up another's.
+func newCellDaemons(deps daemonDeps, set *cells.Set, opt daemonOptions) ([]*daemon.Daemon, error) {
+	var out []*daemon.Daemon
+	for _, c := range set.Cells() {
+		d, err := newDaemon(cellDeps(deps, set, c), opt)
+		if err != nil {
+			return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// startCellDaemons is startDaemon for every cell; stop stops them all.
+func startCellDaemons(ctx context.Context, deps daemonDeps, set *cells.Set, opt daemonOptions) (stop func(), err error) {
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, c := range set.Cells() {
+		s, err := startDaemon(ctx, cellDeps(deps, set, c), opt)
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+		}
+		stops = append(stops, s)
+	}
+	return stopAll, nil
+}

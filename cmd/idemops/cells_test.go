@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/internal/pgpool"
+	"github.com/idemops/idemops/internal/ports"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
+)
+
+// TestCells_ABadMapStopsTheStartWithExit2: serve and daemon refuse a map that puts a tenant in
+// two cells, or that is missing, with one line naming the file and the tenant — before any
+// database is opened (the cells' URLs lead nowhere).
+func TestCells_ABadMapStopsTheStartWithExit2(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "cells.yaml")
+	nowhere := "postgres://idemops@127.0.0.1:1/none?connect_timeout=1"
+	if err := os.WriteFile(bad, []byte(fmt.Sprintf("cells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [acme]}\n", nowhere, nowhere)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--cells", bad}, bad + `:3: cells.b.tenants: tenant "acme" is in cells a and b`},
+		{[]string{"daemon", "--cells", bad}, bad + `:3: cells.b.tenants: tenant "acme" is in cells a and b`},
+		{[]string{"daemon", "--cells", missing}, missing + ": no such file or directory"},
+		{[]string{"daemon", "--cells", bad, "--database-url", nowhere}, "--cells and --database-url both name databases"},
+	} {
+		_, err := runIdemops(t, append(tc.args, "--data-dir", filepath.Join(dir, "data"))...)
+		if err == nil || exitCode(err) != 2 || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v (exit %d); want exit 2, one line containing %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+}
+
+// TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell: `idemops daemon --cells` runs a replica per
+// cell, each elected in its own cell's database with its own schedules, and every daemon metric
+// carries the cell.
+func TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell(t *testing.T) {
+	t.Parallel()
+	urls := map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
+	dir := t.TempDir()
+	mapPath := filepath.Join(dir, "cells.yaml")
+	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
+		urls["a"], urls["b"])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), []byte("cells-test-secret-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := ports.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := runIdemopsCtx(ctx, "daemon", "--cells", mapPath, "--data-dir", dir, "--metrics-addr", addr, "--replica", "r1")
+		done <- err
+	}()
+	dbs := map[string]*gorm.DB{}
+	for name, url := range urls {
+		db, err := pgpool.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+		})
+		dbs[name] = db
+		pgtest.Await(t, db, 60*time.Second, "cell "+name+"'s replica leading", func() bool {
+			var n int64
+			db.Raw(`SELECT count(*) FROM daemon_replicas WHERE is_leader AND name = 'r1'`).Scan(&n)
+			return n == 1
+		}, "daemon_replicas")
+	}
+	for name, db := range dbs {
+		var schedules, leaders int64
+		db.Raw(`SELECT count(*) FROM schedules`).Scan(&schedules)
+		db.Raw(`SELECT count(*) FROM daemon_leader`).Scan(&leaders)
+		if schedules == 0 || leaders != 1 {
+			t.Errorf("cell %s: %d schedules, %d leader leases; want its own of each", name, schedules, leaders)
+		}
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`idemops_daemon_is_leader{cell="a"} 1`, `idemops_daemon_is_leader{cell="b"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(string(body), "\nidemops_daemon_is_leader ") {
+		t.Error("a daemon metric without its cell")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("daemon stopped with %v", err)
+	}
+}
+
+func runIdemopsCtx(ctx context.Context, args ...string) (string, error) {
+	root := newRoot()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs(args)
+	err := execute(ctx, root)
+	return out.String(), err
+}
