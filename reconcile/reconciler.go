@@ -53,6 +53,10 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Cells, in a deployment of cells, are the reconcilers of the cells holding any of tenants
+	// (AllTenants: every cell). A recon job's statement is fetched here, in the control cell,
+	// and imported and matched in each of them (cells.go). Nil: this database holds every tenant.
+	Cells func(tenants []string) ([]Cell, error)
 	// BulkApprovalAbove: a bulk run of more findings waits for a second operator's approval
 	// (four eyes; default 1000). BulkCap bounds the findings of one bulk run (default 1,000,000).
 	BulkApprovalAbove int

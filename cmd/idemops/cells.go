@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/reconcile"
 )
 
 // addCellsFlag declares --cells on a command that routes by tenant (serve, daemon).
@@ -70,11 +73,46 @@ func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	deps.Logger = deps.Logger.With("cell", c.Name)
 	if c != set.Control() {
 		deps.Replays = nil // made on the cell's own database and store
+	} else { // recon jobs live in the control cell; their statements are matched in the cells
+		deps.Recon.Cells = cellReconcilers(set, deps)
 	}
+	deps.Logger = deps.Logger.With("cell", c.Name)
 	return deps
+}
+
+// cellReconcilers is the control cell's reconcile.Config.Cells: the cells holding any of a
+// channel account's tenants (every cell for "*"), each with a reconciler on its own database,
+// made once.
+func cellReconcilers(set *cells.Set, deps daemonDeps) func(tenants []string) ([]reconcile.Cell, error) {
+	var mu sync.Mutex
+	made := map[*cells.Cell]*reconcile.Reconciler{}
+	return func(tenants []string) ([]reconcile.Cell, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		m := set.Map()
+		var out []reconcile.Cell
+		for _, c := range set.Cells() {
+			spec, _ := m.Cell(c.Name)
+			if !slices.Contains(tenants, reconcile.AllTenants) && !slices.ContainsFunc(spec.Tenants, func(t string) bool { return slices.Contains(tenants, t) }) {
+				continue
+			}
+			rec, ok := made[c]
+			if !ok {
+				cfg := deps.Recon
+				cfg.Cells, cfg.Store, cfg.Operations = nil, c.Store, deps.Operations
+				cfg.Logger = deps.Logger.With("cell", c.Name)
+				var err error
+				if rec, err = reconcile.New(c.DB, cfg); err != nil {
+					return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+				}
+				made[c] = rec
+			}
+			out = append(out, reconcile.Cell{Name: c.Name, Rec: rec})
+		}
+		return out, nil
+	}
 }
 
 // newCellDaemons builds one replica per cell: each its own leader lease in its own database and
