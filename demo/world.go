@@ -55,6 +55,11 @@ type WorldConfig struct {
 	// LedgerURL, when set, is an external ledger with no idempotency: every completed payment
 	// also stages a ledger.post outbox row, which the daemon's relay delivers there.
 	LedgerURL string
+	// Stores, when set, routes each payment to its tenant's claim store (a deployment of
+	// cells: cells.Set.StoreFor) — claim, payment and order rows in the tenant's cell; a tenant
+	// with no store is refused (503). DB and Store remain the default cell's (callbacks,
+	// likes, checkout tokens, answers of Store's keys).
+	Stores func(tenant string) (*claim.Store, error)
 	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
 	// consumers — for a daemon or console in a process of its own (the chaos run).
 	NoServe bool
@@ -162,6 +167,14 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
 	w.Answers.Start()
 	svc.answers = w.Answers
+	if cfg.Stores != nil {
+		svc.RouteByTenant(cfg.Stores, func(s *claim.Store) *claim.AnswerRecorder {
+			if s == cfg.Store {
+				return w.Answers // on cfg.DB: the default cell's keys only
+			}
+			return nil
+		})
+	}
 	w.Orders = &Orders{DB: cfg.DB}
 	mux := http.NewServeMux()
 	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
