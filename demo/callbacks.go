@@ -26,7 +26,11 @@ const maxCallbackBytes = 16 << 10
 // for an event whose precondition has not come yet, so the channel sends them again.
 type CallbackHandler struct {
 	Orders *Orders
-	Secret []byte
+	// Elsewhere are the orders of the other cells (WorldConfig.Stores): a callback names an
+	// order by its merchant order number alone, so one Orders does not know is looked for there
+	// (the number is unique: it is the key's downstream key, tenant included).
+	Elsewhere []*Orders
+	Secret    []byte
 	// Tolerance is how far a signature's time may be from now (default 5 min).
 	Tolerance time.Duration
 	Logger    *slog.Logger
@@ -57,6 +61,12 @@ func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.Orders.HandleCallback(r.Context(), ev)
+	for _, o := range h.Elsewhere {
+		if !errors.Is(err, ErrOrderUnknown) {
+			break
+		}
+		res, err = o.HandleCallback(r.Context(), ev)
+	}
 	switch {
 	case errors.Is(err, ErrOrderUnknown):
 		callbackAnswer(w, http.StatusNotFound, "ORDER_UNKNOWN", "no order with this merchant_order_no yet; send again later")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -17,7 +18,8 @@ import (
 
 // TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell: with Stores, a payment's key,
 // payment row and order are written in its tenant's cell only, the tenant reads its payment
-// back from there, and a tenant with no cell is refused with nothing charged or written.
+// back from there, the channel's callback finds the order in its cell and pays it, and a tenant
+// with no cell is refused with nothing charged or written.
 func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
@@ -30,7 +32,7 @@ func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 		stores[name] = s
 	}
 	cellOf := map[string]string{"acme": "a", "globex": "b"}
-	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["a"], Paysim: paysim.Config{Seed: 5},
+	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["a"], Paysim: fastCallbacks(paysim.Config{Seed: 5}),
 		Tenants: []string{"acme", "globex", "hooli"},
 		Stores: func(tenant string) (*claim.Store, error) {
 			if c, ok := cellOf[tenant]; ok {
@@ -82,6 +84,25 @@ func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 			if keys != want || payments != want {
 				t.Errorf("cell %s holds %d keys, %d payments of %s; want %d", name, keys, payments, tenant, want)
 			}
+		}
+	}
+	// The channel's callbacks name orders by number only: each is found in its tenant's cell.
+	timeout := time.After(20 * time.Second)
+	for !w.Paysim.CallbacksSettled() {
+		select {
+		case <-w.Paysim.CallbacksChanged():
+		case <-timeout:
+			t.Fatal("callbacks still pending after 20 s")
+		}
+	}
+	for _, cb := range w.Paysim.Callbacks() {
+		if cb.Status != paysim.CallbackDelivered {
+			t.Errorf("callback %s %s: %s (%s)", cb.ID, cb.Type, cb.Status, cb.LastError)
+		}
+	}
+	for tenant, home := range cellOf {
+		if n := count(dbs[home], `SELECT count(*) FROM demo_orders WHERE tenant = ? AND status = 'paid'`, tenant); n != 1 {
+			t.Errorf("%s's order in cell %s: %d paid, want 1", tenant, home, n)
 		}
 	}
 	if status, _ := call("POST", "/v1/payments", "hooli", "pay-1", body); status != http.StatusServiceUnavailable {

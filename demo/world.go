@@ -177,7 +177,17 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	}
 	w.Orders = &Orders{DB: cfg.DB}
 	mux := http.NewServeMux()
-	mux.Handle(CallbackPath, &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret})
+	callbacks := &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret}
+	if cfg.Stores != nil { // the orders of the other cells' tenants
+		seen := map[*gorm.DB]bool{cfg.DB: true}
+		for _, t := range cfg.Tenants {
+			if s, err := cfg.Stores(t); err == nil && !seen[s.DB()] {
+				seen[s.DB()] = true
+				callbacks.Elsewhere = append(callbacks.Elsewhere, &Orders{DB: s.DB()})
+			}
+		}
+	}
+	mux.Handle(CallbackPath, callbacks)
 	if err := LikeKey.Validate(ctx, cfg.DB); err != nil {
 		w.Close()
 		return nil, err
