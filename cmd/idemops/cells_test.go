@@ -117,6 +117,67 @@ func TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell(t *testing.T) {
 	}
 }
 
+// TestServe_WithCellsRunsTheConsoleOnTheControlCellAndAReplicaPerCell: `idemops serve --cells`
+// starts (the daemons' metrics, labelled by cell, share the console's registry), elects a replica
+// in each cell, and stops cleanly.
+func TestServe_WithCellsRunsTheConsoleOnTheControlCellAndAReplicaPerCell(t *testing.T) {
+	t.Parallel()
+	urls := map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
+	dir := t.TempDir()
+	mapPath := filepath.Join(dir, "cells.yaml")
+	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
+		urls["a"], urls["b"])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), []byte("cells-test-secret-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := ports.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := runIdemopsCtx(ctx, "serve", "--cells", mapPath, "--data-dir", dir, "--addr", addr, "--replica", "s1")
+		done <- err
+	}()
+	for name, url := range urls {
+		db, err := pgpool.Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+		})
+		leading := func() bool {
+			var n int64
+			db.Raw(`SELECT count(*) FROM daemon_replicas WHERE is_leader AND name = 's1'`).Scan(&n)
+			return n == 1
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve stopped before cell %s had a leader: %v", name, err)
+		default:
+		}
+		pgtest.Await(t, db, 60*time.Second, "cell "+name+"'s replica leading", leading, "daemon_replicas")
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err != nil {
+		t.Errorf("console not answering on %s: %v", addr, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve stopped with %v", err)
+	}
+}
+
 func runIdemopsCtx(ctx context.Context, args ...string) (string, error) {
 	root := newRoot()
 	var out strings.Builder
