@@ -439,7 +439,7 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			return &Outcome{Kind: Acquired, KeyID: id, Digest: p.digest, State: StateProcessing,
 				Lease: p.lease(id, token, 1, false, false, nil)}, nil
 		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("claim %s: %w", p.digest, err)
+			return nil, fmt.Errorf("claim %s: %w", p.digest, fenced(err))
 		}
 		out, err := s.answerExisting(ctx, p)
 		if errors.Is(err, errRaced) {

@@ -45,6 +45,7 @@
 //	the idempotency store cannot be
 //	  reached (a failover in progress)      Unavailable          STORE_UNAVAILABLE (+ RetryInfo)
 //	lease taken over by another worker      Aborted              LEASE_LOST
+//	the tenant is being moved between cells Unavailable          TENANT_MOVING (+ RetryInfo)
 //	completed / finally failed              the stored answer, with trailer idempotent-replayed: true
 //
 // An expired result answers FailedPrecondition, not NotFound: the key still exists as a

@@ -40,6 +40,7 @@ const (
 	ReasonDownstreamUnavailable = "DOWNSTREAM_UNAVAILABLE"
 	ReasonStoreUnavailable      = "STORE_UNAVAILABLE"
 	ReasonLeaseLost             = "LEASE_LOST"
+	ReasonTenantMoving          = "TENANT_MOVING"
 	ReasonInternal              = "INTERNAL"
 	ReasonTenantUnavailable     = "TENANT_UNAVAILABLE"
 )
@@ -182,6 +183,11 @@ func (s *server) errorStatus(method string, err error) error {
 		return statusError(codes.InvalidArgument, ReasonInvalidRequest, err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		return statusError(codes.Aborted, ReasonLeaseLost, "another worker took this request over; retry with the same key", nil)
+	case errors.Is(err, claim.ErrTenantMoving):
+		// Fenced for a move between cells (migration 00135): nothing was written.
+		return statusError(codes.Unavailable, ReasonTenantMoving,
+			"the account is being moved to another cell; nothing was executed or stored; retry with the same key", nil,
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case claim.Unreachable(err):
 		// The store could not be reached (a failover in progress): the key settles whatever the
 		// claim did, so the same key may come back.

@@ -269,8 +269,10 @@ func finishMiddleware(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		st.tx.Rollback()
 	}
 	switch {
-	case errors.Is(err, claim.ErrLeaseLost):
-		writeError(w, r, cfg, err) // another attempt took the key over; its answer stands
+	case errors.Is(err, claim.ErrLeaseLost), errors.Is(err, claim.ErrTenantMoving):
+		// another attempt took the key over (its answer stands), or the tenant was frozen for a
+		// move before the record committed (the key is taken over in its new cell)
+		writeError(w, r, cfg, err)
 	case err != nil:
 		cfg.Logger.Error("recording the response failed", "digest", digest, "err", err)
 		recordServerError(ctx, cfg, route, st, problemSnapshot(cfg, http.StatusInternalServerError, "internal", "Internal error", ""))

@@ -45,6 +45,7 @@ var Problems = map[string]string{
 	"outcome-unknown":        "An earlier attempt with this key did not finish and may have taken effect outside; the route cannot look that up, so the key is held and this answer is replayed until an operator releases the key for another attempt or marks it final.",
 	"response-too-large":     "The route's response exceeded the snapshot limit, so it could not be recorded for replay; nothing was committed.",
 	"lease-lost":             "Another worker took this request over. Retry with the same key to get its result.",
+	"tenant-moving":          "The account is being moved between database cells; nothing was executed or stored. Retry after the Retry-After interval with the same key.",
 	"internal":               "An unexpected error. Retry with the same key.",
 }
 
@@ -105,6 +106,12 @@ func writeError(w http.ResponseWriter, r *http.Request, cfg Config, err error) {
 		writeProblem(w, cfg, http.StatusBadRequest, "invalid-request", "Invalid request", err.Error(), nil)
 	case errors.Is(err, claim.ErrLeaseLost):
 		writeProblem(w, cfg, http.StatusConflict, "lease-lost", "Request taken over", "retry with the same key", nil)
+	case errors.Is(err, claim.ErrTenantMoving):
+		// Fenced for a move between cells (migration 00135): nothing was written, so the same
+		// key comes back after the switch, or gets this answer again.
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, cfg, http.StatusServiceUnavailable, "tenant-moving", "Temporarily unavailable",
+			"your account is being moved to another cell; nothing was executed or stored; retry with the same Idempotency-Key", nil)
 	case claim.Unreachable(err):
 		// The store could not be reached (a failover in progress): whatever the claim did is
 		// settled by the key itself, so the same key may come back.
