@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,8 +20,7 @@ var ErrTenantMoving = errs.New(errs.Unavailable, "tenant is moving between cells
 
 // Fence states (cell_fences.state).
 const (
-	FenceDraining = "draining" // source: no new claims; live leases may end
-	FenceFrozen   = "frozen"   // source: no writes at all (rows being copied)
+	FenceFrozen   = "frozen"   // source, until the switch: nothing new starts (rows being copied)
 	FenceIncoming = "incoming" // target: nobody but the mover writes until the switch
 	FenceGone     = "gone"     // source after the switch: MovedTo holds the tenant
 )
@@ -53,10 +53,11 @@ func (e *TenantMovingError) Unwrap() error { return e.cause }
 // fenceSQLState is the SQLSTATE cell_fence_check() raises.
 const fenceSQLState = "IF001"
 
-// fenced turns the fence trigger's refusal (a *pgconn.PgError anywhere in err's chain) into a
+// Fenced turns the fence trigger's refusal (a *pgconn.PgError anywhere in err's chain) into a
 // *TenantMovingError; any other error is returned as it is. Callers wrap the result in their
-// context as usual.
-func fenced(err error) error {
+// context as usual. claim's own writes apply it; another package writing idempotency_keys (an
+// operator action, retention) may too.
+func Fenced(err error) error {
 	var pe *pgconn.PgError
 	if err == nil || !errors.As(err, &pe) || pe.Code != fenceSQLState {
 		return err
@@ -66,4 +67,18 @@ func fenced(err error) error {
 		e.State = "unknown"
 	}
 	return e
+}
+
+// fence is ErrTenantMoving when tenant is fenced in this cell, else nil. A claim whose guarded
+// insert wrote nothing and found no key asks it.
+func (s *Store) fence(ctx context.Context, tenant string) error {
+	var rows []TenantMovingError
+	if err := s.db.WithContext(ctx).Raw(`SELECT tenant, state, COALESCE(moved_to, '') AS moved_to FROM cell_fences WHERE tenant = ?`,
+		tenant).Scan(&rows).Error; err != nil {
+		return fmt.Errorf("read the fence of %q: %w", tenant, err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return &rows[0]
 }

@@ -67,16 +67,14 @@ func TestFence_GoneNamesTheNewCell(t *testing.T) {
 	}
 }
 
-// While the source drains, no new claim or takeover starts, but the holder of a live lease
-// renews and completes it (a request in flight finishes). Once frozen, even the holder is refused.
-func TestFence_DrainingLetsLiveLeasesEndButStartsNothing(t *testing.T) {
+// While a tenant is fenced nothing new starts — no claim, no takeover by a retry or an operator —
+// but the holder of a lease taken before the fence renews and ends it (a request in flight
+// finishes; the mover revokes what is left after its wait), and a key that already has its
+// answer replays it, as a read.
+func TestFence_LeaseHoldersFinishButNothingNewStarts(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	held, err := b.store.Claim(ctx, req("live", payment(100)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	late, err := b.store.Claim(ctx, req("late", payment(100)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,30 +83,52 @@ func TestFence_DrainingLetsLiveLeasesEndButStartsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.expireLease(crashed.KeyID)
-	b.fence("t1", claim.FenceDraining, "")
+	b.fence("t1", claim.FenceFrozen, "")
 
 	_, err = b.store.Claim(ctx, req("new", payment(100)))
-	wantMoving(t, err, claim.FenceDraining)
+	wantMoving(t, err, claim.FenceFrozen)
 	_, err = b.store.Claim(ctx, req("crashed", payment(100))) // would take the expired lease over
-	wantMoving(t, err, claim.FenceDraining)
+	wantMoving(t, err, claim.FenceFrozen)
 	if _, err := b.store.Takeover(ctx, crashed.KeyID, "operator:x"); !errors.Is(err, claim.ErrTenantMoving) {
-		t.Fatalf("operator takeover while draining: %v", err)
+		t.Fatalf("operator takeover while fenced: %v", err)
 	}
 	if err := b.store.Renew(ctx, held.Lease); err != nil {
-		t.Fatalf("holder renews while draining: %v", err)
+		t.Fatalf("holder renews while fenced: %v", err)
 	}
 	snap := &claim.Snapshot{Status: 201, Body: []byte(`{}`)}
 	if err := b.store.Complete(ctx, nil, held.Lease, snap); err != nil {
-		t.Fatalf("holder completes while draining: %v", err)
+		t.Fatalf("holder completes while fenced: %v", err)
 	}
 	if s := b.state(held.KeyID); s != claim.StateCompleted {
 		t.Fatalf("state %s", s)
 	}
+	if out, err := b.store.Claim(ctx, req("live", payment(100))); err != nil || out.Kind != claim.Replay {
+		t.Fatalf("retry of a completed key while fenced: %v %v, want its replay", out, err)
+	}
+	if n := b.count(`SELECT count(*) FROM idempotency_keys`); n != 2 {
+		t.Fatalf("%d keys, want the 2 claimed before the fence", n)
+	}
+}
 
-	b.fence("t1", claim.FenceFrozen, "")
-	wantMoving(t, b.store.Complete(ctx, nil, late.Lease, snap), claim.FenceFrozen)
-	if s := b.state(late.KeyID); s != claim.StateProcessing {
-		t.Fatalf("a refused completion left the key %s", s)
+// Writes to keys nobody holds are refused too (an operator's or retention's), whatever the
+// fence's state.
+func TestFence_KeysNobodyHoldsAreNotWritten(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	out, err := b.store.Claim(ctx, req("k1", payment(100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, state := range []string{claim.FenceFrozen, claim.FenceIncoming, claim.FenceGone} {
+		b.fence("t1", state, "")
+		for _, q := range []string{`UPDATE idempotency_keys SET expires_at = now() WHERE id = ?`, `DELETE FROM idempotency_keys WHERE id = ?`} {
+			if err := b.db.Exec(q, out.KeyID).Error; !errors.Is(claim.Fenced(err), claim.ErrTenantMoving) {
+				t.Fatalf("%s while %s: %v, want the fence's refusal", q, state, err)
+			}
+		}
 	}
 }
 

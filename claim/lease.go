@@ -56,7 +56,7 @@ func (s *Store) takeover(ctx context.Context, db *gorm.DB, id, version int64, ac
 		err = nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("takeover key %d: %w", id, fenced(err))
+		return nil, fmt.Errorf("takeover key %d: %w", id, Fenced(err))
 	}
 	if len(rows) == 0 {
 		return nil, nil
@@ -287,7 +287,7 @@ func (s *Store) holderWriteOnce(ctx context.Context, tx *gorm.DB, l *Lease, what
 
 //go:noinline
 func holderError(what string, l *Lease, err error) error {
-	return fmt.Errorf("%s %s: %w", what, l.Digest, fenced(err))
+	return fmt.Errorf("%s %s: %w", what, l.Digest, Fenced(err))
 }
 
 // answerMode is what a holder write does with the key's stored answer.
@@ -366,7 +366,7 @@ func (s *Store) Renew(ctx context.Context, l *Lease) error {
 	res, err := conn(s.db).ExecContext(ctx, `UPDATE idempotency_keys SET lease_expires_at = now() + $1 * interval '1 millisecond'
 		WHERE id = $2 AND lease_token = $3`, s.cfg.LeaseTTL.Milliseconds(), l.KeyID, l.Token)
 	if err != nil {
-		return fmt.Errorf("renew %s: %w", l.Digest, fenced(err))
+		return fmt.Errorf("renew %s: %w", l.Digest, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("renew %s: %w", l.Digest, ErrLeaseLost)
@@ -487,7 +487,7 @@ func (s *Store) Release(ctx context.Context, l *Lease, reason string) error {
 			return fmt.Errorf("release %s: %w", l.Digest, ErrLeaseLost)
 		}
 		if err != nil {
-			return fmt.Errorf("release %s: %w", l.Digest, fenced(err))
+			return fmt.Errorf("release %s: %w", l.Digest, err)
 		}
 		return nil
 	}

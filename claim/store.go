@@ -380,12 +380,19 @@ func appendJSONString(b []byte, s string) []byte {
 // insert". The conflict target is left open on purpose: the downstream key is unique too
 // (derived from the same triple), and two racing inserts of one key may meet on either index
 // first; naming one arbiter would turn the other into an error.
+//
+// A tenant fenced for a move between cells (cell_fences, migration 00135) gets no new key: the
+// fence is read in the same statement (one probe of its primary key, run once), not by the
+// table's fence trigger, which skips an insert that carries a lease so that the claim path pays
+// no trigger call. No row comes back then, as for a key that exists; answerExisting tells the two
+// apart.
 const claimSQL = `
 INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
     request, state, lease_owner, lease_token, lease_expires_at, downstream_key, amount_minor, currency,
     claimed_event_id, claimed_by, claimed_detail)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''),
-    nextval('key_events_id_seq'), $14, $15)
+SELECT $1, $2, $3, $4, $5, $6, $7, 'processing', $8, $9, now() + $10 * interval '1 millisecond', $11, $12, NULLIF($13, ''),
+    nextval('key_events_id_seq'), $14, $15
+WHERE NOT EXISTS (SELECT FROM cell_fences WHERE tenant = $1)
 ON CONFLICT DO NOTHING
 RETURNING id`
 
@@ -439,7 +446,7 @@ func (s *Store) claimPrepared(ctx context.Context, p *prepared) (*Outcome, error
 			return &Outcome{Kind: Acquired, KeyID: id, Digest: p.digest, State: StateProcessing,
 				Lease: p.lease(id, token, 1, false, false, nil)}, nil
 		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("claim %s: %w", p.digest, fenced(err))
+			return nil, fmt.Errorf("claim %s: %w", p.digest, err)
 		}
 		out, err := s.answerExisting(ctx, p)
 		if errors.Is(err, errRaced) {
@@ -516,6 +523,9 @@ func (s *Store) answerExisting(ctx context.Context, p *prepared) (*Outcome, erro
 		return nil, fmt.Errorf("claim %s: read existing: %w", p.digest, err)
 	}
 	if len(rows) == 0 {
+		if err := s.fence(ctx, p.Tenant); err != nil {
+			return nil, fmt.Errorf("claim %s: %w", p.digest, err)
+		}
 		return nil, errRaced // purged between the insert and the read
 	}
 	r := rows[0]

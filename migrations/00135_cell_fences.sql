@@ -1,27 +1,25 @@
 -- +goose Up
--- Fences: never two cells accepting one tenant (issue 36, tenant move). A cell accepts writes of
--- a tenant's keys only while the tenant has no row here; `idemops cells move` puts one in each
+-- Fences: never two cells accepting one tenant (issue 36, tenant move). A cell starts no new
+-- work on a tenant's keys while the tenant has a row here; `idemops cells move` puts one in each
 -- cell it touches:
---   draining  the source, first: new claims and takeovers are refused; the holder of a live lease
---             may still renew, complete, fail or release its key, so in-flight requests finish.
---   frozen    the source, while its rows are copied: every write is refused (a holder whose
---             lease outlived the drain gets the refusal; its key is copied as processing and
---             the target's reclaimer takes it over with a downstream lookup, as after a crash).
---   incoming  the target, until the switch: nothing may write the tenant there but the mover.
---   gone      the source, after the switch: moved_to names the cell that now holds the tenant,
+--   frozen    the source, from the start of the move until the switch. No claim inserts a key
+--             (claim's own insert is guarded: claim.claimSQL), no takeover, operator action or
+--             purge writes one; the holder of a lease taken before the fence may still end it,
+--             until the mover revokes the leases left after its bounded wait.
+--   incoming  the target, until the switch: nothing writes the tenant there but the mover.
+--   gone      the source after the switch: moved_to names the cell that holds the tenant now,
 --             so a service with a stale map re-reads it.
 -- The mover's own statements set idemops.cell_move to the tenant in their transaction.
 CREATE TABLE cell_fences (
     tenant   text PRIMARY KEY,
-    state    text NOT NULL CHECK (state IN ('draining', 'frozen', 'incoming', 'gone')),
+    state    text NOT NULL CHECK (state IN ('frozen', 'incoming', 'gone')),
     moved_to text,
     since    timestamptz NOT NULL DEFAULT now()
 );
 
--- One probe of cell_fences' primary key per written row; an empty table (every tenant at home,
--- the only state a cell that never moved a tenant knows) costs that probe and nothing else.
 -- SQLSTATE IF001 ("idemops fence"): claim turns it into ErrTenantMoving, whose detail is the
--- JSON {tenant, state, moved_to}.
+-- JSON {tenant, state, moved_to}. One probe of cell_fences' primary key per row the triggers
+-- below fire for.
 -- +goose StatementBegin
 CREATE FUNCTION cell_fence_check() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -30,12 +28,7 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' THEN t := OLD.tenant; ELSE t := NEW.tenant; END IF;
     SELECT state, moved_to INTO f FROM cell_fences WHERE tenant = t;
-    IF FOUND AND current_setting('idemops.cell_move', true) IS DISTINCT FROM t
-       -- draining: the holder of a live lease renews or ends it (a first attempt's release
-       -- deletes its key); a takeover changes the token and is refused
-       AND NOT (f.state = 'draining' AND TG_OP <> 'INSERT' AND OLD.lease_token IS NOT NULL
-                AND OLD.lease_expires_at > now()
-                AND (TG_OP = 'DELETE' OR NEW.lease_token IS NULL OR NEW.lease_token = OLD.lease_token)) THEN
+    IF FOUND AND current_setting('idemops.cell_move', true) IS DISTINCT FROM t THEN
         RAISE EXCEPTION 'tenant % is moving between cells (%)', t, f.state
             USING ERRCODE = 'IF001',
                   DETAIL = json_build_object('tenant', t, 'state', f.state, 'moved_to', f.moved_to)::text;
@@ -45,10 +38,25 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
-CREATE TRIGGER idempotency_keys_cell_fence BEFORE INSERT OR UPDATE OR DELETE ON idempotency_keys
-    FOR EACH ROW EXECUTE FUNCTION cell_fence_check();
+-- The triggers skip, by their WHEN alone (no function call), the two writes of the claim path:
+-- a claim's insert (it carries a lease token; claimSQL checks the fence itself, in the same
+-- statement) and a lease holder's writes (renew, complete, fail, release: the token stays or
+-- is cleared). A holder's token comes from a claim or a takeover, both fenced, and the mover
+-- revokes the ones left when it freezes the tenant, so a holder write never outlives the fence
+-- by more than the mover's wait. Everything else — a takeover (a new token), a write to a key
+-- nobody holds (operators, reconciliation, retention), an insert without a lease (the mover's
+-- copy) — is checked.
+CREATE TRIGGER idempotency_keys_fence_insert BEFORE INSERT ON idempotency_keys
+    FOR EACH ROW WHEN (NEW.lease_token IS NULL) EXECUTE FUNCTION cell_fence_check();
+CREATE TRIGGER idempotency_keys_fence_update BEFORE UPDATE ON idempotency_keys
+    FOR EACH ROW WHEN (OLD.lease_token IS NULL OR NEW.lease_token <> OLD.lease_token)
+    EXECUTE FUNCTION cell_fence_check();
+CREATE TRIGGER idempotency_keys_fence_delete BEFORE DELETE ON idempotency_keys
+    FOR EACH ROW WHEN (OLD.lease_token IS NULL) EXECUTE FUNCTION cell_fence_check();
 
 -- +goose Down
-DROP TRIGGER idempotency_keys_cell_fence ON idempotency_keys;
+DROP TRIGGER idempotency_keys_fence_delete ON idempotency_keys;
+DROP TRIGGER idempotency_keys_fence_update ON idempotency_keys;
+DROP TRIGGER idempotency_keys_fence_insert ON idempotency_keys;
 DROP FUNCTION cell_fence_check();
 DROP TABLE cell_fences;
