@@ -181,3 +181,24 @@ func TestFence_TheMoversTransactionPasses(t *testing.T) {
 		t.Fatal("a delete after the mover's transaction passed the fence")
 	}
 }
+
+// A consumer's dedup row for a fenced tenant is refused with the transaction it guards (the
+// message is redelivered and consumed once, in the tenant's cell); consumers of other tenants,
+// and those with no tenant, go on.
+func TestFence_ConsumedMessagesOfAFencedTenantAreRefused(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	b.fence("t1", claim.FenceFrozen, "")
+	_, err := claim.RecordConsumed(ctx, b.db, claim.Consumed{Consumer: "c", Tenant: "t1", BusinessKey: "o1", MessageID: "m1"})
+	wantMoving(t, err, claim.FenceFrozen)
+	_, err = claim.RecordConsumedBatch(ctx, b.db, "c", []claim.Consumed{{Tenant: "t2", BusinessKey: "o2", MessageID: "m2"}, {Tenant: "t1", BusinessKey: "o3", MessageID: "m3"}})
+	wantMoving(t, err, claim.FenceFrozen)
+	for _, c := range []claim.Consumed{{Consumer: "c", Tenant: "t2", BusinessKey: "o4", MessageID: "m4"}, {Consumer: "c", BusinessKey: "o5", MessageID: "m5"}} {
+		if first, err := claim.RecordConsumed(ctx, b.db, c); err != nil || !first {
+			t.Fatalf("%+v: %v %v", c, first, err)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM consumed_messages WHERE tenant = 't1'`); n != 0 {
+		t.Fatalf("%d rows of the fenced tenant", n)
+	}
+}

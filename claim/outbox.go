@@ -65,7 +65,7 @@ func RecordConsumed(ctx context.Context, tx *gorm.DB, c Consumed) (bool, error) 
 		SET duplicates = consumed_messages.duplicates + 1, last_duplicate_at = now()
 		RETURNING (xmax = 0)`, c.Consumer, c.Tenant, c.BusinessKey, c.MessageID).Scan(&inserted).Error
 	if err != nil {
-		return false, fmt.Errorf("consume %s: %w", c.Consumer, err)
+		return false, fmt.Errorf("consume %s: %w", c.Consumer, Fenced(err))
 	}
 	return len(inserted) == 1 && inserted[0], nil
 }
@@ -106,7 +106,7 @@ func RecordConsumedBatch(ctx context.Context, tx *gorm.DB, consumer string, cs [
 		)
 		SELECT business_key FROM ins`, string(in), consumer).Scan(&inserted).Error
 	if err != nil {
-		return nil, fmt.Errorf("consume %s: %w", consumer, err)
+		return nil, fmt.Errorf("consume %s: %w", consumer, Fenced(err))
 	}
 	for _, k := range inserted {
 		first[seen[k]] = true

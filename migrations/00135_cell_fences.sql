@@ -54,7 +54,15 @@ CREATE TRIGGER idempotency_keys_fence_update BEFORE UPDATE ON idempotency_keys
 CREATE TRIGGER idempotency_keys_fence_delete BEFORE DELETE ON idempotency_keys
     FOR EACH ROW WHEN (OLD.lease_token IS NULL) EXECUTE FUNCTION cell_fence_check();
 
+-- A message consumer's dedup row (claim.RecordConsumed) is written in the transaction of the
+-- business update it guards: refusing it there rolls both back, the message is redelivered, and
+-- after the switch it is consumed in the tenant's new cell — never once in each. (Consumers
+-- with no tenant write '', which no fence names.)
+CREATE TRIGGER consumed_messages_fence BEFORE INSERT OR UPDATE OR DELETE ON consumed_messages
+    FOR EACH ROW EXECUTE FUNCTION cell_fence_check();
+
 -- +goose Down
+DROP TRIGGER consumed_messages_fence ON consumed_messages;
 DROP TRIGGER idempotency_keys_fence_delete ON idempotency_keys;
 DROP TRIGGER idempotency_keys_fence_update ON idempotency_keys;
 DROP TRIGGER idempotency_keys_fence_insert ON idempotency_keys;
