@@ -321,6 +321,13 @@ type ScopeError struct {
 func (e *ScopeError) Error() string { return e.err.Error() }
 func (e *ScopeError) Unwrap() error { return e.err }
 
+// NotFoundError is the refusal of kind:ref that Check answers for a missing object (for a
+// caller that looked in several databases — tenant cells — and found it in none).
+func NotFoundError(kind ObjectKind, ref string) error {
+	object := string(kind) + ":" + truncate(ref, 60)
+	return &ScopeError{object, fmt.Errorf("%s: %w", object, ErrNotFound)}
+}
+
 // Decide is the one decision: may op see (act false) or act on (act true) the object kind:ref
 // whose tenants are tenants? nil, or a *ScopeError.
 func Decide(op *Operator, kind ObjectKind, ref string, tenants []string, act bool) error {

@@ -32,6 +32,19 @@ import (
 type Log struct {
 	db  *gorm.DB
 	key []byte
+	// apart: appends ignore the caller's transaction (Elsewhere).
+	apart bool
+}
+
+// Elsewhere is the log for changes made in another database than its own (a tenant cell's, when
+// the log is the control database's): its appends ignore the caller's transaction and write in
+// one of their own, before the caller's commits. A change whose transaction then fails leaves a
+// row recording the attempt; a failed append fails the caller's transaction, so no change is
+// ever without its row.
+func (a *Log) Elsewhere() *Log {
+	b := *a
+	b.apart = true
+	return &b
 }
 
 // New returns the audit log on db, keyed from the deployment's digest secret. Without a
@@ -202,8 +215,8 @@ func (a *Log) AppendBatch(ctx context.Context, tx *gorm.DB, es []Entry) error {
 	if a.key == nil {
 		return fmt.Errorf("audit %s: %w", what, ErrNoKey)
 	}
-	if tx == nil {
-		return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return a.AppendBatch(ctx, tx, es) })
+	if tx == nil || a.apart {
+		return a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return a.inTx().AppendBatch(ctx, tx, es) })
 	}
 	rows := make([]Row, len(es))
 	at := time.Now().UTC().Truncate(time.Microsecond)
@@ -258,6 +271,16 @@ func (a *Log) AppendBatch(ctx context.Context, tx *gorm.DB, es []Entry) error {
 		}
 	}
 	return nil
+}
+
+// inTx is a without Elsewhere's: the log in a transaction of its own database.
+func (a *Log) inTx() *Log {
+	if !a.apart {
+		return a
+	}
+	b := *a
+	b.apart = false
+	return &b
 }
 
 // insert writes r as it is.

@@ -11,6 +11,9 @@ import (
 // countMatching counts the keys of a search up to BulkCap (more says more match): the "N" of
 // "select all N matching this filter".
 func (s *Server) countMatching(ctx context.Context, op *access.Operator, f KeyFilter) (n int, more bool, err error) {
+	if s.cells.cells != nil {
+		return 0, false, nil // no bulk replay across cells (bulkKeys)
+	}
 	ids, err := keys.MatchingIDs(ctx, s.db, s.keyScope(op), f, s.cfg.BulkCap)
 	if err != nil {
 		return 0, false, err
@@ -25,6 +28,10 @@ func (s *Server) countMatching(ctx context.Context, op *access.Operator, f KeyFi
 // matches up to BulkCap (one more says more matched).
 func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter, ids []int64) (replay.BulkSelection, error) {
 	sel := replay.BulkSelection{Filter: f.Query().Encode(), Selected: len(ids) > 0}
+	if s.cells.cells != nil {
+		// A run, its items and the daemon's job that works it live in one database.
+		return sel, refused("bulk replays are not available when tenants live in several cells: replay keys one at a time")
+	}
 	var err error
 	if len(ids) > 0 {
 		if len(ids) > s.cfg.BulkCap {

@@ -22,11 +22,11 @@ var Everyone = &access.Operator{Name: "cli", Role: access.RoleViewer, Tenants: [
 // KeyFor reads one key op may see (ErrNotFound otherwise) and its history, newest last.
 func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*claim.Key, []claim.Event, error) {
 	ctx = access.Bind(ctx, op) // row-level security: op's tenants
-	k, err := s.getKey(ctx, op, id)
+	k, kc, err := s.keyIn(ctx, op, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	evs, err := s.claims.History(ctx, k.ID, 1000)
+	evs, err := kc.claims.History(ctx, k.ID, 1000)
 	return k, evs, err
 }
 
@@ -44,11 +44,11 @@ func (s *Server) PreviewReplay(ctx context.Context, op *access.Operator, ip stri
 	if op.Role < access.RoleOperator {
 		return replay.Preview{}, ErrForbidden
 	}
-	k, err := s.getKey(ctx, op, id)
+	k, kc, err := s.keyIn(ctx, op, id)
 	if err != nil {
 		return replay.Preview{}, err
 	}
-	return s.replays.Preview(ctx, replayActor(op, ip), k), nil
+	return kc.replays.Preview(ctx, replayActor(op, ip), k), nil
 }
 
 // ConfirmReplay requests the replay of key id under a preview's token, with a reason; dup says
@@ -58,11 +58,11 @@ func (s *Server) ConfirmReplay(ctx context.Context, op *access.Operator, ip stri
 	if op.Role < access.RoleOperator {
 		return nil, false, ErrForbidden
 	}
-	k, err := s.getKey(ctx, op, id)
+	k, kc, err := s.keyIn(ctx, op, id)
 	if err != nil {
 		return nil, false, err
 	}
-	req, dup, err = s.replays.Confirm(ctx, replayActor(op, ip), k, token, reason)
+	req, dup, err = kc.replays.Confirm(ctx, replayActor(op, ip), k, token, reason)
 	return req, dup, err
 }
 
@@ -72,11 +72,11 @@ func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip stri
 	if op.Role < access.RoleOperator {
 		return nil, ErrForbidden
 	}
-	req, err := s.getReplay(ctx, op, id)
+	req, rc, err := s.replayIn(ctx, op, id)
 	if err != nil {
 		return nil, err
 	}
-	req, err = s.replays.Approve(ctx, replayActor(op, ip), req)
+	req, err = rc.replays.Approve(ctx, replayActor(op, ip), req)
 	return req, err
 }
 

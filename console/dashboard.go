@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
@@ -54,7 +56,7 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 	scope := s.keyScope(r.op)
 	v := templates.DashboardView{Window: "keys created in the last 24 hours"}
 
-	byState, err := keys.CountByState(ctx, s.db, scope, dashboardWindow)
+	byState, err := s.countByState(ctx, scope)
 	if err != nil {
 		return v, fmt.Errorf("dashboard: %w", err)
 	}
@@ -66,7 +68,9 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 
 	// Open keys of any age.
 	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
-		n, err := keys.CountInState(ctx, s.db, scope, st)
+		n, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
+			return keys.CountInState(ctx, db, scope, st)
+		})
 		if err != nil {
 			return v, fmt.Errorf("dashboard: open keys: %w", err)
 		}
@@ -83,13 +87,13 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 	}
 	// Keys whose outcome is unknown overlap failed retryable and needing recovery: a card of
 	// their own, not part of the sum.
-	unresolved, err := keys.CountUnresolved(ctx, s.db, scope)
+	unresolved, err := s.countKeys(ctx, scope, keys.CountUnresolved)
 	if err != nil {
 		return v, fmt.Errorf("dashboard: %w", err)
 	}
 	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved, Href: "/keys?unresolved=1"}
 
-	minutes, err := keys.ClaimsPerMinute(ctx, s.db, scope)
+	minutes, err := s.claimsPerMinute(ctx, scope)
 	if err != nil {
 		return v, fmt.Errorf("dashboard: %w", err)
 	}
@@ -99,6 +103,39 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 		return v, err
 	}
 	return v, nil
+}
+
+// countKeys is a count of keys in scope, summed over the cells holding its tenants.
+func (s *Server) countKeys(ctx context.Context, scope keys.Scope, count func(context.Context, *gorm.DB, keys.Scope) (int64, error)) (int64, error) {
+	ns, err := eachCell(ctx, s.cells.For(scope, ""), func(ctx context.Context, c scopedCell) (int64, error) {
+		return count(ctx, c.db, c.held)
+	})
+	var sum int64
+	for _, n := range ns {
+		sum += n
+	}
+	return sum, err
+}
+
+// countByState is keys.CountByState of the dashboard's window, summed over the cells holding
+// scope's tenants.
+func (s *Server) countByState(ctx context.Context, scope keys.Scope) ([]keys.StateCount, error) {
+	counts, err := eachCell(ctx, s.cells.For(scope, ""), func(ctx context.Context, c scopedCell) ([]keys.StateCount, error) {
+		return keys.CountByState(ctx, c.db, c.held, dashboardWindow)
+	})
+	if err != nil || len(counts) == 1 {
+		return slices.Concat(counts...), err
+	}
+	return keys.MergeStateCounts(counts), nil
+}
+
+// claimsPerMinute is keys.ClaimsPerMinute over the cells holding scope's tenants, one list of
+// minutes per cell one after the other (claimsChart adds up a minute's counts).
+func (s *Server) claimsPerMinute(ctx context.Context, scope keys.Scope) ([]keys.MinuteCount, error) {
+	minutes, err := eachCell(ctx, s.cells.For(scope, ""), func(ctx context.Context, c scopedCell) ([]keys.MinuteCount, error) {
+		return keys.ClaimsPerMinute(ctx, c.db, c.held)
+	})
+	return slices.Concat(minutes...), err
 }
 
 // claimsChart lays out one bar per minute of the last hour in a 600×150 box.

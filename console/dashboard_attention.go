@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
@@ -41,17 +42,21 @@ func (s *Server) attention(ctx context.Context, r *request) ([]attentionItem, er
 		return nil, err
 	}
 	add("open_findings", "open findings", "/reconcile/findings?state=open", findings[reconcile.FindingOpen])
-	retryable, err := keys.CountInState(ctx, s.db, scope, claim.StateFailedRetryable)
+	retryable, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
+		return keys.CountInState(ctx, db, scope, claim.StateFailedRetryable)
+	})
 	if err != nil {
 		return nil, err
 	}
 	add("failed_retryable", "failed retryable", "/keys?state=failed_retryable", retryable)
-	flagged, err := keys.CountNeedsAttention(ctx, s.db, scope)
+	flagged, err := s.countKeys(ctx, scope, keys.CountNeedsAttention)
 	if err != nil {
 		return nil, err
 	}
 	add("needs_recovery", "keys needing recovery", "/keys?attention=1", flagged)
-	expired, err := keys.CountExpiredLeases(ctx, s.db, scope, 0)
+	expired, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
+		return keys.CountExpiredLeases(ctx, db, scope, 0)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +109,9 @@ func (s *Server) apiDashboard(c *gin.Context, r *request) error {
 	}
 	open := map[string]int64{}
 	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
-		n, err := keys.CountInState(ctx, s.db, keyScope(r.op), st)
+		n, err := s.countKeys(ctx, keyScope(r.op), func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
+			return keys.CountInState(ctx, db, scope, st)
+		})
 		if err != nil {
 			return err
 		}

@@ -24,7 +24,7 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 	// The lookup has its own timeout; the reads and records around it share this one.
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.QueryTimeout+s.cfg.LookupTimeout)
 	defer cancel()
-	k, err := s.getKey(ctx, r.op, id)
+	k, kc, err := s.keyIn(ctx, r.op, id)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (s *Server) checkDownstream(c *gin.Context, r *request) error {
 		detail["summary"], answer = check.Summary.String(), "found"
 	}
 	s.metrics.checks.WithLabelValues(answer).Inc()
-	if err := s.claims.RecordEvent(ctx, k.ID, "downstream_checked", r.op.Actor(), detail); err != nil {
+	if err := kc.claims.RecordEvent(ctx, k.ID, "downstream_checked", r.op.Actor(), detail); err != nil {
 		return err
 	}
 	if err := s.audit.Append(ctx, nil, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: "key.check_downstream",

@@ -78,14 +78,14 @@ func (s *Server) apiKeyAction(c *gin.Context, r *request, act keyAction) error {
 func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.keyParam(ctx, c, r)
+	k, kc, err := s.keyParamIn(ctx, c, r)
 	if err != nil {
 		return err
 	}
 	out := gin.H{"id": k.ID, "state": k.State, "version": k.Version, "allowed": k.Replayable(), "refusal": k.ReplayRefusal()}
 	if k.Replayable() {
-		out["token"] = s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
-		out["release_token"] = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
+		out["token"] = kc.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
+		out["release_token"] = kc.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
 	}
 	c.JSON(http.StatusOK, out)
 	return nil
@@ -93,18 +93,18 @@ func (s *Server) apiFinalToken(c *gin.Context, r *request) error {
 
 // markFinal is replay's MarkFinal of the key keyID, read within op's scope.
 func (s *Server) markFinal(ctx context.Context, op *access.Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
-	k, err := s.getKey(ctx, op, keyID)
+	k, kc, err := s.keyIn(ctx, op, keyID)
 	if err != nil {
 		return nil, err
 	}
-	return s.replays.MarkFinal(ctx, replayActor(op, ip), k, token, reason)
+	return kc.replays.MarkFinal(ctx, replayActor(op, ip), k, token, reason)
 }
 
 // releaseForRetry is replay's ReleaseForRetry of the key keyID, read within op's scope.
 func (s *Server) releaseForRetry(ctx context.Context, op *access.Operator, ip string, keyID int64, token, reason string) (*claim.Key, error) {
-	k, err := s.getKey(ctx, op, keyID)
+	k, kc, err := s.keyIn(ctx, op, keyID)
 	if err != nil {
 		return nil, err
 	}
-	return s.replays.ReleaseForRetry(ctx, replayActor(op, ip), k, token, reason)
+	return kc.replays.ReleaseForRetry(ctx, replayActor(op, ip), k, token, reason)
 }

@@ -40,7 +40,7 @@ func (s *Server) findKey(c *gin.Context, r *request) error {
 func (s *Server) findKeyAnywhere(c *gin.Context, r *request, key string) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, err := FindKeys(ctx, s.db, r.op, key)
+	rows, err := s.findKeys(ctx, r.op, key)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (s *Server) apiFindKey(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, err := FindKeys(ctx, s.db, r.op, body.Key)
+	rows, err := s.findKeys(ctx, r.op, body.Key)
 	if err != nil {
 		return err
 	}

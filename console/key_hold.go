@@ -16,7 +16,7 @@ import (
 // setHold puts a key on legal hold or lifts it, after checking op may see the key's tenant,
 // with the audit row in the same transaction.
 func (s *Server) setHold(ctx context.Context, r *request, id int64, hold bool, reason string) (bool, error) {
-	k, err := s.getKey(ctx, r.op, id)
+	k, kc, err := s.keyIn(ctx, r.op, id)
 	if err != nil {
 		return false, err
 	}
@@ -25,12 +25,12 @@ func (s *Server) setHold(ctx context.Context, r *request, id int64, hold bool, r
 		action = "key.legal_hold.set"
 	}
 	var changed bool
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err = kc.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if changed, err = retention.SetLegalHold(ctx, tx, k.ID, hold, r.op.Actor(), reason); err != nil {
 			return err
 		}
-		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: fmt.Sprintf("key:%d", k.ID),
+		return kc.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Action: action, Target: fmt.Sprintf("key:%d", k.ID),
 			Tenants: []string{k.Tenant}, Detail: map[string]any{"digest": k.KeyDigest, "reason": truncate(strings.TrimSpace(reason), 500), "changed": changed}})
 	})
 	return changed, err

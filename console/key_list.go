@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -42,7 +41,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, next, err := keys.SearchKeys(ctx, s.db, s.keyScope(r.op), f)
+	rows, next, err := s.searchKeys(ctx, r.op, f)
 	if err != nil {
 		return err
 	}
@@ -86,7 +85,7 @@ func (s *Server) apiKeys(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, next, err := keys.SearchKeys(ctx, s.db, s.keyScope(r.op), f)
+	rows, next, err := s.searchKeys(ctx, r.op, f)
 	if err != nil {
 		return err
 	}

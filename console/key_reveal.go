@@ -15,7 +15,7 @@ import (
 func (s *Server) reveal(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.keyParam(ctx, c, r)
+	k, kc, err := s.keyParamIn(ctx, c, r)
 	if err != nil {
 		return err
 	}
@@ -24,7 +24,7 @@ func (s *Server) reveal(c *gin.Context, r *request) error {
 		Detail: map[string]any{"digest": k.KeyDigest, "operation": k.Operation, "fields": []string{"request", "response"}}}); err != nil {
 		return err
 	}
-	if err := s.claims.RecordEvent(ctx, k.ID, "revealed", r.op.Actor(), map[string]any{"fields": []string{"request", "response"}}); err != nil {
+	if err := kc.claims.RecordEvent(ctx, k.ID, "revealed", r.op.Actor(), map[string]any{"fields": []string{"request", "response"}}); err != nil {
 		return err
 	}
 	s.metrics.reveals.Inc()

@@ -19,7 +19,11 @@ import (
 )
 
 func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templates.KeyView, error) {
-	evs, err := s.claims.History(ctx, k.ID, 1000)
+	kc, err := s.cells.ofKey(k)
+	if err != nil {
+		return templates.KeyView{}, err
+	}
+	evs, err := kc.claims.History(ctx, k.ID, 1000)
 	if err != nil {
 		return templates.KeyView{}, err
 	}
@@ -30,7 +34,7 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		CanReplay: r.op.Role >= access.RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= access.RoleAdmin}
 	v.Panels = s.keyPanels(ctx, k)
 	v.Summary = s.intentSummary(k)
-	answers, err := s.claims.Answers(ctx, k.ID)
+	answers, err := kc.claims.Answers(ctx, k.ID)
 	if err != nil {
 		return templates.KeyView{}, err
 	}
@@ -155,11 +159,11 @@ type apiEvent struct {
 func (s *Server) apiKey(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	k, err := s.keyParam(ctx, c, r)
+	k, kc, err := s.keyParamIn(ctx, c, r)
 	if err != nil {
 		return err
 	}
-	evs, err := s.claims.History(ctx, k.ID, 1000)
+	evs, err := kc.claims.History(ctx, k.ID, 1000)
 	if err != nil {
 		return fmt.Errorf("api key %d: %w", k.ID, err)
 	}

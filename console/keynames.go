@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,11 +32,23 @@ func (s *Server) keyNames(ctx context.Context, op *access.Operator, ids []int64)
 	if len(want) > keyNamesMax {
 		want = want[:keyNamesMax]
 	}
-	rows, err := keys.NamesOf(ctx, s.db, want)
+	names, err := eachCell(ctx, s.cells.For(keyScope(op), ""), func(ctx context.Context, c scopedCell) ([]keys.KeyName, error) {
+		rows, err := keys.NamesOf(ctx, c.db, want)
+		if s.cells.cells == nil {
+			return rows, err
+		}
+		held := rows[:0]
+		for _, r := range rows {
+			if c.held.MaySee(r.Tenant) { // not a copy a tenant move left behind
+				held = append(held, r)
+			}
+		}
+		return held, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rows {
+	for _, r := range slices.Concat(names...) {
 		if access.Decide(op, access.ObjKey, strconv.FormatInt(r.ID, 10), []string{r.Tenant}, false) != nil {
 			continue
 		}

@@ -20,7 +20,11 @@ const relatedMax = 20
 // findings, each loaded through the operator's scope like their own pages.
 func (s *Server) keyRelated(ctx context.Context, op *access.Operator, k *claim.Key) (templates.KeyRelated, error) {
 	rel := templates.KeyRelated{FindingsHref: fmt.Sprintf("/reconcile/findings?key=%d", k.ID), Max: relatedMax}
-	reqs, err := s.replays.ListForKey(ctx, replayActor(op, ""), k.ID, relatedMax)
+	kc, err := s.cells.ofKey(k)
+	if err != nil {
+		return rel, err
+	}
+	reqs, err := kc.replays.ListForKey(ctx, replayActor(op, ""), k.ID, relatedMax)
 	if err != nil {
 		return rel, err
 	}

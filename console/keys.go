@@ -151,10 +151,59 @@ func SearchKeys(ctx context.Context, db *gorm.DB, op *access.Operator, f KeyFilt
 	return keys.SearchKeys(access.Bind(ctx, op), db, keyScope(op), f)
 }
 
+// searchKeys is the key search of op in every cell holding one of its tenants, each asked for
+// the tenants it holds and the answers merged (keys.MergePages); with one cell, SearchKeys.
+func (s *Server) searchKeys(ctx context.Context, op *access.Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
+	pages, err := eachCell(ctx, s.cells.For(s.keyScope(op), f.Tenant), func(ctx context.Context, c scopedCell) (keys.Page, error) {
+		rows, next, err := keys.SearchKeys(ctx, c.db, c.held, f)
+		return keys.Page{Rows: rows, Next: next}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(pages) == 1 {
+		return pages[0].Rows, pages[0].Next, nil
+	}
+	rows, next := keys.MergePages(pages, f.Limit)
+	return rows, next, nil
+}
+
+// findKeys is the find by key of op in every cell holding one of its tenants (keys.MergeFound);
+// with one cell, FindKeys.
+func (s *Server) findKeys(ctx context.Context, op *access.Operator, key string) ([]KeySummary, error) {
+	found, err := eachCell(ctx, s.cells.For(keyScope(op), ""), func(ctx context.Context, c scopedCell) ([]KeySummary, error) {
+		return keys.FindKeys(ctx, c.db, c.held, key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 1 {
+		return found[0], nil
+	}
+	if err := claim.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	return keys.MergeFound(found), nil
+}
+
 // getKey reads one key op may see; a key of another tenant is ErrNotFound, exactly like a
 // missing one, so guessing ids tells nothing.
 func (s *Server) getKey(ctx context.Context, op *access.Operator, id int64) (*claim.Key, error) {
-	return readScoped(ctx, op, access.ObjKey, id, s.claims.Get, func(k *claim.Key) string { return k.Tenant })
+	k, _, err := s.keyIn(ctx, op, id)
+	return k, err
+}
+
+// keyIn is getKey with the cell the key lives in: the one that holds its tenant, asked in
+// every cell of op's tenants (ids are unique across cells).
+func (s *Server) keyIn(ctx context.Context, op *access.Operator, id int64) (*claim.Key, *cell, error) {
+	tenant := func(k *claim.Key) string { return k.Tenant }
+	if s.cells.cells == nil {
+		k, err := readScoped(ctx, op, access.ObjKey, id, s.claims.Get, tenant)
+		return k, s.cells.all[0], err
+	}
+	return findIn(ctx, s.cells, op, access.ObjKey, id, func(ctx context.Context, c *cell, id int64) (*claim.Key, error) {
+		return c.claims.Get(ctx, id)
+	}, tenant)
 }
 
 // readScoped reads the object id of kind with read, and gives it to op only when its tenant is
@@ -174,11 +223,17 @@ func readScoped[T any](ctx context.Context, op *access.Operator, kind access.Obj
 
 // keyParam reads the key named by the route's {id}, under the same rule as getKey.
 func (s *Server) keyParam(ctx context.Context, c *gin.Context, r *request) (*claim.Key, error) {
+	k, _, err := s.keyParamIn(ctx, c, r)
+	return k, err
+}
+
+// keyParamIn is keyParam with the key's cell (keyIn).
+func (s *Server) keyParamIn(ctx context.Context, c *gin.Context, r *request) (*claim.Key, *cell, error) {
 	id, err := parseID(c.Param("id"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.getKey(ctx, r.op, id)
+	return s.keyIn(ctx, r.op, id)
 }
 
 func parseID(s string) (int64, error) {

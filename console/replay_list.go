@@ -1,9 +1,11 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 
 	"github.com/gin-gonic/gin"
@@ -76,7 +78,7 @@ func (s *Server) replayRow(ctx context.Context, r *replay.Request, op *access.Op
 func (s *Server) replaysPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, err := s.replays.List(ctx, actorOf(r), 50)
+	rows, err := s.listReplays(ctx, r, 50)
 	if err != nil {
 		return err
 	}
@@ -97,4 +99,42 @@ func (s *Server) replaysPage(c *gin.Context, r *request) error {
 	}
 	s.render(c, http.StatusOK, templates.ReplaysPage(chrome(r, "replays"), v))
 	return nil
+}
+
+// listReplays is the replay workflow's List for r in every cell holding one of its tenants:
+// pending requests oldest first, then up to limit of the most recent others, merged across
+// cells as one database would order them.
+func (s *Server) listReplays(ctx context.Context, r *request, limit int) ([]replay.Request, error) {
+	lists, err := eachCell(ctx, s.cells.For(keyScope(r.op), ""), func(ctx context.Context, c scopedCell) ([]replay.Request, error) {
+		a := actorOf(r)
+		if s.cells.cells != nil {
+			a.Tenants = c.held.Tenants
+		}
+		return c.replays.List(ctx, a, limit)
+	})
+	if err != nil || len(lists) == 1 {
+		if len(lists) == 1 {
+			return lists[0], err
+		}
+		return nil, err
+	}
+	var pending, recent []replay.Request
+	for _, l := range lists {
+		for _, q := range l {
+			if q.State == "pending" {
+				pending = append(pending, q)
+			} else {
+				recent = append(recent, q)
+			}
+		}
+	}
+	older := func(a, b replay.Request) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	}
+	slices.SortFunc(pending, older)
+	slices.SortFunc(recent, func(a, b replay.Request) int { return older(b, a) })
+	return append(pending[:min(len(pending), limit)], recent[:min(len(recent), limit)]...), nil
 }

@@ -15,22 +15,26 @@ import (
 // previewAction reads the key named by the route's {id} within r's scope and previews its
 // replay (GET /keys/{id}/replay, GET /api/v1/keys/{id}/replay).
 func (s *Server) previewAction(ctx context.Context, c *gin.Context, r *request) (*claim.Key, replay.Preview, error) {
-	k, err := s.keyParam(ctx, c, r)
+	k, kc, err := s.keyParamIn(ctx, c, r)
 	if err != nil {
 		return nil, replay.Preview{}, err
 	}
-	return k, s.replays.Preview(ctx, actorOf(r), k), nil
+	return k, kc.replays.Preview(ctx, actorOf(r), k), nil
 }
 
 // replayPreviewView builds the preview page of k for r.
 func (s *Server) replayPreviewView(ctx context.Context, r *request, k *claim.Key, p replay.Preview) (templates.ReplayPreviewView, error) {
 	v := templates.ReplayPreviewView{Key: k, Preview: templates.ReplayPreviewData{Allowed: p.Allowed, Outcome: string(p.Outcome),
 		Text: p.Why, Action: p.Action, Amount: p.Amount, NeedsApproval: p.NeedsApproval, Token: p.Token}}
-	if r.op.Role >= access.RoleAdmin && k.Replayable() {
-		v.CanMarkFinal, v.FinalToken = true, s.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
-		v.ReleaseToken = s.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
+	kc, err := s.cells.ofKey(k)
+	if err != nil {
+		return v, err
 	}
-	prior, err := s.replays.ListForKey(ctx, actorOf(r), k.ID, 20)
+	if r.op.Role >= access.RoleAdmin && k.Replayable() {
+		v.CanMarkFinal, v.FinalToken = true, kc.replays.ConfirmToken(replay.ActionFinal, r.op.ID, k.ID, k.Version)
+		v.ReleaseToken = kc.replays.ConfirmToken(replay.ActionRelease, r.op.ID, k.ID, k.Version)
+	}
+	prior, err := kc.replays.ListForKey(ctx, actorOf(r), k.ID, 20)
 	if err != nil {
 		return v, err
 	}

@@ -13,7 +13,20 @@ import (
 
 // getReplay reads a request op may see (another tenant's is ErrNotFound).
 func (s *Server) getReplay(ctx context.Context, op *access.Operator, id int64) (*replay.Request, error) {
-	return readScoped(ctx, op, access.ObjReplay, id, s.replays.Request, func(r *replay.Request) string { return r.Tenant })
+	req, _, err := s.replayIn(ctx, op, id)
+	return req, err
+}
+
+// replayIn is getReplay with the cell the request lives in (its key's).
+func (s *Server) replayIn(ctx context.Context, op *access.Operator, id int64) (*replay.Request, *cell, error) {
+	tenant := func(r *replay.Request) string { return r.Tenant }
+	if s.cells.cells == nil {
+		req, err := readScoped(ctx, op, access.ObjReplay, id, s.replays.Request, tenant)
+		return req, s.cells.all[0], err
+	}
+	return findIn(ctx, s.cells, op, access.ObjReplay, id, func(ctx context.Context, c *cell, id int64) (*replay.Request, error) {
+		return c.replays.Request(ctx, id)
+	}, tenant)
 }
 
 // replayParam reads the request named by the route's {id} (GET /replays/{id}, GET
@@ -30,13 +43,17 @@ func (s *Server) replayParam(ctx context.Context, c *gin.Context, r *request) (*
 func (s *Server) replayPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	req, err := s.replayParam(ctx, c, r)
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	req, rc, err := s.replayIn(ctx, r.op, id)
 	if err != nil {
 		return err
 	}
 	row := s.replayRow(ctx, req, r.op)
 	if req.State == "executing" {
-		row.Waiting = s.replays.Waiting(ctx, req.KeyID)
+		row.Waiting = rc.replays.Waiting(ctx, req.KeyID)
 	}
 	one := []templates.ReplayRow{row}
 	if err := s.nameReplayRows(ctx, r.op, one); err != nil {

@@ -92,7 +92,7 @@ func routeObject(path string) (kind access.ObjectKind, param string, ok bool, er
 
 // authorize is the scope check (access.Scope.Check) of an action of r's operator; a refusal is audited under action.
 func (s *Server) authorize(ctx context.Context, r *request, action string, kind access.ObjectKind, ref string) error {
-	err := s.scope.Check(ctx, r.op, kind, ref, true)
+	err := s.scopeCheck(ctx, r.op, kind, ref, true)
 	var se *access.ScopeError
 	if errors.As(err, &se) {
 		s.auditRefusal(ctx, r, action, se.Object, err)
@@ -111,7 +111,7 @@ func (s *Server) routeScope(c *gin.Context, r *request, rt route) error {
 	defer cancel()
 	act := rt.Method != http.MethodGet
 	if !act {
-		return s.scope.Check(ctx, r.op, kind, c.Param(param), false)
+		return s.scopeCheck(ctx, r.op, kind, c.Param(param), false)
 	}
 	return s.authorize(ctx, r, rt.Method+" "+rt.Path, kind, c.Param(param))
 }

@@ -74,6 +74,11 @@ type Config struct {
 	// Reconcile tunes the reconciler behind the reconciliation pages; its Store, Operations and
 	// Auditor are always the console's own (Claims, Operations, the audit log).
 	Reconcile reconcile.Config
+	// Cells, when set, places tenants' keys in several databases (cells.go): DB is then the
+	// control database (operators, sessions, audit, jobs, reconciliation configuration), key
+	// lists fan out to the cells of the operator's tenants and a key's actions go to its own
+	// cell. Nil: one database, DB.
+	Cells Cells
 	// KeyPanels add sections to the key page (see KeyPanelFunc).
 	KeyPanels []KeyPanelFunc
 	// SSO turns on OpenID Connect sign-in (nil: off); see SSOConfig.
@@ -168,6 +173,7 @@ type Server struct {
 	purge    *retention.PurgeJob
 	sso      *sso // nil when single sign-on is off
 	replays  *replay.Workflow
+	cells    *cellSet   // where keys live: one cell, DB, without Config.Cells
 	live     *liveShare // the views of live regions, shared by the pages polling them
 	// goScopeOff drops the Go scope of key reads (keyScope): set by one test only, which shows
 	// that row-level security still hides other tenants' keys without it.
@@ -240,6 +246,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.cfg.BulkCap, s.cfg.BulkPreviewTimeout = s.replays.Config().BulkCap, s.replays.Config().BulkPreviewTimeout
+	if s.cells, err = s.newCellSet(cfg); err != nil {
+		s.replays.Close()
+		return nil, err
+	}
 	s.metrics.reg.MustRegister(s.replays.Collectors()...)
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
@@ -251,7 +261,7 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range s.routes() {
 		// A route that names an object must say which kind it is, so enforce can check its scope.
 		if _, _, _, err := routeObject(rt.Path); err != nil {
-			s.replays.Close()
+			s.Close()
 			return nil, fmt.Errorf("console: %w", err)
 		}
 		e.Handle(rt.Method, rt.Path, s.enforce(rt))
@@ -263,7 +273,10 @@ func New(cfg Config) (*Server, error) {
 
 // Close stops background work (single replays holding a key through its quarantine) and waits
 // for it. Bulk replays are the daemon's jobs.
-func (s *Server) Close() { s.replays.Close() }
+func (s *Server) Close() {
+	s.cells.close()
+	s.replays.Close()
+}
 
 // Replays is the replay workflow behind the replay pages; a daemon in the same process runs its
 // bulk job (replay.NewBulkJob) on it.

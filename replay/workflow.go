@@ -141,6 +141,18 @@ func New(cfg Config) (*Workflow, error) {
 	return w, nil
 }
 
+// In is the same workflow — configuration, confirmation tokens and metrics — over another
+// database holding claim and replay tables: a tenant cell's, whose keys claims reads and changes.
+// Its audit rows go to log (the control database's, appending apart from the cell's
+// transactions: audit.Log.Elsewhere). Close it too.
+func (w *Workflow) In(db *gorm.DB, claims *claim.Store, log *audit.Log) *Workflow {
+	cfg := w.cfg
+	cfg.DB, cfg.Claims, cfg.Audit = db, claims, log
+	c := &Workflow{cfg: cfg, db: db, claims: claims, audit: log, log: w.log, tokenKey: w.tokenKey, outcomes: w.outcomes}
+	c.bgCtx, c.bgStop = context.WithCancel(context.Background())
+	return c
+}
+
 // Config is the workflow's configuration with defaults filled in.
 func (w *Workflow) Config() Config { return w.cfg }
 

@@ -1,0 +1,231 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/audit"
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/tenantdb"
+	"github.com/idemops/idemops/keys"
+	"github.com/idemops/idemops/replay"
+)
+
+// Tenant cells (docs/SCALING.md, package cells): each tenant's keys live in exactly one of
+// several PostgreSQL databases. The console keeps operators, sessions, the audit log, the daemon's
+// jobs and the reconciliation configuration in one control database (Config.DB) and reads keys
+// where they live:
+//
+//   - key search and find by key ask every cell holding one of the operator's tenants, at once,
+//     each for the tenants it holds, and merge the answers (keys.MergePages: the same page size
+//     and keyset cursor, exact at any depth);
+//   - a key named by id (its page, reveal, downstream check, hold, mark final, release, replay)
+//     is looked up in the operator's cells — ids are unique across cells — and everything after
+//     happens in that key's own cell, through that cell's claim store and replay workflow; their
+//     audit rows go to the control database (audit.Log.Elsewhere);
+//   - the dashboard's key counts are the sums over the operator's cells.
+//
+// A key counts as a cell's only while the map places its tenant there: rows a tenant move left
+// behind in its old cell are not shown twice. Without Config.Cells there is one cell, the control
+// database itself, and every read is exactly the one-database read.
+
+// TenantCell is one tenant cell as the console reads it.
+type TenantCell struct {
+	// Name is the cell's name in the map.
+	Name string
+	// DB is the cell's database, opened by tenantdb.Open like Config.DB.
+	DB *gorm.DB
+}
+
+// Cells is what the console needs from a deployment of tenant cells.
+type Cells interface {
+	// Cells are every cell. New reads them once: the set of cells is fixed while it runs.
+	Cells() []TenantCell
+	// Placement maps every tenant to the name of the cell holding its keys now. It is asked on
+	// every request that reads keys, so a tenant move's switch is followed at once.
+	Placement() map[string]string
+}
+
+// cell is a cell with the stores the console reads and changes its keys through.
+type cell struct {
+	name    string
+	db      *gorm.DB
+	claims  *claim.Store
+	replays *replay.Workflow
+	// audit is the log key actions in this cell append to, in their transaction: the control
+	// database's (apart from a cell's transactions, audit.Log.Elsewhere, when that is not this).
+	audit *audit.Log
+	scope *access.Scope
+}
+
+// cellSet is the console's cells: one (the control database) without Config.Cells.
+type cellSet struct {
+	all    []*cell
+	byName map[string]*cell
+	cells  Cells // nil: one cell
+}
+
+// newCellSet builds the cells of cfg around the control database's stores.
+func (s *Server) newCellSet(cfg Config) (*cellSet, error) {
+	control := &cell{db: s.db, claims: s.claims, replays: s.replays, audit: s.audit, scope: s.scope}
+	if cfg.Cells == nil {
+		return &cellSet{all: []*cell{control}}, nil
+	}
+	cs := &cellSet{cells: cfg.Cells, byName: map[string]*cell{}}
+	for _, c := range cfg.Cells.Cells() {
+		switch {
+		case c.Name == "":
+			return nil, errors.New("console: a cell has no name")
+		case cs.byName[c.Name] != nil:
+			return nil, fmt.Errorf("console: cell %q is listed twice", c.Name)
+		case c.DB == nil || !tenantdb.Scoped(c.DB):
+			return nil, fmt.Errorf("console: cell %q: its DB must be opened by tenantdb.Open", c.Name)
+		}
+		st, err := claim.NewStore(c.DB, s.claims.Config())
+		if err != nil {
+			return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
+		}
+		in := s.audit.Elsewhere()
+		cl := &cell{name: c.Name, db: c.DB, claims: st, audit: in, scope: access.NewScope(c.DB),
+			replays: s.replays.In(c.DB, st, in)}
+		cs.all = append(cs.all, cl)
+		cs.byName[c.Name] = cl
+	}
+	if len(cs.all) == 0 {
+		return nil, errors.New("console: Config.Cells has no cell")
+	}
+	return cs, nil
+}
+
+// close stops the cells' replay workflows (the control database's is the server's own).
+func (cs *cellSet) close() {
+	if cs.cells == nil {
+		return
+	}
+	for _, c := range cs.all {
+		c.replays.Close()
+	}
+}
+
+// scopedCell is a cell and the part of a scope it holds.
+type scopedCell struct {
+	*cell
+	held keys.Scope // the tenants of the scope this cell holds
+}
+
+// For returns the cells holding tenants of scope (only tenant's when tenant is set), each with
+// the scope narrowed to the tenants it holds, in the map's order. With one cell: that cell and
+// scope as they are.
+func (cs *cellSet) For(scope keys.Scope, tenant string) []scopedCell {
+	if cs.cells == nil {
+		return []scopedCell{{cs.all[0], scope}}
+	}
+	held := map[string][]string{}
+	for t, name := range cs.cells.Placement() {
+		if (tenant == "" || t == tenant) && scope.MaySee(t) && cs.byName[name] != nil {
+			held[name] = append(held[name], t)
+		}
+	}
+	var out []scopedCell
+	for _, c := range cs.all {
+		if ts := held[c.name]; len(ts) > 0 {
+			slices.Sort(ts)
+			out = append(out, scopedCell{c, keys.Scope{Tenants: ts}})
+		}
+	}
+	return out
+}
+
+// holds reports whether c holds tenant's keys now (always, with one cell).
+func (cs *cellSet) holds(c *cell, tenant string) bool {
+	return cs.cells == nil || cs.cells.Placement()[tenant] == c.name
+}
+
+// ofKey is the cell holding k's tenant now; with one cell, that cell. Errors: ErrNotFound
+// when no cell holds it (the map dropped the tenant).
+func (cs *cellSet) ofKey(k *claim.Key) (*cell, error) {
+	if cs.cells == nil {
+		return cs.all[0], nil
+	}
+	if c := cs.byName[cs.cells.Placement()[k.Tenant]]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("key %d: its tenant is in no cell: %w", k.ID, ErrNotFound)
+}
+
+// eachCell runs read on every cell of cs at once and returns their answers in cs's order (with
+// one cell, read runs in the caller's goroutine). The first error wins.
+func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Context, scopedCell) (T, error)) ([]T, error) {
+	out := make([]T, len(cs))
+	if len(cs) == 1 {
+		v, err := read(ctx, cs[0])
+		out[0] = v
+		return out, err
+	}
+	fails := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { out[i], fails[i] = read(ctx, c) })
+	}
+	wg.Wait()
+	return out, errors.Join(fails...)
+}
+
+// findIn looks the object id up in the cells of op's scope with read, and returns it with its
+// cell: the one cell whose copy belongs to it (tenant, by the map). Not found anywhere, or only
+// in a cell its tenant has left, is ErrNotFound.
+func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind access.ObjectKind, id int64,
+	read func(context.Context, *cell, int64) (T, error), tenant func(T) string) (T, *cell, error) {
+	var none T
+	for _, c := range cs.For(keyScope(op), "") {
+		v, err := read(ctx, c.cell, id)
+		if errs.KindOf(err) == errs.NotFound {
+			continue
+		}
+		if err != nil {
+			return none, nil, err
+		}
+		if !cs.holds(c.cell, tenant(v)) {
+			continue
+		}
+		if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(v)}, false); err != nil {
+			return none, nil, err
+		}
+		return v, c.cell, nil
+	}
+	return none, nil, fmt.Errorf("%s %d: %w", kind, id, ErrNotFound)
+}
+
+// cellKinds are the objects that live in the cells (a key and its replay requests); the rest live in
+// the control database.
+var cellKinds = map[access.ObjectKind]bool{access.ObjKey: true, access.ObjReplay: true}
+
+// scopeCheck is access.Scope.Check of kind:ref for op, asked of the cell holding the object when
+// it lives in the cells: the first of op's cells that has it, for a tenant that cell holds.
+func (s *Server) scopeCheck(ctx context.Context, op *access.Operator, kind access.ObjectKind, ref string, act bool) error {
+	if s.cells.cells == nil || !cellKinds[kind] {
+		return s.scope.Check(ctx, op, kind, ref, act)
+	}
+	for _, c := range s.cells.For(keyScope(op), "") {
+		tenants, err := c.scope.Tenants(ctx, kind, ref)
+		if errors.Is(err, access.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(tenants, func(t string) bool { return s.cells.holds(c.cell, t) }) && len(tenants) > 0 {
+			continue
+		}
+		return access.Decide(op, kind, ref, tenants, act)
+	}
+	return access.NotFoundError(kind, ref)
+}

@@ -1,0 +1,391 @@
+package console
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
+)
+
+// testCells is a map of two cells whose placement a test can switch (as a tenant move does).
+type testCells struct {
+	cells []TenantCell
+	mu    sync.Mutex
+	place map[string]string
+}
+
+func (c *testCells) Cells() []TenantCell { return c.cells }
+
+func (c *testCells) Placement() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.place)
+}
+
+func (c *testCells) move(tenant, to string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.place[tenant] = to
+}
+
+// cellsBundle is a console over two cells: acme and initech in cell a, which is also the control
+// database (the bundle's own, b.db), globex in cell b (cb, on a database of its own whose ids
+// start at 1<<40, as package cells keeps each cell's sequences in a range of its own).
+type cellsBundle struct {
+	*bundle
+	cb     *gorm.DB     // cell b, as the tables' owner
+	claimB *claim.Store // claims in cell b, as a service of cell b makes them
+	cells  *testCells
+}
+
+func setupCells(t *testing.T) *cellsBundle {
+	t.Helper()
+	cb := pgtest.New(t)
+	if err := cb.Exec(`SELECT setval(format('%I.%I', schemaname, sequencename), 1::bigint << 40) FROM pg_sequences
+		WHERE max_value > 1::bigint << 40`).Error; err != nil {
+		t.Fatal(err)
+	}
+	claimB, err := claim.NewStore(cb, claim.Config{DigestSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := &testCells{place: map[string]string{"acme": "a", "initech": "a", "globex": "b"}}
+	b := setup(t, func(cfg *Config) {
+		cells.cells = []TenantCell{{Name: "a", DB: cfg.DB}, {Name: "b", DB: pgtest.Tenant(t, cb)}}
+		cfg.Cells = cells
+	})
+	return &cellsBundle{bundle: b, cb: cb, claimB: claimB, cells: cells}
+}
+
+// seedIn claims (and completes) a key through st, the claim store of one cell.
+func (b *cellsBundle) seedIn(st *claim.Store, tenant, key string, complete bool) *claim.Key {
+	b.t.Helper()
+	saved := b.claims
+	b.claims = st
+	defer func() { b.claims = saved }()
+	return b.seedKey(tenant, "payment.charge", key, `{"amount":100,"currency":"EUR"}`, complete)
+}
+
+// allKeys are both cells' keys as (created_at, id), newest first: what one database holding
+// them all would list.
+func (b *cellsBundle) allKeys(tenants ...string) []int64 {
+	b.t.Helper()
+	type row struct {
+		ID        int64
+		CreatedAt time.Time
+		Tenant    string
+	}
+	var all []row
+	for _, db := range []*gorm.DB{b.db, b.cb} {
+		var rows []row
+		if err := db.Raw(`SELECT id, created_at, tenant FROM idempotency_keys`).Scan(&rows).Error; err != nil {
+			b.t.Fatal(err)
+		}
+		all = append(all, rows...)
+	}
+	slices.SortFunc(all, func(x, y row) int {
+		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(y.ID, x.ID)
+	})
+	var ids []int64
+	for _, r := range all {
+		if len(tenants) == 0 || slices.Contains(tenants, r.Tenant) {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
+}
+
+type apiKeysPage struct {
+	Keys []struct {
+		ID     int64  `json:"id"`
+		Tenant string `json:"tenant"`
+	} `json:"keys"`
+	Next *string `json:"next_cursor"`
+}
+
+// walk pages through GET /api/v1/keys?query with limit keys a page from after (empty: the first
+// page), and returns every key id seen in order and the pages' sizes.
+func (b *cellsBundle) walk(c *client, tok, query string, limit int, after string) (ids []int64, sizes []int) {
+	b.t.Helper()
+	for page := 0; page < 100; page++ {
+		q, _ := url.ParseQuery(query)
+		q.Set("limit", fmt.Sprint(limit))
+		if after != "" {
+			q.Set("after", after)
+		}
+		got := c.api("/api/v1/keys?"+q.Encode(), tok)
+		if got.Status != 200 {
+			b.t.Fatalf("keys %s: status %d: %s", q.Encode(), got.Status, truncate(got.Body, 300))
+		}
+		p := decode[apiKeysPage](b.t, got)
+		sizes = append(sizes, len(p.Keys))
+		for _, k := range p.Keys {
+			ids = append(ids, k.ID)
+		}
+		if p.Next == nil {
+			return ids, sizes
+		}
+		after = *p.Next
+	}
+	b.t.Fatal("keys: more than 100 pages")
+	return nil, nil
+}
+
+// TestCells_KeysAcrossCells: with acme in cell a and globex in cell b, the console searches both
+// and merges them into the one order a single database would give — first page, every page of
+// a walk, a deep page opened from its cursor, with created_at ties across cells — finds by key in
+// both, opens a key of either cell and acts on it in its own cell (audited in the control
+// database), sums the dashboard's counts over the cells, and keeps every operator within their
+// tenants. Rows a tenant move left in the old cell are not shown.
+func TestCells_KeysAcrossCells(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("acme-op", access.RoleOperator, "acme")
+	b.addOperator("globex-admin", access.RoleAdmin, "globex")
+	b.addOperator("both", access.RoleViewer, "acme", "globex")
+
+	// 9 acme keys in cell a (2 processing), 8 globex keys in cell b (3 processing), and one raw key
+	// quoted in both tenants.
+	for i := range 9 {
+		b.seedIn(b.claims, "acme", fmt.Sprintf("a-%d", i), i >= 2)
+	}
+	for i := range 8 {
+		b.seedIn(b.claimB, "globex", fmt.Sprintf("g-%d", i), i >= 3)
+	}
+	dupA := b.seedIn(b.claims, "acme", "order-77", true)
+	dupB := b.seedIn(b.claimB, "globex", "order-77", true)
+	if dupB.ID < 1<<40 || dupA.ID >= 1<<40 {
+		t.Fatalf("cell ids: a %d, b %d: the cells' id ranges are not set", dupA.ID, dupB.ID)
+	}
+	// created_at interleaves the cells with ties within and across them: two keys a second in
+	// each cell, the same seconds in both.
+	at := `UPDATE idempotency_keys k SET created_at = timestamptz '2026-12-01 12:00:00+00' - (s.n / 2) * interval '1 second'
+		FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM idempotency_keys) s WHERE s.id = k.id`
+	b.exec(at)
+	if err := b.cb.Exec(at).Error; err != nil {
+		t.Fatal(err)
+	}
+
+	root, rootTok := b.signIn("root"), b.token("root")
+	want := b.allKeys()
+	if len(want) != 19 {
+		t.Fatalf("seeded %d keys, want 19", len(want))
+	}
+
+	// Search: every page size walks both cells in the one order, each key once.
+	for _, limit := range []int{1, 3, 4, 50} {
+		got, sizes := b.walk(root, rootTok, "", limit, "")
+		if !slices.Equal(got, want) {
+			t.Errorf("limit %d: walk %v\nwant        %v", limit, got, want)
+		}
+		for i, n := range sizes[:len(sizes)-1] {
+			if n != limit {
+				t.Errorf("limit %d: page %d has %d keys", limit, i, n)
+			}
+		}
+	}
+	// A deep page opened from a cursor (the 11th key's) is the rest of the order from there.
+	var deep struct {
+		CreatedAt time.Time
+		ID        int64
+	}
+	cursorDB := b.db
+	if want[10] >= 1<<40 {
+		cursorDB = b.cb
+	}
+	cursorDB.Raw(`SELECT created_at, id FROM idempotency_keys WHERE id = ?`, want[10]).Scan(&deep)
+	after := Cursor{CreatedAt: deep.CreatedAt, ID: deep.ID}.String()
+	if got, _ := b.walk(root, rootTok, "", 4, after); !slices.Equal(got, want[11:]) {
+		t.Errorf("deep pages from the 11th key: %v, want %v", got, want[11:])
+	}
+	// Filters reach both cells; a tenant filter asks its own cell only.
+	if got, _ := b.walk(root, rootTok, "state=processing", 2, ""); len(got) != 5 {
+		t.Errorf("state=processing: %d keys, want 5", len(got))
+	}
+	if got, _ := b.walk(root, rootTok, "tenant=globex", 3, ""); !slices.Equal(got, b.allKeys("globex")) {
+		t.Errorf("tenant=globex: %v, want %v", got, b.allKeys("globex"))
+	}
+	// The key page lists both cells' keys.
+	page := root.get("/keys?limit=50")
+	mustContain(t, "keys page", page.Body, fmt.Sprintf("/keys/%d", dupA.ID), fmt.Sprintf("/keys/%d", dupB.ID))
+
+	// Scope: an operator sees their tenants' keys only, whichever cells hold them.
+	both := b.signIn("both")
+	if got, _ := b.walk(both, b.token("both"), "", 5, ""); !slices.Equal(got, want) {
+		t.Errorf("acme+globex viewer: %v, want %v", got, want)
+	}
+	acme, acmeTok := b.signIn("acme-op"), b.token("acme-op")
+	if got, _ := b.walk(acme, acmeTok, "", 4, ""); !slices.Equal(got, b.allKeys("acme")) {
+		t.Errorf("acme operator: %v, want acme's %v", got, b.allKeys("acme"))
+	}
+	if got, _ := b.walk(acme, acmeTok, "tenant=globex", 4, ""); len(got) != 0 {
+		t.Errorf("acme operator, tenant=globex: %v, want none", got)
+	}
+	for _, path := range []string{fmt.Sprintf("/keys/%d", dupB.ID), fmt.Sprintf("/api/v1/keys/%d", dupB.ID)} {
+		if got := acme.api(path, acmeTok); got.Status != 404 {
+			t.Errorf("acme operator GET %s (globex, cell b): %d, want 404", path, got.Status)
+		}
+	}
+	if got := acme.post(fmt.Sprintf("/keys/%d/reveal", dupB.ID), nil, true); got.Status != 404 {
+		t.Errorf("acme operator reveals globex's key: %d, want 404", got.Status)
+	}
+	globex := b.signIn("globex-admin")
+	if got := globex.get(fmt.Sprintf("/keys/%d", dupA.ID)); got.Status != 404 {
+		t.Errorf("globex admin opens acme's key (cell a): %d, want 404", got.Status)
+	}
+
+	// Find by key: both cells answer, in (tenant, operation, id) order.
+	var found apiKeysPage
+	_ = json.Unmarshal([]byte(root.apiPost("/api/v1/keys/find", rootTok, map[string]string{"key": "order-77"}).Body), &found)
+	if len(found.Keys) != 2 || found.Keys[0].ID != dupA.ID || found.Keys[1].ID != dupB.ID {
+		t.Errorf("find order-77: %+v, want acme's %d then globex's %d", found.Keys, dupA.ID, dupB.ID)
+	}
+	if got := acme.apiPost("/api/v1/keys/find", acmeTok, map[string]string{"key": "order-77"}); !strings.Contains(got.Body, fmt.Sprint(dupA.ID)) ||
+		strings.Contains(got.Body, fmt.Sprint(dupB.ID)) {
+		t.Errorf("acme operator finds order-77: %s, want acme's key only", got.Body)
+	}
+
+	// Two retryably failed globex keys in cell b, for the dashboard, mark final and a replay.
+	failed := b.seedFailedIn(b.claimB, "globex", "g-failed")
+	retry := b.seedFailedIn(b.claimB, "globex", "g-retry")
+	globexTok := b.token("globex-admin")
+
+	// Dashboard: counts are sums over the operator's cells.
+	type dash struct {
+		Open map[string]int64 `json:"open_keys"`
+	}
+	for _, tc := range []struct {
+		who, tok        string
+		processing, frr int64
+	}{{"root", rootTok, 5, 2}, {"acme-op", acmeTok, 2, 0}, {"globex-admin", globexTok, 3, 2}} {
+		d := decode[dash](t, b.client().api("/api/v1/dashboard", tc.tok))
+		if d.Open["processing"] != tc.processing || d.Open["failed_retryable"] != tc.frr {
+			t.Errorf("%s dashboard: open keys %v, want processing %d, failed_retryable %d", tc.who, d.Open, tc.processing, tc.frr)
+		}
+	}
+	if got := root.get("/"); got.Status != 200 {
+		t.Errorf("dashboard page: %d", got.Status)
+	}
+
+	// The key page of a cell-b key: its history is read in cell b.
+	got := globex.get(fmt.Sprintf("/keys/%d", dupB.ID))
+	if got.Status != 200 {
+		t.Fatalf("globex admin opens its key: %d", got.Status)
+	}
+	mustContain(t, "key page (cell b)", got.Body, "order-77", "globex")
+	// Reveal records in the key's own cell; the audit row goes to the control database.
+	if got := globex.post(fmt.Sprintf("/keys/%d/reveal", dupB.ID), nil, true); got.Status != 200 {
+		t.Fatalf("reveal: %d", got.Status)
+	}
+	// Hold: set in cell b, audited in the control database (cell a), not in cell b.
+	if got := globex.post(fmt.Sprintf("/keys/%d/hold", dupB.ID), url.Values{"hold": {"1"}, "reason": {"litigation 42"}}, true); got.Status != 303 {
+		t.Fatalf("hold: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	var held bool
+	b.cb.Raw(`SELECT legal_hold FROM idempotency_keys WHERE id = ?`, dupB.ID).Scan(&held)
+	if !held {
+		t.Error("hold: the key in cell b is not on hold")
+	}
+	inB := func(q string, args ...any) int64 {
+		var n int64
+		if err := b.cb.Raw(q, args...).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	target := fmt.Sprintf("key:%d", dupB.ID)
+	for _, action := range []string{"key.reveal", "key.legal_hold.set"} {
+		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ? AND target = ?`, action, target); n != 1 {
+			t.Errorf("%s: %d audit rows in the control database, want 1", action, n)
+		}
+	}
+	if n := inB(`SELECT count(*) FROM audit_log`); n != 0 {
+		t.Errorf("cell b has %d audit rows, want none (the control database keeps them)", n)
+	}
+	if n := inB(`SELECT count(*) FROM key_events WHERE key_id = ? AND kind IN ('revealed', 'legal_hold_set')`, dupB.ID); n != 2 {
+		t.Errorf("cell b: %d reveal/hold events of the key, want 2", n)
+	}
+
+	// Mark final: a retryably failed globex key in cell b, through the API's token and action.
+	var ft struct {
+		Token string `json:"token"`
+	}
+	_ = json.Unmarshal([]byte(globex.api(fmt.Sprintf("/api/v1/keys/%d/final", failed.ID), globexTok).Body), &ft)
+	if got := globex.apiPost(fmt.Sprintf("/api/v1/keys/%d/final", failed.ID), globexTok,
+		map[string]string{"token": ft.Token, "reason": "the channel confirmed it never arrived"}); got.Status != 200 {
+		t.Fatalf("mark final in cell b: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	var state string
+	b.cb.Raw(`SELECT state FROM idempotency_keys WHERE id = ?`, failed.ID).Scan(&state)
+	if state != string(claim.StateFailedFinal) {
+		t.Errorf("marked final: the key in cell b is %s", state)
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE target = ? AND action = 'key.mark_final'`, fmt.Sprintf("key:%d", failed.ID)); n != 1 {
+		t.Errorf("mark final: %d audit rows in the control database, want 1", n)
+	}
+
+	// A replay of a globex key: requested and executed in cell b, listed and opened from there.
+	var pv apiPreview
+	_ = json.Unmarshal([]byte(globex.api(fmt.Sprintf("/api/v1/keys/%d/replay", retry.ID), globexTok).Body), &pv)
+	if !pv.Allowed || pv.Token == "" {
+		t.Fatalf("replay preview in cell b: %+v", pv)
+	}
+	got = globex.apiPost(fmt.Sprintf("/api/v1/keys/%d/replay", retry.ID), globexTok, map[string]string{"token": pv.Token, "reason": "customer asked"})
+	if got.Status != 201 {
+		t.Fatalf("replay in cell b: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	req := decode[apiConfirm](t, got).Request
+	if n := inB(`SELECT count(*) FROM replay_requests WHERE id = ? AND key_id = ?`, req.ID, retry.ID); n != 1 {
+		t.Errorf("the replay request is not in cell b")
+	}
+	if got := globex.api(fmt.Sprintf("/api/v1/replays/%d", req.ID), globexTok); got.Status != 200 {
+		t.Errorf("GET the replay request of cell b: %d", got.Status)
+	}
+	if got := acme.api(fmt.Sprintf("/api/v1/replays/%d", req.ID), acmeTok); got.Status != 404 {
+		t.Errorf("acme operator GETs globex's replay request: %d, want 404", got.Status)
+	}
+	mustContain(t, "replays page", globex.get("/replays").Body, fmt.Sprintf("/replays/%d", req.ID))
+
+	// A tenant move switched globex to cell a: the rows it left in cell b are no longer globex's.
+	b.cells.move("globex", "a")
+	if got, _ := b.walk(root, rootTok, "", 50, ""); !slices.Equal(got, b.allKeysIn(b.db)) {
+		t.Errorf("after globex moved to a: %v, want cell a's keys only", got)
+	}
+	if got := root.get(fmt.Sprintf("/keys/%d", dupB.ID)); got.Status != 404 {
+		t.Errorf("a key left in cell b by the move: %d, want 404", got.Status)
+	}
+}
+
+// allKeysIn are db's key ids, newest first.
+func (b *cellsBundle) allKeysIn(db *gorm.DB) []int64 {
+	b.t.Helper()
+	var ids []int64
+	if err := db.Raw(`SELECT id FROM idempotency_keys ORDER BY created_at DESC, id DESC`).Scan(&ids).Error; err != nil {
+		b.t.Fatal(err)
+	}
+	return ids
+}
+
+// seedFailedIn is seedFailed (retryably) through st, one cell's claim store.
+func (b *cellsBundle) seedFailedIn(st *claim.Store, tenant, key string) *claim.Key {
+	b.t.Helper()
+	saved := b.claims
+	b.claims = st
+	defer func() { b.claims = saved }()
+	return b.seedFailed(tenant, key, `{"amount":100,"currency":"EUR"}`, true)
+}
