@@ -162,7 +162,7 @@ func (cs *cellSet) ofKey(k *claim.Key) (*cell, error) {
 }
 
 // eachCell runs read on every cell of cs at once and returns their answers in cs's order (with
-// one cell, read runs in the caller's goroutine). The first error wins.
+// one cell, read runs in the caller's goroutine), and their errors joined.
 func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Context, scopedCell) (T, error)) ([]T, error) {
 	out := make([]T, len(cs))
 	if len(cs) == 1 {
@@ -179,27 +179,35 @@ func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Con
 	return out, errors.Join(fails...)
 }
 
-// findIn looks the object id up in the cells of op's scope with read, and returns it with its
-// cell: the one cell whose copy belongs to it (tenant, by the map). Not found anywhere, or only
-// in a cell its tenant has left, is ErrNotFound.
+// findIn looks the object id up in the cells of op's scope with read, all at once, and returns
+// it with its cell: the one cell whose copy belongs to it (its tenant's, by the map). Not found
+// anywhere, or only in a cell its tenant has left, is ErrNotFound.
 func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind access.ObjectKind, id int64,
 	read func(context.Context, *cell, int64) (T, error), tenant func(T) string) (T, *cell, error) {
-	var none T
-	for _, c := range cs.For(keyScope(op), "") {
+	type found struct {
+		v  T
+		ok bool
+	}
+	in := cs.For(keyScope(op), "")
+	got, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) (found, error) {
 		v, err := read(ctx, c.cell, id)
 		if errs.KindOf(err) == errs.NotFound {
+			return found{}, nil
+		}
+		return found{v, err == nil && cs.holds(c.cell, tenant(v))}, err
+	})
+	var none T
+	if err != nil {
+		return none, nil, err
+	}
+	for i, f := range got {
+		if !f.ok {
 			continue
 		}
-		if err != nil {
+		if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(f.v)}, false); err != nil {
 			return none, nil, err
 		}
-		if !cs.holds(c.cell, tenant(v)) {
-			continue
-		}
-		if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(v)}, false); err != nil {
-			return none, nil, err
-		}
-		return v, c.cell, nil
+		return f.v, in[i].cell, nil
 	}
 	return none, nil, fmt.Errorf("%s %d: %w", kind, id, ErrNotFound)
 }

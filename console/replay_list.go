@@ -112,11 +112,11 @@ func (s *Server) listReplays(ctx context.Context, r *request, limit int) ([]repl
 		}
 		return c.replays.List(ctx, a, limit)
 	})
-	if err != nil || len(lists) == 1 {
-		if len(lists) == 1 {
-			return lists[0], err
-		}
+	if err != nil {
 		return nil, err
+	}
+	if len(lists) == 1 {
+		return lists[0], nil
 	}
 	var pending, recent []replay.Request
 	for _, l := range lists {
