@@ -1,0 +1,90 @@
+package console
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/idemops/idemops/cells"
+	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/internal/tenantdb"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
+)
+
+// CellsOf gives the console a tenant handle on every cell — its own for the control cell — and
+// the placement of the set's map, which follows the map file once a move has switched it.
+func TestCellsOf_HandlesAndPlacementFollowTheMapFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	urlA, urlB := pgtest.URL(t), pgtest.URL(t)
+	m, err := cells.New("a", []cells.CellSpec{{Name: "a", ID: 1, URL: urlA, Tenants: []string{"acme"}},
+		{Name: "b", ID: 2, URL: urlB, Tenants: []string{"globex", "initech"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "cells.yaml")
+	if err := cells.Write(path, m); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = cells.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	set, err := cells.Open(ctx, m, cells.Options{Claim: claim.Config{DigestSecret: testSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Close)
+	control, err := tenantdb.Open(urlA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := control.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	cs, closeCells, err := CellsOf(set, control, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeCells)
+
+	got := cs.Cells()
+	if len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
+		t.Fatalf("cells %+v, want a and b in the map's order", got)
+	}
+	if got[0].DB != control {
+		t.Error("the control cell does not use the console's own handle")
+	}
+	if !tenantdb.Scoped(got[1].DB) {
+		t.Error("cell b's handle is not a tenant handle (tenantdb.Open)")
+	}
+	var name string
+	if err := got[1].DB.WithContext(tenantdb.WithTenants(ctx, []string{"*"})).Raw(`SELECT name FROM cell_identity`).Scan(&name).Error; err != nil || name != "b" {
+		t.Errorf("cell b's handle reaches the database of cell %q (%v)", name, err)
+	}
+	want := map[string]string{"acme": "a", "globex": "b", "initech": "b"}
+	if p := cs.Placement(); len(p) != 3 || p["acme"] != "a" || p["globex"] != "b" || p["initech"] != "b" {
+		t.Errorf("placement %v, want %v", p, want)
+	}
+
+	// A move switches the file; the console's next look after mapRefresh reads it.
+	moved, err := m.WithTenantIn("globex", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cells.Write(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	sc := cs.(*setCells)
+	if p := cs.Placement(); p["globex"] != "b" {
+		t.Errorf("placement re-read before mapRefresh passed: globex in %q", p["globex"])
+	}
+	sc.mu.Lock()
+	sc.read = time.Now().Add(-mapRefresh) // as if mapRefresh had passed
+	sc.mu.Unlock()
+	if p := cs.Placement(); p["globex"] != "a" || p["initech"] != "b" {
+		t.Errorf("after the switch: placement %v, want globex in a", p)
+	}
+}
