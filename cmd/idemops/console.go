@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
 )
 
@@ -100,6 +101,11 @@ beside the data directory when unset).`,
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
 			}
+			closeCells, err := consoleCells(ctx, d, claim.Config{DigestSecret: secret}, &ccfg)
+			if err != nil {
+				return err
+			}
+			defer closeCells()
 			srv, err := console.New(ccfg)
 			if err != nil {
 				return err
@@ -131,6 +137,7 @@ beside the data directory when unset).`,
 	cmd.Flags().Bool("secure-cookies", false, "mark cookies Secure (behind a TLS-terminating proxy)")
 	cmd.Flags().String("operations", "", "YAML file of downstream operations for replays and checks (env IDEMOPS_OPERATIONS)")
 	addSSOFlags(cmd.Flags())
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 

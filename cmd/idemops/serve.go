@@ -56,6 +56,11 @@ from --operations (YAML, see downstream/testdata/paysim-ops.yaml).`,
 			if err := ssoConfig(cmd, &ccfg); err != nil {
 				return err
 			}
+			closeCells, err := consoleCells(ctx, d, claim.Config{DigestSecret: secret, Logger: log}, &ccfg)
+			if err != nil {
+				return err
+			}
+			defer closeCells()
 			srv, err := console.New(ccfg)
 			if err != nil {
 				return err
