@@ -71,6 +71,12 @@ func StartBouncer(ctx context.Context, opt BouncerOptions) (*Bouncer, error) {
 		return nil, err
 	}
 	b := &Bouncer{Port: ports[0], dir: dir, done: make(chan struct{})}
+	started := false
+	defer func() {
+		if !started { // every return before pgbouncer runs; Stop releases the port after
+			releasePorts(b.Port)
+		}
+	}()
 	ini := fmt.Sprintf(`[databases]
 * = host=%s port=%d
 [pgbouncer]
@@ -122,6 +128,7 @@ logfile = %s/pgbouncer.log
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
+	started = true
 	go func() { b.err = b.cmd.Wait(); close(b.done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -165,5 +172,6 @@ func (b *Bouncer) Stop() {
 			<-b.done
 		}
 		_ = os.RemoveAll(b.dir)
+		releasePorts(b.Port)
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,7 @@ type Set struct {
 	env         []string
 	cred        *syscall.Credential
 	log         io.Writer
+	ports       []int // picked for the monitor and the nodes; given back by Stop
 	stopOnce    sync.Once
 }
 
@@ -156,6 +158,7 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 		s.Stop()
 		return nil, err
 	}
+	s.ports = ports
 	s.MonitorPort = ports[0]
 	fail := func(err error) (*Set, error) {
 		s.Stop()
@@ -509,6 +512,7 @@ func (s *Set) Stop() {
 			}
 		}
 		_ = os.RemoveAll(s.Dir)
+		releasePorts(s.ports...)
 	})
 }
 
@@ -556,8 +560,41 @@ func postmasterPID(pgdata string) int {
 }
 
 // freePorts returns n distinct free loopback ports a node or the pooler can restart on (below
-// the ephemeral range: no client connection's source port can take one while it is down).
-func freePorts(n int) ([]int, error) { return ports.Restartable(n) }
+// the ephemeral range: no client connection's source port can take one while it is down), none
+// of them held by another set of this process: sets started side by side (the cells proof's two)
+// pick their ports before binding them, and a node binds its port only seconds after the pick.
+func freePorts(n int) ([]int, error) {
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	for range 20 {
+		ps, err := ports.Restartable(n)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(ps, func(p int) bool { return held[p] }) {
+			for _, p := range ps {
+				held[p] = true
+			}
+			return ps, nil
+		}
+	}
+	return nil, fmt.Errorf("pgha: no %d free ports outside this process's other sets", n)
+}
+
+// releasePorts gives a stopped set's ports back.
+func releasePorts(ps ...int) {
+	heldMu.Lock()
+	defer heldMu.Unlock()
+	for _, p := range ps {
+		delete(held, p)
+	}
+}
+
+// held is every port a live set of this process picked.
+var (
+	heldMu sync.Mutex
+	held   = map[int]bool{}
+)
 
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
