@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: prereqs run test test-race test-failover bench vet fmt generate check build chaos
+.PHONY: prereqs run test test-race test-failover test-cells bench vet fmt generate check build chaos
 
 ## prereqs: check the system packages idemops uses (PostgreSQL, RabbitMQ, pg_auto_failover,
 ## pgbouncer, Chromium, npm, promtool); as root with apt-get, install the missing ones
@@ -31,14 +31,20 @@ chaos: prereqs
 	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
 
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
-## package; the HA failover test (chaos/failover) runs last, alone: on 2 cores, killing a primary
-## while every other package's tests compete for the CPU measures the machine, not the failover
+## package; the HA failover test and the cells proof (chaos/failover) run last, alone, one after
+## the other: on 2 cores, killing a primary while every other package's tests compete for the CPU
+## measures the machine, not the failover
 test: prereqs
-	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 5m ./chaos/failover/'
+	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 8m ./chaos/failover/'
 
 ## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
 test-failover: prereqs
 	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./chaos/failover/
+
+## test-cells: only the cells proof (two HA cells, one cell's primary killed), verbose, so its
+## "cells: …" line shows
+test-cells: prereqs
+	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Cells ./chaos/failover/
 
 ## test-race: the claim core under the race detector
 test-race: prereqs

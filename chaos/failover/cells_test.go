@@ -83,7 +83,7 @@ func startCellRigs(t *testing.T, ctx context.Context, names ...string) []*cellRi
 
 func (r *cellRig) start(ctx context.Context, log io.Writer) error {
 	var err error
-	if r.set, err = pgha.Start(ctx, pgha.Options{StartTimeout: 60 * time.Second, Log: log}); err != nil {
+	if r.set, err = pgha.Start(ctx, pgha.Options{StartTimeout: 90 * time.Second, Log: log}); err != nil {
 		return err
 	}
 	if err := r.set.CreateDatabase(ctx, "idemops"); err != nil {
