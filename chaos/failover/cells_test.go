@@ -66,12 +66,14 @@ func startCellRigs(t *testing.T, ctx context.Context, names ...string) []*cellRi
 	}
 	wg.Wait()
 	t.Cleanup(func() {
+		began := time.Now()
 		var wg sync.WaitGroup
 		for _, r := range rigs {
 			wg.Add(1)
 			go func() { defer wg.Done(); r.stop() }()
 		}
 		wg.Wait()
+		t.Logf("cells stopped in %.1f s", time.Since(began).Seconds())
 	})
 	for i, err := range errs {
 		if err != nil {
