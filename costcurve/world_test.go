@@ -218,8 +218,21 @@ func (w *world) reusable(ctx context.Context, admin *sql.DB, hash string) bool {
 	var h string
 	var t0, bill time.Time
 	err = db.QueryRowContext(ctx, `SELECT version, n, migrations, t0, bill_day FROM costcurve_seed`).Scan(&version, &n, &h, &t0, &bill)
-	if err != nil || version != seedVersion || n != w.n || h != hash || time.Since(t0) > 20*time.Hour {
+	if err != nil || version != seedVersion || n != w.n || time.Since(t0) > 20*time.Hour {
 		return false
+	}
+	if h != hash {
+		// Migrations added since the seed are applied to it (a 10M world takes most of an hour
+		// to seed, a new index minutes to build): the layout is the seed's, the schema current.
+		if err := migrations.Up(ctx, db); err != nil {
+			return false
+		}
+		if _, err := db.ExecContext(ctx, `ANALYZE`); err != nil {
+			return false
+		}
+		if _, err := db.ExecContext(ctx, `UPDATE costcurve_seed SET migrations = $1`, hash); err != nil {
+			return false
+		}
 	}
 	w.t0, w.billDay = t0.UTC(), bill.UTC()
 	return true
