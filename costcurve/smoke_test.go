@@ -9,7 +9,7 @@ import (
 
 // benchmarks are the package's cost-curve benchmarks, one per path.
 var benchmarks = []string{"BenchmarkSearch", "BenchmarkFindByKey", "BenchmarkDashboard", "BenchmarkAttention",
-	"BenchmarkRetentionPreview", "BenchmarkReclaimScan", "BenchmarkPurgeDay", "BenchmarkReconcile"}
+	"BenchmarkRetentionPreview", "BenchmarkFindingsGroups", "BenchmarkReclaimScan", "BenchmarkPurgeDay", "BenchmarkReconcile"}
 
 // The harness itself, in make test: every benchmark runs once over a world of 10k keys, a few
 // samples per case, and each path's own checks hold (a page of 50 keys, the key found, the
