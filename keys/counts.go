@@ -65,6 +65,18 @@ func FoldCounts(ctx context.Context, db *gorm.DB) error {
 	return nil
 }
 
+// RefoldCounts makes the next fold count the last 25 hours again from the keys. key_counts is
+// derived: a fold sees changes, not deletions, so whoever deletes keys younger than a day in
+// bulk — a tenant moved to another cell (on both cells), a purge under a floor below one day —
+// calls it afterwards. The next dashboard read pays for the recount once (a read of the day's
+// listing index, as every read did before key_counts).
+func RefoldCounts(ctx context.Context, db *gorm.DB) error {
+	if err := db.WithContext(ctx).Exec(`UPDATE key_count_folds SET settled_until = 'epoch'`).Error; err != nil {
+		return fmt.Errorf("refold key counts: %w", err)
+	}
+	return nil
+}
+
 // bucketScope is the scope as a condition on key_counts' tenant column: every tenant's sum
 // ('*') for a reader of every tenant, its tenants' rows otherwise.
 func bucketScope(scope Scope) (string, []any) {

@@ -182,3 +182,24 @@ func TestCountByState_ScopedOperatorReadsTheirTenantsRows(t *testing.T) {
 		t.Errorf("tenant-1's operator sees key_counts rows of %v", tenants)
 	}
 }
+
+// Keys deleted while younger than a day (a tenant moved away) stay in the folded minutes until
+// RefoldCounts; then the counts are the keys' again.
+func TestRefoldCounts_DeletedKeysLeaveTheCounts(t *testing.T) {
+	b := setup(t)
+	b.seedSpread(600, 20*time.Hour, "k-")
+	b.checkCounts("first fold")
+	pgtest.Exec(t, b.db, `DELETE FROM idempotency_keys WHERE tenant = 'tenant-1'`)
+	one := keys.Scope{Tenants: []string{"tenant-1"}}
+	stale, err := keys.CountByState(ctx, b.db, one, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) == 0 {
+		t.Fatal("the folded minutes lost the deleted keys without a refold: the fold sees deletions after all?")
+	}
+	if err := keys.RefoldCounts(ctx, b.db); err != nil {
+		t.Fatal(err)
+	}
+	b.checkCounts("after the refold")
+}
