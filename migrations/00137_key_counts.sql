@@ -87,6 +87,10 @@ BEGIN
               AND k.created_at >= f.covered_from AND k.created_at < f.settled_until);
     END IF;
     DELETE FROM key_counts WHERE width IN ('minute', 'hour') AND bucket < keep;
+    -- At most an hour of minutes per fold, oldest first, so that a fold stays well inside a
+    -- page's query timeout however busy the day (the first fold of a day of 1M keys, 25 hours to
+    -- count); the reads count the rest live meanwhile, and the next folds catch up.
+    settled := least(settled, lo + interval '1 hour');
     IF lo < settled THEN
         DELETE FROM key_counts WHERE width = 'minute' AND bucket >= lo AND bucket < settled;
         INSERT INTO key_counts (width, tenant, bucket, operation, state, n)
