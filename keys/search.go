@@ -152,6 +152,10 @@ type KeySummary struct {
 
 const summaryColumns = `id, tenant, operation, key, key_digest, state, attempts, needs_attention, created_at, updated_at, amount_minor, currency`
 
+// perTenantPagesUpTo: a search of an operator of at most this many tenants reads a page of each
+// and merges them; of more, it walks the listing index, where their keys are a large share.
+const perTenantPagesUpTo = 16
+
 // SearchKeys returns one page of the keys in scope that match f, and the cursor of the next page
 // (nil on the last). The scope is part of the query, so nothing outside it is read or counted.
 // Served by the keyset indexes on (created_at DESC, id DESC): overall, per tenant, per operation
@@ -203,8 +207,25 @@ func SearchKeys(ctx context.Context, db *gorm.DB, scope Scope, f KeyFilter) ([]K
 	// (which the console's scoped statements keep, internal/tenantdb) plans a LIMIT parameter as
 	// a tenth of the rows, and so sorted a bitmap scan of every match where walking a keyset
 	// index stops after a page (a filtered page of a 3-tenant operator over 1M keys: ×17).
-	sql := `SELECT ` + summaryColumns + ` FROM idempotency_keys k WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(f.Limit+1)
+	page := ` ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(f.Limit+1)
+	sql := `SELECT ` + summaryColumns + ` FROM idempotency_keys k WHERE ` + strings.Join(where, " AND ") + page
+	if n := len(scope.Tenants); !scope.All && f.Tenant == "" && n > 1 && n <= perTenantPagesUpTo {
+		// A page of each tenant, merged: each is a walk of idempotency_keys_tenant_listing_idx
+		// that stops after a page. As one statement with tenant IN (…) the planner — which under
+		// row-level security takes the policy's tenants for a few rows — read every key of the
+		// tenants past the cursor and sorted them (a deep page of 3 tenants at 1M keys: 14,754
+		// entries, 20–30 ms; linear in the tenants' keys).
+		var parts []string
+		var pargs []any
+		for _, t := range scope.Tenants {
+			// where[0] and args[0] are the scope's (tenant IN ?, the tenants).
+			own := append([]string{"tenant = ?"}, where[1:]...)
+			parts = append(parts, `(SELECT `+summaryColumns+` FROM idempotency_keys k WHERE `+strings.Join(own, " AND ")+page+`)`)
+			pargs = append(append(pargs, t), args[1:]...)
+		}
+		sql = `SELECT ` + summaryColumns + ` FROM (` + strings.Join(parts, " UNION ALL ") + `) k` + page
+		args = pargs
+	}
 	var rows []KeySummary
 	if err := db.WithContext(ctx).Raw(sql, args...).Scan(&rows).Error; err != nil {
 		return nil, nil, fmt.Errorf("search keys: %w", err)

@@ -2,6 +2,7 @@ package keys_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -168,5 +169,49 @@ func TestNamesOf_NamesTheKeysThatExist(t *testing.T) {
 	}
 	if got, err := keys.NamesOf(ctx, b.db, nil); err != nil || got != nil {
 		t.Errorf("NamesOf(nil) = %v, %v", got, err)
+	}
+}
+
+// An operator of several tenants pages through their keys in one order, newest first, each key
+// once, with or without a filter: the page of each tenant, merged, is the page of all of them.
+func TestSearchKeys_SeveralTenantsPageInOneOrder(t *testing.T) {
+	b := setup(t)
+	for i := range 40 {
+		st := claim.StateCompleted
+		if i%3 == 0 {
+			st = claim.StateFailedFinal
+		}
+		b.seedKey(fmt.Sprintf("t%d", i%4), fmt.Sprintf("k-%02d", i), st, false, false)
+	}
+	// Interleaved creation times across the tenants, two keys sharing one (the id breaks the tie).
+	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET created_at = now() - (40 - substr(key, 3)::int) * interval '1 minute'`)
+	pgtest.Exec(t, b.db, `UPDATE idempotency_keys SET created_at = (SELECT created_at FROM idempotency_keys WHERE key = 'k-10') WHERE key = 'k-11'`)
+	scope := keys.Scope{Tenants: []string{"t0", "t1", "t3"}}
+	for _, f := range []keys.KeyFilter{{Limit: 4}, {Limit: 3, State: claim.StateFailedFinal}} {
+		var want []int64
+		q := `SELECT id FROM idempotency_keys WHERE tenant IN ('t0', 't1', 't3')`
+		if f.State != "" {
+			q += ` AND state = '` + string(f.State) + `'`
+		}
+		if err := b.db.Raw(q + ` ORDER BY created_at DESC, id DESC`).Scan(&want).Error; err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for range 50 {
+			rows, next, err := keys.SearchKeys(ctx, b.db, scope, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				got = append(got, r.ID)
+			}
+			if next == nil {
+				break
+			}
+			f.After = next
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("filter %+v: pages gave %v, want %v", f, got, want)
+		}
 	}
 }
