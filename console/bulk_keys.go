@@ -11,9 +11,6 @@ import (
 // countMatching counts the keys of a search up to BulkCap (more says more match): the "N" of
 // "select all N matching this filter".
 func (s *Server) countMatching(ctx context.Context, op *access.Operator, f KeyFilter) (n int, more bool, err error) {
-	if s.cells.cells != nil {
-		return 0, false, nil // no bulk replay across cells (bulkKeys)
-	}
 	ids, err := keys.MatchingIDs(ctx, s.db, s.keyScope(op), f, s.cfg.BulkCap)
 	if err != nil {
 		return 0, false, err

@@ -223,6 +223,12 @@ func TestCells_KeysAcrossCells(t *testing.T) {
 	// The key page lists both cells' keys.
 	page := root.get("/keys?limit=50")
 	mustContain(t, "keys page", page.Body, fmt.Sprintf("/keys/%d", dupA.ID), fmt.Sprintf("/keys/%d", dupB.ID))
+	// A bulk replay is not offered across cells, and asking for one is refused.
+	mustNotContain(t, "keys page", page.Body, `action="/replays/bulk"`, `class="bulk-pick"`)
+	if got := root.apiPost("/api/v1/replays/bulk", rootTok, map[string]any{"filter": map[string]string{"tenant": "acme"}}); got.Status != 409 ||
+		!strings.Contains(got.Body, "several cells") {
+		t.Errorf("bulk replay with cells: %d %s, want 409 naming the cells", got.Status, truncate(got.Body, 200))
+	}
 
 	// Scope: an operator sees their tenants' keys only, whichever cells hold them.
 	both := b.signIn("both")
