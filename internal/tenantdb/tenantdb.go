@@ -51,25 +51,41 @@ const AllTenants = "*"
 
 type tenantsKey struct{}
 
+// tenantSet is what WithTenants stores: the tenants, and the setting that scopes a statement to
+// them, written once per context rather than at every statement.
+type tenantSet struct {
+	tenants []string
+	all     bool   // "*" is among them: the statements run as the login, unscoped
+	setting string // the tenants as a text[] literal, for idemops.tenants
+}
+
 // WithTenants returns ctx carrying the tenants whose rows the statements run under it may touch
 // ("*": every tenant's).
 func WithTenants(ctx context.Context, tenants []string) context.Context {
-	return context.WithValue(ctx, tenantsKey{}, slices.Clone(tenants))
+	tenants = slices.Clone(tenants)
+	return context.WithValue(ctx, tenantsKey{}, &tenantSet{tenants: tenants,
+		all: slices.Contains(tenants, AllTenants), setting: arrayLiteral(tenants)})
 }
 
 // TenantsOf returns the tenants ctx carries and whether it carries any.
 func TenantsOf(ctx context.Context) ([]string, bool) {
-	t, ok := ctx.Value(tenantsKey{}).([]string)
-	return t, ok
+	t, ok := ctx.Value(tenantsKey{}).(*tenantSet)
+	if !ok {
+		return nil, false
+	}
+	return t.tenants, true
 }
+
+// noTenants is the scope of a context without tenants: none.
+var noTenants = &tenantSet{setting: "{}"}
 
 // scoped reports whether work under ctx runs as the tenant role, and the setting for it.
 func scoped(ctx context.Context) (bool, string) {
-	tenants, _ := TenantsOf(ctx)
-	if slices.Contains(tenants, AllTenants) {
-		return false, ""
+	t, ok := ctx.Value(tenantsKey{}).(*tenantSet)
+	if !ok {
+		t = noTenants
 	}
-	return true, arrayLiteral(tenants)
+	return !t.all, t.setting
 }
 
 // arrayLiteral is tenants as a PostgreSQL text[] literal, every element quoted.
@@ -81,19 +97,26 @@ func arrayLiteral(tenants []string) string {
 			b.WriteByte(',')
 		}
 		b.WriteByte('"')
-		b.WriteString(strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(t))
+		for j := 0; j < len(t); j++ {
+			if t[j] == '\\' || t[j] == '"' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(t[j])
+		}
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
 	return b.String()
 }
 
-// scopeSQL sets the role and the tenants for the rest of the transaction ($1: the tenants), and
-// has prepared statements keep their generic plans: a statement under row-level security costs
-// more to plan (the policies' expansion and init plans), and the console's statements were
-// planned afresh at every run (custom plans), so without it the key search of an operator of
-// some tenants took ×1.2 the time it took before (BenchmarkKeySearchRowLevelSecurity).
-const scopeSQL = `SELECT set_config('role', '` + migrations.TenantRole + `', true), set_config('idemops.tenants', $1, true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+// scopeSQL sets the role and the tenants for the rest of the transaction ($1: the tenants).
+// Prepared statements choose between generic and custom plans as PostgreSQL does for the
+// login's (plan_cache_mode auto): a statement whose generic plan would cost more than a plan
+// for its values — a LIMIT parameter is planned as a tenth of the rows, and so a sort of every
+// match where an index walk stops after a page — is planned for its values, and the others
+// keep their generic plans after five runs. (Forcing generic plans made a filtered key search
+// with its limit as a parameter ×17; TestScopedLists_ReadAPageNotTheTable in console.)
+const scopeSQL = `SELECT set_config('role', '` + migrations.TenantRole + `', true), set_config('idemops.tenants', $1, true)`
 
 // Open opens a gorm handle on dsn whose statements run under their contexts' tenants, with the
 // settings of pgpool.Open (pgpool.Config, pgpool.MaxConns connections).
@@ -131,7 +154,9 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: dc.(*stdlib.Conn)}, nil
+	sc := dc.(*stdlib.Conn)
+	mode := sc.Conn().Config().DefaultQueryExecMode
+	return &conn{Conn: sc, unnamed: mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeSimpleProtocol}, nil
 }
 
 func (c connector) Driver() driver.Driver { return c }
@@ -145,16 +170,24 @@ func (c connector) Open(string) (driver.Conn, error) {
 // at its start; inside it, everything goes to pgx's connection as it is.
 type conn struct {
 	*stdlib.Conn
-	inTx      bool
+	inTx bool
+	// unnamed: the connection's default mode is exec or simple_protocol, so statements go
+	// unnamed (sendScoped).
+	unnamed   bool
 	described map[string]*prepared
 	seq       int // names this connection's prepared statements
 	scopeName string
 }
 
-// prepared is a statement this connection prepared under a name of its own.
+// prepared is a statement this connection prepared under a name of its own, with what reading
+// its results takes: the formats asked for and each column's conversion (made once, not per
+// execution).
 type prepared struct {
-	name string
-	sd   *pgconn.StatementDescription
+	name    string
+	sd      *pgconn.StatementDescription
+	formats []int16
+	values  []func(src []byte) (driver.Value, error)
+	names   []string
 }
 
 var (
@@ -188,8 +221,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	// One simple query, no parameters: the tenants go in hex-encoded, so no quoting rule or
 	// server setting can make a tenant's name part of the statement.
 	q := begin + "; SELECT set_config('role', '" + migrations.TenantRole + "', true), set_config('idemops.tenants', " +
-		"convert_from(decode('" + hex.EncodeToString([]byte(tenants)) + "', 'hex'), 'UTF8'), true), " +
-		"set_config('plan_cache_mode', 'force_generic_plan', true)"
+		"convert_from(decode('" + hex.EncodeToString([]byte(tenants)) + "', 'hex'), 'UTF8'), true)"
 	if _, err := c.Conn.Conn().Exec(ctx, q); err != nil {
 		if pgconn.SafeToRetry(err) {
 			return nil, driver.ErrBadConn
@@ -257,7 +289,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if c.inTx || !on {
 		return c.Conn.ExecContext(ctx, query, args)
 	}
-	mrr, err := c.sendScoped(ctx, tenants, query, args)
+	mrr, _, err := c.sendScoped(ctx, tenants, query, args)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +312,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if c.inTx || !on {
 		return c.Conn.QueryContext(ctx, query, args)
 	}
-	mrr, err := c.sendScoped(ctx, tenants, query, args)
+	mrr, p, err := c.sendScoped(ctx, tenants, query, args)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +324,14 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		c.forget(ctx, query)
 		return nil, retryable(err)
 	}
-	return newRows(c.Conn.Conn().TypeMap(), mrr, func() { c.forget(ctx, query) }), nil
+	r := &rows{mrr: mrr, rr: mrr.ResultReader(), forget: func() { c.forget(ctx, query) }}
+	if p != nil {
+		r.values, r.names = p.values, p.names
+	} else {
+		fields := r.rr.FieldDescriptions()
+		r.values, r.names = valueFuncs(c.Conn.Conn().TypeMap(), fields), columnNames(fields)
+	}
+	return r, nil
 }
 
 // sendScoped sends the set_config and the statement as one batch, one implicit transaction, and
@@ -300,30 +339,28 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 // The statement goes as pgx's database/sql driver would send it on this connection, so it reads
 // and writes the same values. With the connection's default mode exec or simple_protocol (the
 // setting behind pgbouncer in transaction mode, where a named statement cannot outlive the
-// transaction) both go unnamed and untyped, as text, as the driver sends them. Otherwise both are
-// prepared once per connection under names of this package's own (the driver caches its
-// statements the same way) and executed by name, typed by their descriptions, with results in
-// the driver's formats: a scoped statement is parsed and planned no more often than an unscoped
-// one.
-func (c *conn) sendScoped(ctx context.Context, tenants, query string, args []driver.NamedValue) (*pgconn.MultiResultReader, error) {
+// transaction) both go unnamed and untyped, as text, as the driver sends them (p is nil).
+// Otherwise both are prepared once per connection under names of this package's own (the driver
+// caches its statements the same way) and executed by name, typed by their descriptions, with
+// results in the driver's formats: a scoped statement is parsed and planned no more often than
+// an unscoped one.
+func (c *conn) sendScoped(ctx context.Context, tenants, query string, args []driver.NamedValue) (*pgconn.MultiResultReader, *prepared, error) {
 	values := make([]any, len(args))
 	for i, a := range args {
 		values[i] = a.Value
 	}
 	px := c.Conn.Conn()
 	var p *prepared
-	switch px.Config().DefaultQueryExecMode {
-	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
-	default:
+	if !c.unnamed {
 		if c.scopeName == "" {
 			if _, err := px.PgConn().Prepare(ctx, "idemops_tenantdb_scope", scopeSQL, nil); err != nil {
-				return nil, retryable(err)
+				return nil, nil, retryable(err)
 			}
 			c.scopeName = "idemops_tenantdb_scope"
 		}
 		var err error
 		if p, err = c.prepare(ctx, query); err != nil {
-			return nil, retryable(err)
+			return nil, nil, retryable(err)
 		}
 	}
 	var sd *pgconn.StatementDescription
@@ -332,19 +369,15 @@ func (c *conn) sendScoped(ctx context.Context, tenants, query string, args []dri
 	}
 	var eqb pgx.ExtendedQueryBuilder
 	if err := eqb.Build(px.TypeMap(), sd, values); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	batch := &pgconn.Batch{}
 	if p == nil {
 		batch.ExecParams(scopeSQL, [][]byte{[]byte(tenants)}, nil, nil, nil)
 		batch.ExecParams(query, eqb.ParamValues, nil, eqb.ParamFormats, nil)
 	} else {
-		formats := make([]int16, len(sd.Fields))
-		for i, f := range sd.Fields {
-			formats[i] = driverFormats[f.DataTypeOID]
-		}
 		batch.ExecPrepared(c.scopeName, [][]byte{[]byte(tenants)}, nil, nil)
-		batch.ExecPrepared(p.name, eqb.ParamValues, eqb.ParamFormats, formats)
+		batch.ExecPrepared(p.name, eqb.ParamValues, eqb.ParamFormats, p.formats)
 	}
 	mrr := px.PgConn().ExecBatch(ctx, batch)
 	if !mrr.NextResult() {
@@ -352,13 +385,13 @@ func (c *conn) sendScoped(ctx context.Context, tenants, query string, args []dri
 		if err == nil {
 			err = errors.New("tenantdb: no result for the tenants' setting")
 		}
-		return nil, retryable(err)
+		return nil, nil, retryable(err)
 	}
 	if _, err := mrr.ResultReader().Close(); err != nil {
 		_ = mrr.Close()
-		return nil, retryable(err)
+		return nil, nil, retryable(err)
 	}
-	return mrr, nil
+	return mrr, p, nil
 }
 
 // prepare returns the statement prepared on this connection for query, preparing it the first
@@ -382,7 +415,14 @@ func (c *conn) prepare(ctx context.Context, query string) (*prepared, error) {
 	if c.described == nil {
 		c.described = map[string]*prepared{}
 	}
-	p := &prepared{name: name, sd: sd}
+	// The results come in the formats asked for, so the conversions can be made now.
+	fields := slices.Clone(sd.Fields)
+	p := &prepared{name: name, sd: sd, formats: make([]int16, len(fields))}
+	for i := range fields {
+		p.formats[i] = driverFormats[fields[i].DataTypeOID]
+		fields[i].Format = p.formats[i]
+	}
+	p.values, p.names = valueFuncs(c.Conn.Conn().TypeMap(), fields), columnNames(fields)
 	c.described[query] = p
 	return p, nil
 }
@@ -469,13 +509,13 @@ type rows struct {
 	closed bool
 }
 
-func newRows(m *pgtype.Map, mrr *pgconn.MultiResultReader, forget func()) *rows {
-	r := &rows{mrr: mrr, rr: mrr.ResultReader(), forget: forget}
-	for _, fd := range r.rr.FieldDescriptions() {
-		r.names = append(r.names, fd.Name)
-		r.values = append(r.values, valueFunc(m, fd.DataTypeOID, fd.Format))
+// columnNames are the names of fields.
+func columnNames(fields []pgconn.FieldDescription) []string {
+	names := make([]string, len(fields))
+	for i, fd := range fields {
+		names[i] = fd.Name
 	}
-	return r
+	return names
 }
 
 func (r *rows) Columns() []string { return r.names }
@@ -516,14 +556,24 @@ func (r *rows) Next(dest []driver.Value) error {
 	return nil
 }
 
-// valueFunc converts a column's raw values to the driver.Value pgx's stdlib gives for that type
-// (the same Go types as its Rows: a scoped statement reads like an unscoped one).
+// valueFuncs convert each column's raw values to the driver.Value pgx's stdlib gives for its
+// type (the same Go types as its Rows: a scoped statement reads like an unscoped one). Like
+// stdlib's, each scans into a variable of its own that it reuses, so a row costs no allocation
+// but its values'; a connection reads one result at a time, so they are not shared.
+func valueFuncs(m *pgtype.Map, fields []pgconn.FieldDescription) []func([]byte) (driver.Value, error) {
+	out := make([]func([]byte) (driver.Value, error), len(fields))
+	for i, fd := range fields {
+		out[i] = valueFunc(m, fd.DataTypeOID, fd.Format)
+	}
+	return out
+}
+
 func valueFunc(m *pgtype.Map, oid uint32, format int16) func([]byte) (driver.Value, error) {
 	switch oid {
 	case pgtype.BoolOID:
-		return scanAs[bool](m, oid, format, func(v bool) driver.Value { return v })
+		return scanAs(m, oid, format, func(v bool) driver.Value { return v })
 	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
-		return scanAs[[]byte](m, oid, format, func(v []byte) driver.Value { return v })
+		return scanAs(m, oid, format, func(v []byte) driver.Value { return v })
 	case pgtype.CIDOID, pgtype.OIDOID, pgtype.XIDOID:
 		return scanValuer[pgtype.Uint32](m, oid, format)
 	case pgtype.DateOID:
@@ -533,25 +583,24 @@ func valueFunc(m *pgtype.Map, oid uint32, format int16) func([]byte) (driver.Val
 	case pgtype.TimestamptzOID:
 		return scanValuer[pgtype.Timestamptz](m, oid, format)
 	case pgtype.Float4OID:
-		return scanAs[float32](m, oid, format, func(v float32) driver.Value { return float64(v) })
+		return scanAs(m, oid, format, func(v float32) driver.Value { return float64(v) })
 	case pgtype.Float8OID:
-		return scanAs[float64](m, oid, format, func(v float64) driver.Value { return v })
+		return scanAs(m, oid, format, func(v float64) driver.Value { return v })
 	case pgtype.Int2OID:
-		return scanAs[int16](m, oid, format, func(v int16) driver.Value { return int64(v) })
+		return scanAs(m, oid, format, func(v int16) driver.Value { return int64(v) })
 	case pgtype.Int4OID:
-		return scanAs[int32](m, oid, format, func(v int32) driver.Value { return int64(v) })
+		return scanAs(m, oid, format, func(v int32) driver.Value { return int64(v) })
 	case pgtype.Int8OID:
-		return scanAs[int64](m, oid, format, func(v int64) driver.Value { return v })
+		return scanAs(m, oid, format, func(v int64) driver.Value { return v })
 	}
-	return scanAs[string](m, oid, format, func(v string) driver.Value { return v })
+	return scanAs(m, oid, format, func(v string) driver.Value { return v })
 }
 
-// scanAs scans into a fresh T and converts it.
+// scanAs scans into its T and converts it (a []byte is made afresh by each scan, as in stdlib).
 func scanAs[T any](m *pgtype.Map, oid uint32, format int16, conv func(T) driver.Value) func([]byte) (driver.Value, error) {
-	var probe T
-	plan := m.PlanScan(oid, format, &probe)
+	var v T
+	plan := m.PlanScan(oid, format, &v)
 	return func(src []byte) (driver.Value, error) {
-		var v T
 		if err := plan.Scan(src, &v); err != nil {
 			return nil, err
 		}
@@ -559,15 +608,14 @@ func scanAs[T any](m *pgtype.Map, oid uint32, format int16, conv func(T) driver.
 	}
 }
 
-// scanValuer scans into a pgtype value and gives its driver.Value.
+// scanValuer scans into its pgtype value and gives its driver.Value.
 func scanValuer[T any, P interface {
 	*T
 	driver.Valuer
 }](m *pgtype.Map, oid uint32, format int16) func([]byte) (driver.Value, error) {
-	var probe T
-	plan := m.PlanScan(oid, format, P(&probe))
+	var v T
+	plan := m.PlanScan(oid, format, P(&v))
 	return func(src []byte) (driver.Value, error) {
-		var v T
 		if err := plan.Scan(src, P(&v)); err != nil {
 			return nil, err
 		}
