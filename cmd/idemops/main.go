@@ -165,6 +165,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newChaosCmd(), newChaosPartCmd())
 	root.AddCommand(newPurgeCmd(), newRetentionCmd(), newHoldCmd())
 	root.AddCommand(newKeysCmd(), newReplayCmd(), newFindingsCmd())
+	root.AddCommand(newCellsCmd())
 	refuseUnknownSubcommands(root)
 	return root
 }
