@@ -26,9 +26,9 @@ import (
 //	recorded      the move has a row; at most one unfinished move per tenant.
 //	fenced        target: fence "incoming" (nobody writes the tenant there but the mover);
 //	              source: fence "frozen" (no claim inserts a key, no takeover, no operator or
-//	              retention write — claim answers ErrTenantMoving, 503 + Retry-After), then a
-//	              wait for every write that may have passed before the fence (the transactions
-//	              holding idempotency_keys' row lock when the fence committed).
+//	              retention write, no consumer's dedup row — claim answers ErrTenantMoving, 503 +
+//	              Retry-After), then a wait for every write that may have passed before the
+//	              fence (the transactions holding those tables' row lock when it committed).
 //	drained       the tenant's live leases ended, or — after the bounded wait (DrainTimeout) —
 //	              were revoked: the mover takes the token and expires the lease, so the holder's
 //	              completion fails as lease lost (nothing written) and the key, copied as
@@ -166,6 +166,25 @@ func Move(ctx context.Context, cfg MoveConfig) (*MoveResult, error) {
 			sqlDB.Close()
 		}
 	}()
+	// One run of a tenant's move at a time: a session lock held on its own connection to the
+	// control cell for the run (released when it ends, or dies).
+	sqlDB, err := cdb.DB()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("control cell %s: %w", control.Name, err)
+	}
+	defer lock.Close()
+	var mine bool
+	if err := lock.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant).Scan(&mine); err != nil {
+		return nil, fmt.Errorf("control cell %s: %w", control.Name, err)
+	}
+	if !mine {
+		return nil, refused("another run of the move of tenant %q is under way", cfg.Tenant)
+	}
+	defer lock.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant) //nolint:errcheck
 	mv := &mover{cfg: cfg, control: cdb, lit: quoteLiteral(cfg.Tenant)}
 	if err := mv.record(ctx); err != nil {
 		return nil, err
@@ -243,10 +262,6 @@ const moveColumns = `id, tenant, from_cell, to_cell, step, counts, checksums, re
 func (mv *mover) record(ctx context.Context) error {
 	cfg, m := mv.cfg, mv.cfg.Map
 	return mv.control.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// One mover per tenant at a time: the second waits here, then finds the first's row.
-		if err := tx.Exec(`SELECT pg_advisory_xact_lock(hashtext('idemops cell move'), hashtext(?))`, cfg.Tenant).Error; err != nil {
-			return err
-		}
 		var rows []moveRow
 		if err := tx.Raw(`SELECT `+moveColumns+` FROM cell_moves WHERE tenant = ? AND finished_at IS NULL`, cfg.Tenant).Scan(&rows).Error; err != nil {
 			return fmt.Errorf("read cell_moves: %w", err)
@@ -336,14 +351,15 @@ func (mv *mover) fence(ctx context.Context) error {
 	return mv.advance(ctx, nil, StepFenced, "frozen_at = COALESCE(frozen_at, now())")
 }
 
-// waitForWriters waits until every transaction that holds a write lock on idempotency_keys now
-// has ended (PostgreSQL's own wait of CREATE INDEX CONCURRENTLY, by polling pg_locks), at most
-// limit.
+// waitForWriters waits until every transaction that holds a write lock on the fenced tables
+// (idempotency_keys, consumed_messages) now has ended (PostgreSQL's own wait of CREATE INDEX
+// CONCURRENTLY, by polling pg_locks), at most limit.
 func waitForWriters(ctx context.Context, conn *pgx.Conn, limit time.Duration) error {
 	var vxids []string
 	if err := conn.QueryRow(ctx, `SELECT COALESCE(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
 		WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND relation = 'idempotency_keys'::regclass AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`).Scan(&vxids); err != nil {
+		  AND relation IN ('idempotency_keys'::regclass, 'consumed_messages'::regclass)
+		  AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`).Scan(&vxids); err != nil {
 		return fmt.Errorf("writers of idempotency_keys: %w", err)
 	}
 	deadline := time.Now().Add(limit)
@@ -356,7 +372,7 @@ func waitForWriters(ctx context.Context, conn *pgx.Conn, limit time.Duration) er
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d transactions writing idempotency_keys since before the fence still open after %s; run the move again", left, limit)
+			return fmt.Errorf("%d transactions writing the tenant tables since before the fence still open after %s; run the move again", left, limit)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return err

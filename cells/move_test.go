@@ -209,4 +209,20 @@ func TestMove_RefusesWhatCannotBeDone(t *testing.T) {
 	if n := count(t, w.a.DB, `SELECT count(*) FROM cell_moves`); n != 1 {
 		t.Fatalf("%d moves recorded, want the one under way", n)
 	}
+	// Another run of the same move while one runs (its lock held in the control cell).
+	sqlDB, err := w.a.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := sqlDB.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.ExecContext(context.Background(), `SELECT pg_advisory_lock(hashtext('idemops cell move'), hashtext('acme'))`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.move(""); !errors.Is(err, cells.ErrMoveRefused) || !strings.Contains(err.Error(), "another run") {
+		t.Fatalf("a second run at once: %v", err)
+	}
 }
