@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,4 +226,127 @@ func TestMove_RefusesWhatCannotBeDone(t *testing.T) {
 	if _, err := w.move(""); !errors.Is(err, cells.ErrMoveRefused) || !strings.Contains(err.Error(), "another run") {
 		t.Fatalf("a second run at once: %v", err)
 	}
+}
+
+// TestMove_UnderTrafficNoKeyIsLostOrDoubled: clients keep claiming and completing acme's keys
+// while the tenant moves, following the fence (frozen: retry; gone: re-read the map, go to the
+// cell it names). Every key a client executed exists once, in b, completed — none lost, none
+// executed twice —, and a never saw a key of acme written after its freeze.
+func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
+	w := newMoveWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type done struct {
+		key      string
+		executes int
+	}
+	downstream := &docs{m: map[string]bool{}}
+	results := make(chan []done, 4)
+	moved := make(chan struct{})
+	for worker := range 4 {
+		go func() {
+			var out []done
+			cell := w.a
+			afterMove := 0
+			for i := 0; afterMove < 20; i++ {
+				key := fmt.Sprintf("traffic-%d-%d", worker, i)
+				executes := 0
+				for attempt := 0; ; attempt++ {
+					if attempt > 10000 {
+						t.Errorf("%s: no answer after %d attempts", key, attempt)
+						results <- out
+						return
+					}
+					o, err := cell.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: key, Intent: []byte(`{"amount":1}`), Actor: "service:test"})
+					var me *claim.TenantMovingError
+					switch {
+					case errors.As(err, &me) && me.State == claim.FenceGone:
+						c, _ := w.set.Cell(me.MovedTo) // the refusal names the new cell: re-route
+						cell = c
+						continue
+					case errors.As(err, &me):
+						time.Sleep(time.Millisecond) // the client's Retry-After, shortened
+						continue
+					case err != nil:
+						t.Errorf("%s: %v", key, err)
+						results <- out
+						return
+					case o.Kind == claim.Replay:
+					case o.Kind == claim.Acquired:
+						// A takeover looks downstream up first (Run does): the document an
+						// earlier attempt made is applied, not made again.
+						if !o.Lease.MustCheckDownstream() || !downstream.has(key) {
+							executes++
+							downstream.add(key)
+						}
+						if err := cell.Store.Complete(ctx, nil, o.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil && !errors.Is(err, claim.ErrLeaseLost) {
+							t.Errorf("%s: complete: %v", key, err)
+						}
+						if err != nil {
+							continue // revoked by the move: the new cell's reclaimer finishes it (below)
+						}
+					default:
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					break
+				}
+				out = append(out, done{key, executes})
+				select {
+				case <-moved:
+					afterMove++
+				default:
+				}
+			}
+			results <- out
+		}()
+	}
+	res, err := w.move("")
+	close(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []done
+	for range 4 {
+		all = append(all, <-results...)
+	}
+	if t.Failed() {
+		return
+	}
+	// Leases the move revoked are taken over in b, where downstream already has the document
+	// (the first attempt executed): completed without executing again.
+	leases, err := w.b.Store.TakeoverExpired(context.Background(), 100, "daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if err := w.b.Store.Complete(context.Background(), nil, l, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range all {
+		if d.executes > 1 {
+			t.Errorf("%s executed %d times", d.key, d.executes)
+		}
+		if n := count(t, w.b.DB, `SELECT count(*) FROM idempotency_keys WHERE tenant = 'acme' AND key = ? AND state = 'completed'`, d.key); n != 1 {
+			t.Errorf("%s: %d completed rows in b, want 1", d.key, n)
+		}
+	}
+	if n := count(t, w.a.DB, `SELECT count(*) FROM idempotency_keys WHERE tenant = 'acme'`); n != 0 {
+		t.Errorf("%d keys of acme left in a", n)
+	}
+	t.Logf("%d keys claimed by 4 clients during the move (%d moved, %d revoked, freeze window %s)", len(all), res.Keys, res.Revoked, res.FreezeWindow)
+}
+
+// docs is a downstream in memory: the keys whose document exists.
+type docs struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (d *docs) add(key string) { d.mu.Lock(); d.m[key] = true; d.mu.Unlock() }
+func (d *docs) has(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.m[key]
 }
