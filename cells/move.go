@@ -52,6 +52,8 @@ const (
 	StepVerified Step = "verified"
 	StepSwitched Step = "switched"
 	StepDone     Step = "done"
+	// StepAborted: AbortMove gave the move up before its switch.
+	StepAborted Step = "aborted"
 )
 
 var steps = []Step{StepRecorded, StepFenced, StepDrained, StepCopied, StepVerified, StepSwitched, StepDone}
@@ -137,72 +139,15 @@ func refused(format string, args ...any) error {
 
 // Move moves cfg.Tenant to cell cfg.To, or continues the move of it that a run before this one
 // left unfinished (recorded in the control cell). It refuses (ErrMoveRefused) an unknown tenant
-// or cell, a tenant already in cfg.To, and a second move of a tenant whose move to another cell
-// is under way.
+// or cell, a tenant already in cfg.To, a second move of a tenant whose move to another cell is
+// under way, and a move whose rows' ids the target already holds (databases that held keys
+// before they were cells).
 func Move(ctx context.Context, cfg MoveConfig) (*MoveResult, error) {
-	if cfg.DrainTimeout == 0 {
-		cfg.DrainTimeout = 10 * time.Second
-	}
-	if cfg.Actor == "" {
-		cfg.Actor = "cli"
-	}
-	if cfg.Connect == nil {
-		cfg.Connect = connectUTC
-	}
-	if cfg.OpenControl == nil {
-		cfg.OpenControl = pglocal.Open
-	}
-	m := cfg.Map
-	if _, ok := m.Cell(cfg.To); !ok {
-		return nil, refused("no cell %q in the map", cfg.To)
-	}
-	control, _ := m.Cell(m.Control())
-	cdb, err := cfg.OpenControl(control.URL)
-	if err != nil {
-		return nil, fmt.Errorf("control cell %s: %w", control.Name, err)
-	}
-	defer func() {
-		if sqlDB, err := cdb.DB(); err == nil {
-			sqlDB.Close()
-		}
-	}()
-	// One run of a tenant's move at a time: a session lock held on its own connection to the
-	// control cell for the run (released when it ends, or dies).
-	sqlDB, err := cdb.DB()
+	mv, closeAll, err := openMove(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}
-	lock, err := sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("control cell %s: %w", control.Name, err)
-	}
-	defer lock.Close()
-	var mine bool
-	if err := lock.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant).Scan(&mine); err != nil {
-		return nil, fmt.Errorf("control cell %s: %w", control.Name, err)
-	}
-	if !mine {
-		return nil, refused("another run of the move of tenant %q is under way", cfg.Tenant)
-	}
-	defer lock.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant) //nolint:errcheck
-	mv := &mover{cfg: cfg, control: cdb, lit: quoteLiteral(cfg.Tenant)}
-	if err := mv.record(ctx); err != nil {
-		return nil, err
-	}
-	mv.from, _ = m.Cell(mv.row.FromCell)
-	mv.to, _ = m.Cell(mv.row.ToCell)
-	if mv.from.Name == "" || mv.to.Name == "" {
-		return nil, fmt.Errorf("the unfinished move of %q names cell %s or %s, which the map no longer has", cfg.Tenant, mv.row.FromCell, mv.row.ToCell)
-	}
-	if mv.source, err = cfg.Connect(ctx, mv.from.URL); err != nil {
-		return nil, fmt.Errorf("cell %s: %w", mv.from.Name, err)
-	}
-	defer mv.source.Close(context.WithoutCancel(ctx))
-	if mv.target, err = cfg.Connect(ctx, mv.to.URL); err != nil {
-		return nil, fmt.Errorf("cell %s: %w", mv.to.Name, err)
-	}
-	defer mv.target.Close(context.WithoutCancel(ctx))
-
+	defer closeAll()
 	for mv.row.Step != StepDone {
 		if cfg.StopAfter != "" && mv.row.Step == cfg.StopAfter {
 			return nil, ErrStopped
@@ -239,6 +184,121 @@ func Move(ctx context.Context, cfg MoveConfig) (*MoveResult, error) {
 	return mv.result()
 }
 
+// AbortMove gives up the tenant's unfinished move before its switch: the tenant's rows copied
+// to the target are deleted, both fences lifted (the tenant is served by its cell again), and
+// the move recorded as aborted. After the switch a move can only be finished (Move), or undone
+// by moving the tenant back.
+func AbortMove(ctx context.Context, cfg MoveConfig) error {
+	mv, closeAll, err := openMove(ctx, cfg, true)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	if mv.row.Step.index() >= StepSwitched.index() {
+		return refused("the move of tenant %q to %s is past its switch (step %s): run it to its end instead", cfg.Tenant, mv.to.Name, mv.row.Step)
+	}
+	if err := mv.inMove(ctx, mv.target, func(tx pgx.Tx) error { return mv.deleteRows(ctx, tx) }); err != nil {
+		return fmt.Errorf("cell %s: %w", mv.to.Name, err)
+	}
+	if _, err := mv.target.Exec(ctx, `DELETE FROM cell_fences WHERE tenant = $1 AND state = $2`, cfg.Tenant, claim.FenceIncoming); err != nil {
+		return fmt.Errorf("cell %s: lift the fence: %w", mv.to.Name, err)
+	}
+	if _, err := mv.source.Exec(ctx, `DELETE FROM cell_fences WHERE tenant = $1 AND state = $2`, cfg.Tenant, claim.FenceFrozen); err != nil {
+		return fmt.Errorf("cell %s: lift the fence: %w", mv.from.Name, err)
+	}
+	err = mv.control.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := mv.advance(ctx, tx, StepAborted, "finished_at = now()"); err != nil {
+			return err
+		}
+		return audit.New(tx, mv.cfg.DigestSecret).Append(ctx, tx, audit.Entry{Actor: mv.cfg.Actor, Action: "cells.move.abort",
+			Target: mv.cfg.Tenant, Tenants: []string{mv.cfg.Tenant},
+			Detail: map[string]any{"from": mv.from.Name, "to": mv.to.Name, "move_id": mv.row.ID}})
+	})
+	if err != nil {
+		return err
+	}
+	mv.progress("%s aborted: served by %s again, nothing left in %s", cfg.Tenant, mv.from.Name, mv.to.Name)
+	return nil
+}
+
+// openMove opens what a run of a move needs — the control cell, the run's lock, the move's row
+// (recorded when new, unless existing is set: then it must be there), both cells — and returns
+// the function closing them.
+func openMove(ctx context.Context, cfg MoveConfig, existing bool) (mv *mover, closeAll func(), err error) {
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.Actor == "" {
+		cfg.Actor = "cli"
+	}
+	if cfg.Connect == nil {
+		cfg.Connect = connectUTC
+	}
+	if cfg.OpenControl == nil {
+		cfg.OpenControl = pglocal.Open
+	}
+	m := cfg.Map
+	if _, ok := m.Cell(cfg.To); !ok && !existing {
+		return nil, nil, refused("no cell %q in the map", cfg.To)
+	}
+	var closers []func()
+	closeEach := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeEach()
+		}
+	}()
+	control, _ := m.Cell(m.Control())
+	cdb, err := cfg.OpenControl(control.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control cell %s: %w", control.Name, err)
+	}
+	sqlDB, err := cdb.DB()
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, func() { sqlDB.Close() })
+	// One run of a tenant's move at a time: a session lock held on its own connection to the
+	// control cell for the run (released when it ends, or dies).
+	lock, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control cell %s: %w", control.Name, err)
+	}
+	closers = append(closers, func() { lock.Close() })
+	var mine bool
+	if err := lock.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant).Scan(&mine); err != nil {
+		return nil, nil, fmt.Errorf("control cell %s: %w", control.Name, err)
+	}
+	if !mine {
+		return nil, nil, refused("another run of the move of tenant %q is under way", cfg.Tenant)
+	}
+	closers = append(closers, func() {
+		lock.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('idemops cell move'), hashtext($1))`, cfg.Tenant) //nolint:errcheck
+	})
+	mv = &mover{cfg: cfg, control: cdb, lit: quoteLiteral(cfg.Tenant)}
+	if err := mv.record(ctx, existing); err != nil {
+		return nil, nil, err
+	}
+	mv.from, _ = m.Cell(mv.row.FromCell)
+	mv.to, _ = m.Cell(mv.row.ToCell)
+	if mv.from.Name == "" || mv.to.Name == "" {
+		return nil, nil, fmt.Errorf("the unfinished move of %q names cell %s or %s, which the map no longer has", cfg.Tenant, mv.row.FromCell, mv.row.ToCell)
+	}
+	if mv.source, err = cfg.Connect(ctx, mv.from.URL); err != nil {
+		return nil, nil, fmt.Errorf("cell %s: %w", mv.from.Name, err)
+	}
+	closers = append(closers, func() { mv.source.Close(context.WithoutCancel(ctx)) })
+	if mv.target, err = cfg.Connect(ctx, mv.to.URL); err != nil {
+		return nil, nil, fmt.Errorf("cell %s: %w", mv.to.Name, err)
+	}
+	closers = append(closers, func() { mv.target.Close(context.WithoutCancel(ctx)) })
+	return mv, closeEach, nil
+}
+
 func (mv *mover) progress(format string, args ...any) {
 	if mv.cfg.Progress != nil {
 		fmt.Fprintf(mv.cfg.Progress, "move "+format+"\n", args...)
@@ -258,16 +318,19 @@ func connectUTC(ctx context.Context, url string) (*pgx.Conn, error) {
 
 const moveColumns = `id, tenant, from_cell, to_cell, step, counts, checksums, revoked, started_at, frozen_at, switched_at, finished_at`
 
-// record finds the tenant's unfinished move, or records a new one.
-func (mv *mover) record(ctx context.Context) error {
+// record finds the tenant's unfinished move, or records a new one (unless existing).
+func (mv *mover) record(ctx context.Context, existing bool) error {
 	cfg, m := mv.cfg, mv.cfg.Map
 	return mv.control.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var rows []moveRow
 		if err := tx.Raw(`SELECT `+moveColumns+` FROM cell_moves WHERE tenant = ? AND finished_at IS NULL`, cfg.Tenant).Scan(&rows).Error; err != nil {
 			return fmt.Errorf("read cell_moves: %w", err)
 		}
+		if len(rows) == 0 && existing {
+			return refused("no move of tenant %q is under way", cfg.Tenant)
+		}
 		if len(rows) == 1 {
-			if rows[0].ToCell != cfg.To {
+			if rows[0].ToCell != cfg.To && !existing {
 				return refused("a move of tenant %q from %s to %s is under way (step %s): run it to its end with --to %s first",
 					cfg.Tenant, rows[0].FromCell, rows[0].ToCell, rows[0].Step, rows[0].ToCell)
 			}
@@ -339,6 +402,9 @@ func setFence(ctx context.Context, conn *pgx.Conn, tenant, state, movedTo string
 // no fence in its statement holds the table's row lock until it commits, and any statement that
 // takes the lock later reads the fence (its snapshot is taken after the lock).
 func (mv *mover) fence(ctx context.Context) error {
+	if err := mv.idsFree(ctx); err != nil {
+		return err
+	}
 	if err := setFence(ctx, mv.target, mv.cfg.Tenant, claim.FenceIncoming, ""); err != nil {
 		return fmt.Errorf("cell %s: %w", mv.to.Name, err)
 	}
@@ -349,6 +415,29 @@ func (mv *mover) fence(ctx context.Context) error {
 		return fmt.Errorf("cell %s: %w", mv.from.Name, err)
 	}
 	return mv.advance(ctx, nil, StepFenced, "frozen_at = COALESCE(frozen_at, now())")
+}
+
+// idsFree refuses, before anything is fenced, a move whose keys' ids the target already uses:
+// rows made before the databases were cells (Open keeps each cell's new ids in its own range)
+// would fail the copy with the tenant frozen. The check is the range of the tenant's key ids.
+func (mv *mover) idsFree(ctx context.Context) error {
+	var lo, hi *int64
+	if err := mv.source.QueryRow(ctx, `SELECT min(id), max(id) FROM idempotency_keys WHERE tenant = $1`, mv.cfg.Tenant).Scan(&lo, &hi); err != nil {
+		return fmt.Errorf("cell %s: key ids: %w", mv.from.Name, err)
+	}
+	if lo == nil {
+		return nil
+	}
+	var taken int64
+	if err := mv.target.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE id BETWEEN $1 AND $2 AND tenant <> $3`,
+		*lo, *hi, mv.cfg.Tenant).Scan(&taken); err != nil {
+		return fmt.Errorf("cell %s: key ids: %w", mv.to.Name, err)
+	}
+	if taken > 0 {
+		return refused("%d keys of cell %s have ids among tenant %q's (%d..%d in %s): both databases held keys before they were cells; "+
+			"the move would fail with the tenant frozen (give it up: --abort)", taken, mv.to.Name, mv.cfg.Tenant, *lo, *hi, mv.from.Name)
+	}
+	return nil
 }
 
 // waitForWriters waits until every transaction that holds a write lock on the fenced tables

@@ -350,3 +350,55 @@ func (d *docs) has(key string) bool {
 	defer d.mu.Unlock()
 	return d.m[key]
 }
+
+// A move given up before its switch leaves the tenant in its cell, served, with nothing of it in
+// the target; one past its switch cannot be given up.
+func TestMove_AbortBeforeTheSwitchLeavesTheTenantHome(t *testing.T) {
+	w := newMoveWorld(t)
+	if _, err := w.move(cells.StepCopied); !errors.Is(err, cells.ErrStopped) {
+		t.Fatal(err)
+	}
+	m, err := cells.Load(w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cells.MoveConfig{Map: m, Tenant: "acme", DigestSecret: secret}
+	if err := cells.AbortMove(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, w.b.DB, `SELECT count(*) FROM idempotency_keys WHERE tenant = 'acme'`) + count(t, w.a.DB, `SELECT count(*) FROM cell_fences`) +
+		count(t, w.b.DB, `SELECT count(*) FROM cell_fences`); n != 0 {
+		t.Fatalf("%d rows or fences left after the abort", n)
+	}
+	if out := w.claim(w.a, "acme", "after-abort"); out.Kind != claim.Acquired {
+		t.Fatalf("a claim of acme in a after the abort: %+v", out)
+	}
+	if err := cells.AbortMove(context.Background(), cfg); !errors.Is(err, cells.ErrMoveRefused) {
+		t.Fatalf("a second abort: %v", err)
+	}
+	// After the switch: no abort.
+	if _, err := w.move(cells.StepSwitched); !errors.Is(err, cells.ErrStopped) {
+		t.Fatal(err)
+	}
+	if err := cells.AbortMove(context.Background(), cfg); !errors.Is(err, cells.ErrMoveRefused) || !strings.Contains(err.Error(), "past its switch") {
+		t.Fatalf("abort after the switch: %v", err)
+	}
+}
+
+// Databases that held keys before they were cells may share ids: such a move is refused before
+// anything is fenced.
+func TestMove_RefusedWhenTheTargetHoldsTheTenantsIDs(t *testing.T) {
+	w := newMoveWorld(t)
+	var id int64
+	if err := w.a.DB.Raw(`SELECT min(id) FROM idempotency_keys WHERE tenant = 'acme'`).Scan(&id).Error; err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, w.b.DB, `INSERT INTO idempotency_keys (id, tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+		request, state, downstream_key) OVERRIDING SYSTEM VALUE VALUES (?, 'globex', 'op', 'k', 'd', 'f', 1, '{}', 'failed_retryable', 'dk')`, id)
+	if _, err := w.move(""); !errors.Is(err, cells.ErrMoveRefused) || !strings.Contains(err.Error(), "before they were cells") {
+		t.Fatalf("move onto taken ids: %v", err)
+	}
+	if n := count(t, w.a.DB, `SELECT count(*) FROM cell_fences`); n != 0 {
+		t.Fatalf("the refused move fenced the tenant")
+	}
+}

@@ -19,18 +19,20 @@ func newCellsCmd() *cobra.Command {
 func newCellsMoveCmd() *cobra.Command {
 	var tenant, to string
 	var drain time.Duration
+	var abort bool
 	cmd := &cobra.Command{
-		Use:   "move --tenant T --to CELL [--cells FILE]",
+		Use:   "move --tenant T (--to CELL | --abort) [--cells FILE]",
 		Short: "Move a tenant to another cell: freeze, copy, verify, switch the map (resumable: run it again after a stop)",
 		Long: `Move a tenant's rows to another cell without two cells ever accepting it. The tenant's
 claims answer 503 tenant-moving (Retry-After: 1) from the freeze to the switch. Every step is
 recorded in the control cell (cell_moves); after a crash, run the same command again and it goes
 on where it stopped. Leases still live after --drain-timeout are revoked: their keys are taken
-over in the new cell, downstream looked up first.`,
+over in the new cell, downstream looked up first. --abort gives up a move before its switch:
+the rows copied are deleted and the tenant is served by its cell again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if tenant == "" || to == "" {
-				return usagef("cells move needs --tenant and --to")
+			if tenant == "" || (to == "") == !abort {
+				return usagef("cells move needs --tenant, and --to or --abort")
 			}
 			ctx := cmd.Context()
 			d, err := openDatabase(ctx, cmd, false, true)
@@ -51,6 +53,9 @@ over in the new cell, downstream looked up first.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if abort {
+				return cells.AbortMove(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, Actor: operatorActor(), DigestSecret: secret, Progress: out})
+			}
 			start := time.Now()
 			res, err := cells.Move(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, To: to, DrainTimeout: drain,
 				Actor: operatorActor(), DigestSecret: secret, Progress: out})
@@ -65,6 +70,7 @@ over in the new cell, downstream looked up first.`,
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "the tenant to move")
 	cmd.Flags().StringVar(&to, "to", "", "the cell to move it to")
+	cmd.Flags().BoolVar(&abort, "abort", false, "give up the tenant's move before its switch (the tenant stays in its cell)")
 	cmd.Flags().DurationVar(&drain, "drain-timeout", 10*time.Second, "how long the frozen tenant's live leases may take to end before they are revoked")
 	cmd.Flags().String("digest-secret", "", "deployment secret (env IDEMOPS_DIGEST_SECRET): the audit log's key is derived from it")
 	addCellsFlag(cmd.Flags())

@@ -56,7 +56,8 @@ func TestCellsMove_MovesATenantAndRewritesTheMap(t *testing.T) {
 		{[]string{"--tenant", "nobody", "--to", "b"}, `tenant "nobody" is in no cell`},
 		{[]string{"--tenant", "acme", "--to", "zz"}, `no cell "zz"`},
 		{[]string{"--tenant", "globex", "--to", "b"}, `in cell b already`},
-		{[]string{"--tenant", "acme"}, `needs --tenant and --to`},
+		{[]string{"--tenant", "acme"}, `needs --tenant, and --to or --abort`},
+		{[]string{"--tenant", "acme", "--abort"}, `no move of tenant "acme" is under way`},
 	} {
 		_, err := runIdemops(t, append(base, tc.args...)...)
 		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
