@@ -15,7 +15,7 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
-	"github.com/idemops/idemops/internal/testinfra/pglocal"
+	"github.com/idemops/idemops/internal/pgpool"
 )
 
 // A tenant move (`idemops cells move`) takes a tenant from its cell to another without two
@@ -92,7 +92,7 @@ type MoveConfig struct {
 	// StopAfter stops the move with ErrStopped once this step is recorded (a crash, for tests).
 	StopAfter Step
 	// Connect opens a connection to a cell's database (default pgx.Connect); OpenControl opens
-	// the control cell's pool (default pglocal.Open, the project's pool opener).
+	// the control cell's pool (default pgpool.Open, the project's pool opener).
 	Connect     func(ctx context.Context, url string) (*pgx.Conn, error)
 	OpenControl func(url string) (*gorm.DB, error)
 }
@@ -235,7 +235,7 @@ func openMove(ctx context.Context, cfg MoveConfig, existing bool) (mv *mover, cl
 		cfg.Connect = connectUTC
 	}
 	if cfg.OpenControl == nil {
-		cfg.OpenControl = pglocal.Open
+		cfg.OpenControl = pgpool.Open
 	}
 	m := cfg.Map
 	if _, ok := m.Cell(cfg.To); !ok && !existing {
