@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/pgpool"
@@ -83,10 +82,10 @@ type MoveConfig struct {
 	// DrainTimeout bounds the wait for the tenant's live leases to end (default 10 s); those
 	// left are revoked (see StepDrained).
 	DrainTimeout time.Duration
-	// Actor is recorded in the audit row (default "cli").
-	Actor string
-	// DigestSecret keys the audit chain (the deployment's, as every other audited command).
-	DigestSecret []byte
+	// Audit records the switch (action "cells.move") or an abort ("cells.move.abort") in the
+	// control cell's audit log, in tx — the transaction that records the step, so exactly once.
+	// (cells stands below the audit package: the caller brings it.) Nil: not audited.
+	Audit func(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error
 	// Progress gets one line per step (nil: none).
 	Progress io.Writer
 	// StopAfter stops the move with ErrStopped once this step is recorded (a crash, for tests).
@@ -210,9 +209,7 @@ func AbortMove(ctx context.Context, cfg MoveConfig) error {
 		if err := mv.advance(ctx, tx, StepAborted, "finished_at = now()"); err != nil {
 			return err
 		}
-		return audit.New(tx, mv.cfg.DigestSecret).Append(ctx, tx, audit.Entry{Actor: mv.cfg.Actor, Action: "cells.move.abort",
-			Target: mv.cfg.Tenant, Tenants: []string{mv.cfg.Tenant},
-			Detail: map[string]any{"from": mv.from.Name, "to": mv.to.Name, "move_id": mv.row.ID}})
+		return mv.audit(ctx, tx, "cells.move.abort", map[string]any{"from": mv.from.Name, "to": mv.to.Name, "move_id": mv.row.ID})
 	})
 	if err != nil {
 		return err
@@ -227,9 +224,6 @@ func AbortMove(ctx context.Context, cfg MoveConfig) error {
 func openMove(ctx context.Context, cfg MoveConfig, existing bool) (mv *mover, closeAll func(), err error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 10 * time.Second
-	}
-	if cfg.Actor == "" {
-		cfg.Actor = "cli"
 	}
 	if cfg.Connect == nil {
 		cfg.Connect = connectUTC
@@ -297,6 +291,13 @@ func openMove(ctx context.Context, cfg MoveConfig, existing bool) (mv *mover, cl
 	}
 	closers = append(closers, func() { mv.target.Close(context.WithoutCancel(ctx)) })
 	return mv, closeEach, nil
+}
+
+func (mv *mover) audit(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error {
+	if mv.cfg.Audit == nil {
+		return nil
+	}
+	return mv.cfg.Audit(ctx, tx, action, detail)
 }
 
 func (mv *mover) progress(format string, args ...any) {
@@ -750,10 +751,8 @@ func (mv *mover) switchOver(ctx context.Context) (string, error) {
 		if err := mv.advance(ctx, tx, StepSwitched, "switched_at = now()"); err != nil {
 			return err
 		}
-		return audit.New(tx, mv.cfg.DigestSecret).Append(ctx, tx, audit.Entry{Actor: mv.cfg.Actor, Action: "cells.move",
-			Target: mv.cfg.Tenant, Tenants: []string{mv.cfg.Tenant},
-			Detail: map[string]any{"from": mv.from.Name, "to": mv.to.Name, "keys": counts["idempotency_keys"], "rows": sum(counts),
-				"revoked": mv.row.Revoked, "move_id": mv.row.ID}})
+		return mv.audit(ctx, tx, "cells.move", map[string]any{"from": mv.from.Name, "to": mv.to.Name,
+			"keys": counts["idempotency_keys"], "rows": sum(counts), "revoked": mv.row.Revoked, "move_id": mv.row.ID})
 	})
 	if err != nil {
 		return "", err

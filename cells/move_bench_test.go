@@ -41,7 +41,7 @@ func BenchmarkMove(b *testing.B) {
 		return a.Store.Complete(ctx, nil, out.Lease, snap)
 	})
 	b.ResetTimer()
-	res, err := cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", DigestSecret: secret, Progress: os.Stdout})
+	res, err := cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"), Progress: os.Stdout})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
@@ -88,8 +91,8 @@ func (w *moveWorld) move(stopAfter cells.Step) (*cells.MoveResult, error) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", DigestSecret: secret,
-		DrainTimeout: 50 * time.Millisecond, StopAfter: stopAfter, Actor: "operator:test"})
+	return cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"),
+		DrainTimeout: 50 * time.Millisecond, StopAfter: stopAfter})
 }
 
 // checkMoved checks the end state of acme's move from a to b.
@@ -195,7 +198,7 @@ func TestMove_RefusesWhatCannotBeDone(t *testing.T) {
 		{"acme", "zz", `no cell "zz"`},
 		{"acme", "a", `in cell a already`},
 	} {
-		_, err := cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: c.tenant, To: c.to, DigestSecret: secret})
+		_, err := cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: c.tenant, To: c.to})
 		if !errors.Is(err, cells.ErrMoveRefused) || errs.Exit(err) != 2 || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("move %s to %s: %v (exit %d), want a refusal saying %q", c.tenant, c.to, err, errs.Exit(err), c.want)
 		}
@@ -203,7 +206,7 @@ func TestMove_RefusesWhatCannotBeDone(t *testing.T) {
 	if _, err := w.move(cells.StepFenced); !errors.Is(err, cells.ErrStopped) {
 		t.Fatal(err)
 	}
-	_, err = cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "a", DigestSecret: secret})
+	_, err = cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "a"})
 	if !errors.Is(err, cells.ErrMoveRefused) || !strings.Contains(err.Error(), "under way") {
 		t.Fatalf("a second move while one is under way: %v", err)
 	}
@@ -362,7 +365,7 @@ func TestMove_AbortBeforeTheSwitchLeavesTheTenantHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := cells.MoveConfig{Map: m, Tenant: "acme", DigestSecret: secret}
+	cfg := cells.MoveConfig{Map: m, Tenant: "acme", Audit: auditIn("acme")}
 	if err := cells.AbortMove(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -400,5 +403,13 @@ func TestMove_RefusedWhenTheTargetHoldsTheTenantsIDs(t *testing.T) {
 	}
 	if n := count(t, w.a.DB, `SELECT count(*) FROM cell_fences`); n != 0 {
 		t.Fatalf("the refused move fenced the tenant")
+	}
+}
+
+// auditIn records a move's audit rows as the CLI does.
+func auditIn(tenant string) func(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error {
+	return func(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error {
+		return audit.New(tx, secret).Append(ctx, tx, audit.Entry{Actor: "operator:test", Action: action, Target: tenant,
+			Tenants: []string{tenant}, Detail: detail})
 	}
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
+	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 )
@@ -53,12 +56,17 @@ the rows copied are deleted and the tenant is served by its cell again.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
+			actor := operatorActor()
+			audited := func(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error {
+				return audit.New(tx, secret).Append(ctx, tx, audit.Entry{Actor: actor, Action: action, Target: tenant,
+					Tenants: []string{tenant}, Detail: detail})
+			}
 			if abort {
-				return cells.AbortMove(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, Actor: operatorActor(), DigestSecret: secret, Progress: out})
+				return cells.AbortMove(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, Audit: audited, Progress: out})
 			}
 			start := time.Now()
 			res, err := cells.Move(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, To: to, DrainTimeout: drain,
-				Actor: operatorActor(), DigestSecret: secret, Progress: out})
+				Audit: audited, Progress: out})
 			if err != nil { // a refusal (unknown tenant or cell, …) is cells.ErrMoveRefused: exit 2
 				return err
 			}
