@@ -86,6 +86,10 @@ type MoveConfig struct {
 	// control cell's audit log, in tx — the transaction that records the step, so exactly once.
 	// (cells stands below the audit package: the caller brings it.) Nil: not audited.
 	Audit func(ctx context.Context, tx *gorm.DB, action string, detail map[string]any) error
+	// Moved, when set, runs once this run finished the move (step done): what the caller keeps
+	// derived from the cells' rows — the dashboard's per-minute key counts — is refolded in
+	// both cells there. (A crash between done and Moved leaves that to the next fold.)
+	Moved func(ctx context.Context, from, to string) error
 	// Progress gets one line per step (nil: none).
 	Progress io.Writer
 	// StopAfter stops the move with ErrStopped once this step is recorded (a crash, for tests).
@@ -179,6 +183,11 @@ func Move(ctx context.Context, cfg MoveConfig) (*MoveResult, error) {
 			return nil, fmt.Errorf("move %s %s→%s: %s: %w", cfg.Tenant, mv.from.Name, mv.to.Name, next, err)
 		}
 		mv.progress("%s %s (%s)%s", cfg.Tenant, next, time.Since(t0).Round(time.Millisecond), note)
+		if next == StepDone && cfg.Moved != nil {
+			if err := cfg.Moved(ctx, mv.from.Name, mv.to.Name); err != nil {
+				return nil, fmt.Errorf("move %s %s→%s: after the move: %w", cfg.Tenant, mv.from.Name, mv.to.Name, err)
+			}
+		}
 	}
 	return mv.result()
 }

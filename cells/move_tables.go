@@ -56,6 +56,7 @@ var stayingTables = map[string]string{
 	"channel_credentials":    "the control cell's (its key_id names a sealing key, not a key's row)",
 	"cell_fences":            "each cell's own: the mover sets them",
 	"cell_moves":             "the control cell's record of the moves",
+	"key_counts":             "derived counts (costcurve, 00137): each cell folds its own from its keys; refold both after a move (MoveConfig.Moved)",
 }
 
 // keysOf selects the tenant's key ids, for a table whose rows are found through them.

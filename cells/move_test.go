@@ -146,11 +146,20 @@ func (w *moveWorld) checkMoved(res *cells.MoveResult) {
 // the key over.
 func TestMove_MovesTheTenantsRowsAndSwitches(t *testing.T) {
 	w := newMoveWorld(t)
-	res, err := w.move("")
+	m, err := cells.Load(w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved []string
+	res, err := cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"),
+		DrainTimeout: 50 * time.Millisecond, Moved: func(_ context.Context, from, to string) error { moved = append(moved, from+">"+to); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.checkMoved(res)
+	if fmt.Sprint(moved) != "[a>b]" {
+		t.Fatalf("Moved ran %v, want once a>b", moved)
+	}
 	if res.Revoked != 1 {
 		t.Fatalf("revoked %d leases, want the held one", res.Revoked)
 	}
