@@ -18,7 +18,7 @@ import (
 )
 
 // A tenant move (`idemops cells move`) takes a tenant from its cell to another without two
-// cells ever accepting it, in steps recorded in the control cell's cell_moves (migration 00136)
+// cells ever accepting it, in steps recorded in the control cell's cell_moves (migration 00140)
 // as each completes, so that running the same command again after a crash at any point goes on
 // from there:
 //
