@@ -41,8 +41,8 @@ test: prereqs
 test-failover: prereqs
 	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Failover ./chaos/failover/
 
-## test-cells: only the cells proof (two HA cells, one cell's primary killed), verbose, so its
-## "cells: …" line shows
+## test-cells: only the cells proof (two HA cells, one cell's primary killed, a tenant moved),
+## verbose, so its "cells: …" line shows
 test-cells: prereqs
 	$(GO) run ./cmd/withpg -- $(GO) test -count=1 -v -run Cells ./chaos/failover/
 
