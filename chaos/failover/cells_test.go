@@ -409,6 +409,12 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	killedAt := time.Now()
 	need(t, rigs[0].set.Kill(primary))
 	downAt := time.Now()
+	// The failover happened: the monitor promoted the standby (a kill that left the old
+	// primary serving would make the windows compare nothing).
+	pctx, cancel := context.WithTimeout(ctx, cellsIdle)
+	promoted, err := rigs[0].set.WaitPromoted(pctx, primary)
+	cancel()
+	need(t, err)
 	var back time.Time
 	waitFor(t, cellsIdle-2*time.Second, "cell a serving claims again", func() bool {
 		var ok bool
@@ -439,8 +445,8 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	_, bErrs := tr.window(inB, began, time.Now())
 	idle, during := p99(idleLat), p99(killLat)
 	ratio := float64(during) / float64(idle)
-	t.Logf("cell a: primary %s killed, claims back after %.1f s; cell b: idle p99 %s over %d claims, kill-window p99 %s over %d claims (%.1f s windows; load %s)",
-		primary.Name, back.Sub(killedAt).Seconds(), idle, len(idleLat), during, len(killLat), window.Seconds(), killLoad)
+	t.Logf("cell a: primary %s killed, %s promoted, claims back after %.1f s; cell b: idle p99 %s over %d claims, kill-window p99 %s over %d claims (%.1f s windows; load %s)",
+		primary.Name, promoted.Name, back.Sub(killedAt).Seconds(), idle, len(idleLat), during, len(killLat), window.Seconds(), killLoad)
 	for i, err := range bErrs {
 		if i == 5 {
 			break
