@@ -7,11 +7,9 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
@@ -66,32 +64,34 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 		v.ByState = append(v.ByState, templates.StateCount{Operation: b.Operation, State: string(b.State), N: b.N, Href: "/keys?" + q.Encode()})
 	}
 
-	// Open keys of any age.
-	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
-		n, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
-			return keys.CountInState(ctx, db, scope, st)
-		})
-		if err != nil {
-			return v, fmt.Errorf("dashboard: open keys: %w", err)
-		}
-		v.Open = append(v.Open, templates.Count{Label: strings.ReplaceAll(string(st), "_", " "), N: n, Href: "/keys?state=" + string(st)})
-	}
-	att, err := s.attention(ctx, r)
+	// Open keys of any age, and what needs an operator: backlogs of any age, each counted up to
+	// dashboardCap (shown "10,000+" past it) so a view costs the same whatever the backlog.
+	att, err := s.attention(ctx, r, s.backlogCap())
 	if err != nil {
 		return v, fmt.Errorf("dashboard: %w", err)
 	}
+	processing, err := s.countKeys(ctx, scope, keys.InState(claim.StateProcessing), s.backlogCap())
+	if err != nil {
+		return v, fmt.Errorf("dashboard: open keys: %w", err)
+	}
+	v.Open = append(v.Open, templates.Count{Label: "processing", N: processing.N, Capped: processing.Capped,
+		Href: "/keys?state=" + string(claim.StateProcessing)})
 	v.Attention = templates.Count{Label: "need attention", Href: "#attention"}
 	for _, a := range att {
 		v.Attention.N += a.N
-		v.AttentionItems = append(v.AttentionItems, templates.Count{Label: a.Label, N: a.N, Href: a.Href})
+		v.Attention.Capped = v.Attention.Capped || a.Capped
+		v.AttentionItems = append(v.AttentionItems, templates.Count{Label: a.Label, N: a.N, Capped: a.Capped, Href: a.Href})
+		if a.Name == "failed_retryable" { // the Open card's too: counted once
+			v.Open = append(v.Open, templates.Count{Label: "failed retryable", N: a.N, Capped: a.Capped, Href: a.Href})
+		}
 	}
 	// Keys whose outcome is unknown overlap failed retryable and needing recovery: a card of
 	// their own, not part of the sum.
-	unresolved, err := s.countKeys(ctx, scope, keys.CountUnresolved)
+	unresolved, err := s.countKeys(ctx, scope, keys.Unresolved, s.backlogCap())
 	if err != nil {
 		return v, fmt.Errorf("dashboard: %w", err)
 	}
-	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved, Href: "/keys?unresolved=1"}
+	v.Unresolved = templates.Count{Label: "outcome unknown, kept until resolved", N: unresolved.N, Capped: unresolved.Capped, Href: "/keys?unresolved=1"}
 
 	minutes, err := s.claimsPerMinute(ctx, scope)
 	if err != nil {
@@ -105,14 +105,40 @@ func (s *Server) dashboardView(ctx context.Context, r *request) (templates.Dashb
 	return v, nil
 }
 
-// countKeys is a count of keys in scope, summed over the cells holding its tenants.
-func (s *Server) countKeys(ctx context.Context, scope keys.Scope, count func(context.Context, *gorm.DB, keys.Scope) (int64, error)) (int64, error) {
-	ns, err := eachCell(ctx, s.cells.For(scope, ""), func(ctx context.Context, c scopedCell) (int64, error) {
-		return count(ctx, c.db, c.held)
+// dashboardCap is how many keys of a backlog the dashboard counts at most (shown "10,000+"
+// past it): an exact count reads the backlog's whole index range on every view (650k entries at
+// 10M keys for every tenant).
+const dashboardCap = 10_000
+
+// backlogCap is dashboardCap, or the small cap a test set.
+func (s *Server) backlogCap() int {
+	if s.smallCap > 0 {
+		return s.smallCap
+	}
+	return dashboardCap
+}
+
+// keyCount is a count of keys; Capped: there are more than N, N being the cap.
+type keyCount struct {
+	N      int64
+	Capped bool
+}
+
+// countKeys is keys.CountCapped of b in scope, summed over the cells holding its tenants:
+// capped when a cell's count was, or when the sum passes upTo (then N is upTo); upTo 0 counts
+// them all.
+func (s *Server) countKeys(ctx context.Context, scope keys.Scope, b keys.Backlog, upTo int) (keyCount, error) {
+	ns, err := eachCell(ctx, s.cells.For(scope, ""), func(ctx context.Context, c scopedCell) (keyCount, error) {
+		n, capped, err := keys.CountCapped(ctx, c.db, c.held, b, upTo)
+		return keyCount{n, capped}, err
 	})
-	var sum int64
+	var sum keyCount
 	for _, n := range ns {
-		sum += n
+		sum.N += n.N
+		sum.Capped = sum.Capped || n.Capped
+	}
+	if upTo > 0 && (sum.Capped || sum.N > int64(upTo)) {
+		sum = keyCount{N: int64(upTo), Capped: true}
 	}
 	return sum, err
 }

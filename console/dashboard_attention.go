@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
-	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
@@ -19,6 +18,8 @@ type attentionItem struct {
 	Label string
 	N     int64
 	Href  string
+	// Capped: there are more than N (a count of keys stopped at attention's upTo).
+	Capped bool
 }
 
 // attention counts, in the operator's scope, what needs an operator now — the one count the
@@ -31,36 +32,33 @@ type attentionItem struct {
 //   - failed_jobs: the daemon's schedules whose last run failed or timed out (a recon job
 //     whose statement could not be fetched among them);
 //   - bulk_awaiting_approval: bulk runs of findings waiting for a second operator.
-func (s *Server) attention(ctx context.Context, r *request) ([]attentionItem, error) {
+//
+// The counts of keys stop at upTo when it is not 0 (countKeys).
+func (s *Server) attention(ctx context.Context, r *request, upTo int) ([]attentionItem, error) {
 	scope := keyScope(r.op)
 	var out []attentionItem
 	add := func(name, label, href string, n int64) {
 		out = append(out, attentionItem{Name: name, Label: label, N: n, Href: href})
+	}
+	addKeys := func(name, label, href string, b keys.Backlog) error {
+		n, err := s.countKeys(ctx, scope, b, upTo)
+		out = append(out, attentionItem{Name: name, Label: label, N: n.N, Href: href, Capped: n.Capped})
+		return err
 	}
 	findings, err := s.findingStateCounts(ctx, r.op, reconcile.FindingFilter{})
 	if err != nil {
 		return nil, err
 	}
 	add("open_findings", "open findings", "/reconcile/findings?state=open", findings[reconcile.FindingOpen])
-	retryable, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
-		return keys.CountInState(ctx, db, scope, claim.StateFailedRetryable)
-	})
-	if err != nil {
+	if err := addKeys("failed_retryable", "failed retryable", "/keys?state=failed_retryable", keys.InState(claim.StateFailedRetryable)); err != nil {
 		return nil, err
 	}
-	add("failed_retryable", "failed retryable", "/keys?state=failed_retryable", retryable)
-	flagged, err := s.countKeys(ctx, scope, keys.CountNeedsAttention)
-	if err != nil {
+	if err := addKeys("needs_recovery", "keys needing recovery", "/keys?attention=1", keys.NeedsAttention); err != nil {
 		return nil, err
 	}
-	add("needs_recovery", "keys needing recovery", "/keys?attention=1", flagged)
-	expired, err := s.countKeys(ctx, scope, func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
-		return keys.CountExpiredLeases(ctx, db, scope, 0)
-	})
-	if err != nil {
+	if err := addKeys("expired_leases", "expired leases", "/keys?state=processing", keys.ExpiredLeases); err != nil {
 		return nil, err
 	}
-	add("expired_leases", "expired leases", "/keys?state=processing", expired)
 	failed := int64(0)
 	installed, err := daemon.Installed(ctx, s.db)
 	if err != nil {
@@ -99,7 +97,7 @@ func (s *Server) attention(ctx context.Context, r *request) ([]attentionItem, er
 func (s *Server) apiDashboard(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	att, err := s.attention(ctx, r)
+	att, err := s.attention(ctx, r, 0) // exact: the API's figures are not capped
 	if err != nil {
 		return err
 	}
@@ -107,16 +105,11 @@ func (s *Server) apiDashboard(c *gin.Context, r *request) error {
 	for _, a := range att {
 		m[a.Name], total = a.N, total+a.N
 	}
-	open := map[string]int64{}
-	for _, st := range []claim.State{claim.StateProcessing, claim.StateFailedRetryable} {
-		n, err := s.countKeys(ctx, keyScope(r.op), func(ctx context.Context, db *gorm.DB, scope keys.Scope) (int64, error) {
-			return keys.CountInState(ctx, db, scope, st)
-		})
-		if err != nil {
-			return err
-		}
-		open[string(st)] = n
+	processing, err := s.countKeys(ctx, keyScope(r.op), keys.InState(claim.StateProcessing), 0)
+	if err != nil {
+		return err
 	}
+	open := map[string]int64{string(claim.StateProcessing): processing.N, string(claim.StateFailedRetryable): m["failed_retryable"]}
 	c.JSON(http.StatusOK, gin.H{"attention": m, "need_attention": total, "open_keys": open})
 	return nil
 }

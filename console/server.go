@@ -178,6 +178,9 @@ type Server struct {
 	// goScopeOff drops the Go scope of key reads (keyScope): set by one test only, which shows
 	// that row-level security still hides other tenants' keys without it.
 	goScopeOff bool
+	// smallCap, when not 0, is the dashboard's cap instead of dashboardCap: set by one test
+	// only, which shows the cap with a few keys.
+	smallCap int
 }
 
 // New validates cfg and builds the server and its routes.

@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -178,73 +179,94 @@ func tsSQL(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "+00'::timestamptz"
 }
 
-// CountInState counts the keys in scope in state st, of any age: processing is served by the
-// partial reclaim index, failed_retryable by idempotency_keys_retryable_tenant_idx (00139) for
-// some tenants and the state index for all, the other states by the state index. The state is
-// written into the statement, not passed as a parameter: a generic plan, which a prepared
-// statement gets after a few runs, cannot use an index partial on a state it does not know
-// (172 ms instead of 0.3 ms at 1M keys for three tenants' processing keys).
-func CountInState(ctx context.Context, db *gorm.DB, scope Scope, st claim.State) (int64, error) {
+// Backlog is a set of keys of any age that the dashboard counts: InState(st), NeedsAttention,
+// Unresolved, ExpiredLeases. Its condition is written into the statement (see CountInState).
+type Backlog struct {
+	name, where string
+}
+
+// InState is the keys in state st: processing is served by the partial reclaim index,
+// failed_retryable by idempotency_keys_retryable_tenant_idx (00139) for some tenants and the
+// state index for all, the other states by the state index. The state is written into the
+// statement, not passed as a parameter: a generic plan, which a prepared statement gets after a
+// few runs, cannot use an index partial on a state it does not know (172 ms instead of 0.3 ms at
+// 1M keys for three tenants' processing keys).
+func InState(st claim.State) Backlog {
 	if !st.Valid() {
-		return 0, fmt.Errorf("count keys: no state %q", st)
+		return Backlog{name: fmt.Sprintf("no state %q", st)}
 	}
-	return count(ctx, db, scope, "state = "+st.SQL())
+	return Backlog{name: string(st), where: "k.state = " + st.SQL()}
 }
 
-// CountNeedsAttention counts the keys in scope flagged for an operator (the partial index
-// idempotency_keys_attention_idx, in listing order: the search's attention=1 reads it too).
-func CountNeedsAttention(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
-	return count(ctx, db, scope, "needs_attention")
-}
+var (
+	// NeedsAttention is the keys flagged for an operator (the partial index
+	// idempotency_keys_attention_idx, in listing order: the search's attention=1 reads it too).
+	NeedsAttention = Backlog{name: "needing attention", where: "k.needs_attention"}
+	// Unresolved is the keys whose outcome outside is unknown and that wait to be resolved
+	// (claim.UnresolvedSQL): retention keeps them until they are. Served by the partial index
+	// idempotency_keys_unresolved_idx.
+	Unresolved = Backlog{name: "unresolved", where: claim.UnresolvedSQL}
+	// ExpiredLeases is the processing keys whose lease expired — the backlog the daemon's
+	// reclaim takes over. Served by the partial index idempotency_keys_reclaim_idx.
+	ExpiredLeases = Backlog{name: "expired leases", where: "k.state = " + claim.StateProcessing.SQL() + " AND k.lease_expires_at < now()"}
+)
 
-// CountUnresolved counts the keys in scope whose outcome outside is unknown and that wait to be
-// resolved (claim.UnresolvedSQL): retention keeps them until they are. Served by the partial index
-// idempotency_keys_unresolved_idx.
-func CountUnresolved(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
+// CountCapped counts the keys of b in scope, reading at most upTo+1 of them when upTo > 0: n is
+// exact when capped is false; when capped, there are more than upTo and n is upTo. A backlog's
+// exact count costs a read of its whole index range (650k entries at 10M keys for every tenant);
+// a capped one costs at most upTo+1 entries whatever the backlog. upTo 0 counts them all.
+func CountCapped(ctx context.Context, db *gorm.DB, scope Scope, b Backlog, upTo int) (n int64, capped bool, err error) {
+	if b.where == "" {
+		return 0, false, fmt.Errorf("count keys: %s", b.name)
+	}
 	cond, args, none := scope.SQL()
 	if none {
-		return 0, nil
+		return 0, false, nil
 	}
-	var n int64
-	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys k WHERE `+cond+` AND `+claim.UnresolvedSQL, args...).
-		Scan(&n).Error; err != nil {
-		return 0, fmt.Errorf("count unresolved keys: %w", err)
+	q, args := cappedCountSQL(cond, args, b, upTo)
+	if err := db.WithContext(ctx).Raw(q, args...).Scan(&n).Error; err != nil {
+		return 0, false, fmt.Errorf("count keys %s: %w", b.name, err)
 	}
-	return n, nil
+	if upTo > 0 && n > int64(upTo) {
+		return int64(upTo), true, nil
+	}
+	return n, false, nil
 }
 
-// CountExpiredLeases counts the keys in scope that are processing with an expired lease — the
-// backlog the daemon's reclaim takes over — counting at most upTo of them when upTo > 0 (the
-// daemon's gauge is capped so a large backlog costs a bounded read). Served by the partial
-// index idempotency_keys_reclaim_idx.
-func CountExpiredLeases(ctx context.Context, db *gorm.DB, scope Scope, upTo int) (int64, error) {
-	cond, args, none := scope.SQL()
-	if none {
-		return 0, nil
-	}
-	sql := `SELECT 1 FROM idempotency_keys WHERE ` + cond + ` AND state = ` + claim.StateProcessing.SQL() + ` AND lease_expires_at < now()`
+// cappedCountSQL is CountCapped's statement: a count of the first upTo+1 rows (all with 0).
+func cappedCountSQL(cond string, args []any, b Backlog, upTo int) (string, []any) {
+	rows := `SELECT 1 FROM idempotency_keys k WHERE ` + cond + ` AND ` + b.where
 	if upTo > 0 {
-		sql += ` LIMIT ?`
-		args = append(args, upTo)
+		rows += ` LIMIT ?`
+		args = append(slices.Clip(args), upTo+1)
 	}
-	var n int64
-	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM (`+sql+`) b`, args...).Scan(&n).Error; err != nil {
-		return 0, fmt.Errorf("count expired leases: %w", err)
-	}
-	return n, nil
+	return `SELECT count(*) FROM (` + rows + `) b`, args
 }
 
-func count(ctx context.Context, db *gorm.DB, scope Scope, where string, a ...any) (int64, error) {
-	cond, args, none := scope.SQL()
-	if none {
-		return 0, nil
-	}
-	var n int64
-	if err := db.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys WHERE `+cond+` AND `+where, append(args, a...)...).
-		Scan(&n).Error; err != nil {
-		return 0, fmt.Errorf("count keys (%s): %w", where, err)
-	}
-	return n, nil
+// CountInState counts the keys in scope in state st, of any age (InState).
+func CountInState(ctx context.Context, db *gorm.DB, scope Scope, st claim.State) (int64, error) {
+	n, _, err := CountCapped(ctx, db, scope, InState(st), 0)
+	return n, err
+}
+
+// CountNeedsAttention counts the keys in scope flagged for an operator (NeedsAttention).
+func CountNeedsAttention(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
+	n, _, err := CountCapped(ctx, db, scope, NeedsAttention, 0)
+	return n, err
+}
+
+// CountUnresolved counts the keys in scope whose outcome outside is unknown (Unresolved).
+func CountUnresolved(ctx context.Context, db *gorm.DB, scope Scope) (int64, error) {
+	n, _, err := CountCapped(ctx, db, scope, Unresolved, 0)
+	return n, err
+}
+
+// CountExpiredLeases counts the keys in scope that are processing with an expired lease
+// (ExpiredLeases), at most upTo of them when upTo > 0 (the daemon's gauge is capped so a large
+// backlog costs a bounded read).
+func CountExpiredLeases(ctx context.Context, db *gorm.DB, scope Scope, upTo int) (int64, error) {
+	n, _, err := CountCapped(ctx, db, scope, ExpiredLeases, upTo)
+	return n, err
 }
 
 // MinuteCount is how many keys were created in one minute.

@@ -2,6 +2,7 @@ package keys_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/keys"
@@ -222,4 +224,77 @@ func TestRefoldCounts_DeletedKeysLeaveTheCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.checkCounts("after the refold")
+}
+
+// A capped count is exact up to its cap and stops reading one row past it: the plan of the
+// statement, run, shows no node below the count that returned more than cap+1 rows.
+func TestCountCapped_ExactBelowTheCapReadsAtMostCapPlusOne(t *testing.T) {
+	b := setup(t)
+	const keysInState = 12
+	for i := range keysInState {
+		b.seedKey("acme", fmt.Sprintf("retry-%d", i), claim.StateFailedRetryable, false, i%2 == 0)
+	}
+	b.seedKey("acme", "done", claim.StateCompleted, false, false)
+	acme := keys.Scope{Tenants: []string{"acme"}}
+	retryable := keys.InState(claim.StateFailedRetryable)
+	for _, c := range []struct {
+		b      keys.Backlog
+		upTo   int
+		n      int64
+		capped bool
+	}{
+		{retryable, 0, keysInState, false},
+		{retryable, keysInState, keysInState, false},
+		{retryable, keysInState - 1, keysInState - 1, true},
+		{retryable, 5, 5, true},
+		{keys.NeedsAttention, 6, 6, false},
+		{keys.NeedsAttention, 5, 5, true},
+		{keys.Unresolved, 100, keysInState, false},
+	} {
+		n, capped, err := keys.CountCapped(ctx, b.db, acme, c.b, c.upTo)
+		if err != nil || n != c.n || capped != c.capped {
+			t.Errorf("%v up to %d: %d capped %v (%v), want %d capped %v", c.b, c.upTo, n, capped, err, c.n, c.capped)
+		}
+	}
+	if _, _, err := keys.CountCapped(ctx, b.db, acme, keys.InState("nope"), 5); err == nil {
+		t.Error("a count in no state: no error")
+	}
+
+	const upTo = 5
+	cond, args, _ := acme.SQL()
+	q, qargs := keys.CappedCountSQL(cond, args, retryable, upTo)
+	var plan string
+	if err := b.db.Raw(`EXPLAIN (ANALYZE, FORMAT JSON) `+q, qargs...).Row().Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &nodes); err != nil || len(nodes) != 1 {
+		t.Fatalf("plan %s: %v", plan, err)
+	}
+	var walk func(n planNode, depth int)
+	read := 0.0
+	walk = func(n planNode, depth int) {
+		if depth > 0 { // the count's own node returns one row
+			read = max(read, n.ActualRows)
+			if n.ActualRows > upTo+1 {
+				t.Errorf("%s returned %v rows, more than cap+1 = %d\n%s", n.NodeType, n.ActualRows, upTo+1, plan)
+			}
+		}
+		for _, c := range n.Plans {
+			walk(c, depth+1)
+		}
+	}
+	walk(nodes[0].Plan, 0)
+	if read != upTo+1 {
+		t.Errorf("the count read %v rows at most, want cap+1 = %d (the plan has no scan?)\n%s", read, upTo+1, plan)
+	}
+}
+
+// planNode is a node of EXPLAIN (FORMAT JSON)'s plan.
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	ActualRows float64    `json:"Actual Rows"`
+	Plans      []planNode `json:"Plans"`
 }

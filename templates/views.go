@@ -43,11 +43,13 @@ type ErrorView struct {
 	Message string
 }
 
-// Count is one labelled figure.
+// Count is one labelled figure. Capped is a count that stopped at N: there are more than N
+// (shown "N+").
 type Count struct {
-	Label string
-	N     int64
-	Href  string
+	Label  string
+	N      int64
+	Href   string
+	Capped bool
 }
 
 // StateCount is keys of one operation in one state.
