@@ -11,12 +11,30 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/keys"
 )
 
 func newCellsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "cells", Short: "Work on the tenant → cell map's cells (move a tenant)"}
 	cmd.AddCommand(newCellsMoveCmd())
 	return cmd
+}
+
+// refoldCounts recounts the dashboard's folded key counts (key_counts, derived) on both cells
+// of a finished move: the source's still count the tenant's keys, the target's never saw them.
+func refoldCounts(set *cells.Set) func(ctx context.Context, from, to string) error {
+	return func(ctx context.Context, from, to string) error {
+		for _, name := range []string{from, to} {
+			c, ok := set.Cell(name)
+			if !ok {
+				return fmt.Errorf("refold key counts: no cell %q in the map", name)
+			}
+			if err := keys.RefoldCounts(ctx, c.DB); err != nil {
+				return fmt.Errorf("cell %s: %w", name, err)
+			}
+		}
+		return nil
+	}
 }
 
 func newCellsMoveCmd() *cobra.Command {
@@ -52,7 +70,8 @@ the rows copied are deleted and the tenant is served by its cell again.`,
 			}
 			// Every cell migrated (cell_fences, cell_moves) and its ids kept in its own range, so
 			// the rows copied keep theirs.
-			if _, err := d.Cells(ctx, claim.Config{DigestSecret: secret}); err != nil {
+			set, err := d.Cells(ctx, claim.Config{DigestSecret: secret})
+			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -66,7 +85,7 @@ the rows copied are deleted and the tenant is served by its cell again.`,
 			}
 			start := time.Now()
 			res, err := cells.Move(ctx, cells.MoveConfig{Map: d.cellMap, Tenant: tenant, To: to, DrainTimeout: drain,
-				Audit: audited, Progress: out})
+				Audit: audited, Progress: out, Moved: refoldCounts(set)})
 			if err != nil { // a refusal (unknown tenant or cell, …) is cells.ErrMoveRefused: exit 2
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/keys"
 )
 
 // TestCellsMove_MovesATenantAndRewritesTheMap: `idemops cells move` prints a line per step and a
@@ -48,6 +49,13 @@ func TestCellsMove_MovesATenantAndRewritesTheMap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Both cells' dashboard counts folded: after the move each must count its keys again.
+	for _, name := range []string{"a", "b"} {
+		c, _ := set.Cell(name)
+		if err := keys.FoldCounts(ctx, c.DB); err != nil {
+			t.Fatal(err)
+		}
+	}
 	base := []string{"cells", "move", "--cells", mapPath, "--data-dir", dir, "--digest-secret", secret}
 	for _, tc := range []struct {
 		args []string
@@ -79,5 +87,15 @@ func TestCellsMove_MovesATenantAndRewritesTheMap(t *testing.T) {
 	}
 	if c, _ := after.CellOf("acme"); c != "b" {
 		t.Fatalf("the map puts acme in %q after the move", c)
+	}
+	for _, name := range []string{"a", "b"} {
+		c, _ := set.Cell(name)
+		var refold bool
+		if err := c.DB.Raw(`SELECT settled_until = 'epoch' FROM key_count_folds`).Scan(&refold).Error; err != nil {
+			t.Fatal(err)
+		}
+		if !refold {
+			t.Errorf("cell %s: the folded key counts were not recounted after the move", name)
+		}
 	}
 }
