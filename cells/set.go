@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -171,6 +173,38 @@ func (s *Set) Refresh(ctx context.Context) error {
 		return err
 	}
 	return s.Use(ctx, m)
+}
+
+// Watch refreshes the set whenever its map file changes (a move's switch rewrites it by an
+// atomic rename), looking every `every` until ctx ends, so that a process serving claims routes
+// a moved tenant to its new cell within about `every` — its clients meanwhile get the source
+// cell's 503 tenant-moving with Retry-After. done, when set, hears each refresh's outcome (nil:
+// the set routes by the new map; an error: it routes as before and the next change is tried
+// again). A set not read from a file has nothing to watch: Watch returns at once.
+func (s *Set) Watch(ctx context.Context, every time.Duration, done func(error)) {
+	file := s.Map().File
+	if file == "" {
+		return
+	}
+	last, _ := os.Stat(file)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur, err := os.Stat(file)
+		if err != nil || (last != nil && os.SameFile(last, cur) && cur.ModTime().Equal(last.ModTime()) && cur.Size() == last.Size()) {
+			continue // unreadable now (mid-rename) or unchanged
+		}
+		last = cur
+		err = s.Refresh(ctx)
+		if done != nil {
+			done(err)
+		}
+	}
 }
 
 // Use routes by m from now on, opening the cells it adds (see Refresh).

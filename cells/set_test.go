@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -218,6 +219,34 @@ func TestRefresh_RoutesByTheRewrittenMap(t *testing.T) {
 	}
 	if c, err := s.For("acme"); err != nil || c.Name != "b" {
 		t.Errorf("acme after a refused refresh: %v, %v; want cell b still", c, err)
+	}
+}
+
+func TestWatch_FollowsTheMapFileAMoveRewrites(t *testing.T) {
+	t.Parallel()
+	path := twoCells(t)
+	s := open(t, path)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	refreshed := make(chan error, 4)
+	go s.Watch(ctx, 10*time.Millisecond, func(err error) { refreshed <- err })
+	moved, err := s.Map().WithTenantIn("acme", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cells.Write(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-refreshed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the set did not notice the rewritten map in 10 s")
+	}
+	if c, err := s.For("acme"); err != nil || c.Name != "b" {
+		t.Errorf("acme after the watch refreshed: %v, %v; want cell b", c, err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -60,6 +61,15 @@ func (d *database) Cells(ctx context.Context, cfg claim.Config) (*cells.Set, err
 		return nil, err
 	}
 	d.cells = set
+	// A move's switch rewrites the map file: follow it, so a moved tenant's claims reach its new
+	// cell within a second (meanwhile the old cell answers 503 tenant-moving, Retry-After: 1).
+	go set.Watch(ctx, time.Second, func(err error) {
+		if err != nil {
+			slog.Warn("cells: the rewritten map was not taken; routing as before", "err", err)
+		} else {
+			slog.Info("cells: routing by the rewritten map", "file", set.Map().File)
+		}
+	})
 	return set, nil
 }
 
