@@ -13,7 +13,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/ports"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -46,21 +45,26 @@ func TestCells_ABadMapStopsTheStartWithExit2(t *testing.T) {
 	}
 }
 
+// twoCellMap writes dir/cells.yaml: two cells on two fresh test databases, acme in a (the control
+// cell), globex in b. It returns the cells' URLs and the map's path.
+func twoCellMap(t *testing.T, dir string) (urls map[string]string, mapPath string) {
+	t.Helper()
+	urls = map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
+	mapPath = filepath.Join(dir, "cells.yaml")
+	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
+		urls["a"], urls["b"])), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return urls, mapPath
+}
+
 // TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell: `idemops daemon --cells` runs a replica per
 // cell, each elected in its own cell's database with its own schedules, and every daemon metric
 // carries the cell.
 func TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell(t *testing.T) {
 	t.Parallel()
-	urls := map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
-	dir := t.TempDir()
-	mapPath := filepath.Join(dir, "cells.yaml")
-	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
-		urls["a"], urls["b"])), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), []byte("cells-test-secret-0123\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := dataDirWithSecret(t, []byte("cells-test-secret-0123"))
+	urls, mapPath := twoCellMap(t, dir)
 	addr, err := ports.Addr()
 	if err != nil {
 		t.Fatal(err)
@@ -73,15 +77,7 @@ func TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell(t *testing.T) {
 	}()
 	dbs := map[string]*gorm.DB{}
 	for name, url := range urls {
-		db, err := pgpool.Open(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if sqlDB, err := db.DB(); err == nil {
-				sqlDB.Close()
-			}
-		})
+		db := pgtest.Open(t, url)
 		dbs[name] = db
 		pgtest.Await(t, db, 60*time.Second, "cell "+name+"'s replica leading", func() bool {
 			var n int64
@@ -122,16 +118,8 @@ func TestDaemon_OneReplicaPerCellEachLeadingItsOwnCell(t *testing.T) {
 // in each cell, and stops cleanly.
 func TestServe_WithCellsRunsTheConsoleOnTheControlCellAndAReplicaPerCell(t *testing.T) {
 	t.Parallel()
-	urls := map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
-	dir := t.TempDir()
-	mapPath := filepath.Join(dir, "cells.yaml")
-	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
-		urls["a"], urls["b"])), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "digest-secret"), []byte("cells-test-secret-0123\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir := dataDirWithSecret(t, []byte("cells-test-secret-0123"))
+	urls, mapPath := twoCellMap(t, dir)
 	addr, err := ports.Addr()
 	if err != nil {
 		t.Fatal(err)
@@ -144,15 +132,7 @@ func TestServe_WithCellsRunsTheConsoleOnTheControlCellAndAReplicaPerCell(t *test
 		done <- err
 	}()
 	for name, url := range urls {
-		db, err := pgpool.Open(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if sqlDB, err := db.DB(); err == nil {
-				sqlDB.Close()
-			}
-		})
+		db := pgtest.Open(t, url)
 		leading := func() bool {
 			var n int64
 			db.Raw(`SELECT count(*) FROM daemon_replicas WHERE is_leader AND name = 's1'`).Scan(&n)

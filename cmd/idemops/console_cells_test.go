@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -19,7 +17,6 @@ import (
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/console"
-	"github.com/idemops/idemops/internal/pgpool"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -32,12 +29,7 @@ func TestConsole_CellsListsEveryCellsKeys(t *testing.T) {
 	if newConsoleCmd().Flag("cells") == nil || newServeCmd().Flag("cells") == nil {
 		t.Fatal("console and serve take no --cells")
 	}
-	urls := map[string]string{"a": pgtest.URL(t), "b": pgtest.URL(t)}
-	mapPath := filepath.Join(t.TempDir(), "cells.yaml")
-	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
-		urls["a"], urls["b"])), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	urls, mapPath := twoCellMap(t, t.TempDir())
 	m, err := cells.Load(mapPath)
 	if err != nil {
 		t.Fatal(err)
@@ -46,15 +38,7 @@ func TestConsole_CellsListsEveryCellsKeys(t *testing.T) {
 	ctx := context.Background()
 	dbs := map[string]*gorm.DB{}
 	for name, url := range urls {
-		db, err := pgpool.Open(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if sqlDB, err := db.DB(); err == nil {
-				sqlDB.Close()
-			}
-		})
+		db := pgtest.Open(t, url)
 		dbs[name] = db
 	}
 
