@@ -12,11 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrNoBouncer means pgbouncer is not installed.
@@ -26,9 +24,7 @@ var ErrNoBouncer = errors.New("pgbouncer not found on PATH: install it (Debian: 
 type Bouncer struct {
 	Port int
 	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	proc *process
 	once sync.Once
 }
 
@@ -70,7 +66,7 @@ func StartBouncer(ctx context.Context, opt BouncerOptions) (*Bouncer, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	b := &Bouncer{Port: ports[0], dir: dir, done: make(chan struct{})}
+	b := &Bouncer{Port: ports[0], dir: dir}
 	started := false
 	defer func() {
 		if !started { // every return before pgbouncer runs; Stop releases the port after
@@ -115,43 +111,32 @@ logfile = %s/pgbouncer.log
 			_ = os.Chown(p, int(cred.Uid), int(cred.Gid))
 		}
 	}
-	b.cmd = exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	var out bytes.Buffer
-	b.cmd.Stdout = &out
-	b.cmd.Stderr = &out
+	cmd.Stdout = &out
+	cmd.Stderr = &out
 	if opt.Log != nil {
-		b.cmd.Stdout = io.MultiWriter(&out, opt.Log)
-		b.cmd.Stderr = b.cmd.Stdout
+		cmd.Stdout = io.MultiWriter(&out, opt.Log)
+		cmd.Stderr = cmd.Stdout
 	}
-	if err := b.cmd.Start(); err != nil {
+	if b.proc, err = startProcess(cmd, cred, ""); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
 	started = true
-	go func() { b.err = b.cmd.Wait(); close(b.done) }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, b.URL(opt.Users[0], "postgres")+"&default_query_exec_mode=simple_protocol")
-		cancel()
-		if err == nil {
-			conn.Close(context.Background())
-			return b, nil
-		}
-		select {
-		case <-b.done:
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := dial(dctx, b.URL(opt.Users[0], "postgres")+"&default_query_exec_mode=simple_protocol&connect_timeout=2", b.proc)
+	if err != nil {
+		if b.proc.exited() {
 			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
-			b.Stop()
-			return nil, fmt.Errorf("pgbouncer exited (%v): %s", b.err, lastLine(append(out.Bytes(), log...)))
-		default:
+			err = fmt.Errorf("%v: %s", err, lastLine(append(out.Bytes(), log...)))
 		}
-		if time.Now().After(deadline) {
-			b.Stop()
-			return nil, fmt.Errorf("pgbouncer did not accept connections on port %d within 15 s: %v", b.Port, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		b.Stop()
+		return nil, fmt.Errorf("pgbouncer on port %d: %w", b.Port, err)
 	}
+	conn.Close(context.Background())
+	return b, nil
 }
 
 // URL is the connection string for user and database db through the pooler. pgx must not keep
@@ -164,13 +149,8 @@ func (b *Bouncer) URL(user, db string) string {
 // Stop ends pgbouncer and removes its folder.
 func (b *Bouncer) Stop() {
 	b.once.Do(func() {
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-b.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-			<-b.done
-		}
+		b.proc.terminate()
+		b.proc.reap(time.After(10 * time.Second))
 		_ = os.RemoveAll(b.dir)
 		releasePorts(b.Port)
 	})

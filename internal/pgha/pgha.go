@@ -265,22 +265,74 @@ func (s *Set) spawn(bin, pgdata string, args ...string) (*process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = s.env
 	cmd.Dir = s.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Stdout, cmd.Stderr = s.log, s.log
-	if err := cmd.Start(); err != nil {
+	p, err := startProcess(cmd, s.cred, pgdata)
+	if err != nil {
 		return nil, fmt.Errorf("start pg_autoctl %s: %w", args[0], err)
+	}
+	return p, nil
+}
+
+// startProcess starts cmd as cred in a process group of its own (so a stop reaches its
+// children), with SIGTERM for it if this process dies; done closes when it has exited.
+func startProcess(cmd *exec.Cmd, cred *syscall.Credential, pgdata string) (*process, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
 	p := &process{cmd: cmd, pgdata: pgdata, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
+// exited says whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// terminate sends SIGTERM to the process's group.
+func (p *process) terminate() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM) }
+
+// reap waits for the process to exit, and kills its group (SIGKILL) when deadline comes first.
+func (p *process) reap(deadline <-chan time.Time) {
+	select {
+	case <-p.done:
+	case <-deadline:
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// dial connects to url (which carries its own connect_timeout) until the server answers, giving
+// up when p, the process that should serve it, exits or when ctx ends.
+func dial(ctx context.Context, url string, p *process) (*pgx.Conn, error) {
+	for {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("exited (%v) before it accepted connections", p.err)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no connection before the deadline: %v", err)
+		case <-time.After(100 * time.Millisecond): // the next attempt; the server is starting
+		}
+	}
+}
+
 // tuneMonitor waits for the monitor and makes it decide fast: health checks every second, a
 // primary that fails its health check and is unheard of for 3 s is failed over, and its demotion waited for 2 s only.
 func (s *Set) tuneMonitor(ctx context.Context) error {
-	conn, err := s.connectRetry(ctx, s.MonitorPort, "pg_auto_failover", s.monitor)
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/pg_auto_failover?sslmode=disable&connect_timeout=2", s.MonitorPort)
+	conn, err := dial(ctx, url, s.monitor)
 	if err != nil {
-		return fmt.Errorf("monitor: %w", err)
+		return fmt.Errorf("monitor: pg_autoctl on port %d: %w", s.MonitorPort, err)
 	}
 	defer conn.Close(context.Background())
 	for _, kv := range [][2]string{
@@ -294,23 +346,6 @@ func (s *Set) tuneMonitor(ctx context.Context) error {
 	}
 	_, err = conn.Exec(ctx, "SELECT pg_reload_conf()")
 	return err
-}
-
-func (s *Set) connectRetry(ctx context.Context, port int, db string, p *process) (*pgx.Conn, error) {
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", port, db)
-	for {
-		conn, err := pgx.Connect(ctx, url)
-		if err == nil {
-			return conn, nil
-		}
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("pg_autoctl exited (%v) before port %d accepted connections", p.err, port)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("port %d: no connection before the start-up deadline: %v", port, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func (s *Set) checkpoint(ctx context.Context, n *Node) error {
@@ -359,10 +394,8 @@ func (s *Set) waitStates(ctx context.Context, want map[string]string) error {
 			if _, watched := want[n.Name]; !watched || n.proc == nil {
 				continue
 			}
-			select {
-			case <-n.proc.done:
+			if n.proc.exited() {
 				return fmt.Errorf("pg_autoctl of node %s exited: %v", n.Name, n.proc.err)
-			default:
 			}
 		}
 		if st, err := s.States(ctx); err == nil {
@@ -497,16 +530,11 @@ func (s *Set) Stop() {
 			procs = append(procs, s.monitor)
 		}
 		for _, p := range procs {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+			p.terminate()
 		}
 		deadline := time.After(20 * time.Second)
 		for _, p := range procs {
-			select {
-			case <-p.done:
-			case <-deadline:
-				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-				<-p.done
-			}
+			p.reap(deadline)
 			if pm := postmasterPID(p.pgdata); pm > 0 { // left behind by a forced stop
 				_ = syscall.Kill(pm, syscall.SIGKILL)
 			}
