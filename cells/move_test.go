@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/testinfra/changes"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -28,6 +30,8 @@ type moveWorld struct {
 	held *claim.Lease
 	// sums are acme's rows in a before the move, per table: count and md5 over the rows.
 	sums map[string]string
+	// steps hears each step the move finishes (a fence is set at one step, switched at another).
+	steps changes.Changes
 }
 
 func newMoveWorld(t *testing.T) *moveWorld {
@@ -92,7 +96,7 @@ func (w *moveWorld) move(stopAfter cells.Step) (*cells.MoveResult, error) {
 		w.t.Fatal(err)
 	}
 	return cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"),
-		DrainTimeout: 50 * time.Millisecond, StopAfter: stopAfter})
+		DrainTimeout: 50 * time.Millisecond, StopAfter: stopAfter, Progress: &w.steps})
 }
 
 // checkMoved checks the end state of acme's move from a to b.
@@ -255,6 +259,7 @@ func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
 	downstream := &docs{m: map[string]bool{}}
 	results := make(chan []done, 4)
 	moved := make(chan struct{})
+	var waits atomic.Int64 // refusals that waited for the move's next step
 	for worker := range 4 {
 		go func() {
 			var out []done
@@ -264,10 +269,20 @@ func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
 				key := fmt.Sprintf("traffic-%d-%d", worker, i)
 				executes := 0
 				for attempt := 0; ; attempt++ {
-					if attempt > 10000 {
+					if attempt > 100 {
 						t.Errorf("%s: no answer after %d attempts", key, attempt)
 						results <- out
 						return
+					}
+					// What can change a refusal is the move's next step: the client's Retry-After
+					// is a wait for it (the move done, no step comes: retried at once).
+					step := w.steps.Next()
+					afterStep := func() {
+						waits.Add(1)
+						select {
+						case <-step:
+						case <-moved:
+						}
 					}
 					o, err := cell.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: key, Intent: []byte(`{"amount":1}`), Actor: "service:test"})
 					var me *claim.TenantMovingError
@@ -277,7 +292,7 @@ func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
 						cell = c
 						continue
 					case errors.As(err, &me):
-						time.Sleep(time.Millisecond) // the client's Retry-After, shortened
+						afterStep() // frozen until the switch
 						continue
 					case err != nil:
 						t.Errorf("%s: %v", key, err)
@@ -297,8 +312,8 @@ func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
 						if err != nil {
 							continue // revoked by the move: the new cell's reclaimer finishes it (below)
 						}
-					default:
-						time.Sleep(time.Millisecond)
+					default: // held by a lease the move's drain revokes
+						afterStep()
 						continue
 					}
 					break
@@ -347,7 +362,8 @@ func TestMove_UnderTrafficNoKeyIsLostOrDoubled(t *testing.T) {
 	if n := count(t, w.a.DB, `SELECT count(*) FROM idempotency_keys WHERE tenant = 'acme'`); n != 0 {
 		t.Errorf("%d keys of acme left in a", n)
 	}
-	t.Logf("%d keys claimed by 4 clients during the move (%d moved, %d revoked, freeze window %s)", len(all), res.Keys, res.Revoked, res.FreezeWindow)
+	t.Logf("%d keys claimed by 4 clients during the move (%d moved, %d revoked, freeze window %s; %d refusals waited for the move's next step)",
+		len(all), res.Keys, res.Revoked, res.FreezeWindow, waits.Load())
 }
 
 // docs is a downstream in memory: the keys whose document exists.
