@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemops/idemops/internal/inputcheck"
 )
 
 // Limits of a map file.
@@ -179,17 +181,9 @@ func checkURL(u string) error {
 // Load reads and validates a map file. Any problem is a *MapError naming the file, the line,
 // the field or tenant; nothing is half-loaded.
 func Load(path string) (*Map, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, &MapError{File: path, Problem: errors.Unwrap(err).Error()}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxMapBytes+1))
+	data, err := inputcheck.ReadFile(path, maxMapBytes)
 	if err != nil {
 		return nil, &MapError{File: path, Problem: err.Error()}
-	}
-	if len(data) > maxMapBytes {
-		return nil, &MapError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxMapBytes)}
 	}
 	return Parse(path, data)
 }

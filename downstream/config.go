@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
+	"github.com/idemops/idemops/internal/inputcheck"
 )
 
 // Config is an operations file.
@@ -106,17 +106,9 @@ var (
 // LoadConfig reads and validates an operations file. Any problem is a *ConfigError naming
 // the file, the field and the problem; nothing is half-loaded.
 func LoadConfig(path string) (*Config, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, &ConfigError{File: path, Problem: errors.Unwrap(err).Error()}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	data, err := inputcheck.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return nil, &ConfigError{File: path, Problem: err.Error()}
-	}
-	if len(data) > maxConfigBytes {
-		return nil, &ConfigError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigBytes)}
 	}
 	return ParseConfig(path, data)
 }

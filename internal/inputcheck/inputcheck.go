@@ -2,7 +2,8 @@
 // text or jsonb, so it would surface as a 500) or bytes that are not UTF-8. Every HTTP entry
 // point (the console's query, path and form values and JSON bodies, the demo payments API) and
 // the CLI's flags run their input through it first, so hostile input is a 4xx or exit 2 naming
-// the field, never an error from the database.
+// the field, never an error from the database. ReadFile reads an operator's file (a cell map, an
+// operations file) with a size limit, for the same reason.
 package inputcheck
 
 import (
