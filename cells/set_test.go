@@ -159,18 +159,8 @@ func TestOpen_AgainKeepsTheSequencesWhereTheyAre(t *testing.T) {
 func TestOpen_RefusesTwoCellsOnOneDatabase(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	m, err := cells.Parse("m.yaml", []byte(fmt.Sprintf("cells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n", url, url)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := cells.Open(context.Background(), m, cells.Options{Claim: claim.Config{DigestSecret: secret}})
-	if err == nil {
-		s.Close()
-		t.Fatal("opened two cells on one database")
-	}
-	if want := "cell b: its database is cell a (id 1), not b (id 2)"; !strings.Contains(err.Error(), want) {
-		t.Errorf("error %q, want it to contain %q", err, want)
-	}
+	openRefused(t, fmt.Sprintf("cells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n", url, url),
+		"two cells on one database", "cell b: its database is cell a (id 1), not b (id 2)")
 }
 
 func TestOpen_RefusesADatabaseHoldingAnotherCellsIds(t *testing.T) {
@@ -178,16 +168,23 @@ func TestOpen_RefusesADatabaseHoldingAnotherCellsIds(t *testing.T) {
 	url := pgtest.URL(t)
 	db := openDB(t, url)
 	pgtest.Exec(t, db, `SELECT setval('idempotency_keys_id_seq', ?)`, int64(3)<<40+5)
-	m, err := cells.Parse("m.yaml", []byte(fmt.Sprintf("cells:\n  a: {id: 1, url: %q, tenants: [acme]}\n", url)))
+	openRefused(t, fmt.Sprintf("cells:\n  a: {id: 1, url: %q, tenants: [acme]}\n", url),
+		"a database whose ids are another cell's", "public.idempotency_keys_id_seq is at 3298534883333, past the cell's id range")
+}
+
+// openRefused wants Open to refuse the map file's text with an error containing want.
+func openRefused(t *testing.T, file, what, want string) {
+	t.Helper()
+	m, err := cells.Parse("m.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := cells.Open(context.Background(), m, cells.Options{Claim: claim.Config{DigestSecret: secret}})
 	if err == nil {
 		s.Close()
-		t.Fatal("opened a database whose ids are another cell's")
+		t.Fatalf("opened %s", what)
 	}
-	if want := "public.idempotency_keys_id_seq is at 3298534883333, past the cell's id range"; !strings.Contains(err.Error(), want) {
+	if !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q, want it to contain %q", err, want)
 	}
 }
