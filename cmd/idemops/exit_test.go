@@ -27,10 +27,6 @@ func TestFileArgs_MissingOrUnreadableFileExits2(t *testing.T) {
 	missing := filepath.Join(dir, "missing.yaml")
 	statement := filepath.Join(statements, "wechat/all_trades.csv")
 	nowhere := []string{"--database-url", "postgres://idemops@127.0.0.1:1/none?connect_timeout=1", "--data-dir", filepath.Join(dir, "data")}
-	var tests []struct {
-		args []string
-		file string
-	}
 	for _, bad := range []string{missing, dir} {
 		for _, args := range [][]string{
 			{"reconcile", "parse", "--format", "wechat", bad},
@@ -42,17 +38,18 @@ func TestFileArgs_MissingOrUnreadableFileExits2(t *testing.T) {
 			{"serve", "--operations", bad},
 			{"jobs", "run", "purge", "--operations", bad},
 		} {
-			tests = append(tests, struct {
-				args []string
-				file string
-			}{args, bad})
+			wantBadInput(t, bad, append(args, nowhere...)...)
 		}
 	}
-	for _, tt := range tests {
-		_, err := runIdemops(t, append(tt.args, nowhere...)...)
-		if err == nil || exitCode(err) != 2 || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tt.file) {
-			t.Errorf("%v: %v (exit %d); want exit 2, one line naming %s", tt.args, err, exitCode(err), tt.file)
-		}
+}
+
+// wantBadInput runs idemops with args and wants it refused as bad input: exit 2, one line
+// containing want.
+func wantBadInput(t *testing.T, want string, args ...string) {
+	t.Helper()
+	_, err := runIdemops(t, args...)
+	if err == nil || exitCode(err) != 2 || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v: %v (exit %d); want exit 2, one line containing %q", args, err, exitCode(err), want)
 	}
 }
 
