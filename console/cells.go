@@ -16,6 +16,7 @@ import (
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/tenantdb"
 	"github.com/idemops/idemops/keys"
+	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
 )
 
@@ -64,6 +65,9 @@ type cell struct {
 	// database's (apart from a cell's transactions, audit.Log.Elsewhere, when that is not this).
 	audit *audit.Log
 	scope *access.Scope
+	// recon reads and changes the findings the cell matched (its claim store recovers through;
+	// its audit rows go where audit's do).
+	recon *reconcile.Reconciler
 }
 
 // cellSet is the console's cells: one (the control database) without Config.Cells.
@@ -75,7 +79,7 @@ type cellSet struct {
 
 // newCellSet builds the cells of cfg around the control database's stores.
 func (s *Server) newCellSet(cfg Config) (*cellSet, error) {
-	control := &cell{db: s.db, claims: s.claims, replays: s.replays, audit: s.audit, scope: s.scope}
+	control := &cell{db: s.db, claims: s.claims, replays: s.replays, audit: s.audit, scope: s.scope, recon: s.recon}
 	if cfg.Cells == nil {
 		return &cellSet{all: []*cell{control}}, nil
 	}
@@ -95,7 +99,14 @@ func (s *Server) newCellSet(cfg Config) (*cellSet, error) {
 		}
 		in := s.audit.Elsewhere()
 		cl := &cell{name: c.Name, db: c.DB, claims: st, audit: in, scope: access.NewScope(c.DB),
-			replays: s.replays.In(c.DB, st, in)}
+			replays: s.replays.In(c.DB, st, in), recon: s.recon}
+		if c.DB != s.db {
+			rc := s.recon.Config()
+			rc.Store, rc.Auditor, rc.Cells = st, reconcile.LogAuditor{Log: in, DB: c.DB}, nil
+			if cl.recon, err = reconcile.New(c.DB, rc); err != nil {
+				return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
+			}
+		}
 		cs.all = append(cs.all, cl)
 		cs.byName[c.Name] = cl
 	}
@@ -140,6 +151,17 @@ func (cs *cellSet) For(scope keys.Scope, tenant string) []scopedCell {
 			slices.Sort(ts)
 			out = append(out, scopedCell{c, keys.Scope{Tenants: ts}})
 		}
+	}
+	return out
+}
+
+// everywhere is every cell, each with the whole scope: for what stays in the cell that made it
+// when its tenant moves — findings, recon runs, bulk runs of findings — which a read asks of
+// every cell, its filter scoping it. With one cell: that cell.
+func (cs *cellSet) everywhere() []scopedCell {
+	out := make([]scopedCell, len(cs.all))
+	for i, c := range cs.all {
+		out[i] = scopedCell{cell: c}
 	}
 	return out
 }
@@ -212,15 +234,35 @@ func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind a
 	return none, nil, fmt.Errorf("%s %d: %w", kind, id, ErrNotFound)
 }
 
-// cellKinds are the objects that live in the cells (a key and its replay requests); the rest live in
-// the control database.
-var cellKinds = map[access.ObjectKind]bool{access.ObjKey: true, access.ObjReplay: true}
+// cellKinds are the objects that live in the cells of their tenants (a key and its replay
+// requests); stayKinds live in the cell that made them, where they stay when their tenant moves
+// (a finding, the recon run that found it, a bulk run of findings). The rest live in the control
+// database.
+var (
+	cellKinds = map[access.ObjectKind]bool{access.ObjKey: true, access.ObjReplay: true}
+	stayKinds = map[access.ObjectKind]bool{access.ObjFinding: true, access.ObjReconRun: true, access.ObjFindingBulk: true}
+)
 
 // scopeCheck is access.Scope.Check of kind:ref for op, asked of the cell holding the object when
-// it lives in the cells: the first of op's cells that has it, for a tenant that cell holds.
+// it lives in the cells: for a key or a replay request, the first of op's cells that has it, for
+// a tenant that cell holds; for a finding, a recon run or a bulk run of findings, the cell that
+// has it, of all of them (ids are unique across cells).
 func (s *Server) scopeCheck(ctx context.Context, op *access.Operator, kind access.ObjectKind, ref string, act bool) error {
-	if s.cells.cells == nil || !cellKinds[kind] {
+	if s.cells.cells == nil || !cellKinds[kind] && !stayKinds[kind] {
 		return s.scope.Check(ctx, op, kind, ref, act)
+	}
+	if stayKinds[kind] {
+		for _, c := range s.cells.everywhere() {
+			tenants, err := s.stayTenants(ctx, c.cell, kind, ref)
+			if errors.Is(err, access.ErrNotFound) || errs.KindOf(err) == errs.NotFound {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			return access.Decide(op, kind, ref, tenants, act)
+		}
+		return access.NotFoundError(kind, ref)
 	}
 	for _, c := range s.cells.For(keyScope(op), "") {
 		tenants, err := c.scope.Tenants(ctx, kind, ref)
@@ -236,4 +278,71 @@ func (s *Server) scopeCheck(ctx context.Context, op *access.Operator, kind acces
 		return access.Decide(op, kind, ref, tenants, act)
 	}
 	return access.NotFoundError(kind, ref)
+}
+
+// stayTenants resolves the tenant set of a stayKinds object in cell c (access.Scope.Tenants
+// there), except that a channel account's tenants are the control database's: a cell holds a
+// mirror of the account as the last statement it matched saw it.
+func (s *Server) stayTenants(ctx context.Context, c *cell, kind access.ObjectKind, ref string) ([]string, error) {
+	id, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, access.ErrNotFound
+	}
+	switch kind {
+	case access.ObjFinding:
+		f, err := c.recon.GetFinding(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if f.Tenant == nil && f.KeyID == nil { // about the statement: its channel account's
+			return s.scope.ChannelTenants(ctx, f.Channel)
+		}
+	case access.ObjReconRun:
+		run, err := c.recon.GetRun(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if run.Channel == "" {
+			return []string{access.EveryTenant}, nil
+		}
+		return s.scope.ChannelTenants(ctx, run.Channel)
+	}
+	return c.scope.Tenants(ctx, kind, ref)
+}
+
+// findingIn reads finding id with the cell it lives in, for op: ErrNotFound outside op's scope
+// (the route's check passed already; this is the same decision for callers without a route).
+func (s *Server) findingIn(ctx context.Context, op *access.Operator, id int64) (*reconcile.Finding, *cell, error) {
+	ref := strconv.FormatInt(id, 10)
+	if err := s.scopeCheck(ctx, op, access.ObjFinding, ref, false); err != nil {
+		return nil, nil, err
+	}
+	if s.cells.cells == nil {
+		f, err := s.recon.GetFinding(ctx, id)
+		return f, s.cells.all[0], err
+	}
+	for _, c := range s.cells.everywhere() {
+		f, err := c.recon.GetFinding(ctx, id)
+		if errs.KindOf(err) == errs.NotFound {
+			continue
+		}
+		return f, c.cell, err
+	}
+	return nil, nil, access.NotFoundError(access.ObjFinding, ref)
+}
+
+// runIn reads recon run id with the cell it lives in (the route's scope check passed).
+func (s *Server) runIn(ctx context.Context, id int64) (*reconcile.Run, *cell, error) {
+	if s.cells.cells == nil {
+		run, err := s.recon.GetRun(ctx, id)
+		return run, s.cells.all[0], err
+	}
+	for _, c := range s.cells.everywhere() {
+		run, err := c.recon.GetRun(ctx, id)
+		if errs.KindOf(err) == errs.NotFound {
+			continue
+		}
+		return run, c.cell, err
+	}
+	return nil, nil, fmt.Errorf("recon run %d: %w", id, ErrNotFound)
 }

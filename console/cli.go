@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
@@ -31,10 +32,13 @@ func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*cl
 }
 
 // FindingsFor lists up to f.Limit findings op may see, newest first, and the cursor of the next
-// page (0: none): the findings page's listing.
+// page (0: none): the findings page's listing. Across cells a next page is a position in each
+// cell, which one id cannot say: there it lists the first page of f.BeforeID and says 0.
 func (s *Server) FindingsFor(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
 	ctx = access.Bind(ctx, op) // row-level security: op's tenants
-	return s.listFindings(ctx, op, f)
+	rows, next, err := s.listFindings(ctx, op, f, "")
+	id, _ := strconv.ParseInt(next, 10, 64)
+	return rows, id, err
 }
 
 // PreviewReplay is the replay preview of key id for op (its confirmation token included): the

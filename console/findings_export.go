@@ -74,9 +74,15 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 		return err
 	}
 	limit := s.cfg.FindingsExportCap
-	n, err := s.recon.CountMatching(ctx, f, int(limit))
+	counts, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (int64, error) {
+		return c.recon.CountMatching(ctx, f, int(limit))
+	})
 	if err != nil {
 		return err
+	}
+	var n int64
+	for _, c := range counts {
+		n += c
 	}
 	if n > limit {
 		return errs.Refusedf("more than %d findings match; an export holds at most %d: narrow the filter (state, kind, channel, bill date)",
@@ -107,7 +113,7 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 			return err
 		}
 		rows := 0
-		err := s.recon.EachFinding(ctx, f, int(limit), func(fd *reconcile.Finding) error {
+		err := s.eachFindingIn(ctx, f, int(limit), func(fd *reconcile.Finding) error {
 			if err := cw.Write(exportRow(fd, loc)); err != nil {
 				return err
 			}
@@ -144,7 +150,7 @@ func (s *Server) exportFindings(ctx context.Context, op *access.Operator, ip str
 		return err
 	}
 	row := 1
-	err = s.recon.EachFinding(ctx, f, int(limit), func(fd *reconcile.Finding) error {
+	err = s.eachFindingIn(ctx, f, int(limit), func(fd *reconcile.Finding) error {
 		row++
 		cell, err := excelize.CoordinatesToCellName(1, row)
 		if err != nil {

@@ -35,7 +35,7 @@ func (s *Server) keyRelated(ctx context.Context, op *access.Operator, k *claim.K
 		}
 		rel.Replays = append(rel.Replays, row)
 	}
-	finds, _, err := s.listFindings(ctx, op, reconcile.FindingFilter{KeyID: k.ID, Limit: relatedMax})
+	finds, _, err := s.listFindings(ctx, op, reconcile.FindingFilter{KeyID: k.ID, Limit: relatedMax}, "")
 	if err != nil {
 		return rel, err
 	}

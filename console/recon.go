@@ -70,52 +70,108 @@ func (s *Server) visibleTo(ctx context.Context, op *access.Operator, f reconcile
 	return f, err
 }
 
-// listFindings returns up to f.Limit findings op may see, and the keyset cursor of the next page
-// (0: none).
-func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.Finding, int64, error) {
+// listFindings returns up to f.Limit findings op may see, and the cursor of the next page (""
+// none): before is the page's cursor as given (one id, or a position in every cell; see
+// findings_cells.go), already checked by parseFindingFilter, which put one id in f.BeforeID.
+// Every cell is asked at once and their lists merged; with one cell, its list.
+func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconcile.FindingFilter, before string) ([]reconcile.Finding, string, error) {
 	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
 	want := f.Limit
 	f.Limit = want + 1
-	rows, err := s.recon.ListFindings(ctx, f)
+	var pos findingsPos
+	if isCellsCursor(before) {
+		if pos, err = parseFindingsPos(before); err != nil {
+			return nil, "", err
+		}
+	}
+	in := s.cells.everywhere()
+	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]reconcile.Finding, error) {
+		f := f
+		if id, ok := pos[c.name]; ok {
+			f.BeforeID = id
+		}
+		return c.recon.ListFindings(ctx, f)
+	})
 	if err != nil {
-		return nil, 0, err
+		return nil, "", err
 	}
-	if len(rows) > want {
-		return rows[:want], rows[want-1].ID, nil
+	if len(pages) == 1 {
+		rows := pages[0]
+		if len(rows) > want {
+			return rows[:want], strconv.FormatInt(rows[want-1].ID, 10), nil
+		}
+		return rows, "", nil
 	}
-	return rows, 0, nil
+	names := make([]string, len(in))
+	for i, c := range in {
+		names[i] = c.name
+	}
+	rows, next := mergeFindings(names, pages, pos, want)
+	if next == nil {
+		return rows, "", nil
+	}
+	return rows, next.String(), nil
 }
 
-// getFinding reads one finding op may see; one of a tenant op may not see is ErrNotFound.
+// getFinding reads one finding op may see, in the cell that has it; one of a tenant op may not
+// see is ErrNotFound.
 func (s *Server) getFinding(ctx context.Context, op *access.Operator, id int64) (*reconcile.Finding, error) {
-	if err := s.scope.Check(ctx, op, access.ObjFinding, strconv.FormatInt(id, 10), false); err != nil {
-		return nil, err
-	}
-	return s.recon.GetFinding(ctx, id)
+	f, _, err := s.findingIn(ctx, op, id)
+	return f, err
 }
 
 // findingCounts counts the findings matching f (in its state) that op may see per kind, channel
 // and bill date with their amounts per currency: the newest maxGroupsShown groups, and whether
-// there are more (reconcile.GroupFindings).
+// there are more (reconcile.GroupFindings). Across cells every cell's newest groups are counted
+// together: a group among the newest of all is among the newest of each cell that has it, so
+// its sums are whole.
 func (s *Server) findingCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) ([]reconcile.FindingCount, bool, error) {
 	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
 		return nil, false, err
 	}
-	return s.recon.GroupFindings(ctx, f, maxGroupsShown)
+	type groups struct {
+		rows []reconcile.FindingCount
+		more bool
+	}
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (groups, error) {
+		rows, more, err := c.recon.GroupFindings(ctx, f, maxGroupsShown)
+		return groups{rows, more}, err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	var rows []reconcile.FindingCount
+	more := false
+	for _, g := range got {
+		rows, more = append(rows, g.rows...), more || g.more
+	}
+	return rows, more, nil
 }
 
 // findingStateCounts counts the findings matching f (whatever its state) that op may see, per
-// state: the findings page's tabs and the dashboard's open findings.
+// state, summed over the cells: the findings page's tabs and the dashboard's open findings.
 func (s *Server) findingStateCounts(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) (map[reconcile.FindingState]int64, error) {
 	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
 		return nil, err
 	}
-	return s.recon.CountFindingsByState(ctx, f)
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (map[reconcile.FindingState]int64, error) {
+		return c.recon.CountFindingsByState(ctx, f)
+	})
+	if err != nil || len(got) == 1 {
+		return got[0], err
+	}
+	out := map[reconcile.FindingState]int64{}
+	for _, m := range got {
+		for st, n := range m {
+			out[st] += n
+		}
+	}
+	return out, nil
 }
 
 var reconNotices = map[string]string{

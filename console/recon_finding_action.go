@@ -26,18 +26,20 @@ import (
 func (s *Server) findingAction(ctx context.Context, r *request, action string, id int64, reasonCode, note string) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.findingTimeout())
 	defer cancel()
-	if _, err := s.getFinding(ctx, r.op, id); err != nil {
+	_, fc, err := s.findingIn(ctx, r.op, id)
+	if err != nil {
 		return nil, err
 	}
-	switch action {
+	// In the finding's own cell: a recover completes the key through that cell's claim store.
+	switch rec := fc.recon; action {
 	case reconcile.ActionResolve:
-		return s.recon.Resolve(ctx, id, s.reconActor(r), reasonCode, note)
+		return rec.Resolve(ctx, id, s.reconActor(r), reasonCode, note)
 	case reconcile.ActionIgnore:
-		return s.recon.Ignore(ctx, id, s.reconActor(r), reasonCode, note)
+		return rec.Ignore(ctx, id, s.reconActor(r), reasonCode, note)
 	case reconcile.ActionRecover:
-		return s.recon.Recover(ctx, id, s.reconActor(r), note)
+		return rec.Recover(ctx, id, s.reconActor(r), note)
 	case reconcile.ActionReopen:
-		return s.recon.Reopen(ctx, id, s.reconActor(r), reasonCode, note)
+		return rec.Reopen(ctx, id, s.reconActor(r), reasonCode, note)
 	}
 	return nil, fmt.Errorf("finding action %q: %w", action, ErrNotFound)
 }

@@ -71,7 +71,11 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 			*a.to = &n
 		}
 	}
-	if f.BeforeID, err = parseBefore(q.Get("before")); err != nil {
+	if before := q.Get("before"); isCellsCursor(before) { // a position in every cell (findings_cells.go)
+		if _, err := parseFindingsPos(before); err != nil {
+			return f, fs, err
+		}
+	} else if f.BeforeID, err = parseBefore(before); err != nil {
 		return f, fs, err
 	}
 	if l := q.Get("limit"); l != "" {
@@ -309,7 +313,7 @@ func (s *Server) findingsView(ctx context.Context, r *request, q url.Values, for
 		}
 		return v, err
 	}
-	rows, next, err := s.listFindings(ctx, r.op, f)
+	rows, next, err := s.listFindings(ctx, r.op, f, q.Get("before"))
 	if err != nil {
 		return v, err
 	}
@@ -323,8 +327,8 @@ func (s *Server) findingsView(ctx context.Context, r *request, q url.Values, for
 	if err := s.findingChannelKinds(ctx, v.Rows); err != nil {
 		return v, err
 	}
-	if next != 0 {
-		v.NextURL = "/reconcile/findings?" + findingQuery(fs, "before", strconv.FormatInt(next, 10)).Encode()
+	if next != "" {
+		v.NextURL = "/reconcile/findings?" + findingQuery(fs, "before", next).Encode()
 	}
 	return v, nil
 }
@@ -390,7 +394,7 @@ func (s *Server) apiFindings(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	rows, next, err := s.listFindings(ctx, r.op, f)
+	rows, next, err := s.listFindings(ctx, r.op, f, c.Query("before"))
 	if err != nil {
 		return err
 	}
@@ -398,8 +402,10 @@ func (s *Server) apiFindings(c *gin.Context, r *request) error {
 		rows = []reconcile.Finding{}
 	}
 	out := gin.H{"findings": rows, "next_before": nil}
-	if next != 0 {
-		out["next_before"] = next
+	if id, err := strconv.ParseInt(next, 10, 64); err == nil {
+		out["next_before"] = id // one database: the id, as it always was
+	} else if next != "" {
+		out["next_before"] = next // cells: a position in each
 	}
 	c.JSON(http.StatusOK, out)
 	return nil

@@ -26,14 +26,14 @@ func (s *Server) reconLinePage(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.recon.GetRun(ctx, id)
+	run, rc, err := s.runIn(ctx, id) // the run and its statement are in the cell that matched it
 	if err != nil {
 		return err
 	}
 	if run.StatementID == nil {
 		return fmt.Errorf("run %d has no statement: %w", id, ErrNotFound)
 	}
-	l, err := s.recon.StoredLine(ctx, *run.StatementID, n)
+	l, err := rc.recon.StoredLine(ctx, *run.StatementID, n)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,8 @@ func (s *Server) runParam(c *gin.Context) (*reconcile.Run, error) {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	return s.recon.GetRun(ctx, id)
+	run, _, err := s.runIn(ctx, id)
+	return run, err
 }
 
 // reconRunPage is GET /reconcile/runs/{id}; an htmx request gets the progress partial only.

@@ -1,0 +1,186 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/idemops/idemops/reconcile"
+)
+
+// Findings across tenant cells. Each cell imports a statement and matches it against its own
+// keys (reconcile, cells.go there), so a finding lives in the cell that matched it — and stays
+// there when its tenant moves (cells.stayingTables): the findings pages ask every cell, each with
+// the operator's visibility as its filter, whatever cells hold the operator's tenants now.
+//
+// A cell lists its findings newest first by id (the indexes' order); ids are unique across cells
+// but each cell has its own range, so id order across cells is not time order. The cells'
+// lists are merged by (created_at, id), newest first, each cell's rows kept in its own order,
+// and the next page goes on from where each cell stopped: the cursor is the position in every
+// cell ("a:123,b:1099511627790"), so paging is exact at any depth. With one cell the cursor is
+// the one id, as it always was.
+
+// findingsPos is where a findings listing stands in each cell: the id its next rows are below.
+// A cell it does not name starts from its newest finding.
+type findingsPos map[string]int64
+
+// String is the cursor as the page and the API carry it: cells by name, "a:123,b:456".
+func (p findingsPos) String() string {
+	names := make([]string, 0, len(p))
+	for name := range p {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = name + ":" + strconv.FormatInt(p[name], 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// isCellsCursor says whether s is a cursor of cells (not one id).
+func isCellsCursor(s string) bool { return strings.Contains(s, ":") }
+
+// parseFindingsPos reads a cursor of cells. Errors: a field error on before.
+func parseFindingsPos(s string) (findingsPos, error) {
+	bad := inputErr("before", "is not a page cursor")
+	if len(s) > 1024 {
+		return nil, bad
+	}
+	p := findingsPos{}
+	for part := range strings.SplitSeq(s, ",") {
+		name, id, ok := strings.Cut(part, ":")
+		n, err := strconv.ParseInt(id, 10, 64)
+		if !ok || name == "" || err != nil || n <= 0 {
+			return nil, bad
+		}
+		if _, twice := p[name]; twice {
+			return nil, bad
+		}
+		p[name] = n
+	}
+	return p, nil
+}
+
+// newerFinding orders findings newest first by (created_at, id): the merge's order.
+func newerFinding(a, b *reconcile.Finding) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	return a.ID > b.ID
+}
+
+// mergeFindings merges the cells' pages (each newest first, as the cell lists them, up to
+// limit+1 rows read after pos) into the first limit findings by newerFinding, each cell's rows
+// in their own order, and the position after them (nil: no cell has a finding left).
+func mergeFindings(names []string, pages [][]reconcile.Finding, pos findingsPos, limit int) ([]reconcile.Finding, findingsPos) {
+	at := make([]int, len(pages)) // the next row of each page
+	var out []reconcile.Finding
+	for len(out) < limit {
+		best := -1
+		for i, p := range pages {
+			if at[i] < len(p) && (best < 0 || newerFinding(&p[at[i]], &pages[best][at[best]])) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		out = append(out, pages[best][at[best]])
+		at[best]++
+	}
+	more := false
+	next := findingsPos{}
+	for name, id := range pos {
+		next[name] = id
+	}
+	for i, p := range pages {
+		more = more || at[i] < len(p)
+		if at[i] > 0 {
+			next[names[i]] = p[at[i]-1].ID
+		}
+	}
+	if !more {
+		return out, nil
+	}
+	return out, next
+}
+
+// eachFindingIn streams the findings f matches in every cell, merged newest first by
+// (created_at, id) like the list, at most max of them: fn is called for each in order and its
+// first error stops every cell's read. With one cell: the cell's own stream.
+func (s *Server) eachFindingIn(ctx context.Context, f reconcile.FindingFilter, max int, fn func(*reconcile.Finding) error) error {
+	in := s.cells.everywhere()
+	if len(in) == 1 {
+		return in[0].recon.EachFinding(ctx, f, max, fn)
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streams := make([]chan reconcile.Finding, len(in))
+	fails := make([]error, len(in))
+	var wg sync.WaitGroup
+	for i, c := range in {
+		streams[i] = make(chan reconcile.Finding, 64)
+		wg.Go(func() {
+			defer close(streams[i])
+			fails[i] = c.recon.EachFinding(ctx, f, max, func(fd *reconcile.Finding) error {
+				select {
+				case streams[i] <- *fd:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		})
+	}
+	heads := make([]*reconcile.Finding, len(in))
+	pull := func(i int) {
+		if fd, ok := <-streams[i]; ok {
+			heads[i] = &fd
+		} else {
+			heads[i] = nil
+		}
+	}
+	for i := range in {
+		pull(i)
+	}
+	var err error
+	for n := 0; n < max; n++ {
+		best := -1
+		for i, h := range heads {
+			if h != nil && (best < 0 || newerFinding(h, heads[best])) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		if err = fn(heads[best]); err != nil {
+			break
+		}
+		pull(best)
+	}
+	cancel()
+	for i := range streams {
+		for range streams[i] { // let every reader finish
+		}
+	}
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	for i, e := range fails {
+		if e != nil && !errors.Is(e, context.Canceled) {
+			return fmt.Errorf("cell %s: %w", in[i].name, e)
+		}
+	}
+	return nil
+}
