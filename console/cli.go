@@ -31,6 +31,20 @@ func (s *Server) KeyFor(ctx context.Context, op *access.Operator, id int64) (*cl
 	return k, evs, err
 }
 
+// SearchKeysFor is one page of the keys op may see that match f, newest first, and the cursor of
+// the next: the key search page's, in every cell holding one of op's tenants.
+func (s *Server) SearchKeysFor(ctx context.Context, op *access.Operator, f KeyFilter) ([]KeySummary, *Cursor, error) {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
+	return s.searchKeys(ctx, op, f)
+}
+
+// FindKeysFor is the keys op may see whose raw key is exactly key: the find page's, in every
+// cell holding one of op's tenants.
+func (s *Server) FindKeysFor(ctx context.Context, op *access.Operator, key string) ([]KeySummary, error) {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
+	return s.findKeys(ctx, op, key)
+}
+
 // FindingsFor lists up to f.Limit findings op may see, newest first, and the cursor of the next
 // page (0: none): the findings page's listing. Across cells a next page is a position in each
 // cell, which one id cannot say: there it lists the first page of f.BeforeID and says 0.

@@ -376,7 +376,7 @@ func (r *Reconciler) ReconcilePacked(ctx context.Context, req RunRequest, ra io.
 		runID := req.RunID
 		if runID == 0 {
 			var serr error
-			if runID, serr = r.StartRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer); serr != nil {
+			if runID, serr = r.startRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer, req.control); serr != nil {
 				return nil, errors.Join(err, serr)
 			}
 		}

@@ -26,13 +26,48 @@ type Cell struct {
 // ErrNoCell means no cell holds any tenant of the statement's channel account.
 var ErrNoCell = errs.New(errs.Unavailable, "no cell holds the channel account's tenants")
 
-// reconcileInCells imports and matches a fetched statement in each cell of the account's
-// tenants (Config.Cells), and finishes the control's run runID with the summed counts. A cell
-// that fails does not stop the others; the run then fails naming it, and a re-run (the next
-// schedule, or the operator's) imports into every cell again — an imported file is only matched
-// again where it already is.
-func (r *Reconciler) reconcileInCells(ctx context.Context, runID int64, job *ReconJob, account *ChannelAccount, req RunRequest,
-	src *Fetched, p daemon.Progress) (*Run, error) {
+// StatementReader gives one import its own reading of a statement: it imports and matches the
+// statement with rec (rec.Reconcile or rec.ReconcilePacked, under req) and returns the run.
+// ReconcileEach calls it once per cell, so it opens the statement afresh each time.
+type StatementReader func(ctx context.Context, rec *Reconciler, req RunRequest, p daemon.Progress) (*Run, error)
+
+// ReconcileEach imports and matches a statement the caller brings (an upload, `idemops
+// reconcile import`). In a deployment of cells (Config.Cells) it goes where a recon job's
+// fetched statement goes: into every cell holding one of its channel account's tenants (every
+// cell for a channel without an account), each matched there in a run linked to this
+// reconciler's run, which sums their counts and is returned. Without cells, read runs once, here.
+func (r *Reconciler) ReconcileEach(ctx context.Context, req RunRequest, read StatementReader, p daemon.Progress) (*Run, error) {
+	if r.cfg.Cells == nil {
+		return read(ctx, r, req, p)
+	}
+	if p == nil {
+		p = daemon.NopProgress{}
+	}
+	runID, err := r.StartRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer)
+	if err != nil {
+		return nil, err
+	}
+	account, err := r.channelAccount(ctx, req.Import.Channel)
+	if err != nil {
+		return r.finishRun(ctx, runID, RunFailed, nil, err)
+	}
+	ms := MatchSettings{}
+	if req.Job != nil {
+		ms = req.Job.MatchSettings()
+	}
+	if req.Match != nil {
+		ms = *req.Match
+	}
+	return r.reconcileInCells(ctx, runID, req.Job, account, ms, req, read, p)
+}
+
+// reconcileInCells imports and matches a statement in each cell of the account's tenants
+// (Config.Cells), each reading it through read, and finishes the control's run runID (of job,
+// nil for an ad hoc import) with the summed counts. A cell that fails does not stop the others;
+// the run then fails naming it, and a re-run (the next schedule, or the operator's) imports into
+// every cell again — an imported file is only matched again where it already is.
+func (r *Reconciler) reconcileInCells(ctx context.Context, runID int64, job *ReconJob, account *ChannelAccount, ms MatchSettings,
+	req RunRequest, read StatementReader, p daemon.Progress) (*Run, error) {
 	cells, err := r.cfg.Cells(account.Tenants)
 	if err == nil && len(cells) == 0 {
 		err = fmt.Errorf("channel account %s (tenants %v): %w", account.Channel, account.Tenants, ErrNoCell)
@@ -40,12 +75,16 @@ func (r *Reconciler) reconcileInCells(ctx context.Context, runID int64, job *Rec
 	if err != nil {
 		return r.finishRun(ctx, runID, RunFailed, nil, err)
 	}
-	ms := job.MatchSettings()
+	control := &controlRun{id: runID}
+	name := "(ad hoc)"
+	if job != nil {
+		control.jobName, name = &job.Name, job.Name
+	}
 	var failed []error
 	var done []cellRun
 	prog := r.newRunProgress(runID, p)
 	for _, c := range cells {
-		run, err := c.Rec.reconcileMirrored(ctx, account, ms, req, src, prog, c.Rec.db != r.db)
+		run, err := c.Rec.reconcileMirrored(ctx, account, ms, req, control, read, prog, c.Rec.db != r.db)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("cell %s: %w", c.Name, err))
 			continue
@@ -69,7 +108,7 @@ func (r *Reconciler) reconcileInCells(ctx context.Context, runID int64, job *Rec
 		for k, n := range run.Counts {
 			counts[Kind(k)] += n
 		}
-		r.cfg.Logger.Info("reconcile: statement matched in cell", "job", job.Name, "cell", cr.cell.Name, "run", run.ID,
+		r.cfg.Logger.Info("reconcile: statement matched in cell", "job", name, "cell", cr.cell.Name, "run", run.ID,
 			"lines", run.RowsLoaded, "matched", run.RowsMatched, "counts", run.Counts)
 	}
 	if len(failed) > 0 {
@@ -138,7 +177,7 @@ func settleAcrossCells(ctx context.Context, runs []cellRun) error {
 // tenants and settings, never its credentials) is written into the cell first (mirror), since
 // matching reads it there; then the statement is imported and matched in a run of the cell's own.
 func (r *Reconciler) reconcileMirrored(ctx context.Context, account *ChannelAccount, ms MatchSettings, req RunRequest,
-	src *Fetched, p daemon.Progress, mirror bool) (*Run, error) {
+	control *controlRun, read StatementReader, p daemon.Progress, mirror bool) (*Run, error) {
 	if mirror { // the control cell's own database has the account already
 		settings, err := json.Marshal(account.Settings)
 		if err != nil {
@@ -151,9 +190,9 @@ func (r *Reconciler) reconcileMirrored(ctx context.Context, account *ChannelAcco
 		}
 	}
 	// The cell's run has no recon job (jobs are the control cell's): the job's match settings
-	// come along instead.
-	req.Job, req.Match, req.RunID = nil, &ms, 0
-	run, err := r.ReconcilePacked(ctx, req, src.f, src.size, p)
+	// come along instead, and the run names the control's run (and so its job).
+	req.Job, req.Match, req.RunID, req.control = nil, &ms, 0, control
+	run, err := read(ctx, r, req, p)
 	if run == nil && err == nil {
 		err = errors.New("no run recorded")
 	}

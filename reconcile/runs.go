@@ -26,9 +26,12 @@ const (
 
 // Run is one reconciliation: a statement imported (or found already imported) and matched.
 type Run struct {
-	ID              int64            `json:"id"`
-	JobID           *int64           `json:"job_id,omitempty"`
-	JobName         *string          `json:"job_name,omitempty"`
+	ID      int64   `json:"id"`
+	JobID   *int64  `json:"job_id,omitempty"`
+	JobName *string `json:"job_name,omitempty"`
+	// ControlRunID, on a cell's run in a deployment of cells, is the control cell's run that
+	// started it (a recon job's or an ad hoc import's); JobName is then that run's job.
+	ControlRunID    *int64           `json:"control_run_id,omitempty"`
 	Channel         string           `json:"channel"`
 	BillDate        *string          `json:"bill_date,omitempty"`
 	StatementID     *int64           `json:"statement_id,omitempty"`
@@ -64,6 +67,14 @@ type RunRequest struct {
 	// RunID continues a run row already created (the scheduled job creates it before fetching);
 	// 0 creates one.
 	RunID int64
+	// control links a cell's run to the control cell's run that started it (reconcileInCells).
+	control *controlRun
+}
+
+// controlRun is the control cell's run a cell's run belongs to, and that run's job.
+type controlRun struct {
+	id      int64
+	jobName *string
 }
 
 // Reconcile imports a statement and matches it, recording everything on a recon_runs row whose
@@ -89,7 +100,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req RunRequest, src io.Reade
 	runID := req.RunID
 	if runID == 0 {
 		var err error
-		if runID, err = r.StartRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer); err != nil {
+		if runID, err = r.startRun(ctx, req.Job, req.Import.Channel, req.Import.BillDate, req.Import.Importer, req.control); err != nil {
 			return nil, err
 		}
 	}
@@ -133,6 +144,16 @@ func nullable(b []byte) any {
 
 // StartRun creates a recon_runs row in status running (job may be nil for an ad hoc import).
 func (r *Reconciler) StartRun(ctx context.Context, job *ReconJob, channel, billDate, actor string) (int64, error) {
+	return r.startRun(ctx, job, channel, billDate, actor, nil)
+}
+
+// startRun is StartRun of a cell's run started by the control cell's run control (nil: none).
+func (r *Reconciler) startRun(ctx context.Context, job *ReconJob, channel, billDate, actor string, control *controlRun) (int64, error) {
+	var controlID *int64
+	var jobName *string
+	if control != nil {
+		controlID, jobName = &control.id, control.jobName
+	}
 	var jobID *int64
 	if job != nil {
 		jobID = &job.ID
@@ -145,8 +166,8 @@ func (r *Reconciler) StartRun(ctx context.Context, job *ReconJob, channel, billD
 		date = &billDate
 	}
 	var id int64
-	err := r.db.WithContext(ctx).Raw(`INSERT INTO recon_runs (job_id, channel, bill_date, actor) VALUES (?, ?, ?::date, ?) RETURNING id`,
-		jobID, channel, date, actor).Scan(&id).Error
+	err := r.db.WithContext(ctx).Raw(`INSERT INTO recon_runs (job_id, channel, bill_date, actor, control_run_id, job_name)
+		VALUES (?, ?, ?::date, ?, ?, ?) RETURNING id`, jobID, channel, date, actor, controlID, jobName).Scan(&id).Error
 	if err != nil {
 		return 0, fmt.Errorf("start recon run: %w", err)
 	}
@@ -236,7 +257,7 @@ func (r *Reconciler) recordControlTotal(ctx context.Context, runID int64, res *I
 }
 
 // runColumns fills a Run (with the job's name and the statement's version).
-const runColumns = `r.id, r.job_id, j.name AS job_name, r.channel, to_char(r.bill_date, 'YYYY-MM-DD') AS bill_date, r.statement_id,
+const runColumns = `r.id, r.job_id, coalesce(j.name, r.job_name) AS job_name, r.control_run_id, r.channel, to_char(r.bill_date, 'YYYY-MM-DD') AS bill_date, r.statement_id,
 	s.version AS statement_ver, r.status, r.actor, r.already_imported, r.rows_parsed, r.rows_loaded, r.rows_matched,
 	r.keys_without_account, r.counts::text AS counts, r.diff::text AS diff, r.error, r.error_phrase::text AS error_phrase, r.started_at, r.updated_at, r.finished_at
 	FROM recon_runs r LEFT JOIN recon_jobs j ON j.id = r.job_id LEFT JOIN statements s ON s.id = r.statement_id`
@@ -245,6 +266,7 @@ type runRow struct {
 	ID                 int64
 	JobID              *int64
 	JobName            *string
+	ControlRunID       *int64
 	Channel            string
 	BillDate           *string
 	StatementID        *int64
@@ -266,7 +288,7 @@ type runRow struct {
 }
 
 func (row runRow) run() Run {
-	run := Run{ID: row.ID, JobID: row.JobID, JobName: row.JobName, Channel: row.Channel, BillDate: row.BillDate,
+	run := Run{ID: row.ID, JobID: row.JobID, JobName: row.JobName, ControlRunID: row.ControlRunID, Channel: row.Channel, BillDate: row.BillDate,
 		StatementID: row.StatementID, StatementVer: row.StatementVer, Status: RunStatus(row.Status), Actor: row.Actor,
 		AlreadyImported: row.AlreadyImported, RowsParsed: row.RowsParsed, RowsLoaded: row.RowsLoaded, RowsMatched: row.RowsMatched,
 		KeysWithoutAccount: row.KeysWithoutAccount, Counts: map[string]int64{}, Error: row.Error, StartedAt: row.StartedAt, UpdatedAt: row.UpdatedAt, FinishedAt: row.FinishedAt}

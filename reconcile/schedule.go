@@ -126,7 +126,10 @@ func (r *Reconciler) RunJob(ctx context.Context, job *ReconJob, billDate, actor 
 	req := RunRequest{Job: job, RunID: runID, Import: ImportRequest{Channel: job.Channel, Format: job.Format,
 		BillDate: billDate, Location: job.Location(), Importer: actor, SHA256: src.sha, Size: src.size}}
 	if r.cfg.Cells != nil { // a deployment of cells: matched in the cells of the account's tenants
-		return r.reconcileInCells(ctx, runID, job, account, req, src, p)
+		read := func(ctx context.Context, rec *Reconciler, req RunRequest, p daemon.Progress) (*Run, error) {
+			return rec.ReconcilePacked(ctx, req, src.f, src.size, p)
+		}
+		return r.reconcileInCells(ctx, runID, job, account, job.MatchSettings(), req, read, p)
 	}
 	return r.ReconcilePacked(ctx, req, src.f, src.size, p)
 }

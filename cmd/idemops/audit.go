@@ -17,7 +17,8 @@ func newAuditCmd() *cobra.Command {
 		Long: `Walk the audit log's chain, checking every row's sequence, link and HMAC seal (keyed from the
 deployment's digest secret), and print the head as "audit head seq=N hash=H". Record that line
 outside the database; pass it back as --expect-head N:H to detect the deletion of the newest
-rows, which the chain alone cannot show (--expect-min-seq N detects truncation only).`,
+rows, which the chain alone cannot show (--expect-min-seq N detects truncation only). With a cell
+map (--cells), the chain is the control cell's: every cell's actions are audited there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -63,6 +64,7 @@ rows, which the chain alone cannot show (--expect-min-seq N detects truncation o
 	}
 	verify.Flags().String("expect-head", "", "a head recorded earlier, SEQ:HASH: that row must still be there, unchanged")
 	verify.Flags().String("expect-min-seq", "", "a sequence recorded earlier: the chain must reach it (detects truncation only)")
+	addCellsFlag(verify.Flags())
 	verify.Flags().String("digest-secret", "", "deployment secret (env IDEMOPS_DIGEST_SECRET): the audit log's key is derived from it")
 	cmd.AddCommand(verify)
 	return cmd

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
@@ -74,7 +75,8 @@ func (d *database) Cells(ctx context.Context, cfg claim.Config) (*cells.Set, err
 }
 
 // cellDeps are the daemon's dependencies on one cell: its database and store, metrics carrying
-// cell="name", log lines too. The console's replay workflow is the control cell's.
+// cell="name", log lines too; the audit log the control cell's. The console's replay workflow is
+// the control cell's.
 func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	deps.DB, deps.Store = c.DB, c.Store
 	if deps.Registerer != nil {
@@ -85,6 +87,9 @@ func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	}
 	if c != set.Control() {
 		deps.Replays = nil // made on the cell's own database and store
+		// The audit chain is the control cell's alone: a cell's jobs append there, apart from
+		// their own transactions (audit.Log.Elsewhere), never to the cell's own audit_log.
+		deps.Audit = audit.New(set.Control().DB, c.Store.Config().DigestSecret).Elsewhere()
 	} else { // recon jobs live in the control cell; their statements are matched in the cells
 		deps.Recon.Cells = cellReconcilers(set, deps)
 	}

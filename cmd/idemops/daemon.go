@@ -47,7 +47,10 @@ type daemonDeps struct {
 	Senders daemon.Senders
 	// Replays is the replay workflow the bulk replay job runs on: the console's, when the
 	// console runs in the same process (serve, demo); else one is made on DB and Store.
-	Replays    *replay.Workflow
+	Replays *replay.Workflow
+	// Audit is the audit log the jobs' actions (findings bulk runs, replays) append to; nil: DB's
+	// own. A cell's replica gets the control cell's (cellDeps): one chain for the deployment.
+	Audit      *audit.Log
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	// Recon is where statements may be fetched from and the keyring of channel credentials
@@ -105,8 +108,12 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	// package), so it has no default schedule of its own.
 	rcfg := deps.Recon
 	rcfg.Store, rcfg.Operations, rcfg.Logger = deps.Store, deps.Operations, deps.Logger
-	// Bulk runs of findings audit every finding they change, in the batch's transaction.
-	rcfg.Auditor = reconcile.LogAuditor{Log: audit.New(deps.DB, deps.Store.Config().DigestSecret), DB: deps.DB}
+	if deps.Audit == nil {
+		deps.Audit = audit.New(deps.DB, deps.Store.Config().DigestSecret)
+	}
+	// Bulk runs of findings audit every finding they change, in the batch's transaction (or,
+	// for a cell other than the control, just before it commits: audit.Log.Elsewhere).
+	rcfg.Auditor = reconcile.LogAuditor{Log: deps.Audit, DB: deps.DB}
 	rec, err := reconcile.New(deps.DB, rcfg)
 	if err != nil {
 		return nil, err
@@ -122,7 +129,7 @@ func newDaemon(deps daemonDeps, opt daemonOptions) (*daemon.Daemon, error) {
 	// Bulk replays started in any console run here, as jobs (replay.BulkJob).
 	if deps.Replays == nil {
 		if deps.Replays, err = replay.New(replay.Config{DB: deps.DB, Claims: deps.Store, Operations: deps.Operations.Get,
-			Audit: audit.New(deps.DB, deps.Store.Config().DigestSecret), Logger: deps.Logger}); err != nil {
+			Audit: deps.Audit, Logger: deps.Logger}); err != nil {
 			return nil, err
 		}
 	}
@@ -400,9 +407,23 @@ func newJobsCmd() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			return printJobs(ctx, cmd.OutOrStdout(), db.DB)
+			dbs, closeCells, err := db.cellDBs(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeCells()
+			out := cmd.OutOrStdout()
+			return eachCell(dbs, func(c cellDB) error {
+				if c.Name != "" { // each cell has its own leader, replicas and schedules
+					fmt.Fprintf(out, "== cell %s\n", c.Name)
+					defer fmt.Fprintln(out)
+				}
+				return printJobs(ctx, out, c.DB)
+			})
 		},
 	}
+	addCellsFlag(list.Flags())
+	var cell string
 	run := &cobra.Command{
 		Use:   "run NAME",
 		Short: "Run one job (or schedule) now, in this process, and print its stats",
@@ -420,24 +441,55 @@ func newJobsCmd() *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			d := ds[0] // jobs run takes no cell map: one replica
-			r, err := d.RunJob(cmd.Context(), args[0])
+			targets, err := jobReplicas(cmd.Context(), db, ds, args[0], cell)
 			if err != nil {
-				if errors.Is(err, daemon.ErrUnknownJob) {
-					return usagef("jobs run %s: no such job or schedule (jobs: %s)", args[0], strings.Join(sorted(d.Jobs()), ", "))
-				}
 				return err
 			}
-			printRun(cmd.OutOrStdout(), r)
-			if r.Status != daemon.RunSucceeded {
-				return fmt.Errorf("run %d of %s %s: %s", r.ID, r.Job, r.Status, r.Error)
+			var failed []error
+			unknown := 0
+			for _, t := range targets {
+				out := cmd.OutOrStdout()
+				if t.Cell != "" {
+					out = &prefixWriter{w: out, prefix: "cell " + t.Cell + ": "}
+				}
+				if known, err := runJobNow(cmd.Context(), out, t.D, args[0]); err != nil {
+					if !known {
+						unknown++
+					}
+					if t.Cell != "" {
+						err = fmt.Errorf("cell %s: %w", t.Cell, err)
+					}
+					failed = append(failed, err)
+				}
 			}
-			return nil
+			if unknown == len(targets) && len(targets) > 1 {
+				return failed[0] // a name no cell knows: one refusal, not one per cell
+			}
+			return errors.Join(failed...)
 		},
 	}
 	addDaemonFlags(run)
+	addCellsFlag(run.Flags())
+	run.Flags().StringVar(&cell, "cell", "", "with --cells: run it in this cell only (default: a recon job's schedule in the control cell, which sends the statement to its tenants' cells; any other job in every cell)")
 	cmd.AddCommand(list, run)
 	return cmd
+}
+
+// runJobNow runs the job or schedule name on d now and prints the run; an unknown name (known
+// false) is a usage error listing d's jobs, a run that did not succeed an error naming it.
+func runJobNow(ctx context.Context, out io.Writer, d *daemon.Daemon, name string) (known bool, err error) {
+	r, err := d.RunJob(ctx, name)
+	if err != nil {
+		if errors.Is(err, daemon.ErrUnknownJob) {
+			return false, usagef("jobs run %s: no such job or schedule (jobs: %s)", name, strings.Join(sorted(d.Jobs()), ", "))
+		}
+		return true, err
+	}
+	printRun(out, r)
+	if r.Status != daemon.RunSucceeded {
+		return true, fmt.Errorf("run %d of %s %s: %s", r.ID, r.Job, r.Status, r.Error)
+	}
+	return true, nil
 }
 
 func printJobs(ctx context.Context, out io.Writer, db *gorm.DB) error {

@@ -23,10 +23,12 @@ func newKeysCmd() *cobra.Command {
 		Long: `Look idempotency keys up, as the console's key pages do. With IDEMOPS_TOKEN (or --token-file)
 set to an operator's API token, only that operator's tenants are seen; with the database URL
 alone, every tenant (the URL reaches them all). Request and response bodies are not shown: the
-console reveals them to operators, audited.`,
+console reveals them to operators, audited. With a cell map (--cells), the keys are looked up in
+every cell holding one of those tenants, as the console does.`,
 		Args: cobra.NoArgs,
 	}
 	addOperatorFlags(cmd)
+	addCellsFlag(cmd.PersistentFlags())
 	cmd.AddCommand(newKeysSearchCmd(), newKeysShowCmd(), newKeysFindCmd())
 	return cmd
 }
@@ -58,7 +60,7 @@ func newKeysSearchCmd() *cobra.Command {
 			defer s.Close()
 			ctx, cancel := cliContext(cmd)
 			defer cancel()
-			rows, next, err := console.SearchKeys(ctx, s.d.console, s.op, f)
+			rows, next, err := s.srv.SearchKeysFor(ctx, s.op, f)
 			if err != nil {
 				return err
 			}
@@ -177,7 +179,7 @@ listing.`,
 			defer s.Close()
 			ctx, cancel := cliContext(cmd)
 			defer cancel()
-			rows, err := console.FindKeys(ctx, s.d.console, s.op, key)
+			rows, err := s.srv.FindKeysFor(ctx, s.op, key)
 			if err != nil {
 				return err
 			}

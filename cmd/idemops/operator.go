@@ -24,10 +24,13 @@ type operatorSession struct {
 	d   *database
 	srv *console.Server
 	op  *access.Operator
+	// closeCells closes the console's handles on the cells (a command with --cells).
+	closeCells func()
 }
 
 func (s *operatorSession) Close() {
 	s.srv.Close()
+	s.closeCells()
 	s.d.Close()
 }
 
@@ -78,7 +81,8 @@ func openOperatorSession(cmd *cobra.Command, needOperator bool) (*operatorSessio
 		return nil, err
 	}
 	quiet := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Logger: quiet, Owner: "cli"})
+	claims := claim.Config{DigestSecret: secret, Logger: quiet, Owner: "cli"}
+	store, err := claim.NewStore(d.DB, claims)
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -88,12 +92,21 @@ func openOperatorSession(cmd *cobra.Command, needOperator bool) (*operatorSessio
 		d.Close()
 		return nil, err
 	}
-	srv, err := console.New(console.Config{DB: cdb, Claims: store, Operations: operationSet{ops}.Get, Logger: quiet})
+	ccfg := console.Config{DB: cdb, Claims: store, Operations: operationSet{ops}.Get, Logger: quiet}
+	// With a cell map (the commands that take --cells): keys are read in their cells, as the
+	// console reads them; operators and the audit log stay the control cell's.
+	closeCells, err := consoleCells(ctx, d, claims, &ccfg)
 	if err != nil {
 		d.Close()
 		return nil, err
 	}
-	s := &operatorSession{d: d, srv: srv, op: console.Everyone}
+	srv, err := console.New(ccfg)
+	if err != nil {
+		closeCells()
+		d.Close()
+		return nil, err
+	}
+	s := &operatorSession{d: d, srv: srv, op: console.Everyone, closeCells: closeCells}
 	if token != "" {
 		if s.op, err = srv.Operators().ByToken(ctx, token); err != nil {
 			s.Close()

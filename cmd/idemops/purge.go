@@ -36,7 +36,8 @@ func newPurgeCmd() *cobra.Command {
 keys whose period is over (with their history), and drops the stored response of keys whose
 response period is over, leaving a tombstone that answers a late retry "result expired".
 Processing keys, keys on legal hold and keys of open reconciliation findings are never touched.
---dry-run counts what would go per operation, state and day, and changes nothing.`,
+--dry-run counts what would go per operation, state and day, and changes nothing. With a cell
+map (--cells), every cell is purged under its own policies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -45,20 +46,34 @@ Processing keys, keys on legal hold and keys of open reconciliation findings are
 				return err
 			}
 			defer d.Close()
-			job, err := retention.NewPurgeJob(d.DB, retention.Config{})
+			// With a cell map, every cell is purged by its own policies (each cell's daemon purges
+			// it the same way), one after the other; a cell that fails does not stop the others.
+			dbs, closeCells, err := d.cellDBs(ctx)
 			if err != nil {
 				return err
 			}
+			defer closeCells()
 			opts.Actor = operatorActor()
-			bar := newPurgeProgress(cmd.ErrOrStderr())
-			rep, err := job.Purge(ctx, opts, bar)
-			bar.finish()
-			if rep != nil {
-				printPurgeReport(cmd.OutOrStdout(), rep)
-			}
-			return err
+			out := cmd.OutOrStdout()
+			return eachCell(dbs, func(c cellDB) error {
+				job, err := retention.NewPurgeJob(c.DB, retention.Config{})
+				if err != nil {
+					return err
+				}
+				if c.Name != "" {
+					fmt.Fprintf(out, "== cell %s\n", c.Name)
+				}
+				bar := newPurgeProgress(cmd.ErrOrStderr())
+				rep, err := job.Purge(ctx, opts, bar)
+				bar.finish()
+				if rep != nil {
+					printPurgeReport(out, rep)
+				}
+				return err
+			})
 		},
 	}
+	addCellsFlag(cmd.Flags())
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "count what would go, per operation, state and day; change nothing")
 	cmd.Flags().StringVar(&opts.Operation, "operation", "", "purge only this operation")
 	cmd.Flags().IntVar(&opts.BatchSize, "batch", 0, "keys per batch (default 10000)")

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
@@ -309,7 +310,8 @@ func (f *feeFlags) schedule() (*reconcile.FeeSchedule, error) {
 	return fs, nil
 }
 
-// openReconciler opens the database (migrated) and a Reconciler on it.
+// openReconciler opens the database (migrated) and a Reconciler on it; with a cell map (the
+// commands that take --cells), the control cell's, reaching every cell.
 func openReconciler(cmd *cobra.Command) (*database, *reconcile.Reconciler, error) {
 	d, err := openDatabase(cmd.Context(), cmd, true, true)
 	if err != nil {
@@ -324,6 +326,21 @@ func openReconciler(cmd *cobra.Command) (*database, *reconcile.Reconciler, error
 		return nil, nil, err
 	}
 	rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if d.cellMap != nil {
+		// With a cell map (import, run) the statement goes into the cells of the channel
+		// account's tenants, as the daemon's recon job sends it: each cell's claim store needs
+		// the secret.
+		if secret, err = digestSecret(cmd, d); err != nil {
+			d.Close()
+			return nil, nil, err
+		}
+		set, err := d.Cells(cmd.Context(), claim.Config{DigestSecret: secret, Logger: rcfg.Logger})
+		if err != nil {
+			d.Close()
+			return nil, nil, err
+		}
+		rcfg.Cells = cellReconcilers(set, daemonDeps{Recon: rcfg, Logger: rcfg.Logger})
+	}
 	r, err := reconcile.New(d.DB, rcfg)
 	if err != nil {
 		d.Close()
@@ -445,20 +462,25 @@ func newReconcileImportCmd() *cobra.Command {
 			} else if req.Match != nil && req.Job != nil {
 				req.Match.Fees = req.Job.FeeSchedule
 			}
-			u, closeFile, err := openPacked(args[0], maxBytes)
-			if err != nil {
-				return err
+			// The file is read once per database it is imported into: once, or, with a cell map,
+			// once in each cell holding one of the channel account's tenants.
+			read := func(ctx context.Context, rec *reconcile.Reconciler, req reconcile.RunRequest, p daemon.Progress) (*reconcile.Run, error) {
+				u, closeFile, err := openPacked(args[0], maxBytes)
+				if err != nil {
+					return nil, err
+				}
+				defer closeFile()
+				parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
+				if err != nil {
+					return nil, err
+				}
+				req.Import.Parser, req.Import.Format = parser, parser.Format()
+				if u.Packing != reconcile.PackingPlain { // the hash and size are the package's
+					req.Import.SHA256, req.Import.Size = "", 0
+				}
+				return rec.Reconcile(ctx, req, u.Statement, p)
 			}
-			defer closeFile()
-			parser, err := statementParser(format, profilePath, maxBytes, reconcile.WithSummaryFile(u.Summary))
-			if err != nil {
-				return err
-			}
-			req.Import.Parser, req.Import.Format = parser, parser.Format()
-			if u.Packing != reconcile.PackingPlain { // the hash and size are the package's
-				req.Import.SHA256, req.Import.Size = "", 0
-			}
-			run, err := r.Reconcile(cmd.Context(), req, u.Statement, newBarProgress(size))
+			run, err := r.ReconcileEach(cmd.Context(), req, read, newBarProgress(size))
 			if run != nil {
 				if perr := printReconRun(cmd.OutOrStdout(), run, asJSON); perr != nil && err == nil {
 					err = perr
@@ -478,6 +500,7 @@ func newReconcileImportCmd() *cobra.Command {
 	cmd.Flags().Int64Var(&maxBytes, "max-bytes", reconcile.DefaultMaxBytes, "refuse statements larger than this (decompressed)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
 	fees.register(cmd.Flags())
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 
@@ -515,6 +538,7 @@ func newReconcileRunCmd() *cobra.Command {
 	cmd.Flags().StringVar(&job, "job", "", "the recon job to run")
 	cmd.Flags().StringVar(&date, "date", "", "bill date YYYY-MM-DD (default: today in the job's zone minus its offset)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 

@@ -202,7 +202,14 @@ func Open(t testing.TB, url string) *gorm.DB {
 // cleanup.
 func Empty(t testing.TB) *gorm.DB {
 	t.Helper()
-	return Open(t, pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{}).URL())
+	return Open(t, EmptyURL(t))
+}
+
+// EmptyURL creates a fresh database with no schema for t and returns its connection string (for
+// a command that migrates it).
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return pgtestdb.Custom(t, baseConfig(t), pgtestdb.NoopMigrator{}).URL()
 }
 
 // Exec runs statements directly, for test set-up only (e.g. to age a lease).
