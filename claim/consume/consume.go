@@ -78,6 +78,12 @@ type Config struct {
 	// Reconnect is Serve's pause between connection attempts (default 1 s).
 	Reconnect time.Duration
 	Logger    *slog.Logger
+	// Stores, when set, routes each message to its tenant's claim store (a deployment of cells:
+	// cells.Set.StoreFor): New's dedup row and business write commit in that store's database,
+	// NewSpanning's key is claimed in that store. A message whose tenant has no store is handed
+	// back (after RetryDelay) and logged, never consumed into another cell. Nil: every message
+	// goes to the database or store the consumer was made with.
+	Stores func(tenant string) (*claim.Store, error)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -178,6 +184,10 @@ func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
 	}
 	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
+		db, ok := c.dbFor(db, tenant)
+		if !ok {
+			return outRetry
+		}
 		first := false
 		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var err error
@@ -199,8 +209,12 @@ func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
 		}
 	}
 	c.processBatch = func(ctx context.Context, items []item) ([]outcome, error) {
+		db, err := c.batchDB(db, items)
+		if err != nil {
+			return nil, err
+		}
 		outs := make([]outcome, len(items))
-		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			cs := make([]claim.Consumed, len(items))
 			for i, it := range items {
 				cs[i] = claim.Consumed{Consumer: cfg.Consumer, Tenant: it.tenant, BusinessKey: it.key, MessageID: it.m.MessageID}
@@ -320,8 +334,8 @@ func (c *Consumer) Run(ctx context.Context, ch *amqp.Channel) error {
 	}
 }
 
-// handleBatch handles deliveries that were waiting together: one transaction when there are
-// several and the consumer supports it, else (or when that transaction fails) one each.
+// handleBatch handles deliveries that were waiting together, grouped by the database they go to
+// (Config.Stores; one group without it).
 func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 	var items []item
 	for _, d := range ds {
@@ -335,6 +349,14 @@ func (c *Consumer) handleBatch(ctx context.Context, ds []amqp.Delivery) {
 		}
 		items = append(items, item{d: d, m: m, tenant: tenant, key: key})
 	}
+	for _, group := range c.byStore(items) {
+		c.handleTogether(ctx, group)
+	}
+}
+
+// handleTogether handles deliveries bound for one database: one transaction when there are
+// several and the consumer supports it, else (or when that transaction fails) one each.
+func (c *Consumer) handleTogether(ctx context.Context, items []item) {
 	if len(items) > 1 && c.processBatch != nil {
 		if outs, err := c.processBatchSafely(ctx, items); err == nil {
 			c.bump(&c.stats.batches)

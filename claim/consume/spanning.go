@@ -53,6 +53,10 @@ func NewSpanning(store *claim.Store, cfg Config, op claim.Operation) (*Consumer,
 	}
 	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
+		store, ok := c.storeFor(store, tenant)
+		if !ok {
+			return outRetry
+		}
 		out, err := store.Run(ctx, op, claim.Request{Tenant: tenant, Key: key, Intent: m.Body,
 			Actor: "consumer:" + cfg.Consumer})
 		if err != nil {
