@@ -11,8 +11,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/consume"
+	"github.com/idemops/idemops/claim/httpidem"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/downstream/paysim"
+	"github.com/idemops/idemops/internal/testinfra/mqtest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -114,6 +118,120 @@ func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 	for name, db := range dbs {
 		if n := count(db, `SELECT count(*) FROM idempotency_keys WHERE tenant = ?`, "hooli"); n != 0 {
 			t.Errorf("cell %s holds %d keys of a tenant with no cell", name, n)
+		}
+	}
+}
+
+// TestWorld_RoutedByTenantEveryRowATenantOwnsLivesInItsCell: with Stores, what the demo writes
+// for a tenant besides its payment — a checkout token, a like, the answer recorded for a
+// replay, the fulfillment and the shipment its payment event makes (dedup rows included) — is
+// in the tenant's cell and in no other; a tenant with no cell gets a token or a like nowhere.
+func TestWorld_RoutedByTenantEveryRowATenantOwnsLivesInItsCell(t *testing.T) {
+	t.Parallel()
+	url := mqtest.URL(t)
+	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
+	stores := map[string]*claim.Store{}
+	for name, db := range dbs {
+		s, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("demo-test-secret-0123")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores[name] = s
+	}
+	cellOf := map[string]string{"acme": "a", "globex": "b"}
+	p := mqtest.Prefix(t)
+	topo := &consume.Topology{Exchange: p + "events", Queue: p + "fulfillment", RoutingKey: "payment.#"}
+	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["a"], Paysim: paysim.Config{Seed: 7},
+		Tenants: []string{"acme", "globex", "hooli"}, AMQPURL: url, Events: topo,
+		Stores: func(tenant string) (*claim.Store, error) {
+			if c, ok := cellOf[tenant]; ok {
+				return stores[c], nil
+			}
+			return nil, fmt.Errorf("tenant %q has no cell", tenant)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			w.Close()
+		}
+		if ch, err := mqtest.Dial(t).Channel(); err == nil {
+			_, _ = ch.QueueDelete(topo.Queue, false, false, false)
+			_, _ = ch.QueueDelete(topo.Queue+".shipping", false, false, false)
+			_ = ch.ExchangeDelete(topo.Exchange, false, false)
+		}
+	})
+	e := &env{t: t, w: w}
+	for tenant := range cellOf {
+		key := w.APIKey(tenant)
+		tok := e.token(key)
+		if r := e.post("/v1/checkout", body, key, httpidem.HeaderToken, tok); r.status != 201 {
+			t.Fatalf("%s checks out with a token: %d %v", tenant, r.status, r.body)
+		}
+		if r := e.post("/v1/checkout", body, key, httpidem.HeaderToken, tok); r.status != 201 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s reuses its token: %d %v, want the replay", tenant, r.status, r.body)
+		}
+		if status, _, _ := e.likeReq("POST", "/v1/articles/art-1/likes", `{"user_id":"u1"}`, key); status != 201 {
+			t.Fatalf("%s likes: %d", tenant, status)
+		}
+	}
+	hooli := w.APIKey("hooli")
+	if r := e.post("/v1/checkout/tokens", "", hooli); r.status != 503 {
+		t.Errorf("a tenant with no cell asks for a token: %d, want 503", r.status)
+	}
+	if status, _, _ := e.likeReq("POST", "/v1/articles/art-1/likes", `{"user_id":"u1"}`, hooli); status != 503 {
+		t.Errorf("a tenant with no cell likes: %d, want 503", status)
+	}
+	// Each cell's outbox relay (its own daemon in a deployment) sends its payment event.
+	for name, db := range dbs {
+		relay, err := daemon.NewOutboxRelay(db, w.Senders(), daemon.OutboxConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := relay.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
+			t.Fatalf("cell %s's relay: %v", name, err)
+		}
+	}
+	timeout := time.After(20 * time.Second)
+	for f, s := w.Fulfillment.Stats(), w.Shipping.Stats(); f.Processed < 2 || s.Processed < 2; f, s = w.Fulfillment.Stats(), w.Shipping.Stats() {
+		select {
+		case <-w.Fulfillment.StatsChanged():
+		case <-w.Shipping.StatsChanged():
+		case <-timeout:
+			t.Fatalf("fulfillment stats %+v, shipping stats %+v; want both tenants' events processed", f, s)
+		}
+	}
+	w.Close() // flushes the answers recorded for the replays
+	closed = true
+	for _, q := range []string{
+		`SELECT count(*) FROM one_time_tokens WHERE tenant = ? AND used_at IS NOT NULL`,
+		`SELECT count(*) FROM demo_likes WHERE tenant = ?`,
+		`SELECT count(*) FROM key_answers a JOIN idempotency_keys k ON k.id = a.key_id WHERE k.tenant = ?`,
+		`SELECT count(*) FROM fulfillments WHERE tenant = ?`,
+		`SELECT count(*) FROM shipping_notices WHERE tenant = ?`,
+		`SELECT count(*) FROM consumed_messages WHERE tenant = ? AND consumer = 'fulfillment'`,
+	} {
+		for tenant, home := range cellOf {
+			for name, db := range dbs {
+				var n int64
+				if err := db.Raw(q, tenant).Scan(&n).Error; err != nil {
+					t.Fatal(err)
+				}
+				if want := name == home; (n == 1) != want || n > 1 {
+					t.Errorf("%s\n  cell %s holds %d of %s's (its cell: %s); want 1 in its cell, 0 elsewhere", q, name, n, tenant, home)
+				}
+			}
+		}
+		for name, db := range dbs {
+			var n int64
+			if err := db.Raw(q, "hooli").Scan(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			if n != 0 {
+				t.Errorf("%s\n  cell %s holds %d of a tenant with no cell", q, name, n)
+			}
 		}
 	}
 }

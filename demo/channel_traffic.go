@@ -43,27 +43,45 @@ func (w *World) RunChannelTraffic(ctx context.Context, every time.Duration, seed
 }
 
 func (w *World) refundRecentOrder(ctx context.Context) error {
-	var o []Order
-	// The demo's orders table is small; a production job would walk an index.
-	if err := w.Orders.DB.WithContext(ctx).Raw(`SELECT merchant_order_no, amount_minor FROM demo_orders
-		WHERE status = 'paid' AND updated_at > now() - interval '5 minutes' ORDER BY updated_at DESC LIMIT 1`).Scan(&o).Error; err != nil {
-		return err
+	type paidOrder struct {
+		MerchantOrderNo string
+		AmountMinor     int64
+		UpdatedAt       time.Time
 	}
-	if len(o) == 0 {
+	var last *paidOrder
+	// The most recently paid order of any cell. The demo's orders table is small; a production
+	// job would walk an index.
+	for _, db := range w.cells.dbs(w.tenants()) {
+		var o []paidOrder
+		if err := db.WithContext(ctx).Raw(`SELECT merchant_order_no, amount_minor, updated_at FROM demo_orders
+			WHERE status = 'paid' AND updated_at > now() - interval '5 minutes' ORDER BY updated_at DESC LIMIT 1`).Scan(&o).Error; err != nil {
+			return err
+		}
+		if len(o) == 1 && (last == nil || o[0].UpdatedAt.After(last.UpdatedAt)) {
+			last = &o[0]
+		}
+	}
+	if last == nil {
 		return nil
 	}
-	_, err := w.Client.Refund(ctx, o[0].MerchantOrderNo, "refund-"+o[0].MerchantOrderNo, paysimRefund(o[0].AmountMinor))
+	_, err := w.Client.Refund(ctx, last.MerchantOrderNo, "refund-"+last.MerchantOrderNo, paysimRefund(last.AmountMinor))
 	return err
 }
 
+// closeUnpaidOrder opens an order for one of the tenants, in its cell, and has the channel
+// close it unpaid.
 func (w *World) closeUnpaidOrder(ctx context.Context, n int) error {
 	tenant := "acme"
 	for _, t := range w.APIKeys {
 		tenant = t
 		break
 	}
+	db, err := w.cells.dbOf(tenant)
+	if err != nil {
+		return err
+	}
 	no := fmt.Sprintf("unpaid-%d-%d", time.Now().Unix(), n)
-	if err := w.Orders.DB.WithContext(ctx).Exec(`INSERT INTO demo_orders (merchant_order_no, tenant, payment_id, amount_minor, currency, status)
+	if err := db.WithContext(ctx).Exec(`INSERT INTO demo_orders (merchant_order_no, tenant, payment_id, amount_minor, currency, status)
 		VALUES (?, ?, ?, 100, 'CNY', 'pending')`, no, tenant, no).Error; err != nil {
 		return err
 	}

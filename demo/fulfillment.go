@@ -45,9 +45,10 @@ func paymentEventKey(m consume.Message) (string, string, error) {
 
 // FulfillmentConsumer is the demo's second service: one fulfillment per paid payment, deduped
 // by payment id (the business key) in the transaction that writes it, acknowledged after commit.
-func FulfillmentConsumer(db *gorm.DB, topo consume.Topology, log *slog.Logger) (*consume.Consumer, error) {
+// With stores (cells) both commit in the payment's tenant's cell.
+func FulfillmentConsumer(db *gorm.DB, stores func(tenant string) (*claim.Store, error), topo consume.Topology, log *slog.Logger) (*consume.Consumer, error) {
 	return consume.New(db, consume.Config{Consumer: "fulfillment", Queue: topo.Queue, Topology: &topo,
-		BusinessKey: paymentEventKey, Logger: log},
+		BusinessKey: paymentEventKey, Logger: log, Stores: stores},
 		func(ctx context.Context, tx *gorm.DB, m consume.Message) error {
 			var e paymentEvent
 			if err := json.Unmarshal(m.Body, &e); err != nil {
@@ -61,8 +62,10 @@ func FulfillmentConsumer(db *gorm.DB, topo consume.Topology, log *slog.Logger) (
 // startEvents starts the fulfillment consumer (local work, one transaction) and the shipping
 // consumer (spanning work, through claim keys) on the world's broker, and makes the AMQP sender
 // that relays the payment events. Without consumers only the sender is made (and the shipping
-// operation registered, for the daemon).
-func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events *consume.Topology, log *slog.Logger, consumers bool) error {
+// operation registered, for the daemon). With stores (cells) each event is consumed in its
+// tenant's cell.
+func (w *World) startEvents(db *gorm.DB, store *claim.Store, stores func(string) (*claim.Store, error), url string, events *consume.Topology,
+	log *slog.Logger, consumers bool) error {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -71,7 +74,7 @@ func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events 
 		topo = *events
 	}
 	shipTopo := consume.Topology{Exchange: topo.Exchange, Queue: topo.Queue + ".shipping", RoutingKey: topo.RoutingKey}
-	c, err := FulfillmentConsumer(db, topo, log)
+	c, err := FulfillmentConsumer(db, stores, topo, log)
 	if err != nil {
 		return err
 	}
@@ -80,7 +83,7 @@ func (w *World) startEvents(db *gorm.DB, store *claim.Store, url string, events 
 		return err
 	}
 	s, err := consume.NewSpanning(store, consume.Config{Consumer: "shipping", Queue: shipTopo.Queue, Topology: &shipTopo,
-		BusinessKey: paymentEventKey, Logger: log}, ship)
+		BusinessKey: paymentEventKey, Logger: log, Stores: stores}, ship)
 	if err != nil {
 		return err
 	}

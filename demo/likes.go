@@ -28,10 +28,19 @@ type Like struct {
 }
 
 // Likes is the demo's natural-key API: POST /v1/articles/{article}/likes {"user_id"} and
-// DELETE /v1/articles/{article}/likes/{user}.
+// DELETE /v1/articles/{article}/likes/{user}. A tenant's likes live in its cell when the
+// service routes by tenant (Service.RouteByTenant), else in DB.
 type Likes struct {
 	DB  *gorm.DB
 	Svc *Service
+}
+
+// dbOf is the database holding tenant's likes.
+func (l *Likes) dbOf(tenant string) (*gorm.DB, error) {
+	if l.Svc == nil || l.Svc.stores == nil {
+		return l.DB, nil
+	}
+	return l.Svc.dbOf(tenant)
 }
 
 // Handler serves the likes routes (tenant from the bearer key, like the payments API).
@@ -66,6 +75,10 @@ func (l *Likes) like(c *gin.Context) {
 			return
 		}
 	}
+	if _, err := l.dbOf(tenant); err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "tenant-unavailable"})
+		return
+	}
 	like, created, err := l.Like(c.Request.Context(), tenant, article, body.UserID)
 	if err != nil {
 		c.JSON(http.StatusInternalServerError, gin.H{"error": "internal"})
@@ -82,10 +95,14 @@ func (l *Likes) like(c *gin.Context) {
 // Like records one like, or returns the existing one (created false). A concurrent unlike may
 // remove the row between the conflict and the read; then it inserts once more.
 func (l *Likes) Like(ctx context.Context, tenant, article, user string) (Like, bool, error) {
+	db, err := l.dbOf(tenant)
+	if err != nil {
+		return Like{}, false, err
+	}
 	row := map[string]any{"tenant": tenant, "article_id": article, "user_id": user}
 	for range 2 {
 		var like Like
-		created, err := LikeKey.Insert(ctx, l.DB, row, &like)
+		created, err := LikeKey.Insert(ctx, db, row, &like)
 		if errors.Is(err, claim.ErrGuardConflict) {
 			continue
 		}
@@ -100,7 +117,12 @@ func (l *Likes) unlike(c *gin.Context) {
 		c.JSON(http.StatusUnauthorized, gin.H{"error": "unauthenticated"})
 		return
 	}
-	res := l.DB.WithContext(c.Request.Context()).Exec(`DELETE FROM demo_likes WHERE tenant = ? AND article_id = ? AND user_id = ?`,
+	db, err := l.dbOf(tenant)
+	if err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "tenant-unavailable"})
+		return
+	}
+	res := db.WithContext(c.Request.Context()).Exec(`DELETE FROM demo_likes WHERE tenant = ? AND article_id = ? AND user_id = ?`,
 		tenant, c.Param("article"), c.Param("user"))
 	switch {
 	case res.Error != nil:

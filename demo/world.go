@@ -55,10 +55,12 @@ type WorldConfig struct {
 	// LedgerURL, when set, is an external ledger with no idempotency: every completed payment
 	// also stages a ledger.post outbox row, which the daemon's relay delivers there.
 	LedgerURL string
-	// Stores, when set, routes each payment to its tenant's claim store (a deployment of
-	// cells: cells.Set.StoreFor) — claim, payment and order rows in the tenant's cell; a tenant
-	// with no store is refused (503). DB and Store remain the default cell's (callbacks,
-	// likes, checkout tokens, answers of Store's keys).
+	// Stores, when set, routes every request to its tenant's claim store (a deployment of
+	// cells: cells.Set.StoreFor), and with it everything the tenant owns: keys, payments,
+	// orders, balances, checkout tokens, likes, the answers recorded for its keys and the
+	// consumers' rows — all in the tenant's cell. A tenant with no store is refused (503), its
+	// events handed back. DB and Store remain the default cell's: retention policies, and the
+	// orders the channel's callbacks look in first.
 	Stores func(tenant string) (*claim.Store, error)
 	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
 	// consumers — for a daemon or console in a process of its own (the chaos run).
@@ -81,7 +83,8 @@ type World struct {
 	// Orders is the order state machine the channel's callbacks drive.
 	Orders *Orders
 	// Answers records the replays, 409s and 422s the payments service answers (HTTP and gRPC),
-	// in batches, for the console's key page; Close flushes it.
+	// in batches, for the console's key page; Close flushes it. With Stores it records the
+	// default cell's keys, and each other cell has a recorder of its own (AnswersDropped).
 	Answers *claim.AnswerRecorder
 	// Fulfillment and Shipping consume the payment events (nil without a broker).
 	Fulfillment, Shipping *consume.Consumer
@@ -89,6 +92,7 @@ type World struct {
 	grpcServer            *grpc.Server
 	stopHealth            func()
 	events                *daemon.AMQPSender
+	cells                 *worldCells
 	ledger                *LedgerSender
 	stopEvents            func()
 }
@@ -101,7 +105,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if len(cfg.Paysim.NotifySecret) == 0 {
 		cfg.Paysim.NotifySecret = []byte(randomHex(16))
 	}
-	w := &World{APIKeys: map[string]string{}}
+	w := &World{APIKeys: map[string]string{}, cells: &worldCells{stores: cfg.Stores, db: cfg.DB, logger: cfg.Logger}}
 	var sim *paysim.Server
 	if cfg.PaysimURL != "" {
 		w.PaysimURL = cfg.PaysimURL
@@ -132,7 +136,7 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 		w.APIKeys = cfg.APIKeys
 	}
 	if cfg.AMQPURL != "" {
-		if err := w.startEvents(cfg.DB, cfg.Store, cfg.AMQPURL, cfg.Events, cfg.Logger, !cfg.NoServe); err != nil {
+		if err := w.startEvents(cfg.DB, cfg.Store, cfg.Stores, cfg.AMQPURL, cfg.Events, cfg.Logger, !cfg.NoServe); err != nil {
 			w.Close()
 			return nil, err
 		}
@@ -167,30 +171,20 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	w.Answers = claim.NewAnswerRecorder(cfg.DB, claim.AnswerRecorderConfig{Logger: cfg.Logger})
 	w.Answers.Start()
 	svc.answers = w.Answers
+	w.cells.answers = map[*claim.Store]*claim.AnswerRecorder{cfg.Store: w.Answers}
 	if cfg.Stores != nil {
-		svc.RouteByTenant(cfg.Stores, func(s *claim.Store) *claim.AnswerRecorder {
-			if s == cfg.Store {
-				return w.Answers // on cfg.DB: the default cell's keys only
-			}
-			return nil
-		})
+		svc.RouteByTenant(cfg.Stores, w.cells.answersOf)
 	}
 	w.Orders = &Orders{DB: cfg.DB}
 	mux := http.NewServeMux()
-	callbacks := &CallbackHandler{Orders: w.Orders, Secret: cfg.Paysim.NotifySecret}
-	if cfg.Stores != nil { // the orders of the other cells' tenants
-		seen := map[*gorm.DB]bool{cfg.DB: true}
-		for _, t := range cfg.Tenants {
-			if s, err := cfg.Stores(t); err == nil && !seen[s.DB()] {
-				seen[s.DB()] = true
-				callbacks.Elsewhere = append(callbacks.Elsewhere, &Orders{DB: s.DB()})
-			}
-		}
-	}
+	// A callback names its order by number alone: the other cells' orders are looked in too.
+	callbacks := &CallbackHandler{Orders: w.Orders, Elsewhere: w.cells.otherOrders(cfg.Tenants), Secret: cfg.Paysim.NotifySecret}
 	mux.Handle(CallbackPath, callbacks)
-	if err := LikeKey.Validate(ctx, cfg.DB); err != nil {
-		w.Close()
-		return nil, err
+	for _, db := range w.cells.dbs(cfg.Tenants) {
+		if err := LikeKey.Validate(ctx, db); err != nil {
+			w.Close()
+			return nil, err
+		}
 	}
 	mux.Handle("/v1/articles/", (&Likes{DB: cfg.DB, Svc: svc}).Handler())
 	checkout := svc.CheckoutHandler()
@@ -298,8 +292,8 @@ func (w *World) Close() {
 			w.grpcServer.Stop()
 		}
 	}
-	if w.Answers != nil {
-		w.Answers.Stop() // after the servers: their last answers are held, and written now
+	if w.cells.answers != nil {
+		w.cells.stopAnswers() // after the servers: their last answers are held, and written now
 	}
 	if w.Paysim != nil {
 		_ = w.Paysim.Close()
