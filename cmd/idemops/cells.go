@@ -28,9 +28,10 @@ func addCellsFlag(f *pflag.FlagSet) {
 
 // cellMap is the map --cells / IDEMOPS_CELLS names, read and validated whole (a refusal names the
 // file, line, field or tenant; exit 2); nil when the command takes no map or none is given —
-// one database, as without cells.
+// one database, as without cells. The demo's --cells is a number of cells it makes itself, not
+// a map file (the flag's type says which).
 func cellMap(cmd *cobra.Command) (*cells.Map, error) {
-	if cmd.Flag("cells") == nil {
+	if f := cmd.Flag("cells"); f == nil || f.Value.Type() != "string" {
 		return nil, nil
 	}
 	path := flagOrEnv(cmd, "cells", "IDEMOPS_CELLS")

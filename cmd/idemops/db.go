@@ -102,6 +102,12 @@ func openDatabase(ctx context.Context, cmd *cobra.Command, allowPrivate, migrate
 	if err != nil {
 		return nil, err
 	}
+	return openDatabaseOf(ctx, cmd, m, allowPrivate, migrate)
+}
+
+// openDatabaseOf is openDatabase with the cell map m (nil: none) given rather than read from the
+// command's flags.
+func openDatabaseOf(ctx context.Context, cmd *cobra.Command, m *cells.Map, allowPrivate, migrate bool) (*database, error) {
 	d := &database{URL: flagOrEnv(cmd, "database-url", "DATABASE_URL"), cellMap: m, migrated: migrate}
 	if m != nil {
 		control, _ := m.Cell(m.Control())

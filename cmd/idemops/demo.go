@@ -40,8 +40,20 @@ type demoReady struct {
 	APIKeys          map[string]string `json:"api_keys"`
 	OperatorUser     string            `json:"operator_user"`
 	OperatorPassword string            `json:"operator_password"`
-	// DatabaseURL is the connection string the CLI can use while the demo runs.
+	// DatabaseURL is the connection string the CLI can use while the demo runs (with cells: the
+	// control cell's).
 	DatabaseURL string `json:"database_url"`
+	// Cells (--cells 2) are the cells by name, and CellsFile the map naming them (for the CLI:
+	// IDEMOPS_CELLS). Absent with one cell.
+	Cells     map[string]demoReadyCell `json:"cells,omitempty"`
+	CellsFile string                   `json:"cells_file,omitempty"`
+}
+
+// demoReadyCell is one cell in the READY line.
+type demoReadyCell struct {
+	DatabaseURL string   `json:"database_url"`
+	Tenants     []string `json:"tenants"`
+	Control     bool     `json:"control,omitempty"`
 }
 
 func newDemoCmd() *cobra.Command {
@@ -50,6 +62,7 @@ func newDemoCmd() *cobra.Command {
 		traffic                          bool
 		rate                             float64
 		seed                             uint64
+		cellCount                        = demoCellCount(1)
 	)
 	var grpcAddr string
 	cmd := &cobra.Command{
@@ -59,24 +72,30 @@ func newDemoCmd() *cobra.Command {
 DATABASE_URL is set), the schema, paysim (a payment-channel simulator), a sample payments
 service that uses the claim logic, generated traffic (retries, duplicates, reused keys, crashes),
 the daemon and the operator console. It prints each URL, a tenant API key and the operator
-login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
+login, then a line "READY {json}" for scripts. Ctrl-C stops everything.
+
+--cells 2 runs two tenant cells instead of one database: a private cluster each (acme in cell
+a, the control cell, under pg/; globex in cell b under pg-b/), the map in cells.yaml, both
+migrated, every request and row of a tenant in its own cell, a daemon leader per cell, and the
+console listing both.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if rate <= 0 || rate > 200 {
 				return usagef("--rate must be in (0, 200]")
 			}
-			d, err := openDatabase(ctx, cmd, true, true)
+			d, stopCells, err := openDemoDatabase(ctx, cmd, int(cellCount))
 			if err != nil {
 				return err
 			}
+			defer stopCells() // after d.Close: the pools go before their servers
 			defer d.Close()
 			secret, err := digestSecret(cmd, d)
 			if err != nil {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Logger: log, Quarantine: 10 * time.Second})
+			store, set, err := demoStores(ctx, d, claim.Config{DigestSecret: secret, Logger: log, Quarantine: 10 * time.Second})
 			if err != nil {
 				return err
 			}
@@ -89,12 +108,16 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			if d.cluster == nil {
 				stateFile = ""
 			}
-			world, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr, GRPCAddr: grpcAddr,
+			wcfg := demo.WorldConfig{DB: d.DB, Store: store, PaysimAddr: paysimAddr, APIAddr: apiAddr, GRPCAddr: grpcAddr,
 				Paysim: paysim.Config{Seed: int64(seed), DeclinePayees: []string{"declined-shop"}, StateFile: stateFile,
 					DoubleChargeRate: 0.02, Logger: log,
 					// The channel's callbacks misbehave the way real ones do (the order state machine's work).
 					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05},
-				AMQPURL: amqpURL, Logger: log})
+				AMQPURL: amqpURL, Logger: log}
+			if set != nil { // every tenant's requests and rows in its own cell
+				wcfg.Stores = set.StoreFor
+			}
+			world, err := demo.StartWorld(ctx, wcfg)
 			if err != nil {
 				var le *demo.ListenError
 				if errors.As(err, &le) {
@@ -122,6 +145,12 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 			sort.Strings(tenants)
 			ready := demoReady{ConsoleURL: parts.consoleURL, APIURL: world.APIURL, GRPCAddr: world.GRPCAddr, PaysimURL: world.PaysimURL,
 				APIKey: byTenant[tenants[0]], APIKeys: byTenant, OperatorUser: parts.operatorUser, OperatorPassword: parts.operatorPassword, DatabaseURL: d.URL}
+			if set != nil {
+				ready.Cells, ready.CellsFile = map[string]demoReadyCell{}, set.Map().File
+				for _, c := range set.Map().Cells() {
+					ready.Cells[c.Name] = demoReadyCell{DatabaseURL: c.URL, Tenants: c.Tenants, Control: c.Name == set.Map().Control()}
+				}
+			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "idemops demo is running.\n\n")
 			fmt.Fprintf(out, "  console   %s   (sign in as %s / %s)\n", ready.ConsoleURL, ready.OperatorUser, ready.OperatorPassword)
@@ -131,7 +160,11 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 				fmt.Fprintf(out, "  tenant    %-8s Authorization: Bearer %s   (HTTP and gRPC)\n", t, byTenant[t])
 			}
 			fmt.Fprintf(out, "  paysim    %s\n", ready.PaysimURL)
-			fmt.Fprintf(out, "  database  %s\n            (for the CLI while the demo runs: export DATABASE_URL='%s')\n", ready.DatabaseURL, ready.DatabaseURL)
+			if set == nil {
+				fmt.Fprintf(out, "  database  %s\n            (for the CLI while the demo runs: export DATABASE_URL='%s')\n", ready.DatabaseURL, ready.DatabaseURL)
+			} else {
+				printDemoCells(out, set.Map())
+			}
 			fmt.Fprintf(out, "\n  try: curl -i -X POST %s/v1/payments -H 'Authorization: Bearer %s' -H 'Idempotency-Key: my-key-1' \\\n", ready.APIURL, ready.APIKey)
 			fmt.Fprintf(out, "         -d '{\"amount_minor\":1234,\"currency\":\"CNY\",\"merchant_order_no\":\"ord-1\",\"payee\":\"alice\"}'\n")
 			fmt.Fprintf(out, "       (the same key with the other tenant's bearer is another key: tenants never see each other's)\n")
@@ -161,6 +194,7 @@ login, then a line "READY {json}" for scripts. Ctrl-C stops everything.`,
 	f.Float64Var(&rate, "rate", 2, "new payments per second when --traffic")
 	f.String("amqp-url", "", "RabbitMQ URL for the payment events (env AMQP_URL); unset: a private broker for this run")
 	f.Uint64Var(&seed, "seed", uint64(time.Now().UnixNano()), "seed for traffic and paysim faults")
+	f.Var(&cellCount, "cells", "tenant cells to run: 1 (one database) or 2 (a private PostgreSQL cluster per cell, acme in a, globex in b)")
 	addSSOFlags(f)
 	return cmd
 }
@@ -221,14 +255,21 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 	if err := ssoConfig(cmd, &ccfg); err != nil {
 		return nil, err
 	}
+	closeCells, err := consoleCells(ctx, d, store.Config(), &ccfg) // with cells: key lists of every cell
+	if err != nil {
+		return nil, err
+	}
+	p.stops = append(p.stops, closeCells)
 	srv, err := console.New(ccfg)
 	if err != nil {
+		p.stop()
 		return nil, err
 	}
 	p.stops = append(p.stops, srv.Close) // bulk replays stop between keys
 	if err := srv.Registerer().Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idemops_key_answers_dropped_total",
 		Help: "Client answers (replays, 409s, 422s) not recorded for the key page: buffer full or a failed batch."},
-		func() float64 { return float64(world.Answers.Dropped()) })); err != nil {
+		func() float64 { return float64(world.AnswersDropped()) })); err != nil {
+		p.stop()
 		return nil, err
 	}
 	change := access.Change{Actor: "operator:demo"}
@@ -241,16 +282,25 @@ func startDemoParts(ctx context.Context, cmd *cobra.Command, d *database, store 
 		}
 	}
 	if err != nil {
+		p.stop()
 		return nil, fmt.Errorf("demo operator: %w", err)
 	}
 	url, stop, err := listenAndServe(consoleAddr, "console-addr", srv.Handler())
 	if err != nil {
+		p.stop()
 		return nil, err
 	}
 	p.consoleURL = url
 	p.stops = append(p.stops, stop)
-	stopDaemon, err := startDaemon(ctx, daemonDeps{DB: d.DB, Store: store, Operations: operationSet{world.Operations},
-		Senders: world.Senders(), Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: "demo"}})
+	deps := daemonDeps{DB: d.DB, Store: store, Operations: operationSet{world.Operations},
+		Senders: world.Senders(), Replays: srv.Replays(), Registerer: srv.Registerer(), Logger: log, Recon: rcfg}
+	dopt := daemonOptions{Daemon: daemon.Config{Name: "demo"}}
+	var stopDaemon func()
+	if d.cells == nil {
+		stopDaemon, err = startDaemon(ctx, deps, dopt)
+	} else { // a replica per cell, each the leader of its own cell's jobs
+		stopDaemon, err = startCellDaemons(ctx, deps, d.cells, dopt)
+	}
 	if err != nil {
 		p.stop()
 		return nil, err
