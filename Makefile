@@ -12,10 +12,12 @@ prereqs:
 ## run: start the whole thing (private PostgreSQL and RabbitMQ, paysim, demo traffic, the
 ## daemon, the console); flags go in ARGS: make run ARGS="--console-addr 127.0.0.1:9090".
 ## The binary is built, then exec'd in place of the recipe's shell: a TERM to make (which make
-## passes on) or a Ctrl-C reaches it, and it stops everything it started.
+## passes on) or a Ctrl-C reaches it, and it stops everything it started. CELLS=2 runs two
+## tenant cells, a private PostgreSQL each (demo --cells 2); unset: one database.
 ARGS ?=
+CELLS ?=
 run: prereqs
-	$(GO) build -o bin/idemops ./cmd/idemops && exec ./bin/idemops demo $(ARGS)
+	$(GO) build -o bin/idemops ./cmd/idemops && exec ./bin/idemops demo $(if $(CELLS),--cells $(CELLS)) $(ARGS)
 
 ## build: build the binaries into ./bin
 build:

@@ -83,13 +83,10 @@ func demoCells(ctx context.Context, cmd *cobra.Command, n int) (d *database, sto
 		stopAll()
 		return nil, nil, err
 	}
-	specs := make([]cells.CellSpec, n)
-	for i, p := range plan {
-		specs[i] = cells.CellSpec{Name: p.name, ID: i + 1, URL: clusters[i].URL("postgres"), Tenants: p.tenants}
-	}
-	m, err := cells.New(plan[0].name, specs)
+	path := dataPath(cmd, "cells.yaml")
+	m, err := demoCellMap(path, clusters)
 	if err == nil {
-		err = cells.Write(dataPath(cmd, "cells.yaml"), m)
+		err = cells.Write(path, m)
 	}
 	if err != nil {
 		stopAll()
@@ -105,6 +102,39 @@ func demoCells(ctx context.Context, cmd *cobra.Command, n int) (d *database, sto
 			c.Stop()
 		}
 	}, nil
+}
+
+// demoCellMap is the map for this run's clusters (their ports change from run to run). The
+// tenants stay where the map of the last run put them — a tenant moved (`idemops cells move`)
+// stays moved, its old cell fenced against it — when that map has this run's cells and places
+// every demo tenant; otherwise they go where demoCellPlan says.
+func demoCellMap(path string, clusters []*pglocal.Cluster) (*cells.Map, error) {
+	plan := demoCellPlan[:len(clusters)]
+	last, err := cells.Load(path)
+	keep := err == nil && len(last.Cells()) == len(plan)
+	specs := make([]cells.CellSpec, len(plan))
+	for i, p := range plan {
+		specs[i] = cells.CellSpec{Name: p.name, ID: i + 1, URL: clusters[i].URL("postgres"), Tenants: p.tenants}
+		if keep {
+			c, ok := last.Cell(p.name)
+			keep = ok && c.ID == i+1
+			specs[i].Tenants = c.Tenants
+		}
+	}
+	if keep {
+		for _, p := range plan {
+			for _, t := range p.tenants {
+				_, placed := last.CellOf(t)
+				keep = keep && placed
+			}
+		}
+	}
+	if !keep {
+		for i, p := range plan {
+			specs[i].Tenants = p.tenants
+		}
+	}
+	return cells.New(plan[0].name, specs)
 }
 
 // openDemoDatabase opens the demo's database: the one of --database-url / DATABASE_URL or the
@@ -142,7 +172,11 @@ func printDemoCells(out io.Writer, m *cells.Map) {
 		if c.Name == m.Control() {
 			role = ", control: operators, sessions, audit"
 		}
-		fmt.Fprintf(out, "  cell %-4s %s   (tenants %s%s)\n", c.Name, c.URL, strings.Join(c.Tenants, ", "), role)
+		tenants := "tenants " + strings.Join(c.Tenants, ", ")
+		if len(c.Tenants) == 0 {
+			tenants = "no tenants"
+		}
+		fmt.Fprintf(out, "  cell %-4s %s   (%s%s)\n", c.Name, c.URL, tenants, role)
 	}
 	control, _ := m.Cell(m.Control())
 	fmt.Fprintf(out, "            (for the CLI while the demo runs: export DATABASE_URL='%s' IDEMOPS_CELLS='%s')\n", control.URL, m.File)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/cells"
+	"github.com/idemops/idemops/internal/pglocal"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -199,4 +201,41 @@ func runDemo(t *testing.T, args ...string) (demoReady, func()) {
 		t.Fatalf("no READY from the demo within 3 minutes")
 	}
 	return r, stop
+}
+
+// TestDemoCellMap_TenantsStayWhereTheLastRunsMapPutThem: each run's map takes the new clusters'
+// URLs, and keeps a tenant a move put elsewhere; a map that is missing, unreadable, of other
+// cells or leaving a demo tenant out gives the plan's placement (acme in a, globex in b).
+func TestDemoCellMap_TenantsStayWhereTheLastRunsMapPutThem(t *testing.T) {
+	t.Parallel()
+	clusters := []*pglocal.Cluster{{Port: 15001}, {Port: 15002}}
+	plan := map[string][]string{"a": {"acme"}, "b": {"globex"}}
+	moved := map[string][]string{"a": {"acme", "globex"}, "b": nil}
+	for _, tc := range []struct {
+		name, last string
+		want       map[string][]string
+	}{
+		{"no map yet", "", plan},
+		{"globex moved to a", "cells:\n  a: {id: 1, url: \"postgres://h:1/x\", tenants: [acme, globex]}\n  b: {id: 2, url: \"postgres://h:2/x\", tenants: []}\n", moved},
+		{"not a map", "cells: [", plan},
+		{"other cells", "cells:\n  a: {id: 1, url: \"postgres://h:1/x\", tenants: [acme, globex]}\n  c: {id: 2, url: \"postgres://h:2/x\", tenants: []}\n", plan},
+		{"globex in no cell", "cells:\n  a: {id: 1, url: \"postgres://h:1/x\", tenants: [acme]}\n  b: {id: 2, url: \"postgres://h:2/x\", tenants: []}\n", plan},
+	} {
+		path := filepath.Join(t.TempDir(), "cells.yaml")
+		if tc.last != "" {
+			if err := os.WriteFile(path, []byte(tc.last), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := demoCellMap(path, clusters)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i, c := range m.Cells() {
+			if c.URL != clusters[i].URL("postgres") || !slices.Equal(c.Tenants, tc.want[c.Name]) || m.Control() != "a" {
+				t.Errorf("%s: cell %s at %s holds %v (control %s); want %s holding %v, control a", tc.name, c.Name, c.URL, c.Tenants, m.Control(),
+					clusters[i].URL("postgres"), tc.want[c.Name])
+			}
+		}
+	}
 }
