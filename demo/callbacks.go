@@ -26,10 +26,11 @@ const maxCallbackBytes = 16 << 10
 // for an event whose precondition has not come yet, so the channel sends them again.
 type CallbackHandler struct {
 	Orders *Orders
-	// Elsewhere are the orders of the other cells (WorldConfig.Stores): a callback names an
-	// order by its merchant order number alone, so one Orders does not know is looked for there
-	// (the number is unique: it is the key's downstream key, tenant included).
-	Elsewhere []*Orders
+	// Elsewhere, when set, gives the orders of the other cells (WorldConfig.Stores) as the cell
+	// map places tenants now: a callback names an order by its merchant order number alone, so
+	// one Orders does not know is looked for there (the number is unique: it is the key's
+	// downstream key, tenant included).
+	Elsewhere func() []*Orders
 	Secret    []byte
 	// Tolerance is how far a signature's time may be from now (default 5 min).
 	Tolerance time.Duration
@@ -61,11 +62,12 @@ func (h *CallbackHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := h.Orders.HandleCallback(r.Context(), ev)
-	for _, o := range h.Elsewhere {
-		if !errors.Is(err, ErrOrderUnknown) {
-			break
+	if errors.Is(err, ErrOrderUnknown) && h.Elsewhere != nil {
+		for _, o := range h.Elsewhere() {
+			if res, err = o.HandleCallback(r.Context(), ev); !errors.Is(err, ErrOrderUnknown) {
+				break
+			}
 		}
-		res, err = o.HandleCallback(r.Context(), ev)
 	}
 	switch {
 	case errors.Is(err, ErrOrderUnknown):

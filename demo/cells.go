@@ -46,7 +46,8 @@ func (c *worldCells) dbs(tenants []string) []*gorm.DB {
 	return out
 }
 
-// otherOrders are the order books of tenants' cells other than the default one.
+// otherOrders are the order books of tenants' cells other than the default one, as the map
+// places them now (a tenant moved since the start included).
 func (c *worldCells) otherOrders(tenants []string) []*Orders {
 	var out []*Orders
 	for _, db := range c.dbs(tenants)[1:] {
