@@ -24,6 +24,7 @@ import (
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/pgha"
 	"github.com/idemops/idemops/internal/pgpool"
+	"github.com/idemops/idemops/internal/testinfra/changes"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/migrations"
 )
@@ -185,7 +186,23 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		mu       sync.Mutex
 		payments []*payment
 		wg       sync.WaitGroup
+		answers  changes.Changes // a payment's client has its final answer
 	)
+	// completedFrom is a condition on the payments sent from the from-th on: n of them completed
+	// (the client saw 201).
+	completedFrom := func(from, n int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			done := 0
+			for _, p := range payments[from:] {
+				if p.status == http.StatusCreated {
+					done++
+				}
+			}
+			return done >= n
+		}
+	}
 	client := &idemclient.Client{HTTP: &http.Client{Timeout: 20 * time.Second}, MaxAttempts: 40,
 		BaseDelay: 200 * time.Millisecond, MaxDelay: 2 * time.Second}
 	tenants := []string{"acme", "globex"}
@@ -239,12 +256,13 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 				}
 				cw.Wait()
 				mu.Lock()
-				defer mu.Unlock()
 				for _, r := range results {
 					if r != nil && (p.status == 0 || r.Response.StatusCode < p.status) {
 						p.status, p.replayed = r.Response.StatusCode, r.Replayed
 					}
 				}
+				mu.Unlock()
+				answers.Notify()
 			}()
 		}
 	}()
@@ -257,6 +275,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	// its 30 s reconnect window — so no claim started after the kill ever failed, and the test
 	// timed out waiting although claims were served.)
 	var claimsBack atomic.Int64 // ns after the kill; 0 until then
+	var probed changes.Changes  // claimsBack set
 	var downAt atomic.Int64     // unix ns when the kill had finished: every process of the primary killed
 	probeCtx, stopProbe := context.WithCancel(ctx)
 	probeDone := make(chan struct{})
@@ -274,6 +293,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			if err == nil && out.Kind == claim.Acquired {
 				if d != 0 && started.UnixNano() > d && claimsBack.Load() == 0 {
 					claimsBack.Store(time.Since(time.Unix(0, k)).Nanoseconds())
+					probed.Notify()
 				}
 				// Bounded like the claim: a release cut by the kill re-reads its key for up to the
 				// store's reconnect window, and the probe must go on probing meanwhile.
@@ -290,7 +310,8 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(4 * time.Second) // traffic on the healthy pair: the scenario's own duration, not a wait
+	// Traffic on the healthy pair: payments completed before the kill (about 4 s of traffic).
+	awaitSignal(t, &answers, 60*time.Second, "24 payments completed before the kill", completedFrom(0, 24))
 	primary, err := set.Primary(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -316,8 +337,13 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	promotedAfter := time.Since(time.Unix(0, killedAt.Load()))
-	waitFor(t, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
-	time.Sleep(3 * time.Second) // traffic on the new primary: the scenario's own duration, not a wait
+	awaitSignal(t, &probed, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
+	// Traffic on the new primary: payments sent after claims were served again, completed
+	// (about 2 s of traffic).
+	mu.Lock()
+	sentAfter := len(payments)
+	mu.Unlock()
+	awaitSignal(t, &answers, 60*time.Second, "16 payments sent after the failover completed", completedFrom(sentAfter, 16))
 	stopTraffic()
 	stopProbe()
 	<-probeDone
@@ -426,6 +452,25 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Errorf("claims back after %s, want within one lease TTL (%s)", back, leaseTTL)
 	}
 	fmt.Printf("failover: %d keys, %d double charges, %d lost, claims back after %.1f s\n", len(payments), doubles, lost, back.Seconds())
+}
+
+// awaitSignal waits until cond holds, checking it again at each Notify of c; it fails t after
+// limit.
+func awaitSignal(t *testing.T, c *changes.Changes, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	for {
+		next := c.Next() // before the check: a change while it runs is not missed
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-timeout.C:
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+	}
 }
 
 // waitFor polls cond: what it waits for happens across a failover (a standby promoted, a
