@@ -564,8 +564,9 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	_, bErrs := tr.window(inB, began, time.Now())
 	idle, during := p99(idleLat), p99(killLat)
 	ratio := float64(during) / float64(idle)
-	t.Logf("cell a: primary %s killed, %s promoted, claims back after %.1f s; cell b: idle p99 %s over %d claims, kill-window p99 %s over %d claims (%.1f s windows; load %s)",
-		primary.Name, promoted.Name, back.Sub(killedAt).Seconds(), idle, len(idleLat), during, len(killLat), window.Seconds(), killLoad)
+	aLat, aErrs := tr.window(inA, killedAt, killedAt.Add(window))
+	t.Logf("cell a: primary %s killed, %s promoted, claims back after %.1f s, %d claims and %d failed attempts in the kill window; cell b: idle p99 %s over %d claims, kill-window p99 %s over %d claims (%.1f s windows; load %s)",
+		primary.Name, promoted.Name, back.Sub(killedAt).Seconds(), len(aLat), len(aErrs), idle, len(idleLat), during, len(killLat), window.Seconds(), killLoad)
 	for i, err := range bErrs {
 		if i == 5 {
 			break
