@@ -483,6 +483,6 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", limit, what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // a poll: no signal survives the kill of the primary (above)
 	}
 }
