@@ -68,6 +68,13 @@ func Hash() (string, error) {
 // so that login must be a member of it.
 const TenantRole = "idemops_console"
 
+// GrantLock names the advisory lock, pg_advisory_lock(hashtext(GrantLock)), that EnsureTenantRole
+// holds in its database while it grants on every table. Each GRANT rewrites every table's
+// pg_class row, so whatever else rewrites those rows while a console may be starting (the test
+// rig's notify triggers: a table's first trigger sets relhastriggers) takes this lock first —
+// otherwise one of the two fails with "tuple concurrently updated".
+const GrantLock = "idemops tenant role"
+
 // EnsureTenantRole makes TenantRole usable by db's login: the role exists, the login is a member
 // of it, and the role has the schema's tables and sequences (the tables' owner runs this, so the
 // grants are its to give). Creating the role and the membership needs a superuser or CREATEROLE;
@@ -80,10 +87,10 @@ func EnsureTenantRole(ctx context.Context, db *sql.DB) error {
 	}
 	defer conn.Close()
 	// Role changes are not transactional against each other: serialize the processes doing this.
-	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(hashtext('idemops tenant role'))`); err != nil {
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(hashtext($1))`, GrantLock); err != nil {
 		return fmt.Errorf("tenant role: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('idemops tenant role'))`) //nolint:errcheck
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext($1))`, GrantLock) //nolint:errcheck
 	var user string
 	var exists, member bool
 	if err := conn.QueryRowContext(ctx, `SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = $1),

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/migrations"
 )
 
 // notifyChannel is the channel a test database's tables notify on when a statement changed them.
@@ -53,10 +55,12 @@ func listen(t testing.TB, ctx context.Context, db *gorm.DB, tables []string) *pg
 		t.Fatalf("pgtest.Await: connect: %v", err)
 	}
 	var b strings.Builder
-	// One installer at a time: CREATE OR REPLACE of one function or trigger by two sessions at
-	// once fails with "tuple concurrently updated".
-	b.WriteString(`SELECT pg_advisory_xact_lock(7155000);
-CREATE OR REPLACE FUNCTION pgtest_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+	// One catalog writer at a time: CREATE OR REPLACE of one function or trigger by two sessions
+	// at once, or a table's first trigger (pg_class.relhastriggers) while the console's start-up
+	// grants on every table (migrations.EnsureTenantRole rewrites every pg_class row), fails with
+	// "tuple concurrently updated". Both take migrations.GrantLock.
+	fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock(hashtext(%s));\n", quoteLiteral(migrations.GrantLock))
+	b.WriteString(`CREATE OR REPLACE FUNCTION pgtest_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_notify('` + notifyChannel + `', TG_TABLE_NAME); RETURN NULL; END $$;
 `)
 	for _, tbl := range tables {
@@ -120,3 +124,6 @@ func AwaitLockWait(t testing.TB, db *gorm.DB, timeout time.Duration, query strin
 		time.Sleep(10 * time.Millisecond) // polled: no event marks a backend starting to wait on a lock
 	}
 }
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
