@@ -33,8 +33,12 @@ import (
 //	              completion fails as lease lost (nothing written) and the key, copied as
 //	              processing, is taken over in the target with a downstream lookup first, as
 //	              after a crash. The freeze window runs from the source's fence to the switch.
-//	copied        every moved table's rows of the tenant, source → target, with their ids,
-//	              through COPY in one target transaction (a crash copies again from scratch).
+//	copied        the source's fence sealed (migration 00152: from now on no write of the
+//	              tenant's rows of any moved table — the demo's orders and payments, a key's
+//	              events, outbox rows, answer counts — is taken; until now they were, and they
+//	              are in the copy), the writes under way waited out; then every moved table's
+//	              rows of the tenant, source → target, with their ids, through COPY in one
+//	              target transaction (a crash copies again from scratch).
 //	verified      per table, the row count and a checksum (md5 over the rows in key order) agree.
 //	switched      source fence "gone" (moved_to the target), target fence lifted, the map file
 //	              rewritten (atomically), an audit row in the control cell.
@@ -421,7 +425,7 @@ func (mv *mover) fence(ctx context.Context) error {
 	if err := setFence(ctx, mv.source, mv.cfg.Tenant, claim.FenceFrozen, ""); err != nil {
 		return fmt.Errorf("cell %s: %w", mv.from.Name, err)
 	}
-	if err := waitForWriters(ctx, mv.source, mv.cfg.DrainTimeout); err != nil {
+	if err := waitForWriters(ctx, mv.source, mv.cfg.DrainTimeout, "idempotency_keys", "consumed_messages"); err != nil {
 		return fmt.Errorf("cell %s: %w", mv.from.Name, err)
 	}
 	return mv.advance(ctx, nil, StepFenced, "frozen_at = COALESCE(frozen_at, now())")
@@ -450,22 +454,21 @@ func (mv *mover) idsFree(ctx context.Context) error {
 	return nil
 }
 
-// waitForWriters waits until every transaction that holds a write lock on the fenced tables
-// (idempotency_keys, consumed_messages) now has ended (PostgreSQL's own wait of CREATE INDEX
-// CONCURRENTLY, by polling pg_locks), at most limit.
-func waitForWriters(ctx context.Context, conn *pgx.Conn, limit time.Duration) error {
+// waitForWriters waits until every transaction that holds a write lock on tables now has ended
+// (PostgreSQL's own wait of CREATE INDEX CONCURRENTLY, by polling pg_locks), at most limit.
+func waitForWriters(ctx context.Context, conn *pgx.Conn, limit time.Duration, tables ...string) error {
 	var vxids []string
 	if err := conn.QueryRow(ctx, `SELECT COALESCE(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
 		WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND relation IN ('idempotency_keys'::regclass, 'consumed_messages'::regclass)
-		  AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`).Scan(&vxids); err != nil {
-		return fmt.Errorf("writers of idempotency_keys: %w", err)
+		  AND relation = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) t)
+		  AND mode = 'RowExclusiveLock' AND pid <> pg_backend_pid()`, tables).Scan(&vxids); err != nil {
+		return fmt.Errorf("writers of %s: %w", strings.Join(tables, ", "), err)
 	}
 	deadline := time.Now().Add(limit)
 	for wait := time.Millisecond; len(vxids) > 0; wait = min(wait*2, 50*time.Millisecond) {
 		var left int
 		if err := conn.QueryRow(ctx, `SELECT count(DISTINCT virtualtransaction) FROM pg_locks WHERE virtualtransaction = ANY($1)`, vxids).Scan(&left); err != nil {
-			return fmt.Errorf("writers of idempotency_keys: %w", err)
+			return fmt.Errorf("writers of %s: %w", strings.Join(tables, ", "), err)
 		}
 		if left == 0 {
 			return nil
@@ -533,9 +536,33 @@ func (mv *mover) drain(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-// copy copies every moved table's rows of the tenant from the source (one snapshot) into the
-// target (one transaction, which first deletes what an earlier attempt may have left).
+// seal makes the source's frozen fence refuse every write of the tenant's rows of the moved
+// tables (migration 00152; until now a lease holder finishing, or a writer that is not one — a
+// webhook's order transition, a key's answer counts — could still write them, and that was in
+// the copy), then waits out the writes under way: every write after the copy's snapshot would
+// be left behind and deleted with the source's rows. Idempotent: every copy seals first.
+func (mv *mover) seal(ctx context.Context) error {
+	if _, err := mv.source.Exec(ctx, `UPDATE cell_fences SET sealed = true WHERE tenant = $1 AND state = $2 AND NOT sealed`,
+		mv.cfg.Tenant, claim.FenceFrozen); err != nil {
+		return fmt.Errorf("cell %s: seal the fence: %w", mv.from.Name, err)
+	}
+	tables := make([]string, len(movedTables))
+	for i, t := range movedTables {
+		tables[i] = t.Name
+	}
+	if err := waitForWriters(ctx, mv.source, mv.cfg.DrainTimeout, tables...); err != nil {
+		return fmt.Errorf("cell %s: %w", mv.from.Name, err)
+	}
+	return nil
+}
+
+// copy copies every moved table's rows of the tenant from the source (one snapshot, after the
+// seal) into the target (one transaction, which first deletes what an earlier attempt may have
+// left).
 func (mv *mover) copy(ctx context.Context) (string, error) {
+	if err := mv.seal(ctx); err != nil {
+		return "", err
+	}
 	counts := map[string]int64{}
 	src, err := mv.source.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

@@ -191,11 +191,16 @@ const (
 // outboxClaimSQL claims due rows: pending ones, and sending ones whose holder's SendLease ran out
 // (it died mid-send). outbox_due_idx serves it; SKIP LOCKED lets relays split the work. The
 // attempt is counted here, before the send, so a crash after the send is never mistaken for
-// "never sent".
+// "never sent". Rows of a tenant fenced for a move between cells (cell_fences) wait: the move
+// carries them to the tenant's new cell, whose relay sends them (the fence would refuse the
+// claim's update, and the whole batch with it). With no fence in the cell — always, but during a
+// move — that check is one probe of the empty table per statement.
 const outboxClaimSQL = `
 WITH picked AS (
     SELECT id FROM outbox
     WHERE state IN ('pending', 'sending') AND next_attempt_at <= now()
+      AND (NOT EXISTS (SELECT FROM cell_fences) OR NOT EXISTS (SELECT FROM idempotency_keys k JOIN cell_fences f ON f.tenant = k.tenant
+          WHERE k.id = outbox.key_id))
     ORDER BY next_attempt_at
     LIMIT ?
     FOR UPDATE SKIP LOCKED
