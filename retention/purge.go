@@ -563,7 +563,7 @@ func (j *PurgeJob) stampBatch(ctx context.Context, tx *gorm.DB, rep *Report, st 
 	// committed after a later one's.
 	if err := tx.Exec(`UPDATE retention_settings SET
 			stamp_cursor_at = CASE WHEN ? AND ?::timestamptz > now() - ? * interval '1 millisecond' THEN now() - ? * interval '1 millisecond' ELSE ? END,
-			stamp_cursor_id = CASE WHEN ? AND ?::timestamptz > now() - ? * interval '1 millisecond' THEN 0 ELSE ? END`,
+			stamp_cursor_id = CASE WHEN ? AND ?::timestamptz > now() - ? * interval '1 millisecond' THEN 0 ELSE ?::bigint END`,
 		done, b.Next.At, j.cfg.StampSlack.Milliseconds(), j.cfg.StampSlack.Milliseconds(), b.Next.At,
 		done, b.Next.At, j.cfg.StampSlack.Milliseconds(), b.Next.ID).Error; err != nil {
 		return 0, false, nil, fmt.Errorf("save stamp cursor: %w", err)

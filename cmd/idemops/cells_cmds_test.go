@@ -305,8 +305,9 @@ func TestAuditAndKeysWithCells_TheControlChainAndEveryCellsKeys(t *testing.T) {
 	}
 }
 
-// TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies: `purge --cells` purges what is due in every
-// cell (here: a response whose period is over, in each).
+// TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies: `retention policies set --cells` saves the
+// policy in every cell, and `purge --cells` purges what is due in every cell under it (here: a
+// response whose period is over, in each).
 func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 	t.Parallel()
 	secret := []byte("cells-cmds-secret-0123")
@@ -331,6 +332,24 @@ func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 		}
 		// The old key's period is over.
 		pgtest.Exec(t, dbs[cell], `UPDATE idempotency_keys SET expires_at = now() - interval '1 day', response_expires_at = now() - interval '1 day' WHERE key = 'old'`)
+	}
+	// A policy set with the map is every cell's: each cell's purge reads its own.
+	if out, err := runIdemops(t, "retention", "policies", "set", "--operation", "payment.charge", "--state", "completed",
+		"--keep-response", "30d", "--keep-key", "90d", "--cells", mapPath, "--data-dir", dir); err != nil || strings.Count(out, "saved payment.charge/completed") != 2 {
+		t.Fatalf("retention policies set --cells: %v\n%s", err, out)
+	}
+	for cell, db := range dbs {
+		if n := count(t, db, `SELECT count(*) FROM retention_policies WHERE operation = 'payment.charge'`); n != 1 {
+			t.Errorf("cell %s has %d policies of payment.charge, want 1", cell, n)
+		}
+	}
+	if out, err := runIdemops(t, "retention", "policies", "list", "--cells", mapPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "== cell a\n") || !strings.Contains(out, "== cell b\n") || strings.Count(out, "payment.charge") != 2 {
+		t.Errorf("retention policies list --cells: %v\n%s", err, out)
+	}
+	// The old key's period is over: its stamps are re-set from the policy, a month before.
+	for _, db := range dbs {
+		pgtest.Exec(t, db, `UPDATE idempotency_keys SET completed_at = now() - interval '60 days' WHERE key = 'old'`)
 	}
 	out, err := runIdemops(t, "purge", "--cells", mapPath, "--data-dir", dir)
 	if err != nil || !strings.Contains(out, "== cell a\n") || !strings.Contains(out, "== cell b\n") || strings.Count(out, "tombstoned 1 responses") != 2 {

@@ -161,7 +161,8 @@ func printPurgeReport(w io.Writer, rep *retention.Report) {
 
 func newRetentionCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "retention", Short: "Retention policies and their floor"}
-	policies := &cobra.Command{Use: "policies", Short: "List, set or delete retention policies; show or set the floor"}
+	policies := &cobra.Command{Use: "policies", Short: "List, set or delete retention policies; show or set the floor (in every cell, with --cells)"}
+	addCellsFlag(policies.PersistentFlags())
 	cmd.AddCommand(policies)
 
 	policies.AddCommand(&cobra.Command{
@@ -169,28 +170,25 @@ func newRetentionCmd() *cobra.Command {
 		Short: "List the policies and the floor",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := openDatabase(cmd.Context(), cmd, true, true)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			set, err := retention.ListPolicies(cmd.Context(), d.DB)
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			defer tw.Flush()
-			fmt.Fprintf(tw, "floor: %s\n", set.Floor)
-			if len(set.Policies) == 0 {
-				fmt.Fprintln(tw, "no policies: keys keep the periods the claim store stamped")
+			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
+				set, err := retention.ListPolicies(cmd.Context(), c.DB)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				defer tw.Flush()
+				fmt.Fprintf(tw, "floor: %s\n", set.Floor)
+				if len(set.Policies) == 0 {
+					fmt.Fprintln(tw, "no policies: keys keep the periods the claim store stamped")
+					return nil
+				}
+				fmt.Fprintln(tw, "OPERATION\tSTATE\tKEEP RESPONSE\tKEEP KEY\tUPDATED\tBY")
+				for _, p := range set.Policies {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Operation, p.State, retention.FormatPeriod(p.KeepResponse),
+						retention.FormatPeriod(p.KeepKey), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
+				}
 				return nil
-			}
-			fmt.Fprintln(tw, "OPERATION\tSTATE\tKEEP RESPONSE\tKEEP KEY\tUPDATED\tBY")
-			for _, p := range set.Policies {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Operation, p.State, retention.FormatPeriod(p.KeepResponse),
-					retention.FormatPeriod(p.KeepKey), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
-			}
-			return nil
+			})
 		},
 	})
 
@@ -208,17 +206,14 @@ func newRetentionCmd() *cobra.Command {
 			if p.KeepKey, err = retention.ParsePeriod(keepKey); err != nil {
 				return usagef("--keep-key: %v", err)
 			}
-			d, err := openDatabase(cmd.Context(), cmd, true, true)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if err := retention.SavePolicy(cmd.Context(), d.DB, p, operatorActor()); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "saved %s/%s: keep response %s, keep key %s (existing keys are re-stamped by the next purge)\n",
-				p.Operation, p.State, retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
-			return nil
+			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
+				if err := retention.SavePolicy(cmd.Context(), c.DB, p, operatorActor()); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "saved %s/%s: keep response %s, keep key %s (existing keys are re-stamped by the next purge)\n",
+					p.Operation, p.State, retention.FormatPeriod(p.KeepResponse), retention.FormatPeriod(p.KeepKey))
+				return nil
+			})
 		},
 	}
 	set.Flags().StringVar(&operation, "operation", "", "operation, or * for every operation without its own policy")
@@ -236,16 +231,13 @@ func newRetentionCmd() *cobra.Command {
 		Short: "Delete a policy (its keys fall back to '*' or keep their stamps)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := openDatabase(cmd.Context(), cmd, true, true)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if err := retention.DeletePolicy(cmd.Context(), d.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s/%s\n", delOperation, delState)
-			return nil
+			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
+				if err := retention.DeletePolicy(cmd.Context(), c.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "deleted %s/%s\n", delOperation, delState)
+				return nil
+			})
 		},
 	}
 	del.Flags().StringVar(&delOperation, "operation", "", "operation of the policy")
@@ -269,31 +261,31 @@ func newRetentionCmd() *cobra.Command {
 			if changed != 0 && changed != 3 {
 				return usagef("set the floor with all three of --client-retry, --backfill and --reconciliation-lag")
 			}
-			d, err := openDatabase(cmd.Context(), cmd, true, true)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+			var f retention.Floor
 			if changed == 3 {
-				var f retention.Floor
 				for _, part := range []struct {
 					flag, v string
 					d       *time.Duration
 				}{{"client-retry", retry, &f.ClientRetry}, {"backfill", backfill, &f.Backfill}, {"reconciliation-lag", lag, &f.ReconciliationLag}} {
+					var err error
 					if *part.d, err = retention.ParsePeriod(part.v); err != nil {
 						return usagef("--%s: %v", part.flag, err)
 					}
 				}
-				if err := retention.SetFloor(cmd.Context(), d.DB, f, operatorActor()); err != nil {
+			}
+			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
+				if changed == 3 {
+					if err := retention.SetFloor(cmd.Context(), c.DB, f, operatorActor()); err != nil {
+						return err
+					}
+				}
+				f, err := retention.GetFloor(cmd.Context(), c.DB)
+				if err != nil {
 					return err
 				}
-			}
-			f, err := retention.GetFloor(cmd.Context(), d.DB)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "floor: %s\n", f)
-			return nil
+				fmt.Fprintf(out, "floor: %s\n", f)
+				return nil
+			})
 		},
 	}
 	floor.Flags().StringVar(&retry, "client-retry", "", "the clients' retry window")
@@ -341,4 +333,29 @@ func newHoldCmd() *cobra.Command {
 		cmd.AddCommand(sub)
 	}
 	return cmd
+}
+
+// eachRetentionCell runs fn on the database — with a cell map (--cells), on every cell's in the
+// map's order, its lines under "== cell NAME": each cell's purge applies its own policies and
+// floor, so a change is made in every cell; a cell that fails does not stop the others and is
+// named.
+func eachRetentionCell(cmd *cobra.Command, fn func(c cellDB, out io.Writer) error) error {
+	ctx := cmd.Context()
+	d, err := openDatabase(ctx, cmd, true, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	dbs, closeCells, err := d.cellDBs(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeCells()
+	out := cmd.OutOrStdout()
+	return eachCell(dbs, func(c cellDB) error {
+		if c.Name != "" {
+			fmt.Fprintf(out, "== cell %s\n", c.Name)
+		}
+		return fn(c, out)
+	})
 }
