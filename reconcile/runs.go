@@ -336,7 +336,7 @@ func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	}
 	f.Limit = min(f.Limit, 500)
 	q := r.db.WithContext(ctx)
-	sqlText := `SELECT ` + runColumns + ` WHERE (? = 0 OR r.id < ?)`
+	sqlText := `SELECT ` + runColumns + ` WHERE (?::bigint = 0 OR r.id < ?)` // bigint: a cell's ids are past int4
 	args := []any{f.BeforeID, f.BeforeID}
 	if f.Job != "" {
 		sqlText += ` AND j.name = ?`
