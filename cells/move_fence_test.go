@@ -208,3 +208,46 @@ func TestMoveFences_AnAnswerIsWrittenWithItsKeyAndFencedWithIt(t *testing.T) {
 		t.Errorf("%s answers of acme's key left in a", got)
 	}
 }
+
+// TestMoveFences_AnOperatorsWriteOfARevokedKeyIsRefusedOnceSealed: the keys' own fence leaves a
+// write that clears a lease token to the lease holder (its WHEN), so an operator's release of a
+// key whose lease the mover revoked passes it; the event every operator transition records
+// with it is refused from the seal, and the release with it — the key moves as the mover left
+// it, to be taken over in its new cell.
+func TestMoveFences_AnOperatorsWriteOfARevokedKeyIsRefusedOnceSealed(t *testing.T) {
+	t.Parallel()
+	path := twoCells(t)
+	set := open(t, path)
+	a, _ := set.Cell("a")
+	b, _ := set.Cell("b")
+	ctx := context.Background()
+	out, err := a.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: "held", Intent: []byte(`{"amount":1}`), Actor: "service:test"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	m, err := cells.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"), DrainTimeout: 1, StopAfter: cells.StepCopied}
+	if _, err := cells.Move(ctx, cfg); !errors.Is(err, cells.ErrStopped) {
+		t.Fatal(err)
+	}
+	// The shape of keys.ReleaseForRetry: the key returned to failed_retryable, and its event.
+	err = a.DB.Exec(`WITH u AS (
+		UPDATE idempotency_keys SET state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+			version = version + 1, updated_at = now()
+		WHERE id = ? AND state = 'processing' AND lease_expires_at < now() RETURNING id)
+		INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'released_for_retry', 'operator:test', '{}' FROM u`, out.KeyID).Error
+	if !isFenced(err) {
+		t.Fatalf("an operator's release of the revoked key after the seal: %v, want the fence's refusal", err)
+	}
+	cfg.StopAfter = ""
+	if _, err := cells.Move(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := b.DB.Raw(`SELECT state FROM idempotency_keys WHERE id = ?`, out.KeyID).Scan(&state).Error; err != nil || state != string(claim.StateProcessing) {
+		t.Errorf("the key in b: %q %v, want processing (revoked, for b's reclaimer)", state, err)
+	}
+}
