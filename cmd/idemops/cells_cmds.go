@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
+	"github.com/spf13/cobra"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
@@ -56,12 +58,32 @@ func (d *database) cellDBs(ctx context.Context) (dbs []cellDB, close func(), err
 	return dbs, close, nil
 }
 
-// eachCell runs fn on every database of dbs, all of them even when one fails (each cell's work
-// is its own), and returns the failures joined, each naming its cell.
-func eachCell(dbs []cellDB, fn func(c cellDB) error) error {
+// onEveryCell opens the database (migrated when migrate) and runs fn on it: with a cell map
+// (--cells), on every cell's database in the map's order, each cell's lines under "== cell NAME"
+// (a blank line between cells). A cell that fails does not stop the others (each cell's data is
+// its own); the failures come back joined, each naming its cell.
+func onEveryCell(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, c cellDB, out io.Writer) error) error {
+	ctx := cmd.Context()
+	d, err := openDatabase(ctx, cmd, true, migrate)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	dbs, closeCells, err := d.cellDBs(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeCells()
+	out := cmd.OutOrStdout()
 	var failed []error
-	for _, c := range dbs {
-		if err := fn(c); err != nil {
+	for i, c := range dbs {
+		if c.Name != "" {
+			if i > 0 {
+				fmt.Fprintln(out)
+			}
+			fmt.Fprintf(out, "== cell %s\n", c.Name)
+		}
+		if err := fn(ctx, c, out); err != nil {
 			if c.Name != "" {
 				err = fmt.Errorf("cell %s: %w", c.Name, err)
 			}

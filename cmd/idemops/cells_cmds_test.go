@@ -41,6 +41,27 @@ func openTestCells(t *testing.T, mapPath string, secret []byte) (*cells.Set, map
 	return set, dbs
 }
 
+// claimed is a key claimed by claimIn, with the store that holds its lease.
+type claimed struct {
+	*claim.Outcome
+	Store *claim.Store
+}
+
+// claimIn claims key for tenant (payment.charge) in the cell whose database is db.
+func claimIn(t *testing.T, db *gorm.DB, secret []byte, tenant, key string) claimed {
+	t.Helper()
+	st, err := claim.NewStore(db, claim.Config{DigestSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.Claim(context.Background(), claim.Request{Tenant: tenant, Operation: "payment.charge", Key: key,
+		Intent: json.RawMessage(`{"amount":1}`), Actor: "service:test"})
+	if err != nil || res.Kind != claim.Acquired {
+		t.Fatalf("claim %s of %s: %v %v", key, tenant, res, err)
+	}
+	return claimed{res, st}
+}
+
 func count(t *testing.T, db *gorm.DB, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
@@ -259,20 +280,7 @@ func TestAuditAndKeysWithCells_TheControlChainAndEveryCellsKeys(t *testing.T) {
 		t.Errorf("audit verify --cells: %v; want the control cell's one row\n%s", err, out)
 	}
 
-	seed := func(cell, tenant, key string) int64 {
-		t.Helper()
-		st, err := claim.NewStore(dbs[cell], claim.Config{DigestSecret: secret})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := st.Claim(ctx, claim.Request{Tenant: tenant, Operation: "payment.charge", Key: key,
-			Intent: json.RawMessage(`{"amount":1}`), Actor: "service:test"})
-		if err != nil || res.Kind != claim.Acquired {
-			t.Fatalf("seed %s in %s: %v %v", key, cell, res, err)
-		}
-		return res.KeyID
-	}
-	idA, idB := seed("a", "acme", "k-acme"), seed("b", "globex", "k-globex")
+	idA, idB := claimIn(t, dbs["a"], secret, "acme", "k-acme").KeyID, claimIn(t, dbs["b"], secret, "globex", "k-globex").KeyID
 	keysCmd := func(stdin string, args ...string) (string, error) {
 		return runIdemopsIn(t, stdin, append(append([]string{"keys"}, args...), "--cells", mapPath, "--data-dir", dir)...)
 	}
@@ -316,17 +324,9 @@ func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 	_, dbs := openTestCells(t, mapPath, secret)
 	ctx := context.Background()
 	for cell, tenant := range map[string]string{"a": "acme", "b": "globex"} {
-		st, err := claim.NewStore(dbs[cell], claim.Config{DigestSecret: secret})
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, key := range []string{"old", "new"} {
-			res, err := st.Claim(ctx, claim.Request{Tenant: tenant, Operation: "payment.charge", Key: key,
-				Intent: json.RawMessage(`{"amount":1}`), Actor: "service:test"})
-			if err != nil || res.Kind != claim.Acquired {
-				t.Fatalf("seed %s: %v %v", key, res, err)
-			}
-			if err := st.Complete(ctx, nil, res.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
+			res := claimIn(t, dbs[cell], secret, tenant, key)
+			if err := res.Store.Complete(ctx, nil, res.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
 				t.Fatal(err)
 			}
 		}

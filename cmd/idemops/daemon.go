@@ -401,23 +401,8 @@ func newJobsCmd() *cobra.Command {
 		Short: "Schedules with their next run and last run status, the leader and the replicas",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			db, err := openDatabase(ctx, cmd, true, false)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			dbs, closeCells, err := db.cellDBs(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeCells()
-			out := cmd.OutOrStdout()
-			return eachCell(dbs, func(c cellDB) error {
-				if c.Name != "" { // each cell has its own leader, replicas and schedules
-					fmt.Fprintf(out, "== cell %s\n", c.Name)
-					defer fmt.Fprintln(out)
-				}
+			// Each cell has its own leader, replicas and schedules.
+			return onEveryCell(cmd, false, func(ctx context.Context, c cellDB, out io.Writer) error {
 				return printJobs(ctx, out, c.DB)
 			})
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -40,28 +41,13 @@ Processing keys, keys on legal hold and keys of open reconciliation findings are
 map (--cells), every cell is purged under its own policies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			d, err := openDatabase(ctx, cmd, true, true)
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			// With a cell map, every cell is purged by its own policies (each cell's daemon purges
-			// it the same way), one after the other; a cell that fails does not stop the others.
-			dbs, closeCells, err := d.cellDBs(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeCells()
 			opts.Actor = operatorActor()
-			out := cmd.OutOrStdout()
-			return eachCell(dbs, func(c cellDB) error {
+			// With a cell map, every cell is purged by its own policies (each cell's daemon purges
+			// it the same way), one after the other.
+			return onEveryCell(cmd, true, func(ctx context.Context, c cellDB, out io.Writer) error {
 				job, err := retention.NewPurgeJob(c.DB, retention.Config{})
 				if err != nil {
 					return err
-				}
-				if c.Name != "" {
-					fmt.Fprintf(out, "== cell %s\n", c.Name)
 				}
 				bar := newPurgeProgress(cmd.ErrOrStderr())
 				rep, err := job.Purge(ctx, opts, bar)
@@ -170,8 +156,8 @@ func newRetentionCmd() *cobra.Command {
 		Short: "List the policies and the floor",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
-				set, err := retention.ListPolicies(cmd.Context(), c.DB)
+			return onEveryCell(cmd, true, func(ctx context.Context, c cellDB, out io.Writer) error {
+				set, err := retention.ListPolicies(ctx, c.DB)
 				if err != nil {
 					return err
 				}
@@ -206,8 +192,8 @@ func newRetentionCmd() *cobra.Command {
 			if p.KeepKey, err = retention.ParsePeriod(keepKey); err != nil {
 				return usagef("--keep-key: %v", err)
 			}
-			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
-				if err := retention.SavePolicy(cmd.Context(), c.DB, p, operatorActor()); err != nil {
+			return onEveryCell(cmd, true, func(ctx context.Context, c cellDB, out io.Writer) error {
+				if err := retention.SavePolicy(ctx, c.DB, p, operatorActor()); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "saved %s/%s: keep response %s, keep key %s (existing keys are re-stamped by the next purge)\n",
@@ -231,8 +217,8 @@ func newRetentionCmd() *cobra.Command {
 		Short: "Delete a policy (its keys fall back to '*' or keep their stamps)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
-				if err := retention.DeletePolicy(cmd.Context(), c.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
+			return onEveryCell(cmd, true, func(ctx context.Context, c cellDB, out io.Writer) error {
+				if err := retention.DeletePolicy(ctx, c.DB, delOperation, claim.State(delState), operatorActor()); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "deleted %s/%s\n", delOperation, delState)
@@ -273,13 +259,13 @@ func newRetentionCmd() *cobra.Command {
 					}
 				}
 			}
-			return eachRetentionCell(cmd, func(c cellDB, out io.Writer) error {
+			return onEveryCell(cmd, true, func(ctx context.Context, c cellDB, out io.Writer) error {
 				if changed == 3 {
-					if err := retention.SetFloor(cmd.Context(), c.DB, f, operatorActor()); err != nil {
+					if err := retention.SetFloor(ctx, c.DB, f, operatorActor()); err != nil {
 						return err
 					}
 				}
-				f, err := retention.GetFloor(cmd.Context(), c.DB)
+				f, err := retention.GetFloor(ctx, c.DB)
 				if err != nil {
 					return err
 				}
@@ -333,29 +319,4 @@ func newHoldCmd() *cobra.Command {
 		cmd.AddCommand(sub)
 	}
 	return cmd
-}
-
-// eachRetentionCell runs fn on the database — with a cell map (--cells), on every cell's in the
-// map's order, its lines under "== cell NAME": each cell's purge applies its own policies and
-// floor, so a change is made in every cell; a cell that fails does not stop the others and is
-// named.
-func eachRetentionCell(cmd *cobra.Command, fn func(c cellDB, out io.Writer) error) error {
-	ctx := cmd.Context()
-	d, err := openDatabase(ctx, cmd, true, true)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	dbs, closeCells, err := d.cellDBs(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeCells()
-	out := cmd.OutOrStdout()
-	return eachCell(dbs, func(c cellDB) error {
-		if c.Name != "" {
-			fmt.Fprintf(out, "== cell %s\n", c.Name)
-		}
-		return fn(c, out)
-	})
 }
