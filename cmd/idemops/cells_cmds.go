@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/migrations"
 	"github.com/idemops/idemops/reconcile"
 )
@@ -91,6 +92,30 @@ func onEveryCell(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, 
 		}
 	}
 	return errors.Join(failed...)
+}
+
+// inKeysCell runs fn on the database holding the key fn is about: the one database, or, with a
+// cell map (--cells), each cell's in turn until fn finds the key there (ids are unique across
+// cells; a key is in one cell, or — during its tenant's move — in two, where the fences refuse
+// changes). fn's not-found in every cell is the answer.
+func inKeysCell(cmd *cobra.Command, fn func(ctx context.Context, db *gorm.DB) error) error {
+	ctx := cmd.Context()
+	d, err := openDatabase(ctx, cmd, true, true)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	dbs, closeCells, err := d.cellDBs(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeCells()
+	for _, c := range dbs {
+		if err = fn(ctx, c.DB); errs.KindOf(err) != errs.NotFound {
+			return err
+		}
+	}
+	return err
 }
 
 // jobReplicas are the replicas `jobs run NAME` runs NAME on. Without a map, the one. With one:

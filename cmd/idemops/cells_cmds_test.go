@@ -315,7 +315,7 @@ func TestAuditAndKeysWithCells_TheControlChainAndEveryCellsKeys(t *testing.T) {
 
 // TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies: `retention policies set --cells` saves the
 // policy in every cell, and `purge --cells` purges what is due in every cell under it (here: a
-// response whose period is over, in each).
+// response whose period is over, in each); `hold set --cells` holds a key in its own cell.
 func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 	t.Parallel()
 	secret := []byte("cells-cmds-secret-0123")
@@ -323,9 +323,11 @@ func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 	_, mapPath := twoCellMap(t, dir)
 	_, dbs := openTestCells(t, mapPath, secret)
 	ctx := context.Background()
+	ids := map[string]int64{}
 	for cell, tenant := range map[string]string{"a": "acme", "b": "globex"} {
 		for _, key := range []string{"old", "new"} {
 			res := claimIn(t, dbs[cell], secret, tenant, key)
+			ids[cell+"/"+key] = res.KeyID
 			if err := res.Store.Complete(ctx, nil, res.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
 				t.Fatal(err)
 			}
@@ -354,6 +356,17 @@ func TestPurgeWithCells_PurgesEveryCellByItsOwnPolicies(t *testing.T) {
 	out, err := runIdemops(t, "purge", "--cells", mapPath, "--data-dir", dir)
 	if err != nil || !strings.Contains(out, "== cell a\n") || !strings.Contains(out, "== cell b\n") || strings.Count(out, "tombstoned 1 responses") != 2 {
 		t.Fatalf("purge --cells: %v; want one response tombstoned in each cell\n%s", err, out)
+	}
+	// A legal hold goes to the key's own cell.
+	if out, err := runIdemops(t, "hold", "set", "--key-id", fmt.Sprint(ids["b/new"]), "--reason", "court order", "--cells", mapPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "is now on legal hold") {
+		t.Errorf("hold set of cell b's key: %v\n%s", err, out)
+	}
+	if n := count(t, dbs["b"], `SELECT count(*) FROM idempotency_keys WHERE legal_hold`); n != 1 {
+		t.Errorf("cell b: %d keys on legal hold, want 1", n)
+	}
+	if _, err := runIdemops(t, "hold", "set", "--key-id", "12345", "--reason", "r", "--cells", mapPath, "--data-dir", dir); err == nil || exitCode(err) != 2 {
+		t.Errorf("hold set of a key no cell has: %v (exit %d), want not found, exit 2", err, exitCode(err))
 	}
 	for cell, db := range dbs {
 		var kept []string

@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/retention"
@@ -294,13 +295,11 @@ func newHoldCmd() *cobra.Command {
 				if keyID <= 0 {
 					return usagef("--key-id must be a positive key id")
 				}
-				d, err := openDatabase(cmd.Context(), cmd, true, true)
-				if err != nil {
+				var changed bool
+				if err := inKeysCell(cmd, func(ctx context.Context, db *gorm.DB) (err error) {
+					changed, err = retention.SetLegalHold(ctx, db, keyID, action == "set", operatorActor(), reason)
 					return err
-				}
-				defer d.Close()
-				changed, err := retention.SetLegalHold(cmd.Context(), d.DB, keyID, action == "set", operatorActor(), reason)
-				if err != nil {
+				}); err != nil {
 					return err
 				}
 				state := map[bool]string{true: "on legal hold", false: "not on legal hold"}[action == "set"]
@@ -312,6 +311,7 @@ func newHoldCmd() *cobra.Command {
 				return nil
 			},
 		}
+		addCellsFlag(sub.Flags())
 		sub.Flags().Int64Var(&keyID, "key-id", 0, "the key's id")
 		sub.Flags().StringVar(&reason, "reason", "", "why (recorded in the key's history)")
 		_ = sub.MarkFlagRequired("key-id")
