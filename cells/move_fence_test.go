@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
@@ -54,6 +55,48 @@ var fencedWrites = []fencedWrite{
 		count: `SELECT count(*) FROM demo_likes WHERE tenant = @tenant`},
 }
 
+// fenceCells is a test's two cells (a: acme, initech; b: globex) and their map's path.
+func fenceCells(t *testing.T) (path string, a, b *cells.Cell) {
+	t.Helper()
+	t.Parallel()
+	path = twoCells(t)
+	set := open(t, path)
+	a, _ = set.Cell("a")
+	b, _ = set.Cell("b")
+	return path, a, b
+}
+
+// moveAcme moves acme from a to b (a drain of 10 ms: a lease left is revoked), stopping after
+// stopAfter ("": to the end).
+func moveAcme(t *testing.T, path string, stopAfter cells.Step) {
+	t.Helper()
+	m, err := cells.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cells.Move(context.Background(), cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"),
+		DrainTimeout: 10 * time.Millisecond, StopAfter: stopAfter})
+	if stopAfter != "" && !errors.Is(err, cells.ErrStopped) || stopAfter == "" && err != nil {
+		t.Fatalf("move (stop after %q): %v", stopAfter, err)
+	}
+}
+
+// claimKey claims key for tenant in cell c, completed (201) when complete, and returns its id.
+func claimKey(t *testing.T, c *cells.Cell, tenant, key string, complete bool) int64 {
+	t.Helper()
+	ctx := context.Background()
+	out, err := c.Store.Claim(ctx, claim.Request{Tenant: tenant, Operation: "charge", Key: key, Intent: []byte(`{"amount":1}`), Actor: "service:test"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim %s of %s: %v %v", key, tenant, out, err)
+	}
+	if complete {
+		if err := c.Store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.KeyID
+}
+
 // isFenced reports whether err is the fence's refusal (SQLSTATE IF001).
 func isFenced(err error) bool {
 	var pe *pgconn.PgError
@@ -67,22 +110,10 @@ func isFenced(err error) bool {
 // until the switch, and in the source after it; another tenant's writes go on. Every write that
 // was taken is in the tenant's new cell, none is left behind.
 func TestMoveFences_EveryMovedTablesWriteIsRefusedFromTheSealAndNoneIsLost(t *testing.T) {
-	t.Parallel()
-	path := twoCells(t)
-	set := open(t, path)
-	a, _ := set.Cell("a")
-	b, _ := set.Cell("b")
-	ctx := context.Background()
+	path, a, b := fenceCells(t)
 	keys := map[string]int64{}
 	for _, tenant := range []string{"acme", "initech"} {
-		out, err := a.Store.Claim(ctx, claim.Request{Tenant: tenant, Operation: "charge", Key: "k", Intent: []byte(`{"amount":1}`), Actor: "service:test"})
-		if err != nil || out.Kind != claim.Acquired {
-			t.Fatalf("claim %s: %v %v", tenant, out, err)
-		}
-		if err := a.Store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
-		keys[tenant] = out.KeyID
+		keys[tenant] = claimKey(t, a, tenant, "k", true)
 	}
 	args := func(tenant string, n int) map[string]any {
 		return map[string]any{"tenant": tenant, "key": keys[tenant], "n": fmt.Sprint(n)} // n as text: each use casts it
@@ -116,33 +147,22 @@ func TestMoveFences_EveryMovedTablesWriteIsRefusedFromTheSealAndNoneIsLost(t *te
 		}
 		return n
 	}
-	move := func(stopAfter cells.Step) {
-		t.Helper()
-		m, err := cells.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = cells.Move(ctx, cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"), StopAfter: stopAfter})
-		if stopAfter != "" && !errors.Is(err, cells.ErrStopped) || stopAfter == "" && err != nil {
-			t.Fatalf("move (stop after %q): %v", stopAfter, err)
-		}
-	}
 
 	for _, w := range fencedWrites {
 		taken("before the move", a, w, "acme", 1)
 		taken("before the move", a, w, "initech", 1)
 	}
-	move(cells.StepDrained) // frozen, its leases drained: not sealed yet
+	moveAcme(t, path, cells.StepDrained) // frozen, its leases drained: not sealed yet
 	for _, w := range fencedWrites {
 		taken("frozen before the seal", a, w, "acme", 2)
 	}
-	move(cells.StepCopied) // sealed, copied
+	moveAcme(t, path, cells.StepCopied) // sealed, copied
 	for _, w := range fencedWrites {
 		refused("sealed", a, w, "acme", 3)
 		refused("incoming", b, w, "acme", 3)
 		taken("while acme is sealed", a, w, "initech", 3)
 	}
-	move("")
+	moveAcme(t, path, "")
 	for _, w := range fencedWrites {
 		if got := count(b, w, "acme"); got != 2 {
 			t.Errorf("%s: %d of acme's rows in b, want the 2 written before the seal", w.table, got)
@@ -167,44 +187,25 @@ func TestMoveFences_EveryMovedTablesWriteIsRefusedFromTheSealAndNoneIsLost(t *te
 // own (cells' fencedThroughKeys): its writers write the key's row in the same statement — as
 // retention's tombstone does here — and the keys' fence refuses that while the tenant is frozen.
 func TestMoveFences_AnAnswerIsWrittenWithItsKeyAndFencedWithIt(t *testing.T) {
-	t.Parallel()
-	path := twoCells(t)
-	set := open(t, path)
-	a, _ := set.Cell("a")
-	b, _ := set.Cell("b")
-	ctx := context.Background()
-	out, err := a.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: "k", Intent: []byte(`{"amount":1}`), Actor: "service:test"})
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", out, err)
-	}
-	if err := a.Store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	path, a, b := fenceCells(t)
+	keyID := claimKey(t, a, "acme", "k", true)
 	answer := func(db *gorm.DB, status int) error {
 		return db.Exec(`WITH u AS (UPDATE idempotency_keys SET updated_at = now() WHERE id = ? RETURNING id)
-			UPDATE key_responses SET status = ? WHERE key_id IN (SELECT id FROM u)`, out.KeyID, status).Error
+			UPDATE key_responses SET status = ? WHERE key_id IN (SELECT id FROM u)`, keyID, status).Error
 	}
 	if err := answer(a.DB, 202); err != nil {
 		t.Fatal(err)
 	}
-	m, err := cells.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cells.Move(ctx, cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"), StopAfter: cells.StepFenced}); !errors.Is(err, cells.ErrStopped) {
-		t.Fatal(err)
-	}
+	moveAcme(t, path, cells.StepFenced)
 	if err := answer(a.DB, 203); !isFenced(err) {
 		t.Errorf("frozen: the answer's write: %v, want the fence's refusal", err)
 	}
-	if _, err := cells.Move(ctx, cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme")}); err != nil {
-		t.Fatal(err)
-	}
+	moveAcme(t, path, "")
 	var status int
-	if err := b.DB.Raw(`SELECT status FROM key_responses WHERE key_id = ?`, out.KeyID).Scan(&status).Error; err != nil || status != 202 {
+	if err := b.DB.Raw(`SELECT status FROM key_responses WHERE key_id = ?`, keyID).Scan(&status).Error; err != nil || status != 202 {
 		t.Errorf("acme's answer in b: %d %v, want 202 (the write taken before the fence)", status, err)
 	}
-	if got := fmt.Sprint(count(t, a.DB, `SELECT count(*) FROM key_responses WHERE key_id = ?`, out.KeyID)); got != "0" {
+	if got := fmt.Sprint(count(t, a.DB, `SELECT count(*) FROM key_responses WHERE key_id = ?`, keyID)); got != "0" {
 		t.Errorf("%s answers of acme's key left in a", got)
 	}
 }
@@ -215,39 +216,21 @@ func TestMoveFences_AnAnswerIsWrittenWithItsKeyAndFencedWithIt(t *testing.T) {
 // with it is refused from the seal, and the release with it — the key moves as the mover left
 // it, to be taken over in its new cell.
 func TestMoveFences_AnOperatorsWriteOfARevokedKeyIsRefusedOnceSealed(t *testing.T) {
-	t.Parallel()
-	path := twoCells(t)
-	set := open(t, path)
-	a, _ := set.Cell("a")
-	b, _ := set.Cell("b")
-	ctx := context.Background()
-	out, err := a.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: "held", Intent: []byte(`{"amount":1}`), Actor: "service:test"})
-	if err != nil || out.Kind != claim.Acquired {
-		t.Fatalf("claim: %v %v", out, err)
-	}
-	m, err := cells.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := cells.MoveConfig{Map: m, Tenant: "acme", To: "b", Audit: auditIn("acme"), DrainTimeout: 1, StopAfter: cells.StepCopied}
-	if _, err := cells.Move(ctx, cfg); !errors.Is(err, cells.ErrStopped) {
-		t.Fatal(err)
-	}
+	path, a, b := fenceCells(t)
+	keyID := claimKey(t, a, "acme", "held", false)
+	moveAcme(t, path, cells.StepCopied) // the held lease revoked after the drain, the fence sealed
 	// The shape of keys.ReleaseForRetry: the key returned to failed_retryable, and its event.
-	err = a.DB.Exec(`WITH u AS (
+	err := a.DB.Exec(`WITH u AS (
 		UPDATE idempotency_keys SET state = 'failed_retryable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
 			version = version + 1, updated_at = now()
 		WHERE id = ? AND state = 'processing' AND lease_expires_at < now() RETURNING id)
-		INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'released_for_retry', 'operator:test', '{}' FROM u`, out.KeyID).Error
+		INSERT INTO key_events (key_id, kind, actor, detail) SELECT id, 'released_for_retry', 'operator:test', '{}' FROM u`, keyID).Error
 	if !isFenced(err) {
 		t.Fatalf("an operator's release of the revoked key after the seal: %v, want the fence's refusal", err)
 	}
-	cfg.StopAfter = ""
-	if _, err := cells.Move(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	moveAcme(t, path, "")
 	var state string
-	if err := b.DB.Raw(`SELECT state FROM idempotency_keys WHERE id = ?`, out.KeyID).Scan(&state).Error; err != nil || state != string(claim.StateProcessing) {
+	if err := b.DB.Raw(`SELECT state FROM idempotency_keys WHERE id = ?`, keyID).Scan(&state).Error; err != nil || state != string(claim.StateProcessing) {
 		t.Errorf("the key in b: %q %v, want processing (revoked, for b's reclaimer)", state, err)
 	}
 }

@@ -64,6 +64,29 @@ func (d *database) cellDBs(ctx context.Context) (dbs []cellDB, close func(), err
 // (a blank line between cells). A cell that fails does not stop the others (each cell's data is
 // its own); the failures come back joined, each naming its cell.
 func onEveryCell(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, c cellDB, out io.Writer) error) error {
+	return withCellDBs(cmd, migrate, func(ctx context.Context, dbs []cellDB) error {
+		out := cmd.OutOrStdout()
+		var failed []error
+		for i, c := range dbs {
+			if c.Name != "" {
+				if i > 0 {
+					fmt.Fprintln(out)
+				}
+				fmt.Fprintf(out, "== cell %s\n", c.Name)
+			}
+			if err := fn(ctx, c, out); err != nil {
+				if c.Name != "" {
+					err = fmt.Errorf("cell %s: %w", c.Name, err)
+				}
+				failed = append(failed, err)
+			}
+		}
+		return errors.Join(failed...)
+	})
+}
+
+// withCellDBs opens the database (migrated when migrate) and gives fn its cellDBs, closed after.
+func withCellDBs(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, dbs []cellDB) error) error {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, true, migrate)
 	if err != nil {
@@ -75,23 +98,7 @@ func onEveryCell(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, 
 		return err
 	}
 	defer closeCells()
-	out := cmd.OutOrStdout()
-	var failed []error
-	for i, c := range dbs {
-		if c.Name != "" {
-			if i > 0 {
-				fmt.Fprintln(out)
-			}
-			fmt.Fprintf(out, "== cell %s\n", c.Name)
-		}
-		if err := fn(ctx, c, out); err != nil {
-			if c.Name != "" {
-				err = fmt.Errorf("cell %s: %w", c.Name, err)
-			}
-			failed = append(failed, err)
-		}
-	}
-	return errors.Join(failed...)
+	return fn(ctx, dbs)
 }
 
 // inKeysCell runs fn on the database holding the key fn is about: the one database, or, with a
@@ -99,23 +106,14 @@ func onEveryCell(cmd *cobra.Command, migrate bool, fn func(ctx context.Context, 
 // cells; a key is in one cell, or — during its tenant's move — in two, where the fences refuse
 // changes). fn's not-found in every cell is the answer.
 func inKeysCell(cmd *cobra.Command, fn func(ctx context.Context, db *gorm.DB) error) error {
-	ctx := cmd.Context()
-	d, err := openDatabase(ctx, cmd, true, true)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	dbs, closeCells, err := d.cellDBs(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeCells()
-	for _, c := range dbs {
-		if err = fn(ctx, c.DB); errs.KindOf(err) != errs.NotFound {
-			return err
+	return withCellDBs(cmd, true, func(ctx context.Context, dbs []cellDB) (err error) {
+		for _, c := range dbs {
+			if err = fn(ctx, c.DB); errs.KindOf(err) != errs.NotFound {
+				return err
+			}
 		}
-	}
-	return err
+		return err
+	})
 }
 
 // jobReplicas are the replicas `jobs run NAME` runs NAME on. Without a map, the one. With one:
