@@ -34,6 +34,9 @@ const (
 	KindKillPaysim       = "kill-paysim"
 	KindKillConsole      = "kill-console"
 	KindChannelAnomaly   = "channel-anomaly"
+	// KindKillCellPrimary is kill-pg-primary in one cell of a run with cells (--cells 2, HA):
+	// that cell's pg_auto_failover primary is killed; the other cell's tenants must not notice.
+	KindKillCellPrimary = "kill-cell-primary"
 )
 
 // ScheduledKinds are the kinds drawn on a single PostgreSQL cluster, once per minute each.
@@ -56,6 +59,15 @@ const faultWindow = 4 * time.Second
 // ha, the PostgreSQL primary is killed once, in the first minute (the set has one standby). It
 // uses nothing but the seed, d and ha, so the same seed gives the same schedule.
 func Schedule(seed int64, d time.Duration, ha bool) []PlannedFault {
+	return ScheduleCells(seed, d, ha, nil)
+}
+
+// ScheduleCells is Schedule for a run with cells (names as the cell map lists them). With fewer
+// than two cells it is Schedule, draw for draw. With two or more, the primary killed (with ha)
+// is one cell's, drawn from the seed (kill-cell-primary instead of kill-pg-primary), and every
+// kill-daemon-leader aims at the leader of a cell drawn from the seed; both are drawn after
+// everything else, so the times and targets of the other faults are Schedule's.
+func ScheduleCells(seed int64, d time.Duration, ha bool, cells []string) []PlannedFault {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6661756c74732d31))
 	rounds := max(1, int(d/time.Minute))
 	w := d / time.Duration(rounds)
@@ -83,10 +95,35 @@ func Schedule(seed int64, d time.Duration, ha bool) []PlannedFault {
 	}
 	if ha { // drawn last, so the rest of the schedule is the same with and without HA
 		span := max(w-7*time.Second, time.Second)
-		out = append(out, PlannedFault{At: 2*time.Second + time.Duration(rng.Int64N(int64(span))), Kind: KindKillPGPrimary, Target: "postgres primary"})
+		f := PlannedFault{At: 2*time.Second + time.Duration(rng.Int64N(int64(span))), Kind: KindKillPGPrimary, Target: "postgres primary"}
+		if len(cells) > 1 {
+			f.Kind, f.Target = KindKillCellPrimary, CellTarget(cells[rng.IntN(len(cells))], "primary")
+		}
+		out = append(out, f)
+	}
+	if len(cells) > 1 { // after the primary: with one cell nothing more is drawn
+		for i := range out {
+			if out[i].Kind == KindKillDaemonLeader {
+				out[i].Target = CellTarget(cells[rng.IntN(len(cells))], "daemon leader")
+			}
+		}
 	}
 	slices.SortStableFunc(out, func(a, b PlannedFault) int { return int(a.At - b.At) })
 	return out
+}
+
+// CellTarget names what a fault aims at in one cell ("cell b primary"); TargetCell reads the
+// cell back.
+func CellTarget(cell, what string) string { return "cell " + cell + " " + what }
+
+// TargetCell is the cell a planned fault's target names ("" when it names none).
+func TargetCell(target string) string {
+	rest, ok := strings.CutPrefix(target, "cell ")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	return name
 }
 
 // paysimFault is the X-Paysim-Fault value a paysim fault kind puts on traffic in its window.
