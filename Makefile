@@ -24,13 +24,15 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 ## chaos: the demo world as separate processes under a seeded fault schedule, invariants checked
-## at the end, the report under CHAOS_OUT (exit 1 when an invariant broke)
+## at the end, the report under CHAOS_OUT (exit 1 when an invariant broke); CHAOS_CELLS=2 splits
+## the tenants over two cells (each a pg_auto_failover pair), one cell's primary killed
 CHAOS_DURATION ?= 5m
 CHAOS_SEED ?= 1
 CHAOS_OUT ?= chaos-report
+CHAOS_CELLS ?= 1
 chaos: prereqs
 	$(GO) build -o bin/ ./cmd/idemops
-	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT)
+	./bin/idemops chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED) --out $(CHAOS_OUT) --cells $(CHAOS_CELLS)
 
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
 ## package; the HA failover test and the cells proof (chaos/failover) run last, alone, one after

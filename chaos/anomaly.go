@@ -18,6 +18,7 @@ const InvAnomaliesFound = "every anomaly planted at the channel found by reconci
 
 // anomaly is a discrepancy planted at paysim on purpose: reconciliation must report it.
 type anomaly struct {
+	Tenant string // the key's tenant; "" for an order no key has
 	Order  string // merchant order number (a key's downstream key, or one no key has)
 	Kind   string // the finding it must raise
 	Target string // key digest or order, for the report
@@ -96,7 +97,7 @@ func (w *world) channelAnomaly(ctx context.Context) {
 		if err != nil {
 			done = append(done, "amount not changed: "+oneLine(err))
 		} else {
-			w.expect(anomaly{Order: dk, Kind: "AMOUNT_MISMATCH", Target: digest})
+			w.expect(anomaly{Tenant: pick.Tenant, Order: dk, Kind: "AMOUNT_MISMATCH", Target: digest})
 			done = append(done, "amount of "+digest[:12]+"'s charge +1")
 		}
 	} else {
@@ -132,16 +133,25 @@ func (w *world) expect(a anomaly) {
 	w.mu.Unlock()
 }
 
-// anomaliesFound checks that every planted anomaly has its open finding.
-func (w *world) anomaliesFound(open []struct{ Order, Kind, Detail string }) report.Invariant {
+// anomaliesFound checks that every planted anomaly has its open finding: with cells, one on a
+// key in the key's cell (open: cell cl's findings), one with no key in any cell (every: every
+// cell's), checked with the control cell. Without cells open and every are the one cell's.
+func (w *world) anomaliesFound(cl *cell, open, every []finding) report.Invariant {
 	c := &check{inv: report.Invariant{Name: InvAnomaliesFound, OK: true}}
 	w.mu.Lock()
 	planted := append([]anomaly(nil), w.anomalies...)
 	w.mu.Unlock()
 	for _, a := range planted {
+		in := open
+		switch {
+		case a.Tenant == "" && cl != w.pgs[0], a.Tenant != "" && !cl.holds(a.Tenant):
+			continue
+		case a.Tenant == "":
+			in = every
+		}
 		c.inv.Checked++
 		found := false
-		for _, o := range open {
+		for _, o := range in {
 			found = found || (o.Order == a.Order && o.Kind == a.Kind)
 		}
 		if !found {

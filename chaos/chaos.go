@@ -24,15 +24,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/audit"
+	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/mqlocal"
-	"github.com/idemops/idemops/internal/pgha"
-	"github.com/idemops/idemops/internal/pglocal"
-	"github.com/idemops/idemops/internal/pgpool"
-	"github.com/idemops/idemops/migrations"
 )
 
 // What the runner tells the parts it starts (besides DATABASE_URL, AMQP_URL and
@@ -71,35 +68,38 @@ type Config struct {
 	// HA runs PostgreSQL as the pg_auto_failover set (internal/pgha) and kills its primary once;
 	// when the set cannot start (pg_autoctl missing) the run falls back to a single cluster and
 	// the report says so.
-	HA  bool
-	Log io.Writer
+	HA bool
+	// Cells splits the tenants over that many cells (at most MaxCells), each its own PostgreSQL
+	// (a pg_auto_failover pair with HA), under a cell map the runner writes; every part then
+	// runs with --cells. 0 or 1: one database, no map — the run as before cells.
+	Cells int
+	Log   io.Writer
 }
 
 // world is everything running.
 type world struct {
-	cfg      Config
-	start    time.Time
-	db       *gorm.DB
-	store    *claim.Store
-	pg       *pglocal.Cluster
-	ha       *pgha.Set
-	broker   *mqlocal.Broker
-	proxy    *proxy
-	paysim   *proc
-	pays     []*proc
-	backs    []*backend
-	daemons  []*proc
-	console  *proc
-	api      consoleAPI
-	tokens   []string
-	sim      *paysim.Client
-	traffic  *traffic
-	grpc     *grpc.ClientConn
-	hist     *history.Recorder
-	purge    purger
-	ledger   *ledger
-	bouncers []*pgha.Bouncer
-	win      window
+	cfg     Config
+	start   time.Time
+	db      *gorm.DB     // the control cell's (the only one without cells)
+	store   *claim.Store // on db
+	pgs     []*cell      // every cell's PostgreSQL; one without cells
+	set     *cells.Set   // the runner's own cells (nil without cells)
+	broker  *mqlocal.Broker
+	proxy   *proxy
+	paysim  *proc
+	pays    []*proc
+	backs   []*backend
+	daemons []*proc
+	console *proc
+	api     consoleAPI
+	tokens  []string
+	sim     *paysim.Client
+	traffic *traffic
+	grpc    *grpc.ClientConn
+	hist    *history.Recorder
+	purge   purger
+	ledger  *ledger
+	win     window
 
 	brokerBusy atomic.Bool
 
@@ -158,6 +158,11 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 		return nil, err
 	}
 	w.logf("world up: payments ×2 behind %s, daemons ×2, console %s, paysim %s", w.proxy.URL, w.api.url, w.sim.BaseURL())
+	if w.withCells() {
+		for _, c := range w.pgs {
+			r.Cells = append(r.Cells, report.Cell{Name: c.name, Tenants: c.tenants})
+		}
+	}
 
 	// Traffic and faults.
 	w.start = time.Now()
@@ -196,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	w.mu.Lock()
 	r.Faults = append([]report.Fault(nil), w.faults...)
 	sort.SliceStable(r.Faults, func(i, j int) bool { return r.Faults[i].T < r.Faults[j].T })
-	for _, f := range Schedule(cfg.Seed, cfg.Duration, w.ha != nil) {
+	for _, f := range w.schedule() {
 		r.Schedule = append(r.Schedule, report.Fault{T: f.At.Seconds(), Kind: f.Kind, Target: f.Target})
 	}
 	r.Components = append([]report.Component(nil), w.components...)
@@ -212,30 +217,17 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	return r, nil
 }
 
-// up starts every part; PostgreSQL and RabbitMQ side by side (they are the slow ones).
+// up starts every part; PostgreSQL (every cell's) and RabbitMQ side by side (they are the slow
+// ones).
 func (w *world) up(ctx context.Context, logs string) error {
-	var pgErr, mqErr error
+	tenants := []string{"acme", "globex"}
+	w.pgs = newCells(w.cfg.Cells, tenants)
+	var pgErr, mqErr, haErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
-	var haErr error
 	go func() {
 		defer wg.Done()
-		lf, _ := os.Create(filepath.Join(logs, "postgres.log"))
-		if w.cfg.HA {
-			if w.ha, haErr = pgha.Start(ctx, pgha.Options{Log: lf, StartTimeout: 3 * time.Minute}); haErr == nil {
-				if haErr = w.ha.CreateDatabase(ctx, "idemops"); haErr == nil {
-					return
-				}
-				w.ha.Stop()
-				w.ha = nil
-			}
-		}
-		dir, err := os.MkdirTemp("/tmp", "idemops-chaos-pg-")
-		if err != nil {
-			pgErr = err
-			return
-		}
-		w.pg, pgErr = pglocal.Start(ctx, pglocal.Options{DataDir: dir, Log: lf, MaxConnections: 300})
+		haErr, pgErr = w.startPostgres(ctx, logs)
 	}()
 	go func() {
 		defer wg.Done()
@@ -249,14 +241,24 @@ func (w *world) up(ctx context.Context, logs string) error {
 	if mqErr != nil {
 		return fmt.Errorf("chaos: RabbitMQ: %w", mqErr)
 	}
-	var dbURL string
-	if w.ha != nil {
-		dbURL = w.ha.URL("idemops")
+	switch {
+	case w.withCells() && w.haRunning():
+		w.logf("PostgreSQL: %d cells, each a pg_auto_failover set (monitor, primary, synchronous standby), and RabbitMQ up (broker in %.1fs)", len(w.pgs), w.broker.StartupTime.Seconds())
+		w.components = append(w.components, report.Component{Name: "postgres-ha", Exercised: true,
+			Why: fmt.Sprintf("%d cells (%s), each a pg_auto_failover set (internal/pgha): monitor, primary, synchronous standby; one cell's primary is killed once", len(w.pgs), w.cellsText())})
+	case w.withCells():
+		why := "--ha=false: a single cluster per cell (internal/pglocal); kill-cell-primary is not drawn"
+		if haErr != nil {
+			why = "the HA sets did not start (" + oneLine(haErr) + "): a single cluster per cell instead; kill-cell-primary is not drawn"
+		}
+		w.logf("PostgreSQL: %d cells, each a single cluster, and RabbitMQ up (broker in %.1fs)", len(w.pgs), w.broker.StartupTime.Seconds())
+		w.components = append(w.components, report.Component{Name: "postgres", Exercised: true, Why: fmt.Sprintf("%d cells (%s), each a single cluster (internal/pglocal)", len(w.pgs), w.cellsText())},
+			report.Component{Name: "postgres-ha", Exercised: false, Why: why})
+	case w.haRunning():
 		w.logf("PostgreSQL HA set (pg_auto_failover: monitor, primary, synchronous standby) and RabbitMQ up (broker in %.1fs)", w.broker.StartupTime.Seconds())
 		w.components = append(w.components, report.Component{Name: "postgres-ha", Exercised: true,
 			Why: "pg_auto_failover (internal/pgha): monitor, primary, synchronous standby; multi-host URL, target_session_attrs=read-write; the primary is killed once"})
-	} else {
-		dbURL = w.pg.URL("postgres")
+	default:
 		why := "--ha=false: a single cluster (internal/pglocal); kill-pg-primary is not drawn"
 		if haErr != nil {
 			why = "the HA set did not start (" + oneLine(haErr) + "): a single cluster instead; kill-pg-primary is not drawn"
@@ -266,34 +268,41 @@ func (w *world) up(ctx context.Context, logs string) error {
 			report.Component{Name: "postgres-ha", Exercised: false, Why: why})
 	}
 	w.components = append(w.components, report.Component{Name: "rabbitmq", Exercised: true})
-	db, err := pgpool.Open(dbURL)
-	if err != nil {
+	secret := randomHex(24)
+	if err := w.openCells(ctx, secret); err != nil {
 		return err
 	}
-	w.db = db
-	sqlDB, _ := db.DB()
-	if err := migrations.Up(ctx, sqlDB); err != nil {
-		return err
-	}
-	if err := shortRetention(ctx, w); err != nil {
-		return err
+	for _, c := range w.pgs {
+		if err := shortRetention(ctx, c.db); err != nil {
+			return err
+		}
 	}
 	// The runner reads and checks the store directly; every part goes through pgbouncer.
 	blog, _ := os.Create(filepath.Join(logs, "pgbouncer.log"))
-	partsURL, err := w.startBouncers(ctx, blog)
-	if err != nil {
-		return err
+	for _, c := range w.pgs {
+		if err := w.startBouncers(ctx, c, blog); err != nil {
+			return err
+		}
 	}
 	w.components = append(w.components, report.Component{Name: "pgbouncer", Exercised: true,
 		Why: fmt.Sprintf("transaction pooling, %d server connections per node; the parts connect through it (default_query_exec_mode=exec)", BouncerPoolSize)})
-	secret := randomHex(24)
-	if w.store, err = claim.NewStore(db, claim.Config{DigestSecret: []byte(secret)}); err != nil {
-		return err
+	partsURL := w.pgs[0].partsURL
+	var cellsArgs []string // every part but paysim: --cells FILE with cells
+	if w.withCells() {
+		m, err := w.cellMap(func(c *cell) string { return c.partsURL })
+		if err != nil {
+			return fmt.Errorf("chaos: cell map: %w", err)
+		}
+		path := filepath.Join(w.cfg.OutDir, "cells.yaml")
+		if err := cells.Write(path, m); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
+		cellsArgs = []string{"--cells", path}
+		w.logf("cell map %s: %s", path, w.cellsText())
 	}
 
 	apiKeys := map[string]string{}
 	var pairs []string
-	tenants := []string{"acme", "globex"}
 	for _, t := range tenants {
 		k := "sk_chaos_" + t + "_" + randomHex(12)
 		apiKeys[t] = k
@@ -312,6 +321,7 @@ func (w *world) up(ctx context.Context, logs string) error {
 		u, _ := url.Parse("http://" + addr)
 		w.backs = append(w.backs, &backend{name: fmt.Sprintf("payments-%d", i+1), url: u, grpc: gaddr})
 	}
+	var err error
 	if w.proxy, err = startProxy(w.backs); err != nil {
 		return err
 	}
@@ -343,12 +353,12 @@ func (w *world) up(ctx context.Context, logs string) error {
 	env = append(env, EnvPaysimURL+"="+w.paysim.ready)
 	tokens := filepath.Join(w.cfg.OutDir, "logs", "console-tokens")
 	for _, b := range w.backs {
-		w.pays = append(w.pays, mk(b.name, "payments", "--name", b.name, "--addr", b.url.Host, "--grpc-addr", b.grpc))
+		w.pays = append(w.pays, mk(b.name, append([]string{"payments", "--name", b.name, "--addr", b.url.Host, "--grpc-addr", b.grpc}, cellsArgs...)...))
 	}
 	for i := range 2 {
-		w.daemons = append(w.daemons, mk(fmt.Sprintf("daemon-%d", i+1), "daemon", "--name", fmt.Sprintf("daemon-%d", i+1)))
+		w.daemons = append(w.daemons, mk(fmt.Sprintf("daemon-%d", i+1), append([]string{"daemon", "--name", fmt.Sprintf("daemon-%d", i+1)}, cellsArgs...)...))
 	}
-	w.console = mk("console", "console", "--addr", consoleAddr, "--tokens-file", tokens)
+	w.console = mk("console", append([]string{"console", "--addr", consoleAddr, "--tokens-file", tokens}, cellsArgs...)...)
 	all := append(append(append([]*proc{}, w.pays...), w.daemons...), w.console)
 	errs := make([]error, len(all))
 	var pw sync.WaitGroup
@@ -412,10 +422,9 @@ func (w *world) teardown() {
 	if w.ledger != nil {
 		w.ledger.close()
 	}
-	for _, b := range w.bouncers {
-		b.Stop()
-	}
-	if w.db != nil {
+	if w.set != nil {
+		w.set.Close() // every cell's pool, the control cell's (w.db) with them
+	} else if w.db != nil {
 		if s, err := w.db.DB(); err == nil {
 			s.Close()
 		}
@@ -423,40 +432,48 @@ func (w *world) teardown() {
 	if w.broker != nil {
 		w.broker.Stop()
 	}
-	if w.pg != nil {
-		w.pg.Stop()
-		_ = os.RemoveAll(w.pg.DataDir)
+	var cw sync.WaitGroup
+	for _, c := range w.pgs {
+		cw.Go(c.stop)
 	}
-	if w.ha != nil {
-		w.ha.Stop()
-	}
+	cw.Wait()
+}
+
+// schedule is the run's fault plan: Schedule without cells, ScheduleCells with.
+func (w *world) schedule() []PlannedFault {
+	return ScheduleCells(w.cfg.Seed, w.cfg.Duration, w.haRunning(), w.cellNames())
 }
 
 // runSchedule injects the planned faults at their times until ctx ends. It returns the audit
-// head recorded halfway (retried for up to a minute: the primary may be failing over then), the
-// checkpoint the audit invariant verifies against.
-func (w *world) runSchedule(ctx context.Context) func() *audit.Head {
-	plan := Schedule(w.cfg.Seed, w.cfg.Duration, w.ha != nil)
-	log := audit.New(w.db, w.store.Config().DigestSecret)
-	markc := make(chan *audit.Head, 1)
-	go func() {
-		select {
-		case <-time.After(w.cfg.Duration / 2):
-		case <-ctx.Done():
-		}
-		for range 30 {
-			h, err := log.Head(context.WithoutCancel(ctx))
-			if err == nil {
-				w.logf("audit checkpoint %s", h)
-				markc <- &h
-				return
+// heads recorded halfway (each retried for up to a minute: the primary may be failing over
+// then), the checkpoints the audit invariant verifies against: by cell name ("" without cells).
+func (w *world) runSchedule(ctx context.Context) func() map[string]*audit.Head {
+	plan := w.schedule()
+	marks := map[string]*audit.Head{}
+	var mu sync.Mutex
+	var mw sync.WaitGroup
+	for _, c := range w.pgs {
+		log := audit.New(c.db, w.store.Config().DigestSecret)
+		mw.Go(func() {
+			select {
+			case <-time.After(w.cfg.Duration / 2):
+			case <-ctx.Done():
 			}
-			w.logf("audit head (retrying): %s", oneLine(err))
-			time.Sleep(2 * time.Second)
-		}
-		markc <- nil
-	}()
-	mark := func() *audit.Head { return <-markc }
+			for range 30 {
+				h, err := log.Head(context.WithoutCancel(ctx))
+				if err == nil {
+					w.logf("audit checkpoint %s%s", prefixed(c.label()), h)
+					mu.Lock()
+					marks[c.name] = &h
+					mu.Unlock()
+					return
+				}
+				w.logf("audit head %s(retrying): %s", prefixed(c.label()), oneLine(err))
+				time.Sleep(2 * time.Second)
+			}
+		})
+	}
+	mark := func() map[string]*audit.Head { mw.Wait(); return marks }
 	for _, f := range plan {
 		t := time.NewTimer(time.Until(w.start.Add(f.At)))
 		select {
@@ -477,9 +494,11 @@ func (w *world) inject(ctx context.Context, f PlannedFault) {
 	case KindKillService:
 		w.killService(ctx, f.Target)
 	case KindKillDaemonLeader:
-		w.killDaemonLeader(ctx)
+		w.killDaemonLeader(ctx, w.cellNamed(TargetCell(f.Target)))
 	case KindKillPGPrimary:
-		w.killPGPrimary(ctx)
+		w.killPGPrimary(ctx, w.pgs[0], KindKillPGPrimary)
+	case KindKillCellPrimary:
+		w.killPGPrimary(ctx, w.cellNamed(TargetCell(f.Target)), KindKillCellPrimary)
 	case KindBrokerRestart:
 		if !w.brokerBusy.CompareAndSwap(false, true) { // two restarts at once would kill each other's node
 			w.fault(f.Kind, "rabbitmq", "skipped: the previous restart is still under way")
@@ -574,13 +593,17 @@ func (w *world) restart(ctx context.Context, p *proc) error {
 }
 
 // killDaemonLeader finds the replica holding the leader lease (daemon_replicas.is_leader, by
-// pid) and kills it with -9, then restarts it.
-func (w *world) killDaemonLeader(ctx context.Context) {
+// pid) and kills it with -9, then restarts it. With cells, the leader is cell c's (a daemon
+// process runs one replica per cell, so the kill takes the process's other replicas with it).
+func (w *world) killDaemonLeader(ctx context.Context, c *cell) {
+	if c == nil {
+		c = w.pgs[0]
+	}
 	var rows []struct {
 		Name string
 		Pid  int
 	}
-	_ = w.db.WithContext(ctx).Raw(`SELECT r.name, r.pid FROM daemon_replicas r JOIN daemon_leader l ON l.leader_id = r.id
+	_ = c.db.WithContext(ctx).Raw(`SELECT r.name, r.pid FROM daemon_replicas r JOIN daemon_leader l ON l.leader_id = r.id
 		WHERE l.expires_at > now()`).Scan(&rows).Error
 	var p *proc
 	for _, row := range rows {
@@ -594,6 +617,9 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 	if p == nil {
 		p = w.daemons[0]
 		detail = "no live leader found at that moment: kill -9 of daemon-1"
+	}
+	if c.name != "" {
+		detail = c.label() + ": " + detail
 	}
 	if !p.claimCycle() {
 		w.fault(KindKillDaemonLeader, p.name, "skipped: already down or restarting")
@@ -609,32 +635,50 @@ func (w *world) killDaemonLeader(ctx context.Context) {
 	}()
 }
 
-// killPGPrimary is kill -9 of the HA set's primary (keeper, postmaster, backends); the standby
-// is promoted by the monitor and every part reconnects through the multi-host URL.
-func (w *world) killPGPrimary(ctx context.Context) {
-	primary, err := w.ha.Primary(ctx)
+// killPGPrimary is kill -9 of cell c's HA primary (keeper, postmaster, backends); the standby
+// is promoted by the monitor and every part reconnects through the multi-host URL. Without
+// cells c is the one HA set (kind kill-pg-primary); with cells the other cells' tenants must
+// not notice (kind kill-cell-primary, the fault's target names the cell).
+func (w *world) killPGPrimary(ctx context.Context, c *cell, kind string) {
+	if c == nil || c.ha == nil {
+		w.fault(kind, "postgres", "skipped: no HA set there")
+		return
+	}
+	prefix := ""
+	if c.name != "" {
+		prefix = c.label() + " "
+	}
+	primary, err := c.ha.Primary(ctx)
 	if err != nil {
-		w.fault(KindKillPGPrimary, "postgres", "skipped: "+err.Error())
+		w.fault(kind, prefix+"postgres", "skipped: "+err.Error())
 		return
 	}
-	if err := w.ha.Kill(primary); err != nil {
-		w.fault(KindKillPGPrimary, primary.Name, "kill failed: "+err.Error())
+	if err := c.ha.Kill(primary); err != nil {
+		w.fault(kind, prefix+primary.Name, "kill failed: "+err.Error())
 		return
 	}
-	w.fault(KindKillPGPrimary, primary.Name, "kill -9 of the primary's keeper, postmaster and backends")
+	w.fault(kind, prefix+primary.Name, "kill -9 of the primary's keeper, postmaster and backends")
 	t0 := time.Now()
 	w.bg.Add(1)
 	go func() {
 		defer w.bg.Done()
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		n, err := w.ha.WaitPromoted(pctx, primary)
+		n, err := c.ha.WaitPromoted(pctx, primary)
 		if err != nil {
-			w.logf("failover: %v", err)
+			w.logf("failover: %s%v", prefix, err)
 			return
 		}
-		w.logf("failover: %s promoted after %.1fs", n.Name, time.Since(t0).Seconds())
+		w.logf("failover: %s%s promoted after %.1fs", prefix, n.Name, time.Since(t0).Seconds())
 	}()
+}
+
+// prefixed is s and a space, or nothing for "".
+func prefixed(s string) string {
+	if s == "" {
+		return ""
+	}
+	return s + " "
 }
 
 func oneLine(err error) string {
@@ -736,7 +780,11 @@ func Summary(r *report.Report, dir string) string {
 	if l := r.Linearizability; l != nil {
 		lin = fmt.Sprintf("%s over %d operations", l.Result, l.Operations)
 	}
-	return fmt.Sprintf("chaos %s: seed %d, %s: %d requests (%d 2xx) over %d keys, %d faults, invariants %d/%d, linearizability %s, worst p99 %.0f ms, longest unavailable %.1f s; report %s",
-		verdict, r.Seed, r.Duration, r.Totals.Requests, r.Totals.Answered2xx, r.Totals.LogicalKeys, len(r.Faults), ok, len(r.Invariants), lin,
+	cells := ""
+	if len(r.Cells) > 1 {
+		cells = fmt.Sprintf(", %d cells", len(r.Cells))
+	}
+	return fmt.Sprintf("chaos %s: seed %d, %s%s: %d requests (%d 2xx) over %d keys, %d faults, invariants %d/%d, linearizability %s, worst p99 %.0f ms, longest unavailable %.1f s; report %s",
+		verdict, r.Seed, r.Duration, cells, r.Totals.Requests, r.Totals.Answered2xx, r.Totals.LogicalKeys, len(r.Faults), ok, len(r.Invariants), lin,
 		r.Totals.WorstP99Ms, r.Totals.LongestUnavailableS, filepath.Join(dir, "report.json"))
 }

@@ -25,7 +25,7 @@ func (w *world) failedKey(ctx context.Context, n int) (int64, *keyRecord, error)
 	t.mu.Unlock()
 	t.send(ctx, rec, rec.Body, http.Header{"X-Paysim-Fault": {"error"}}, true)
 	var ids []int64
-	if err := w.db.WithContext(ctx).Raw(`SELECT id FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`,
+	if err := w.cellOf(tenant).db.WithContext(ctx).Raw(`SELECT id FROM idempotency_keys WHERE tenant = ? AND operation = ? AND key = ?`,
 		tenant, demo.OperationCharge, rec.Key).Scan(&ids).Error; err != nil {
 		return 0, rec, err
 	}

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/chaos/history"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/demo"
 	"github.com/idemops/idemops/retention"
 )
@@ -32,13 +37,13 @@ const (
 
 // shortRetention writes the chaos world's retention floor and its short policy for declined
 // payments.
-func shortRetention(ctx context.Context, w *world) error {
+func shortRetention(ctx context.Context, db *gorm.DB) error {
 	f := retention.Floor{ClientRetry: shortFloorPart, Backfill: shortFloorPart, ReconciliationLag: shortFloorPart}
-	if err := retention.SetFloor(ctx, w.db, f, "operator:chaos"); err != nil {
+	if err := retention.SetFloor(ctx, db, f, "operator:chaos"); err != nil {
 		return fmt.Errorf("chaos: retention floor: %w", err)
 	}
 	p := retention.Policy{Operation: demo.OperationCharge, State: claim.StateFailedFinal, KeepResponse: ShortKeepResponse, KeepKey: ShortKeepKey}
-	if err := retention.SavePolicy(ctx, w.db, p, "operator:chaos"); err != nil {
+	if err := retention.SavePolicy(ctx, db, p, "operator:chaos"); err != nil {
 		return fmt.Errorf("chaos: retention policy: %w", err)
 	}
 	return nil
@@ -53,16 +58,18 @@ type keyPresence struct {
 	Answer             bool
 }
 
-// presence reads every payment.charge key's row and answer.
+// presence reads every payment.charge key's row and answer (in every cell).
 func (w *world) presence(ctx context.Context) (map[string]keyPresence, error) {
-	var rows []keyPresence
-	if err := w.db.WithContext(ctx).Raw(`SELECT tenant, key, state, response_day IS NOT NULL AS answer FROM idempotency_keys WHERE operation = ?`,
-		demo.OperationCharge).Scan(&rows).Error; err != nil {
-		return nil, err
-	}
-	m := make(map[string]keyPresence, len(rows))
-	for _, r := range rows {
-		m[r.Tenant+"\x00"+r.Key] = r
+	m := map[string]keyPresence{}
+	for _, c := range w.pgs {
+		var rows []keyPresence
+		if err := c.db.WithContext(ctx).Raw(`SELECT tenant, key, state, response_day IS NOT NULL AS answer FROM idempotency_keys WHERE operation = ?`,
+			demo.OperationCharge).Scan(&rows).Error; err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			m[r.Tenant+"\x00"+r.Key] = r
+		}
 	}
 	return m, nil
 }
@@ -89,8 +96,10 @@ func (w *world) purgeRound(ctx context.Context, why string) string {
 	if err != nil {
 		return "purge skipped: keys not read: " + oneLine(err)
 	}
-	var lastRun int64
-	_ = w.db.WithContext(ctx).Raw(`SELECT coalesce(max(id), 0) FROM job_runs`).Scan(&lastRun).Error
+	lastRun := make([]int64, len(w.pgs)) // each cell's daemon runs its own purge
+	for i, c := range w.pgs {
+		_ = c.db.WithContext(ctx).Raw(`SELECT coalesce(max(id), 0) FROM job_runs`).Scan(&lastRun[i]).Error
+	}
 	// Only failed_final keys fall under a short policy; any other key the purge touched would
 	// answer a later call Expired with no purge in its history, which the checker refuses.
 	kept := done[:0]
@@ -109,13 +118,29 @@ func (w *world) purgeRound(ctx context.Context, why string) string {
 		// console is waited for below all the same.)
 		w.logf("purge (%s): run not requested: %v", why, err)
 	}
+	for _, c := range w.pgs[1:] { // the console asks the control cell's daemon; the runner the others'
+		if err := daemon.RunNow(ctx, c.db, "purge"); err != nil {
+			w.logf("purge (%s): %s run not requested: %v", why, c.label(), err)
+		}
+	}
 	status := ""
+	statuses := make([]string, len(w.pgs))
 	deadline := time.Now().Add(purgeWait)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var st []string
-		_ = w.db.WithContext(ctx).Raw(`SELECT status FROM job_runs WHERE job = 'purge' AND id > ? AND finished_at IS NOT NULL`, lastRun).Scan(&st).Error
-		if len(st) > 0 {
-			status = st[0]
+		for i, c := range w.pgs {
+			var st []string
+			if statuses[i] == "" {
+				_ = c.db.WithContext(ctx).Raw(`SELECT status FROM job_runs WHERE job = 'purge' AND id > ? AND finished_at IS NOT NULL`, lastRun[i]).Scan(&st).Error
+			}
+			if len(st) > 0 {
+				statuses[i] = st[0]
+			}
+		}
+		if !slices.Contains(statuses, "") {
+			status = statuses[0]
+			if w.withCells() {
+				status = strings.Join(statuses, "/")
+			}
 			break
 		}
 		time.Sleep(500 * time.Millisecond)

@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,8 @@ type page struct {
 	FaultKinds []faultKind
 	Faults     []faultRow
 	Invariants []invariantRow
+	ByCell     bool   // the invariants were checked per cell: the table has a cell column
+	CellsText  string // "a (acme), b (globex)"
 	Violated   int
 	Paths      []pathRow
 	Exercised  []Component
@@ -109,8 +112,14 @@ func newPage(r *Report) page {
 		if !inv.OK {
 			p.Violated++
 		}
+		p.ByCell = p.ByCell || inv.Cell != ""
 		p.Invariants = append(p.Invariants, row)
 	}
+	var cells []string
+	for _, c := range r.Cells {
+		cells = append(cells, c.Name+" ("+strings.Join(c.Tenants, ", ")+")")
+	}
+	p.CellsText = strings.Join(cells, ", ")
 	p.Passed = Headline(r)
 	switch {
 	case r.Passed && p.Violated > 0:

@@ -7,12 +7,14 @@ import "time"
 
 // Report is the whole outcome of one chaos run. Times on the axis are seconds since StartedAt.
 type Report struct {
-	Seed       int64       `json:"seed"`
-	Duration   string      `json:"duration"` // as asked, e.g. "5m0s"
-	StartedAt  time.Time   `json:"started_at"`
-	EndedAt    time.Time   `json:"ended_at"`
-	SettledAt  time.Time   `json:"settled_at"` // when the world was quiet and the invariants were checked
-	Passed     bool        `json:"passed"`     // every invariant held
+	Seed      int64     `json:"seed"`
+	Duration  string    `json:"duration"` // as asked, e.g. "5m0s"
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+	SettledAt time.Time `json:"settled_at"` // when the world was quiet and the invariants were checked
+	Passed    bool      `json:"passed"`     // every invariant held
+	// Cells are the cells the run split its tenants over (--cells 2); none without cells.
+	Cells      []Cell      `json:"cells,omitempty"`
 	Components []Component `json:"components"`
 	Samples    []Sample    `json:"samples"`
 	Faults     []Fault     `json:"faults"`
@@ -44,6 +46,12 @@ type Linearizability struct {
 	Visualization string   `json:"visualization,omitempty"` // file name beside report.json
 }
 
+// Cell is one cell of a run with cells: its name in the cell map and the tenants it holds.
+type Cell struct {
+	Name    string   `json:"name"`
+	Tenants []string `json:"tenants"`
+}
+
 // Component is one part of the world and whether the run exercised it; a part that could not
 // be started (a package missing, HA not available) says why instead of being silently skipped.
 type Component struct {
@@ -73,7 +81,10 @@ type Fault struct {
 // Invariant is one rule checked after the world settled. Violations name the key (digest) or
 // object that broke it; Checked is how many objects were looked at.
 type Invariant struct {
-	Name       string   `json:"name"`
+	Name string `json:"name"`
+	// Cell is the cell it was checked in, in a run with cells (each invariant once per cell);
+	// "" without cells.
+	Cell       string   `json:"cell,omitempty"`
 	OK         bool     `json:"ok"`
 	Checked    int      `json:"checked"`
 	Violations []string `json:"violations,omitempty"`

@@ -30,6 +30,7 @@ func newChaosCmd() *cobra.Command {
 		out      string
 		rate     float64
 		ha       bool
+		ncells   int
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -41,7 +42,9 @@ schedule drawn from --seed kills replicas, the daemon leader and the broker, mak
 drop answers, slow down and misdeliver callbacks, and has operators replay, purge and reconcile.
 Then it lets the world settle, checks the invariants against the store and paysim, and writes
 report.json (and report.html) under --out. Exit 0: every invariant held; 1: one did not (the
-violations name key digests); 2: bad flags. The same seed gives the same fault schedule.`,
+violations name key digests); 2: bad flags. The same seed gives the same fault schedule.
+--cells 2 splits the tenants over two cells (acme in a, globex in b), each its own PostgreSQL,
+and checks the invariants in each cell.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
@@ -53,6 +56,8 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 				return usagef("--out: must name a folder")
 			case !(rate > 0 && rate <= 100):
 				return usagef("--rate: must be in (0, 100], got %v", rate)
+			case ncells < 1 || ncells > chaos.MaxCells:
+				return usagef("--cells: must be 1 or %d (the run's two tenants split over the cells), got %d", chaos.MaxCells, ncells)
 			}
 			if st, err := os.Stat(out); err == nil && !st.IsDir() {
 				return usagef("--out: %s is a file, not a folder", out)
@@ -62,7 +67,7 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 				return fmt.Errorf("chaos: find this binary: %w", err)
 			}
 			r, err := chaos.Run(cmd.Context(), chaos.Config{Binary: bin, Duration: duration, Seed: seed, OutDir: out,
-				Rate: rate, HA: ha, Log: cmd.ErrOrStderr()})
+				Rate: rate, HA: ha, Cells: ncells, Log: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
@@ -79,6 +84,7 @@ violations name key digests); 2: bad flags. The same seed gives the same fault s
 	f.Int64Var(&seed, "seed", 1, "seed of the fault schedule and the traffic (same seed, same schedule)")
 	f.StringVar(&out, "out", "chaos-report", "folder the report is written to")
 	f.Float64Var(&rate, "rate", 8, "new logical payments per second")
+	f.IntVar(&ncells, "cells", 1, "split the tenants over this many cells (1 or 2), each its own PostgreSQL (a pg_auto_failover pair with --ha, one cell's primary killed) under a cell map the run writes; every part runs with --cells")
 	f.BoolVar(&ha, "ha", true, "PostgreSQL as the pg_auto_failover HA set, its primary killed once (falls back to a single cluster, named in the report, when the set cannot start)")
 	return cmd
 }
@@ -125,7 +131,9 @@ func chaosPaysimCmd() *cobra.Command {
 }
 
 // chaosWorld opens the shared database and builds the demo world's operations against the
-// paysim process; serve says whether this part is a payments replica.
+// paysim process; serve says whether this part is a payments replica. With --cells (a run of
+// `idemops chaos --cells 2`) the database is the control cell's, every cell is opened, and the
+// payments route each tenant to its cell's store (the store returned is the control cell's).
 func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool) (*database, *claim.Store, *demo.World, error) {
 	ctx := cmd.Context()
 	d, err := openDatabase(ctx, cmd, false, false)
@@ -138,9 +146,17 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool)
 		return nil, nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := claim.NewStore(d.DB, claim.Config{DigestSecret: secret, Logger: log, Owner: owner,
-		LeaseTTL: chaos.LeaseTTL, Quarantine: chaos.Quarantine})
+	ccfg := claim.Config{DigestSecret: secret, Logger: log, Owner: owner, LeaseTTL: chaos.LeaseTTL, Quarantine: chaos.Quarantine}
+	set, err := d.Cells(ctx, ccfg)
 	if err != nil {
+		d.Close()
+		return nil, nil, nil, err
+	}
+	var store *claim.Store
+	var stores func(string) (*claim.Store, error)
+	if set != nil {
+		store, stores = set.Control().Store, set.StoreFor
+	} else if store, err = claim.NewStore(d.DB, ccfg); err != nil {
 		d.Close()
 		return nil, nil, nil, err
 	}
@@ -151,7 +167,7 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool)
 		}
 	}
 	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimURL: os.Getenv(chaos.EnvPaysimURL),
-		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, LedgerURL: os.Getenv(chaos.EnvLedgerURL), AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
+		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, Stores: stores, LedgerURL: os.Getenv(chaos.EnvLedgerURL), AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
 		Paysim: paysim.Config{NotifySecret: []byte(os.Getenv(chaos.EnvNotifySecret))}})
 	if err != nil {
 		d.Close()
@@ -174,6 +190,7 @@ func chaosPaymentsCmd() *cobra.Command {
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:0", "listen address")
 	cmd.Flags().StringVar(&grpcAddr, "grpc-addr", "127.0.0.1:0", "gRPC listen address")
 	cmd.Flags().StringVar(&name, "name", "payments", "replica name")
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 
@@ -191,10 +208,16 @@ func chaosDaemonCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		stop, err := startDaemon(cmd.Context(), daemonDeps{DB: d.DB, Store: store, Operations: operationSet{w.Operations},
-			Senders: w.Senders(), Logger: log, Recon: rcfg}, daemonOptions{Daemon: daemon.Config{Name: name, LeaseTTL: 4 * time.Second, RenewEvery: time.Second},
+		deps := daemonDeps{DB: d.DB, Store: store, Operations: operationSet{w.Operations}, Senders: w.Senders(), Logger: log, Recon: rcfg}
+		opt := daemonOptions{Daemon: daemon.Config{Name: name, LeaseTTL: 4 * time.Second, RenewEvery: time.Second},
 			Outbox:      daemon.OutboxConfig{SendTimeout: chaos.OutboxSendTimeout, Workers: chaos.OutboxWorkers, Quarantine: chaos.OutboxQuarantine},
-			ReclaimSpec: "@every 3s", OutboxSpec: "@every 2s"})
+			ReclaimSpec: "@every 3s", OutboxSpec: "@every 2s"}
+		var stop func()
+		if d.cells == nil {
+			stop, err = startDaemon(cmd.Context(), deps, opt)
+		} else { // a replica per cell in this process, each its own leader and jobs
+			stop, err = startCellDaemons(cmd.Context(), deps, d.cells, opt)
+		}
 		if err != nil {
 			return err
 		}
@@ -202,6 +225,7 @@ func chaosDaemonCmd() *cobra.Command {
 		return readyAndWait(cmd, name)
 	}}
 	cmd.Flags().StringVar(&name, "name", "daemon", "replica name")
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 
@@ -224,8 +248,14 @@ func chaosConsoleCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		srv, err := console.New(console.Config{DB: cdb, Claims: store, Operations: operationSet{w.Operations}.Get, Logger: log,
-			KeyPanels: []console.KeyPanelFunc{w.Orders.KeyPanel}, Reconcile: rcfg})
+		ccfg := console.Config{DB: cdb, Claims: store, Operations: operationSet{w.Operations}.Get, Logger: log,
+			KeyPanels: []console.KeyPanelFunc{w.Orders.KeyPanel}, Reconcile: rcfg}
+		closeCells, err := consoleCells(ctx, d, store.Config(), &ccfg) // nothing without --cells
+		if err != nil {
+			return err
+		}
+		defer closeCells()
+		srv, err := console.New(ccfg)
 		if err != nil {
 			return err
 		}
@@ -260,6 +290,7 @@ func chaosConsoleCmd() *cobra.Command {
 	}}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:0", "listen address")
 	cmd.Flags().StringVar(&tokens, "tokens-file", "", "file the two operators' API tokens are written to")
+	addCellsFlag(cmd.Flags())
 	return cmd
 }
 

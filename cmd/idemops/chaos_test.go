@@ -30,6 +30,9 @@ func TestChaosFlags_BadValuesAreUsageErrorsNamingTheFlag(t *testing.T) {
 		{[]string{"--rate", "0"}, "--rate"},
 		{[]string{"--rate", "1000"}, "--rate"},
 		{[]string{"--out", "a\x00b"}, "--out"},
+		{[]string{"--cells", "0"}, "--cells"},
+		{[]string{"--cells", "3"}, "--cells"},
+		{[]string{"--cells", "two"}, "cells"},
 	} {
 		root := newRoot()
 		var out bytes.Buffer
