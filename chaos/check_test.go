@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
@@ -55,7 +57,7 @@ func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 	rec("untouched")
 	pgtest.Exec(t, db, `INSERT INTO fulfillments (payment_id, tenant, amount_minor, currency) VALUES ('pay_ghost', 'acme', 1, 'CNY')`)
 
-	w := &world{db: db, store: store, sim: client, traffic: tr, start: time.Now()}
+	w := &world{db: db, store: store, sim: client, traffic: tr, start: time.Now(), pgs: []*cell{{db: db}}}
 	got := map[string]report.Invariant{}
 	for _, inv := range w.invariants(ctx, nil) {
 		got[inv.Name] = inv
@@ -83,6 +85,95 @@ func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 	}
 	if got[InvNoOrphanCharge].Checked != 4 || got[InvOneCharge].Checked != 1 {
 		t.Errorf("checked %d keys for orphans and %d 2xx keys, want 4 and 1", got[InvNoOrphanCharge].Checked, got[InvOneCharge].Checked)
+	}
+}
+
+// With cells every invariant is checked once in each cell, named by it: a key of cell b's tenant
+// found in cell a is lost to cell b (named with the cell it is in), a key whose adjustment was
+// applied once in each cell is a double, and an effect is stray only when no cell holds its
+// payment — each violation in its own cell's row, the other cell's row clean.
+func TestInvariants_PerCellNameTheCellAndCountExecutionsInEveryCell(t *testing.T) {
+	ctx := context.Background()
+	secret := []byte("chaos-check-test-secret")
+	dbA, dbB := pgtest.New(t), pgtest.New(t)
+	storeA, err := claim.NewStore(dbA, claim.Config{DigestSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeB, err := claim.NewStore(dbB, claim.Config{DigestSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := paysim.NewServer(paysim.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	hs := httptest.NewServer(sim)
+	defer hs.Close()
+	client := paysim.NewClient(hs.URL, &http.Client{Timeout: 5 * time.Second})
+	claimIn := func(s *claim.Store, tenant, op, key string) int64 {
+		t.Helper()
+		out, err := s.Claim(ctx, claim.Request{Tenant: tenant, Operation: op, Key: key, Intent: []byte(`{"amount_minor":1}`), Actor: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.KeyID
+	}
+
+	tr := &traffic{}
+	strayed := &keyRecord{Tenant: "globex", Key: "claimed-in-the-wrong-cell", Body: []byte(`{}`), Scenario: "single", Saw2xx: true, LastStatus: 201}
+	tr.keys = append(tr.keys, strayed, &keyRecord{Tenant: "acme", Key: "untouched", Body: []byte(`{}`), Scenario: "single"})
+	claimIn(storeA, "globex", demo.OperationCharge, strayed.Key)
+	twice := &keyRecord{Tenant: "acme", Key: "adjusted-in-both-cells", Saw2xx: true}
+	tr.adjusts = append(tr.adjusts, twice)
+	for _, c := range []struct {
+		db    *gorm.DB
+		store *claim.Store
+	}{{dbA, storeA}, {dbB, storeB}} {
+		id := claimIn(c.store, "acme", demo.OperationAdjust, twice.Key)
+		pgtest.Exec(t, c.db, `INSERT INTO demo_balance_adjustments (tenant, key_id, amount_minor, currency, reason) VALUES ('acme', ?, 5, 'CNY', 'test')`, id)
+	}
+	// Cell a's fulfillment names a payment cell b holds: no stray; cell b's names none anywhere.
+	pgtest.Exec(t, dbB, `INSERT INTO payments (id, tenant, merchant_order_no, amount_minor, currency, payee, status) VALUES ('pay_in_b', 'acme', 'o-1', 1, 'CNY', 'x', 'succeeded')`)
+	pgtest.Exec(t, dbA, `INSERT INTO fulfillments (payment_id, tenant, amount_minor, currency) VALUES ('pay_in_b', 'acme', 1, 'CNY')`)
+	pgtest.Exec(t, dbB, `INSERT INTO fulfillments (payment_id, tenant, amount_minor, currency) VALUES ('pay_ghost', 'globex', 1, 'CNY')`)
+
+	w := &world{db: dbA, store: storeA, sim: client, traffic: tr, start: time.Now(),
+		pgs: []*cell{{name: "a", tenants: []string{"acme"}, db: dbA}, {name: "b", tenants: []string{"globex"}, db: dbB}}}
+	invs := w.invariants(ctx, nil)
+	got := map[string]report.Invariant{}
+	for i, inv := range invs {
+		want := "a"
+		if i >= len(invs)/2 {
+			want = "b"
+		}
+		if inv.Cell != want {
+			t.Errorf("invariant %d (%s) in cell %q, want %s", i, inv.Name, inv.Cell, want)
+		}
+		got[inv.Cell+"|"+inv.Name] = inv
+	}
+	if len(invs) != 24 {
+		t.Errorf("%d invariants, want 12 in each of 2 cells", len(invs))
+	}
+	for _, want := range []struct{ inv, says string }{
+		{"b|" + InvNoLostKey, "key in cell a, not in its tenant's cell b"},
+		{"a|" + InvAdjustments, "2 adjustment rows for one key"},
+		{"b|" + InvConsumerOnce, "1 fulfillment or shipping rows name no payment"},
+	} {
+		inv := got[want.inv]
+		if inv.OK || len(inv.Violations) != 1 || !strings.Contains(inv.Violations[0], want.says) {
+			t.Errorf("%s: ok=%v %q, want one violation saying %q", want.inv, inv.OK, inv.Violations, want.says)
+		}
+	}
+	for _, name := range []string{"a|" + InvNoLostKey, "a|" + InvConsumerOnce, "b|" + InvAdjustments, "a|" + InvMismatch, "b|" + InvFindings} {
+		if !got[name].OK {
+			t.Errorf("%s broken: %q", name, got[name].Violations)
+		}
+	}
+	if got["a|"+InvNoOrphanCharge].Checked != 1 || got["b|"+InvNoOrphanCharge].Checked != 1 || got["b|"+InvAdjustments].Checked != 0 {
+		t.Errorf("cell a checked %d keys, cell b %d, cell b %d adjustments: each cell checks its own tenants' keys",
+			got["a|"+InvNoOrphanCharge].Checked, got["b|"+InvNoOrphanCharge].Checked, got["b|"+InvAdjustments].Checked)
 	}
 }
 

@@ -471,3 +471,44 @@ func TestPage_ShowsTheLinearizabilityVerdictAndFailsOnAnIllegalHistory(t *testin
 		t.Fatal("an illegal history: the page must say FAILED, name the key and link Porcupine's visualisation")
 	}
 }
+
+// A run with cells lists its cells and checks every invariant in each: the table gets a cell
+// column naming each row's cell, and a violation in one cell fails the page. A run without
+// cells has no such column.
+func TestPage_InvariantsOfARunWithCellsArePerCell(t *testing.T) {
+	plain := section(t, draw(t, synthetic(21, 30, 2)), "invariants", "</table>")
+	if strings.Contains(plain, `<th scope="col">Cell</th>`) || strings.Contains(plain, `class="cell"`) {
+		t.Error("a run without cells shows a cell column")
+	}
+	r := synthetic(21, 30, 2)
+	r.Cells = []Cell{{Name: "a", Tenants: []string{"acme"}}, {Name: "b", Tenants: []string{"globex"}}}
+	var invs []Invariant
+	for _, cell := range []string{"a", "b"} {
+		for _, inv := range r.Invariants {
+			inv.Cell, inv.OK, inv.Violations = cell, true, nil
+			invs = append(invs, inv)
+		}
+	}
+	invs[len(invs)-1].OK, invs[len(invs)-1].Violations = false, []string{"digest-in-cell-b"}
+	r.Invariants = invs
+	html := draw(t, r)
+	if !strings.Contains(html, "cells a (acme), b (globex)") {
+		t.Error("the page does not name the cells and their tenants")
+	}
+	table := section(t, html, "invariants", "</table>")
+	if !strings.Contains(table, `<th scope="col">Cell</th>`) {
+		t.Fatal("no cell column")
+	}
+	rows := regexp.MustCompile(`(?s)<tr class="(ok|violated)">\s*<td class="cell">([a-z]+)</td>`).FindAllStringSubmatch(table, -1)
+	if len(rows) != len(invs) {
+		t.Fatalf("%d rows name a cell, want %d", len(rows), len(invs))
+	}
+	for i, m := range rows {
+		if m[2] != invs[i].Cell || (m[1] == "ok") != invs[i].OK {
+			t.Errorf("row %d: cell %s %s, want cell %s ok=%v", i, m[2], m[1], invs[i].Cell, invs[i].OK)
+		}
+	}
+	if !strings.Contains(html, `<span class="headline failed">FAILED</span>`) {
+		t.Error("a violation in cell b without a FAILED headline")
+	}
+}
