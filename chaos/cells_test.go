@@ -32,7 +32,9 @@ func TestCells_SplitTheTenantsAndWriteAMapTheCellsPackageReads(t *testing.T) {
 	if got := w.cellsText(); got != "a: acme; b: globex" {
 		t.Errorf("cellsText %q", got)
 	}
-	m, err := w.cellMap(func(c *cell) string { return "postgres://h-" + c.name + ":5432,h2-" + c.name + ":5432/idemops?target_session_attrs=read-write" })
+	m, err := w.cellMap(func(c *cell) string {
+		return "postgres://h-" + c.name + ":5432,h2-" + c.name + ":5432/idemops?target_session_attrs=read-write"
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
