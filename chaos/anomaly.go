@@ -73,20 +73,25 @@ func (w *world) killConsole(ctx context.Context) {
 // statement lists only the charges made through Stripe, and those of no channel): the amount of a
 // completed payment's Stripe charge changes (AMOUNT_MISMATCH), and a Stripe charge appears that
 // no one asked for (CHANNEL_ONLY).
+//
+// With cells, a completed payment of each cell is altered, so that every cell's reconciliation
+// (the statement is matched in each cell) must find its own.
 func (w *world) channelAnomaly(ctx context.Context) {
 	t := w.traffic
 	t.mu.Lock()
-	var pick *keyRecord
-	for _, r := range t.keys {
-		if r.Done && r.Saw2xx && !r.Faulted && r.Key != "" && chargedThrough(r, "stripe") {
-			pick = r
-			r.Faulted = true // no other fault may claim its finding
-			break
+	var picks []*keyRecord
+	for _, c := range w.pgs {
+		for _, r := range t.keys {
+			if r.Done && r.Saw2xx && !r.Faulted && r.Key != "" && c.holds(r.Tenant) && chargedThrough(r, "stripe") {
+				picks = append(picks, r)
+				r.Faulted = true // no other fault may claim its finding
+				break
+			}
 		}
 	}
 	t.mu.Unlock()
 	var done []string
-	if pick != nil {
+	for _, pick := range picks {
 		dk := claim.DownstreamKey(pick.Tenant, demo.OperationCharge, pick.Key)
 		digest := w.store.Digest(pick.Tenant, demo.OperationCharge, pick.Key)
 		ch, err := w.sim.GetCharge(ctx, dk)
@@ -100,7 +105,8 @@ func (w *world) channelAnomaly(ctx context.Context) {
 			w.expect(anomaly{Tenant: pick.Tenant, Order: dk, Kind: "AMOUNT_MISMATCH", Target: digest})
 			done = append(done, "amount of "+digest[:12]+"'s charge +1")
 		}
-	} else {
+	}
+	if len(picks) == 0 {
 		done = append(done, "no completed payment yet to alter")
 	}
 	order := "chaos-channel-only-" + randomHex(6)

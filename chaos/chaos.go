@@ -30,6 +30,7 @@ import (
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/mqlocal"
+	"github.com/idemops/idemops/internal/pgha"
 )
 
 // What the runner tells the parts it starts (besides DATABASE_URL, AMQP_URL and
@@ -644,20 +645,21 @@ func (w *world) killPGPrimary(ctx context.Context, c *cell, kind string) {
 		w.fault(kind, "postgres", "skipped: no HA set there")
 		return
 	}
-	prefix := ""
+	prefix, node := "", func(n *pgha.Node) string { return n.Name }
 	if c.name != "" {
-		prefix = c.label() + " "
+		prefix = c.label() + ": "
+		node = func(n *pgha.Node) string { return c.label() + " node " + n.Name }
 	}
 	primary, err := c.ha.Primary(ctx)
 	if err != nil {
-		w.fault(kind, prefix+"postgres", "skipped: "+err.Error())
+		w.fault(kind, prefixed(c.label())+"postgres", "skipped: "+err.Error())
 		return
 	}
 	if err := c.ha.Kill(primary); err != nil {
-		w.fault(kind, prefix+primary.Name, "kill failed: "+err.Error())
+		w.fault(kind, node(primary), "kill failed: "+err.Error())
 		return
 	}
-	w.fault(kind, prefix+primary.Name, "kill -9 of the primary's keeper, postmaster and backends")
+	w.fault(kind, node(primary), "kill -9 of the primary's keeper, postmaster and backends")
 	t0 := time.Now()
 	w.bg.Add(1)
 	go func() {
@@ -760,6 +762,27 @@ func (w *world) fillSeries(r *report.Report) {
 		r.Samples = append(r.Samples, *s)
 	}
 	r.Totals.LogicalKeys = len(keys)
+	for i := range r.Cells { // each cell's tenants' calls alone
+		c := &r.Cells[i]
+		cl := w.cellNamed(c.Name)
+		lastOK := w.start
+		for _, o := range ops {
+			if cl == nil || !cl.holds(o.tenant) {
+				continue
+			}
+			c.Requests++
+			if o.status >= 200 && o.status < 300 {
+				c.Answered2xx++
+				if o.end.Before(end) {
+					c.LongestUnavailableS = max(c.LongestUnavailableS, o.end.Sub(lastOK).Seconds())
+					lastOK = o.end
+				}
+			}
+		}
+		if c.Requests > 0 {
+			c.LongestUnavailableS = max(c.LongestUnavailableS, end.Sub(lastOK).Seconds())
+		}
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	r.Totals.P99Ms = percentile(lat, 0.99)
 }

@@ -43,6 +43,7 @@ type keyRecord struct {
 
 // op is one logical client call (its retries included), for the time series.
 type op struct {
+	tenant  string
 	end     time.Time
 	latency time.Duration
 	status  int
@@ -282,7 +283,7 @@ func (t *traffic) send(ctx context.Context, rec *keyRecord, body []byte, hdr htt
 	default:
 		a = t.postKey(ctx, rec, body, hdr, once)
 	}
-	o := op{end: time.Now(), latency: time.Since(start), status: a.status}
+	o := op{tenant: rec.Tenant, end: time.Now(), latency: time.Since(start), status: a.status}
 	var answer struct {
 		PaymentID    string `json:"payment_id"`
 		AdjustmentID string `json:"adjustment_id"`

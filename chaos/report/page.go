@@ -179,6 +179,11 @@ func newPage(r *Report) page {
 		totalRow{Name: "Worst p99 latency", Value: formatMs(t.WorstP99Ms) + " ms"},
 		totalRow{Name: "Longest unavailability (no successful claim)", Value: formatMs(t.LongestUnavailableS) + " s"},
 	)
+	for _, c := range r.Cells {
+		p.Totals = append(p.Totals,
+			totalRow{Name: "Cell " + c.Name + " (" + strings.Join(c.Tenants, ", ") + ")", Value: fmt.Sprintf("%d requests, %d 2xx", c.Requests, c.Answered2xx)},
+			totalRow{Name: "longest unavailability", Value: formatMs(c.LongestUnavailableS) + " s", Sub: true})
+	}
 	return p
 }
 

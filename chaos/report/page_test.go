@@ -481,7 +481,8 @@ func TestPage_InvariantsOfARunWithCellsArePerCell(t *testing.T) {
 		t.Error("a run without cells shows a cell column")
 	}
 	r := synthetic(21, 30, 2)
-	r.Cells = []Cell{{Name: "a", Tenants: []string{"acme"}}, {Name: "b", Tenants: []string{"globex"}}}
+	r.Cells = []Cell{{Name: "a", Tenants: []string{"acme"}, Requests: 400, Answered2xx: 310, LongestUnavailableS: 1.2},
+		{Name: "b", Tenants: []string{"globex"}, Requests: 380, Answered2xx: 250, LongestUnavailableS: 6.5}}
 	var invs []Invariant
 	for _, cell := range []string{"a", "b"} {
 		for _, inv := range r.Invariants {
@@ -494,6 +495,13 @@ func TestPage_InvariantsOfARunWithCellsArePerCell(t *testing.T) {
 	html := draw(t, r)
 	if !strings.Contains(html, "cells a (acme), b (globex)") {
 		t.Error("the page does not name the cells and their tenants")
+	}
+	totals := section(t, html, "h-totals", "</table>")
+	for _, want := range []string{"<td>Cell a (acme)</td><td class=\"num\">400 requests, 310 2xx</td>", "<td class=\"sub\">longest unavailability</td><td class=\"num\">1.2 s</td>",
+		"<td>Cell b (globex)</td><td class=\"num\">380 requests, 250 2xx</td>", "<td class=\"num\">6.5 s</td>"} {
+		if !strings.Contains(totals, want) {
+			t.Errorf("the totals lack %s", want)
+		}
 	}
 	table := section(t, html, "invariants", "</table>")
 	if !strings.Contains(table, `<th scope="col">Cell</th>`) {

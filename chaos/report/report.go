@@ -50,6 +50,11 @@ type Linearizability struct {
 type Cell struct {
 	Name    string   `json:"name"`
 	Tenants []string `json:"tenants"`
+	// The client's calls for the cell's tenants: how many, how many answered 2xx, and the
+	// longest stretch without a successful one (a failover in the other cell should not show).
+	Requests            int     `json:"requests"`
+	Answered2xx         int     `json:"answered_2xx"`
+	LongestUnavailableS float64 `json:"longest_unavailable_s"`
 }
 
 // Component is one part of the world and whether the run exercised it; a part that could not
