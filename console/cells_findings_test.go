@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -16,6 +18,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
@@ -329,4 +333,161 @@ func findingSearchOf(t *testing.T) templates.FindingSearch {
 		t.Fatal(err)
 	}
 	return fs
+}
+
+// startCellDaemon runs a daemon replica on db (cell b's), with the bulk job of findings over
+// rec (that cell's reconciler, auditing where the console's do), as `daemon --cells` runs one
+// per cell.
+func (b *cellsBundle) startCellDaemon(db *gorm.DB, rec *reconcile.Reconciler) {
+	b.t.Helper()
+	d, err := daemon.New(daemon.Config{DB: db, Name: "replica-b", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
+		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := d.Register(reconcile.NewBulkJob(rec), reconcile.BulkJobSpec); err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = d.Stop(sctx)
+		cancel()
+	})
+}
+
+// TestCells_FindingsBulkAcrossCells: a bulk action over findings in two cells previews their sum
+// (count, amounts, a merged sample, the newest finding seen in each cell), starts one run in
+// each cell — both waiting for a second operator since together they pass the threshold, though
+// neither does alone — is approved run by run, is worked by each cell's daemon, and leaves alone
+// a finding that came after the preview. Runs are listed and opened across cells; their audit
+// rows are in the control database.
+func TestCells_FindingsBulkAcrossCells(t *testing.T) {
+	b := setupCells(t, func(cfg *Config) { cfg.Reconcile.BulkApprovalAbove = 5 })
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("root2", access.RoleAdmin, "*")
+	b.setChannel("stripe", "acme", "globex")
+	if err := b.cb.Exec(`INSERT INTO channel_accounts (channel, tenants, updated_by) VALUES ('stripe', '{acme,globex}', 'cells:control')`).Error; err != nil {
+		t.Fatal(err)
+	}
+	runA, runB := b.runIn(b.db), b.runIn(b.cb)
+	for i := range 4 {
+		k := b.seedIn(b.claims, "acme", fmt.Sprintf("ba-%d", i), true)
+		b.findingIn(b.db, runA, "LOCAL_ONLY", fmt.Sprintf("key:%d", k.ID), &k.ID)
+		k = b.seedIn(b.claimB, "globex", fmt.Sprintf("bg-%d", i), true)
+		b.findingIn(b.cb, runB, "LOCAL_ONLY", fmt.Sprintf("key:%d", k.ID), &k.ID)
+	}
+	root, tok := b.signIn("root"), b.token("root")
+	body := map[string]any{"filter": map[string]any{"kind": "LOCAL_ONLY"}, "action": "ignore", "reason_code": "test_transaction",
+		"note": "two cells", "preview": true}
+	type preview struct {
+		Count         int64                `json:"count"`
+		Amounts       map[string]int64     `json:"amounts"`
+		Sample        []struct{ ID int64 } `json:"sample"`
+		UpTo          string               `json:"upto"`
+		NeedsApproval bool                 `json:"needs_approval"`
+	}
+	got := root.apiPost("/api/v1/reconcile/findings/bulk", tok, body)
+	if got.Status != 200 {
+		t.Fatalf("preview: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	p := decode[preview](t, got)
+	wantUpTo := b.cursorAfter([]int64{b.newestFinding(b.db), b.newestFinding(b.cb)})
+	if p.Count != 8 || p.Amounts["USD"] != 8000 || len(p.Sample) != 8 || p.UpTo != wantUpTo || !p.NeedsApproval {
+		t.Fatalf("preview: %+v, want 8 findings, 8000 USD cents, 8 in the sample, upto %s, needs approval", p, wantUpTo)
+	}
+	page := root.post("/reconcile/findings/bulk", url.Values{"scope": {"all"}, "kind": {"LOCAL_ONLY"}}, true)
+	mustContain(t, "preview page", page.Body, `name="upto" value="`+wantUpTo+`"`)
+
+	// A finding that comes after the preview is not the run's.
+	late := b.seedIn(b.claimB, "globex", "bg-late", true)
+	lateF := b.findingIn(b.cb, runB, "LOCAL_ONLY", fmt.Sprintf("key:%d", late.ID), &late.ID)
+
+	body["preview"], body["upto"] = false, p.UpTo
+	got = root.apiPost("/api/v1/reconcile/findings/bulk", tok, body)
+	type runs struct {
+		Runs []struct {
+			ID    int64  `json:"id"`
+			State string `json:"state"`
+			Total int64  `json:"total"`
+		} `json:"runs"`
+	}
+	if got.Status != 202 {
+		t.Fatalf("start: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	started := decode[runs](t, got)
+	if len(started.Runs) != 2 {
+		t.Fatalf("start: %s, want a run in each cell", truncate(got.Body, 300))
+	}
+	for _, r := range started.Runs {
+		if r.State != reconcile.BulkPendingApproval || r.Total != 4 {
+			t.Errorf("run %d: %s with %d findings, want pending_approval with 4 (4 + 4 > 5 together)", r.ID, r.State, r.Total)
+		}
+	}
+	if started.Runs[1].ID < 1<<40 {
+		t.Errorf("the second run %d is not cell b's", started.Runs[1].ID)
+	}
+	list := root.get("/reconcile/findings/bulk").Body
+	root2, tok2 := b.signIn("root2"), b.token("root2")
+	for _, r := range started.Runs {
+		mustContain(t, "bulk runs page", list, fmt.Sprintf("/reconcile/findings/bulk/%d", r.ID))
+		path := fmt.Sprintf("/api/v1/reconcile/findings/bulk/%d/approve", r.ID)
+		if got := root.apiPost(path, tok, nil); got.Status != 409 {
+			t.Errorf("the starter approves run %d: %d, want 409", r.ID, got.Status)
+		}
+		if got := root2.apiPost(path, tok2, nil); got.Status != 200 || !strings.Contains(got.Body, `"state":"running"`) {
+			t.Errorf("a second operator approves run %d: %d %s", r.ID, got.Status, truncate(got.Body, 200))
+		}
+	}
+	b.runJobs()
+	b.startCellDaemon(b.cb, b.srv.cells.byName["b"].recon)
+	for i, db := range []*gorm.DB{b.db, b.cb} {
+		id := started.Runs[i].ID
+		pgtest.Await(t, db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {
+			var n int64
+			db.Raw(`SELECT count(*) FROM finding_bulk_runs WHERE id = ? AND state = 'done'`, id).Scan(&n)
+			return n == 1
+		}, "finding_bulk_runs")
+	}
+	for name, db := range map[string]*gorm.DB{"a": b.db, "b": b.cb} {
+		var n int64
+		db.Raw(`SELECT count(*) FROM discrepancies WHERE state = 'ignored' AND note = 'two cells'`).Scan(&n)
+		if n != 4 {
+			t.Errorf("cell %s: %d findings ignored, want 4", name, n)
+		}
+	}
+	var lateState string
+	b.cb.Raw(`SELECT state FROM discrepancies WHERE id = ?`, lateF).Scan(&lateState)
+	if lateState != "open" {
+		t.Errorf("the finding after the preview is %s, want open", lateState)
+	}
+	if got := root.api(fmt.Sprintf("/api/v1/reconcile/findings/bulk/%d", started.Runs[1].ID), tok); !strings.Contains(got.Body, `"processed":4`) {
+		t.Errorf("cell b's run afterwards: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	for action, want := range map[string]int64{"reconcile.findings.bulk_start": 2, "reconcile.findings.bulk_approve": 2, "reconcile.finding.ignore": 8} {
+		if n := b.count(`SELECT count(*) FROM audit_log WHERE action = ?`, action); n != want {
+			t.Errorf("%s: %d audit rows in the control database, want %d", action, n, want)
+		}
+	}
+	var inB int64
+	b.cb.Raw(`SELECT count(*) FROM audit_log`).Scan(&inB)
+	if inB != 0 {
+		t.Errorf("cell b holds %d audit rows, want none", inB)
+	}
+}
+
+// newestFinding is db's newest finding id.
+func (b *cellsBundle) newestFinding(db *gorm.DB) int64 {
+	b.t.Helper()
+	var id int64
+	if err := db.Raw(`SELECT max(id) FROM discrepancies`).Scan(&id).Error; err != nil {
+		b.t.Fatal(err)
+	}
+	return id
 }

@@ -50,7 +50,7 @@ type cellsBundle struct {
 	cells  *testCells
 }
 
-func setupCells(t *testing.T) *cellsBundle {
+func setupCells(t *testing.T, mod ...func(*Config)) *cellsBundle {
 	t.Helper()
 	cb := pgtest.New(t)
 	if err := cb.Exec(`SELECT setval(format('%I.%I', schemaname, sequencename), 1::bigint << 40) FROM pg_sequences
@@ -65,6 +65,9 @@ func setupCells(t *testing.T) *cellsBundle {
 	b := setup(t, func(cfg *Config) {
 		cells.cells = []TenantCell{{Name: "a", DB: cfg.DB}, {Name: "b", DB: pgtest.Tenant(t, cb)}}
 		cfg.Cells = cells
+		for _, m := range mod {
+			m(cfg)
+		}
 	})
 	return &cellsBundle{bundle: b, cb: cb, claimB: claimB, cells: cells}
 }

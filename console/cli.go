@@ -102,12 +102,19 @@ func (s *Server) ApproveReplay(ctx context.Context, op *access.Operator, ip stri
 // console's preview (count, amounts, sample, the newest finding seen). Writes nothing.
 func (s *Server) PreviewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, error) {
 	ctx = access.Bind(ctx, op) // row-level security: op's tenants
-	return s.previewFindingsBulk(ctx, op, ip, in)
+	p, _, err := s.previewFindingsBulk(ctx, op, ip, in)
+	return p, err
 }
 
 // StartFindingsBulk starts a bulk action on findings in op's scope, up to in.UpTo (the newest
 // finding its preview saw): the daemon's job works it, or a second operator approves it first.
+// (Across cells an action is a run per cell and needs the preview's position in each, which
+// in.UpTo cannot carry: there it is refused.)
 func (s *Server) StartFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkRun, error) {
 	ctx = access.Bind(ctx, op) // row-level security: op's tenants
-	return s.startFindingsBulk(ctx, op, ip, in)
+	runs, err := s.startFindingsBulk(ctx, op, ip, in)
+	if err != nil {
+		return nil, err
+	}
+	return runs[0], nil
 }

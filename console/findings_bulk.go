@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/money"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
@@ -30,6 +31,9 @@ type FindingsBulkInput struct {
 	ReasonCode string
 	Note       string
 	UpTo       int64
+	// upToCells is UpTo across cells: the newest finding the preview saw in each (nil: none
+	// given, or one cell).
+	upToCells findingsPos
 }
 
 // bulkRequest is in as a reconcile.BulkRequest for op (its scope as the filter's visibility).
@@ -54,25 +58,66 @@ func (s *Server) bulkRequest(ctx context.Context, op *access.Operator, ip string
 		By: reconcile.BulkOperator{ID: op.ID, Name: op.Name, IP: ip}}, nil
 }
 
-// previewFindingsBulk is what a bulk action would act on (reconcile.PreviewBulk in op's scope).
+// previewFindingsBulk is what a bulk action would act on (reconcile.PreviewBulk in op's scope),
+// and the newest finding it saw in each cell (nil with one cell: the preview's UpTo says it).
 // A preview without an action yet (the page's first step) previews "resolve" with no reason:
-// counts do not depend on them.
-func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, error) {
+// counts do not depend on them. Across cells each cell previews its findings and the counts,
+// amounts and sample are the sums and the merge; the four-eyes threshold and the cap apply to
+// the sum.
+func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, findingsPos, error) {
 	if op.Role < access.RoleOperator {
-		return nil, ErrForbidden
+		return nil, nil, ErrForbidden
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.QueryTimeout)
 	defer cancel()
 	req, err := s.bulkRequest(ctx, op, ip, in)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.recon.PreviewBulk(ctx, req)
+	in2 := s.cells.everywhere()
+	got, err := eachCell(ctx, in2, func(ctx context.Context, c scopedCell) (*reconcile.BulkPreview, error) {
+		return c.recon.PreviewBulk(ctx, req)
+	})
+	if err != nil || len(got) == 1 {
+		return got[0], nil, err
+	}
+	p := *got[0]
+	p.Count, p.Amounts, p.ByKind, p.UpTo = 0, map[string]int64{}, map[reconcile.Kind]int64{}, 0
+	upTo := findingsPos{}
+	names := make([]string, len(in2))
+	samples := make([][]reconcile.Finding, len(in2))
+	for i, c := range got {
+		names[i], samples[i] = in2[i].name, c.Sample
+		p.Count += c.Count
+		for cur, n := range c.Amounts {
+			p.Amounts[cur] += n
+		}
+		for k, n := range c.ByKind {
+			p.ByKind[k] += n
+		}
+		if c.UpTo != 0 {
+			upTo[in2[i].name] = c.UpTo
+		}
+	}
+	p.Sample, _ = mergeFindings(names, samples, nil, bulkSampleShown)
+	if p.Sample == nil {
+		p.Sample = []reconcile.Finding{}
+	}
+	p.NeedsApproval = p.Count > int64(p.ApprovalAbove)
+	p.TooMany = p.Count > int64(p.Cap)
+	return &p, upTo, nil
 }
 
+// bulkSampleShown is how many findings a preview across cells shows (as one cell's does).
+const bulkSampleShown = 10
+
 // startFindingsBulk starts a bulk action (reconcile.StartBulk in op's scope, up to the newest
-// finding its preview saw).
-func (s *Server) startFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkRun, error) {
+// finding its preview saw). Across cells it starts one run in each cell holding findings of it
+// (up to the newest that cell's preview saw; a cell the preview saw none in is left alone), all
+// waiting for a second operator when together they hold more than the threshold; the runs are
+// each cell daemon's to work, and a second operator approves each. A cell whose start fails
+// does not undo the others'; the error names it.
+func (s *Server) startFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) ([]*reconcile.BulkRun, error) {
 	if op.Role < access.RoleOperator {
 		return nil, ErrForbidden
 	}
@@ -82,16 +127,92 @@ func (s *Server) startFindingsBulk(ctx context.Context, op *access.Operator, ip 
 	if err != nil {
 		return nil, err
 	}
-	return s.recon.StartBulk(ctx, req, in.UpTo)
+	if s.cells.cells == nil {
+		run, err := s.recon.StartBulk(ctx, req, in.UpTo)
+		if err != nil {
+			return nil, err
+		}
+		return []*reconcile.BulkRun{run}, nil
+	}
+	if in.UpTo != 0 {
+		return nil, inputErr("upto", "across cells is the newest finding the preview saw in each cell (its \"upto\"): preview again")
+	}
+	// What each cell holds of it, up to what its preview saw: the sum decides four eyes and the cap.
+	type part struct {
+		c    scopedCell
+		upTo int64
+		n    int64
+	}
+	var parts []part
+	var total int64
+	cap := s.recon.Config().BulkCap
+	for _, c := range s.cells.everywhere() {
+		upTo := in.upToCells[c.name]
+		if in.upToCells != nil && upTo == 0 {
+			continue // the preview saw none of its findings here
+		}
+		f := req.Filter
+		f.State, f.BeforeID, f.Limit = reconcile.FindingOpen, 0, 0
+		if upTo != 0 {
+			f.UpTo = upTo
+		}
+		if !req.Selected {
+			f.IDs = nil
+		}
+		n, err := c.recon.CountMatching(ctx, f, cap)
+		if err != nil {
+			return nil, fmt.Errorf("cell %s: %w", c.name, err)
+		}
+		if n > 0 {
+			parts, total = append(parts, part{c, upTo, n}), total+n
+		}
+	}
+	switch {
+	case len(parts) == 0:
+		return nil, errs.Refusedf("no open finding matches: there is nothing to %s", req.Action)
+	case total > int64(cap):
+		return nil, errs.Refusedf("more than %d findings match; one bulk run takes at most %d: narrow the filter", cap, cap)
+	}
+	req.FourEyes = len(parts) > 1 && total > int64(s.recon.Config().BulkApprovalAbove)
+	var runs []*reconcile.BulkRun
+	for _, pt := range parts {
+		run, err := pt.c.recon.StartBulk(ctx, req, pt.upTo)
+		if err != nil {
+			return runs, fmt.Errorf("cell %s: %w", pt.c.name, err)
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+// bulkRunIn reads bulk run of findings id with the cell it lives in (the route's scope check
+// passed).
+func (s *Server) bulkRunIn(ctx context.Context, id int64) (*reconcile.BulkRun, *cell, error) {
+	if s.cells.cells == nil {
+		run, err := s.recon.GetBulkRun(ctx, id)
+		return run, s.cells.all[0], err
+	}
+	for _, c := range s.cells.everywhere() {
+		run, err := c.recon.GetBulkRun(ctx, id)
+		if errs.KindOf(err) == errs.NotFound {
+			continue
+		}
+		return run, c.cell, err
+	}
+	return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
 }
 
 // decideFindingsBulk approves or rejects bulk run id as op (the route's scope check passed:
-// op covers its findings' tenants).
+// op covers its findings' tenants), in the run's cell.
 func (s *Server) decideFindingsBulk(ctx context.Context, op *access.Operator, ip string, id int64, approve bool) (*reconcile.BulkRun, error) {
 	if op.Role < access.RoleOperator {
 		return nil, ErrForbidden
 	}
-	return s.recon.DecideBulk(ctx, id, reconcile.BulkOperator{ID: op.ID, Name: op.Name, IP: ip}, approve)
+	_, c, err := s.bulkRunIn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.recon.DecideBulk(ctx, id, reconcile.BulkOperator{ID: op.ID, Name: op.Name, IP: ip}, approve)
 }
 
 // bulkInputForm reads a bulk form: the filter fields, scope (all or selected) with the picked
@@ -124,7 +245,13 @@ func bulkInputForm(form url.Values) (FindingsBulkInput, error) {
 	default:
 		return in, inputErr("scope", "is all or selected")
 	}
-	if u := form.Get("upto"); u != "" {
+	if u := form.Get("upto"); isCellsCursor(u) {
+		p, err := parseFindingsPos(u)
+		if err != nil {
+			return in, inputErr("upto", "is not the newest findings a preview saw")
+		}
+		in.upToCells = p
+	} else if u != "" {
 		n, err := strconv.ParseInt(u, 10, 64)
 		if err != nil || n < 0 {
 			return in, inputErr("upto", "is not a finding id")
@@ -150,15 +277,18 @@ func amountsText(amounts map[string]int64) []string {
 
 // bulkPreviewView is the preview page of in: counts, amounts, sample and the start form (as
 // typed when form is a refused one).
-func (s *Server) bulkPreviewView(ctx context.Context, r *request, in FindingsBulkInput, p *reconcile.BulkPreview,
+func (s *Server) bulkPreviewView(ctx context.Context, r *request, in FindingsBulkInput, p *reconcile.BulkPreview, upTo findingsPos,
 	form *templates.FindingForm) (templates.FindingsBulkPreviewView, error) {
-	v := templates.FindingsBulkPreviewView{Count: p.Count, Amounts: amountsText(p.Amounts), UpTo: p.UpTo,
+	v := templates.FindingsBulkPreviewView{Count: p.Count, Amounts: amountsText(p.Amounts), UpTo: strconv.FormatInt(p.UpTo, 10),
 		NeedsApproval: p.NeedsApproval, ApprovalAbove: p.ApprovalAbove, TooMany: p.TooMany, Cap: p.Cap, Selected: in.Selected,
 		Reasons: findingReasons(), Form: form, Action: in.Action}
 	for k, n := range p.ByKind {
 		v.ByKind = append(v.ByKind, templates.KindCount{Kind: string(k), N: n})
 	}
 	sort.Slice(v.ByKind, func(i, j int) bool { return v.ByKind[i].Kind < v.ByKind[j].Kind })
+	if upTo != nil {
+		v.UpTo = upTo.String()
+	}
 	names, err := s.findingKeyNames(ctx, r.op, p.Sample)
 	if err != nil {
 		return v, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/templates"
 )
 
@@ -33,13 +34,13 @@ func postedBulkInput(c *gin.Context) (FindingsBulkInput, error) {
 // refused start (status then 400 or 409).
 func (s *Server) renderBulkPreview(c *gin.Context, r *request, in FindingsBulkInput, form *templates.FindingForm, status int) error {
 	in.UpTo = 0 // the preview sees again what is there now
-	p, err := s.previewFindingsBulk(c.Request.Context(), r.op, r.ip, in)
+	p, upTo, err := s.previewFindingsBulk(c.Request.Context(), r.op, r.ip, in)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	v, err := s.bulkPreviewView(ctx, r, in, p, form)
+	v, err := s.bulkPreviewView(ctx, r, in, p, upTo, form)
 	if err != nil {
 		return err
 	}
@@ -63,13 +64,28 @@ func (s *Server) apiFindingsBulk(c *gin.Context, r *request) error {
 		ReasonCode string         `json:"reason_code"`
 		Note       string         `json:"note"`
 		Preview    bool           `json:"preview"`
-		UpTo       int64          `json:"upto"`
+		UpTo       any            `json:"upto"` // an id, or across cells the preview's "a:12,b:1099511627790"
 	}
 	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
 	in := FindingsBulkInput{Filter: url.Values{}, IDs: b.IDs, Selected: b.IDs != nil, Action: b.Action, ReasonCode: b.ReasonCode,
-		Note: b.Note, UpTo: b.UpTo}
+		Note: b.Note}
+	switch u := b.UpTo.(type) {
+	case nil:
+	case float64:
+		if in.UpTo = int64(u); float64(in.UpTo) != u || u < 0 {
+			return inputErr("upto", "is not a finding id")
+		}
+	case string:
+		p, err := parseFindingsPos(u)
+		if err != nil {
+			return inputErr("upto", "is not the newest findings a preview saw")
+		}
+		in.upToCells = p
+	default:
+		return inputErr("upto", "is not a finding id")
+	}
 	for k, v := range b.Filter {
 		switch v := v.(type) {
 		case string:
@@ -89,18 +105,29 @@ func (s *Server) apiFindingsBulk(c *gin.Context, r *request) error {
 		return inputErr("ids", "at most 1000 findings picked by hand")
 	}
 	if b.Preview {
-		p, err := s.previewFindingsBulk(c.Request.Context(), r.op, r.ip, in)
+		p, upTo, err := s.previewFindingsBulk(c.Request.Context(), r.op, r.ip, in)
 		if err != nil {
 			return err
 		}
-		c.JSON(http.StatusOK, p)
+		if upTo == nil {
+			c.JSON(http.StatusOK, p)
+			return nil
+		}
+		c.JSON(http.StatusOK, struct { // across cells: the newest finding seen in each
+			*reconcile.BulkPreview
+			UpTo string `json:"upto"`
+		}{p, upTo.String()})
 		return nil
 	}
-	run, err := s.startFindingsBulk(c.Request.Context(), r.op, r.ip, in)
+	runs, err := s.startFindingsBulk(c.Request.Context(), r.op, r.ip, in)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusAccepted, run)
+	if len(runs) == 1 {
+		c.JSON(http.StatusAccepted, runs[0])
+		return nil
+	}
+	c.JSON(http.StatusAccepted, gin.H{"runs": runs}) // across cells: a run in each cell holding its findings
 	return nil
 }
 

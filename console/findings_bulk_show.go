@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/gin-gonic/gin"
 
@@ -24,7 +25,7 @@ func (s *Server) findingsBulkRunPage(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.recon.GetBulkRun(ctx, id)
+	run, _, err := s.bulkRunIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func (s *Server) apiFindingsBulkRun(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.recon.GetBulkRun(ctx, id)
+	run, _, err := s.bulkRunIn(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -75,11 +76,27 @@ func (s *Server) apiFindingsBulkRun(c *gin.Context, r *request) error {
 }
 
 // visibleBulkRuns lists the recent bulk runs of findings r's operator may see (their findings'
-// tenants within its own), waiting ones first.
+// tenants within its own), waiting ones first, then newest first: every cell's, merged.
 func (s *Server) visibleBulkRuns(ctx context.Context, r *request) ([]*reconcile.BulkRun, error) {
-	runs, err := s.recon.ListBulkRuns(ctx, findingsBulkRunsShown)
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) ([]*reconcile.BulkRun, error) {
+		return c.recon.ListBulkRuns(ctx, findingsBulkRunsShown)
+	})
 	if err != nil {
 		return nil, err
+	}
+	runs := got[0]
+	if len(got) > 1 {
+		runs = slices.Concat(got...)
+		slices.SortStableFunc(runs, func(a, b *reconcile.BulkRun) int {
+			if wa, wb := a.State == reconcile.BulkPendingApproval, b.State == reconcile.BulkPendingApproval; wa != wb {
+				if wa {
+					return -1
+				}
+				return 1
+			}
+			return b.CreatedAt.Compare(a.CreatedAt)
+		})
+		runs = runs[:min(len(runs), findingsBulkRunsShown)]
 	}
 	var out []*reconcile.BulkRun
 	for _, b := range runs {

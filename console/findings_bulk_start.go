@@ -19,8 +19,8 @@ func (s *Server) findingsBulkStartPage(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	run, err := s.startFindingsBulk(c.Request.Context(), r.op, r.ip, in)
-	if err != nil {
+	runs, err := s.startFindingsBulk(c.Request.Context(), r.op, r.ip, in)
+	if err != nil && len(runs) == 0 {
 		status := statusOf(err)
 		if status != http.StatusBadRequest && status != http.StatusConflict {
 			return err
@@ -29,6 +29,13 @@ func (s *Server) findingsBulkStartPage(c *gin.Context, r *request) error {
 			Error: pageMessage(c.Request.Context(), err), Field: errorField(err)}
 		return s.renderBulkPreview(c, r, in, form, status)
 	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reconcile/findings/bulk/%d", run.ID))
+	if err != nil {
+		return err // a cell refused after another's run started: the error names it
+	}
+	if len(runs) > 1 { // across cells, a run in each: the list shows them
+		c.Redirect(http.StatusSeeOther, "/reconcile/findings/bulk")
+		return nil
+	}
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/reconcile/findings/bulk/%d", runs[0].ID))
 	return nil
 }

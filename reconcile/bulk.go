@@ -56,6 +56,10 @@ type BulkRequest struct {
 	ReasonCode string
 	Note       string
 	By         BulkOperator
+	// FourEyes makes the run wait for a second operator's approval whatever its own count: a
+	// part of one action split into runs (one per tenant cell) that together hold more than
+	// BulkApprovalAbove.
+	FourEyes bool
 }
 
 // BulkPreview is what a bulk action would act on.
@@ -347,7 +351,7 @@ func (r *Reconciler) StartBulk(ctx context.Context, req BulkRequest, upTo int64)
 			return err
 		}
 		state := BulkRunning
-		if total > int64(r.cfg.BulkApprovalAbove) {
+		if total > int64(r.cfg.BulkApprovalAbove) || req.FourEyes {
 			state = BulkPendingApproval
 		}
 		tenantsJSON, _ := json.Marshal(tenants)

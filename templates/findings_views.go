@@ -9,7 +9,7 @@ type FindingsBulkPreviewView struct {
 	Amounts []string
 	ByKind  []KindCount
 	Sample  []FindingRow
-	UpTo    int64
+	UpTo    string // the newest finding the preview saw: an id, or one per cell ("a:12,b:1099511627790")
 	// NeedsApproval: more than ApprovalAbove findings, a second operator approves the run.
 	NeedsApproval bool
 	ApprovalAbove int

@@ -134,7 +134,7 @@ func fixtures(now time.Time) map[string]templ.Component {
 	doneBulkRun.FinishedAt, doneBulkRun.Error = p(ago(time.Minute)), "3 findings failed: the channel did not answer"
 	bulkPreviewFindings := FindingsBulkPreviewView{Count: 1200, Amounts: []string{"123456.78 CNY", "50000 KRW"},
 		ByKind: []KindCount{{Kind: "AMOUNT_MISMATCH", N: 1100}, {Kind: "CHANNEL_ONLY", N: 100}}, Sample: []FindingRow{finding},
-		UpTo: 99, NeedsApproval: true, ApprovalAbove: 1000, Cap: 50000, Fields: []Field{{"kind", "AMOUNT_MISMATCH"}},
+		UpTo: "99", NeedsApproval: true, ApprovalAbove: 1000, Cap: 50000, Fields: []Field{{"kind", "AMOUNT_MISMATCH"}},
 		FilterHref: "/reconcile/findings?kind=AMOUNT_MISMATCH", Action: "resolve", Reasons: reasons,
 		Form: &FindingForm{Action: "resolve", Error: Translate(LangChinese, "choose a reason"), Field: "reason_code"}}
 	retention := RetentionView{Floor: FloorView{Total: 45 * 24 * time.Hour, ClientRetry: 24 * time.Hour, Backfill: 14 * 24 * time.Hour,
