@@ -19,12 +19,11 @@ import (
 func (s *Server) previewBulk(c *gin.Context, r *request, f KeyFilter, ids []int64) (*replay.BulkPlan, error) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 2*s.cfg.QueryTimeout+s.cfg.BulkPreviewTimeout)
 	defer cancel()
-	sel, err := s.bulkKeys(ctx, r.op, f, ids)
+	ch, err := s.bulkKeys(ctx, r.op, f, ids)
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.replays.PreviewBulk(ctx, actorOf(r), sel)
-	return p, err
+	return s.previewBulkIn(ctx, actorOf(r), ch)
 }
 
 // bulkFilter reads the key search of a bulk replay from form or JSON values.

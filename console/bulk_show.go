@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
@@ -17,18 +19,24 @@ import (
 // getBulkRun reads a run; only the operator who started it sees it (its keys are within their
 // tenants, not necessarily within another operator's), and only while their tenants still cover
 // its keys' (scope.go).
-func (s *Server) getBulkRun(ctx context.Context, op *access.Operator, id int64) (*replay.BulkRun, error) {
-	if err := s.scope.Check(ctx, op, access.ObjBulkRun, strconv.FormatInt(id, 10), false); err != nil {
-		return nil, err
+func (s *Server) getBulkRun(ctx context.Context, op *access.Operator, id int64) (*replay.BulkRun, *cell, error) {
+	if err := s.scopeCheck(ctx, op, access.ObjBulkRun, strconv.FormatInt(id, 10), false); err != nil {
+		return nil, nil, err
 	}
-	run, err := s.replays.BulkRun(ctx, id)
-	if err != nil {
-		return nil, err
+	for _, c := range s.cells.everywhere() { // with cells, the run is in the cell of its keys
+		run, err := c.replays.BulkRun(ctx, id)
+		if errs.KindOf(err) == errs.NotFound && s.cells.cells != nil {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if run.OperatorID != op.ID {
+			return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
+		}
+		return run, c.cell, nil
 	}
-	if run.OperatorID != op.ID {
-		return nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
-	}
-	return run, nil
+	return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
 }
 
 // bulkParam reads the run named by {id} and its items (GET /replays/bulk/{id}[/progress], GET
@@ -38,11 +46,11 @@ func (s *Server) bulkParam(ctx context.Context, c *gin.Context, r *request) (*re
 	if err != nil {
 		return nil, nil, err
 	}
-	run, err := s.getBulkRun(ctx, r.op, id)
+	run, rc, err := s.getBulkRun(ctx, r.op, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	items, err := s.replays.BulkItems(ctx, id)
+	items, err := rc.replays.BulkItems(ctx, id)
 	return run, items, err
 }
 
@@ -90,11 +98,23 @@ func (s *Server) bulkView(ctx context.Context, run *replay.BulkRun, items []repl
 	return v
 }
 
-// bulkPage is GET /replays/bulk/{id}.
+// bulkPage is GET /replays/bulk/{id}; ?with=ID,… names the other runs of the same bulk
+// replay (one per cell), linked when they are runs op may open.
 func (s *Server) bulkPage(c *gin.Context, r *request) error {
 	v, err := s.loadBulkView(c, r)
 	if err != nil {
 		return err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	for i, raw := range strings.Split(c.Query("with"), ",") {
+		id, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil || i >= len(s.cells.all) || id == v.ID {
+			continue
+		}
+		if _, _, err := s.getBulkRun(ctx, r.op, id); err == nil {
+			v.With = append(v.With, templates.RunLink{ID: id, Href: fmt.Sprintf("/replays/bulk/%d", id)})
+		}
 	}
 	s.render(c, http.StatusOK, templates.BulkPage(chrome(r, "replays"), v))
 	return nil

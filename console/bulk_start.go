@@ -3,6 +3,8 @@ package console
 import (
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -10,22 +12,22 @@ import (
 )
 
 // startBulk starts a previewed bulk replay as a daemon job (POST /replays/bulk/start, POST
-// /api/v1/replays/bulk/start).
-func (s *Server) startBulk(c *gin.Context, r *request, plan, token, reason string) (*replay.BulkRun, error) {
+// /api/v1/replays/bulk/start): across cells, a run in each cell holding its keys.
+func (s *Server) startBulk(c *gin.Context, r *request, plan, token, reason string) ([]*replay.BulkRun, error) {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	run, err := s.replays.StartBulk(ctx, actorOf(r), plan, token, reason)
-	return run, err
+	return s.startBulkIn(ctx, actorOf(r), plan, token, reason)
 }
 
 // bulkStartPage is POST /replays/bulk/start {plan, token, reason}: creates the previewed run and
 // hands it to the daemon in one step, then shows its progress.
 func (s *Server) bulkStartPage(c *gin.Context, r *request) error {
-	run, err := s.startBulk(c, r, c.PostForm("plan"), c.PostForm("token"), c.PostForm("reason"))
+	runs, err := s.startBulk(c, r, c.PostForm("plan"), c.PostForm("token"), c.PostForm("reason"))
 	if err != nil {
 		return err
 	}
-	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/bulk/%d", run.ID))
+	// Across cells the first run's page links the others (?with=ID,…).
+	c.Redirect(http.StatusSeeOther, fmt.Sprintf("/replays/bulk/%d", runs[0].ID)+withRuns(runs[1:]))
 	return nil
 }
 
@@ -40,10 +42,26 @@ func (s *Server) apiBulkStart(c *gin.Context, r *request) error {
 	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
-	run, err := s.startBulk(c, r, b.Plan, b.Token, b.Reason)
+	runs, err := s.startBulk(c, r, b.Plan, b.Token, b.Reason)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusAccepted, run)
+	if len(runs) == 1 {
+		c.JSON(http.StatusAccepted, runs[0])
+		return nil
+	}
+	c.JSON(http.StatusAccepted, gin.H{"runs": runs}) // across cells: a run in each cell holding its keys
 	return nil
+}
+
+// withRuns is the query naming the other runs of one bulk replay ("" for none).
+func withRuns(runs []*replay.BulkRun) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = strconv.FormatInt(r.ID, 10)
+	}
+	return "?with=" + strings.Join(ids, ",")
 }

@@ -236,11 +236,12 @@ func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind a
 
 // cellKinds are the objects that live in the cells of their tenants (a key and its replay
 // requests); stayKinds live in the cell that made them, where they stay when their tenant moves
-// (a finding, the recon run that found it, a bulk run of findings). The rest live in the control
+// (a finding, the recon run that found it, a bulk run of findings or of replays). The rest live in the control
 // database.
 var (
 	cellKinds = map[access.ObjectKind]bool{access.ObjKey: true, access.ObjReplay: true}
-	stayKinds = map[access.ObjectKind]bool{access.ObjFinding: true, access.ObjReconRun: true, access.ObjFindingBulk: true}
+	stayKinds = map[access.ObjectKind]bool{access.ObjFinding: true, access.ObjReconRun: true, access.ObjFindingBulk: true,
+		access.ObjBulkRun: true}
 )
 
 // scopeCheck is access.Scope.Check of kind:ref for op, asked of the cell holding the object when

@@ -2,8 +2,11 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -16,7 +19,9 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/replay"
 )
 
 // testCells is a map of two cells whose placement a test can switch (as a tenant move does).
@@ -226,12 +231,8 @@ func TestCells_KeysAcrossCells(t *testing.T) {
 	// The key page lists both cells' keys.
 	page := root.get("/keys?limit=50")
 	mustContain(t, "keys page", page.Body, fmt.Sprintf("/keys/%d", dupA.ID), fmt.Sprintf("/keys/%d", dupB.ID))
-	// A bulk replay is not offered across cells, and asking for one is refused.
-	mustNotContain(t, "keys page", page.Body, `action="/replays/bulk"`, `class="bulk-pick"`)
-	if got := root.apiPost("/api/v1/replays/bulk", rootTok, map[string]any{"filter": map[string]string{"tenant": "acme"}}); got.Status != 409 ||
-		!strings.Contains(got.Body, "several cells") {
-		t.Errorf("bulk replay with cells: %d %s, want 409 naming the cells", got.Status, truncate(got.Body, 200))
-	}
+	// A bulk replay is offered across cells (TestCells_BulkReplayAcrossCells).
+	mustContain(t, "keys page", page.Body, `action="/replays/bulk"`)
 
 	// Scope: an operator sees their tenants' keys only, whichever cells hold them.
 	both := b.signIn("both")
@@ -397,4 +398,110 @@ func (b *cellsBundle) seedFailedIn(st *claim.Store, tenant, key string) *claim.K
 	b.claims = st
 	defer func() { b.claims = saved }()
 	return b.seedFailed(tenant, key, `{"amount":100,"currency":"EUR"}`, true)
+}
+
+// TestCells_BulkReplayAcrossCells: a bulk replay of keys in two cells previews them in the
+// search's one order with the counts summed, carries each cell's plan and token, and starts a run
+// in each cell — its items, its daemon's work and its replays in that cell, its audit rows in the
+// control database. The first run's page links the other; each opens from its own cell.
+func TestCells_BulkReplayAcrossCells(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	var all []*claim.Key
+	for i := range 2 {
+		all = append(all, b.seedFailedIn(b.claims, "acme", fmt.Sprintf("ra-%d", i)), b.seedFailedIn(b.claimB, "globex", fmt.Sprintf("rg-%d", i)))
+	}
+	for _, k := range all {
+		b.fakeOp.has(k, fmt.Sprintf("ch_%d", k.ID)) // the channel has each charge: the replay adopts it
+	}
+	root, tok := b.signIn("root"), b.token("root")
+	got := root.apiPost("/api/v1/replays/bulk", tok, map[string]any{"filter": map[string]string{"state": "failed_retryable"}})
+	if got.Status != 200 {
+		t.Fatalf("preview: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	p := decode[replay.BulkPlan](t, got)
+	var ids []int64
+	for _, it := range p.Items {
+		ids = append(ids, it.KeyID)
+	}
+	if want := b.allKeys(); p.Total != 4 || !slices.Equal(ids, want) || p.Counts.ByState["failed_retryable"] != 4 {
+		t.Fatalf("preview: total %d, keys %v, counts %v; want the 4 keys %v", p.Total, ids, p.Counts.ByState, want)
+	}
+	if !strings.HasPrefix(p.Plan, "a=b1|") || !strings.Contains(p.Plan, " b=b1|") || !strings.HasPrefix(p.Token, "a=") {
+		t.Fatalf("plan %q / token %q: want a part per cell", truncate(p.Plan, 80), truncate(p.Token, 80))
+	}
+	mustContain(t, "keys page", root.get("/keys?state=failed_retryable").Body, `action="/replays/bulk"`)
+
+	got = root.apiPost("/api/v1/replays/bulk/start", tok, map[string]string{"plan": p.Plan, "token": p.Token, "reason": "channel outage"})
+	if got.Status != 202 {
+		t.Fatalf("start: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	runs := decode[struct {
+		Runs []struct {
+			ID    int64 `json:"id"`
+			Total int   `json:"total"`
+		} `json:"runs"`
+	}](t, got).Runs
+	if len(runs) != 2 || runs[0].ID >= 1<<40 || runs[1].ID < 1<<40 || runs[0].Total != 2 || runs[1].Total != 2 {
+		t.Fatalf("start: %+v, want a run of 2 keys in cell a, then one in cell b", runs)
+	}
+	if again := root.apiPost("/api/v1/replays/bulk/start", tok, map[string]string{"plan": p.Plan, "token": p.Token, "reason": "twice"}); again.Status != 409 {
+		t.Errorf("the preview started again: %d, want 409", again.Status)
+	}
+	b.runJobs()
+	b.startCellReplays(b.cb, b.srv.cells.byName["b"].replays)
+	for i, db := range []*gorm.DB{b.db, b.cb} {
+		id := runs[i].ID
+		pgtest.Await(t, db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {
+			var n int64
+			db.Raw(`SELECT count(*) FROM replay_bulk_runs WHERE id = ? AND state = 'done'`, id).Scan(&n)
+			return n == 1
+		}, "replay_bulk_runs")
+	}
+	for name, db := range map[string]*gorm.DB{"a": b.db, "b": b.cb} {
+		var n int64
+		db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'completed' AND key LIKE 'r_-%'`).Scan(&n)
+		if n != 2 {
+			t.Errorf("cell %s: %d keys completed by the replay, want 2", name, n)
+		}
+	}
+	page := root.get(fmt.Sprintf("/replays/bulk/%d?with=%d", runs[0].ID, runs[1].ID))
+	mustContain(t, "first run's page", page.Body, fmt.Sprintf(`href="/replays/bulk/%d"`, runs[1].ID))
+	if got := root.api(fmt.Sprintf("/api/v1/replays/bulk/%d", runs[1].ID), tok); got.Status != 200 || !strings.Contains(got.Body, `"state":"done"`) {
+		t.Errorf("cell b's run: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action = 'replay.bulk_start'`); n != 2 {
+		t.Errorf("%d replay.bulk_start audit rows in the control database, want 2", n)
+	}
+	var inB int64
+	b.cb.Raw(`SELECT count(*) FROM audit_log`).Scan(&inB)
+	if inB != 0 {
+		t.Errorf("cell b holds %d audit rows, want none", inB)
+	}
+}
+
+// startCellReplays runs a daemon replica on db (cell b's) with the bulk replay job over w (that
+// cell's workflow), as `daemon --cells` runs one per cell.
+func (b *cellsBundle) startCellReplays(db *gorm.DB, w *replay.Workflow) {
+	b.t.Helper()
+	d, err := daemon.New(daemon.Config{DB: db, Name: "replica-b", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
+		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := d.Register(replay.NewBulkJob(w), replay.BulkJobSpec); err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = d.Stop(sctx)
+		cancel()
+	})
 }

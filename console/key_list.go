@@ -31,8 +31,7 @@ func searchForm(q url.Values) templates.KeySearch {
 // keys is the key search page. Its URL holds the whole search, so it can be shared.
 func (s *Server) keys(c *gin.Context, r *request) error {
 	q := c.Request.URL.Query()
-	v := templates.KeysView{Search: searchForm(q), States: stateNames(), IsFirst: q.Get("after") == "",
-		NoBulk: s.cells.cells != nil}
+	v := templates.KeysView{Search: searchForm(q), States: stateNames(), IsFirst: q.Get("after") == ""}
 	f, err := ParseKeyFilter(q)
 	v.FirstURL = "/keys?" + f.Query().Encode()
 	if err != nil {
@@ -56,7 +55,7 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 		v.BulkFields = append(v.BulkFields, templates.Field{Name: name, Value: vals[0]})
 	}
 	sort.Slice(v.BulkFields, func(i, j int) bool { return v.BulkFields[i].Name < v.BulkFields[j].Name })
-	if r.op.Role >= access.RoleOperator && !v.NoBulk && len(rows) > 0 {
+	if r.op.Role >= access.RoleOperator && len(rows) > 0 {
 		v.BulkCap = s.cfg.BulkCap
 		if v.IsFirst && next == nil && len(rows) <= s.cfg.BulkCap {
 			v.Matching = len(rows)

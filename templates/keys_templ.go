@@ -519,7 +519,7 @@ func KeysPage(ch Chrome, v KeysView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if ch.IsOperator && !v.NoBulk && len(v.Rows) > 0 {
+			if ch.IsOperator && len(v.Rows) > 0 {
 				templ_7745c5c3_Err = BulkForm(ch, v).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -548,7 +548,7 @@ func KeysPage(ch Chrome, v KeysView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				if ch.IsOperator && !v.NoBulk {
+				if ch.IsOperator {
 					templ_7745c5c3_Err = BulkSelectBar(ch, v).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
@@ -571,7 +571,7 @@ func KeysPage(ch Chrome, v KeysView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				if ch.IsOperator && !v.NoBulk {
+				if ch.IsOperator {
 					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 50, "<th class=\"pick\"><label class=\"pick-target\"><input type=\"checkbox\" id=\"select-page\" hidden aria-label=\"")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
@@ -690,7 +690,7 @@ func KeysPage(ch Chrome, v KeysView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					if ch.IsOperator && !v.NoBulk {
+					if ch.IsOperator {
 						templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "<td class=\"pick\"><label class=\"pick-target\"><input type=\"checkbox\" name=\"id\" value=\"")
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err

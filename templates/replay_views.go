@@ -126,6 +126,14 @@ type BulkView struct {
 	// its keys are parked.
 	RecheckAt time.Time
 	Parked    int
+	// With are the other runs of the same bulk replay (tenant cells: a run per cell), linked.
+	With []RunLink
+}
+
+// RunLink links one run by its number.
+type RunLink struct {
+	ID   int64
+	Href string
 }
 
 // runLength is how long r ran, or has been running (to the page's present).

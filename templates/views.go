@@ -145,8 +145,6 @@ type KeysView struct {
 	Matching     int
 	MatchingMore bool
 	BulkCap      int
-	// NoBulk hides the bulk replay (tenants in several cells: a run lives in one database).
-	NoBulk bool
 }
 
 // Body is a request or response body: redacted unless revealed.
