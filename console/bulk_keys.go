@@ -198,7 +198,7 @@ func (s *Server) startBulkIn(ctx context.Context, a replay.Actor, plan, token, r
 	}
 	var runs []*replay.BulkRun
 	for _, p := range plans {
-		c, tok := s.cells.byName[p.name], tokenOf(tokens, p.name)
+		c, tok := s.cells.named(p.name), tokenOf(tokens, p.name)
 		if c == nil || tok == "" {
 			return runs, inputErr("plan", "cannot be read; preview the bulk replay again")
 		}

@@ -107,9 +107,10 @@ func (s *Server) bulkPage(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	most := len(s.cells.everywhere()) // a run per cell at most
 	for i, raw := range strings.Split(c.Query("with"), ",") {
 		id, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil || i >= len(s.cells.all) || id == v.ID {
+		if err != nil || i >= most || id == v.ID {
 			continue
 		}
 		if _, _, err := s.getBulkRun(ctx, r.op, id); err == nil {

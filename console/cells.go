@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -70,11 +71,17 @@ type cell struct {
 	recon *reconcile.Reconciler
 }
 
-// cellSet is the console's cells: one (the control database) without Config.Cells.
+// cellSet is the console's cells: one (the control database) without Config.Cells. Cells the
+// map adds while the console runs join it the first time the placement names them (follow).
 type cellSet struct {
-	all    []*cell
+	cells Cells // nil: one cell
+	// newCell builds a cell's stores (Server.newCell).
+	newCell func(TenantCell) (*cell, error)
+	log     *slog.Logger
+
+	mu     sync.RWMutex
+	all    []*cell // append only: the first is the control database's without Config.Cells
 	byName map[string]*cell
-	cells  Cells // nil: one cell
 }
 
 // newCellSet builds the cells of cfg around the control database's stores.
@@ -83,29 +90,14 @@ func (s *Server) newCellSet(cfg Config) (*cellSet, error) {
 	if cfg.Cells == nil {
 		return &cellSet{all: []*cell{control}}, nil
 	}
-	cs := &cellSet{cells: cfg.Cells, byName: map[string]*cell{}}
+	cs := &cellSet{cells: cfg.Cells, byName: map[string]*cell{}, newCell: s.newCell, log: cfg.Logger}
 	for _, c := range cfg.Cells.Cells() {
-		switch {
-		case c.Name == "":
-			return nil, errors.New("console: a cell has no name")
-		case cs.byName[c.Name] != nil:
+		if cs.byName[c.Name] != nil {
 			return nil, fmt.Errorf("console: cell %q is listed twice", c.Name)
-		case c.DB == nil || !tenantdb.Scoped(c.DB):
-			return nil, fmt.Errorf("console: cell %q: its DB must be opened by tenantdb.Open", c.Name)
 		}
-		st, err := claim.NewStore(c.DB, s.claims.Config())
+		cl, err := s.newCell(c)
 		if err != nil {
-			return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
-		}
-		in := s.audit.Elsewhere()
-		cl := &cell{name: c.Name, db: c.DB, claims: st, audit: in, scope: access.NewScope(c.DB),
-			replays: s.replays.In(c.DB, st, in), recon: s.recon}
-		if c.DB != s.db {
-			rc := s.recon.Config()
-			rc.Store, rc.Auditor, rc.Cells = st, reconcile.LogAuditor{Log: in, DB: c.DB}, nil
-			if cl.recon, err = reconcile.New(c.DB, rc); err != nil {
-				return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
-			}
+			return nil, err
 		}
 		cs.all = append(cs.all, cl)
 		cs.byName[c.Name] = cl
@@ -116,11 +108,77 @@ func (s *Server) newCellSet(cfg Config) (*cellSet, error) {
 	return cs, nil
 }
 
+// newCell builds the console's stores on cell c: its claim store, replay workflow and
+// reconciler, their audit rows going to the control database.
+func (s *Server) newCell(c TenantCell) (*cell, error) {
+	switch {
+	case c.Name == "":
+		return nil, errors.New("console: a cell has no name")
+	case c.DB == nil || !tenantdb.Scoped(c.DB):
+		return nil, fmt.Errorf("console: cell %q: its DB must be opened by tenantdb.Open", c.Name)
+	}
+	st, err := claim.NewStore(c.DB, s.claims.Config())
+	if err != nil {
+		return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
+	}
+	in := s.audit.Elsewhere()
+	cl := &cell{name: c.Name, db: c.DB, claims: st, audit: in, scope: access.NewScope(c.DB),
+		replays: s.replays.In(c.DB, st, in), recon: s.recon}
+	if c.DB != s.db {
+		rc := s.recon.Config()
+		rc.Store, rc.Auditor, rc.Cells = st, reconcile.LogAuditor{Log: in, DB: c.DB}, nil
+		if cl.recon, err = reconcile.New(c.DB, rc); err != nil {
+			return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
+		}
+	}
+	return cl, nil
+}
+
+// follow adds the cells placement names that the console does not have yet (the map grew
+// while it ran), from Cells.Cells(); a cell that cannot be built is logged and asked again next
+// time. It returns the cells, in the order they joined.
+func (cs *cellSet) follow(placement map[string]string) []*cell {
+	cs.mu.RLock()
+	all, known := cs.all, true
+	for _, name := range placement {
+		known = known && cs.byName[name] != nil
+	}
+	cs.mu.RUnlock()
+	if known {
+		return all
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.cells.Cells() {
+		if cs.byName[c.Name] != nil {
+			continue
+		}
+		cl, err := cs.newCell(c)
+		if err != nil {
+			cs.log.Error("console: a cell the map added", "cell", c.Name, "err", err)
+			continue
+		}
+		cs.all = append(cs.all, cl)
+		cs.byName[c.Name] = cl
+		cs.log.Info("console: reading a cell the map added", "cell", c.Name)
+	}
+	return cs.all
+}
+
+// named is the cell called name (nil: none).
+func (cs *cellSet) named(name string) *cell {
+	cs.mu.RLock()
+	defer cs.mu.RUnlock()
+	return cs.byName[name]
+}
+
 // close stops the cells' replay workflows (the control database's is the server's own).
 func (cs *cellSet) close() {
 	if cs.cells == nil {
 		return
 	}
+	cs.mu.RLock()
+	defer cs.mu.RUnlock()
 	for _, c := range cs.all {
 		c.replays.Close()
 	}
@@ -139,14 +197,16 @@ func (cs *cellSet) For(scope keys.Scope, tenant string) []scopedCell {
 	if cs.cells == nil {
 		return []scopedCell{{cs.all[0], scope}}
 	}
+	placement := cs.cells.Placement()
+	all := cs.follow(placement)
 	held := map[string][]string{}
-	for t, name := range cs.cells.Placement() {
-		if (tenant == "" || t == tenant) && scope.MaySee(t) && cs.byName[name] != nil {
+	for t, name := range placement {
+		if (tenant == "" || t == tenant) && scope.MaySee(t) {
 			held[name] = append(held[name], t)
 		}
 	}
 	var out []scopedCell
-	for _, c := range cs.all {
+	for _, c := range all {
 		if ts := held[c.name]; len(ts) > 0 {
 			slices.Sort(ts)
 			out = append(out, scopedCell{c, keys.Scope{Tenants: ts}})
@@ -159,8 +219,12 @@ func (cs *cellSet) For(scope keys.Scope, tenant string) []scopedCell {
 // when its tenant moves — findings, recon runs, bulk runs of findings — which a read asks of
 // every cell, its filter scoping it. With one cell: that cell.
 func (cs *cellSet) everywhere() []scopedCell {
-	out := make([]scopedCell, len(cs.all))
-	for i, c := range cs.all {
+	all := cs.all
+	if cs.cells != nil {
+		all = cs.follow(cs.cells.Placement())
+	}
+	out := make([]scopedCell, len(all))
+	for i, c := range all {
 		out[i] = scopedCell{cell: c}
 	}
 	return out
@@ -177,7 +241,9 @@ func (cs *cellSet) ofKey(k *claim.Key) (*cell, error) {
 	if cs.cells == nil {
 		return cs.all[0], nil
 	}
-	if c := cs.byName[cs.cells.Placement()[k.Tenant]]; c != nil {
+	placement := cs.cells.Placement()
+	cs.follow(placement)
+	if c := cs.named(placement[k.Tenant]); c != nil {
 		return c, nil
 	}
 	return nil, fmt.Errorf("key %d: its tenant is in no cell: %w", k.ID, ErrNotFound)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
@@ -69,7 +68,7 @@ func TestCellsOf_HandlesAndPlacementFollowTheMapFile(t *testing.T) {
 		t.Errorf("placement %v, want %v", p, want)
 	}
 
-	// A move switches the file; the console's next look after mapRefresh reads it.
+	// A move switches the file; the set follows it (Set.Watch: Refresh), and so does the console.
 	moved, err := m.WithTenantIn("globex", "a")
 	if err != nil {
 		t.Fatal(err)
@@ -77,14 +76,37 @@ func TestCellsOf_HandlesAndPlacementFollowTheMapFile(t *testing.T) {
 	if err := cells.Write(path, moved); err != nil {
 		t.Fatal(err)
 	}
-	sc := cs.(*setCells)
-	if p := cs.Placement(); p["globex"] != "b" {
-		t.Errorf("placement re-read before mapRefresh passed: globex in %q", p["globex"])
+	if err := set.Refresh(ctx); err != nil {
+		t.Fatal(err)
 	}
-	sc.mu.Lock()
-	sc.read = time.Now().Add(-mapRefresh) // as if mapRefresh had passed
-	sc.mu.Unlock()
 	if p := cs.Placement(); p["globex"] != "a" || p["initech"] != "b" {
 		t.Errorf("after the switch: placement %v, want globex in a", p)
+	}
+
+	// A cell the map adds while the console runs: the console gets a handle on it when asked.
+	urlC := pgtest.URL(t)
+	specs := append(moved.Cells(), cells.CellSpec{Name: "c", ID: 3, URL: urlC, Tenants: []string{"umbrella"}})
+	grown, err := cells.New("a", specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cells.Write(path, grown); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := cs.Placement(); p["umbrella"] != "c" {
+		t.Errorf("placement %v, want umbrella in c", p)
+	}
+	got = cs.Cells()
+	if len(got) != 3 || got[2].Name != "c" || !tenantdb.Scoped(got[2].DB) {
+		t.Fatalf("cells after the map grew: %+v, want a, b and a tenant handle on c", got)
+	}
+	if err := got[2].DB.WithContext(tenantdb.WithTenants(ctx, []string{"*"})).Raw(`SELECT name FROM cell_identity`).Scan(&name).Error; err != nil || name != "c" {
+		t.Errorf("cell c's handle reaches the database of cell %q (%v)", name, err)
+	}
+	if again := cs.Cells(); again[1].DB != got[1].DB || again[2].DB != got[2].DB {
+		t.Error("asking again opened new handles")
 	}
 }

@@ -31,7 +31,21 @@ type testCells struct {
 	place map[string]string
 }
 
-func (c *testCells) Cells() []TenantCell { return c.cells }
+func (c *testCells) Cells() []TenantCell {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.cells)
+}
+
+// add adds a cell holding tenants, as a map that grew while the console ran.
+func (c *testCells) add(cell TenantCell, tenants ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cells = append(c.cells, cell)
+	for _, t := range tenants {
+		c.place[t] = cell.Name
+	}
+}
 
 func (c *testCells) Placement() map[string]string {
 	c.mu.Lock()
@@ -504,4 +518,49 @@ func (b *cellsBundle) startCellReplays(db *gorm.DB, w *replay.Workflow) {
 		_ = d.Stop(sctx)
 		cancel()
 	})
+}
+
+// TestCells_KeyPageNamesItsCellAndCellsAddedLaterAreRead: the key page says which cell holds the
+// key, and a deployment's panels read the key's domain rows in that cell (KeyCell). A cell the
+// map adds while the console runs is searched and opened from the next request on.
+func TestCells_KeyPageNamesItsCellAndCellsAddedLaterAreRead(t *testing.T) {
+	panel := func(ctx context.Context, k *claim.Key) (*KeyPanel, error) {
+		c, ok := KeyCell(ctx)
+		if !ok {
+			return nil, fmt.Errorf("no cell for key %d", k.ID)
+		}
+		var n int64
+		if err := c.DB.WithContext(ctx).Raw(`SELECT count(*) FROM idempotency_keys WHERE id = ?`, k.ID).Scan(&n).Error; err != nil {
+			return nil, err
+		}
+		return &KeyPanel{ID: "where", Title: "Cell", Columns: []string{"Cell"}, Rows: [][]Cell{{Data(fmt.Sprintf("in %s: %d", c.Name, n))}}}, nil
+	}
+	b := setupCells(t, func(cfg *Config) { cfg.KeyPanels = []KeyPanelFunc{panel} })
+	b.addOperator("root", access.RoleAdmin, "*")
+	root, tok := b.signIn("root"), b.token("root")
+	ka, kb := b.seedIn(b.claims, "acme", "where-a", true), b.seedIn(b.claimB, "globex", "where-b", true)
+	for k, cell := range map[int64]string{ka.ID: "a", kb.ID: "b"} {
+		page := root.get(fmt.Sprintf("/keys/%d", k))
+		mustContain(t, "key page", page.Body, `id="key-cell">`+cell+`<`, fmt.Sprintf("in %s: 1", cell))
+	}
+
+	// Cell c joins the map: umbrella's keys are there.
+	cc := pgtest.New(t)
+	if err := cc.Exec(`SELECT setval(format('%I.%I', schemaname, sequencename), 2::bigint << 40) FROM pg_sequences
+		WHERE max_value > 2::bigint << 40`).Error; err != nil {
+		t.Fatal(err)
+	}
+	claimC, err := claim.NewStore(cc, claim.Config{DigestSecret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := b.seedIn(claimC, "umbrella", "where-c", true)
+	if got, _ := b.walk(root, tok, "tenant=umbrella", 10, ""); len(got) != 0 {
+		t.Fatalf("umbrella's keys before cell c joined: %v", got)
+	}
+	b.cells.add(TenantCell{Name: "c", DB: pgtest.Tenant(t, cc)}, "umbrella")
+	if got, _ := b.walk(root, tok, "", 10, ""); !slices.Contains(got, kc.ID) || len(got) != 3 {
+		t.Errorf("search after cell c joined: %v, want the three cells' keys", got)
+	}
+	mustContain(t, "cell c's key page", root.get(fmt.Sprintf("/keys/%d", kc.ID)).Body, `id="key-cell">c<`, "in c: 1")
 }

@@ -31,8 +31,9 @@ func (s *Server) keyView(ctx context.Context, r *request, k *claim.Key) (templat
 		Request:   templates.Body{Name: "Request", Present: len(k.Request) > 0, Size: len(k.Request)},
 		Response:  templates.Body{Name: "Response", Present: len(k.ResponseBody) > 0, Size: len(k.ResponseBody)},
 		CanReveal: r.op.Role >= access.RoleOperator, CanCheck: r.op.Role >= access.RoleOperator,
-		CanReplay: r.op.Role >= access.RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= access.RoleAdmin}
-	v.Panels = s.keyPanels(ctx, k)
+		CanReplay: r.op.Role >= access.RoleOperator, Refusal: k.ReplayRefusalPhrase(), CanHold: r.op.Role >= access.RoleAdmin,
+		Cell: kc.name}
+	v.Panels = s.keyPanels(withKeyCell(ctx, kc), k)
 	v.Summary = s.intentSummary(k)
 	answers, err := kc.claims.Answers(ctx, k.ID)
 	if err != nil {

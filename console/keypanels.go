@@ -52,8 +52,24 @@ func (c Cell) Translated() (word, inCatalog bool) {
 
 // KeyPanelFunc builds a panel for k, a key the operator may see: the page loaded it with the
 // operator's tenant scope, and the function must select only rows of k.Tenant. A nil panel
-// shows nothing.
+// shows nothing. With tenant cells, k's domain rows live in k's cell: KeyCell(ctx) is its
+// database.
 type KeyPanelFunc func(ctx context.Context, k *claim.Key) (*KeyPanel, error)
+
+type keyCellKey struct{}
+
+// withKeyCell is ctx carrying the cell of the key a panel is built for.
+func withKeyCell(ctx context.Context, c *cell) context.Context {
+	return context.WithValue(ctx, keyCellKey{}, TenantCell{Name: c.name, DB: c.db})
+}
+
+// KeyCell is the cell holding the key a KeyPanelFunc is called for: its name ("" with one
+// database) and the console's handle on its database (tenantdb, under the operator's tenants),
+// where the panel reads the key's domain rows. ok is false outside a panel.
+func KeyCell(ctx context.Context) (c TenantCell, ok bool) {
+	c, ok = ctx.Value(keyCellKey{}).(TenantCell)
+	return c, ok
+}
 
 // keyPanels runs the configured panels; one that fails shows its error in place, never the
 // page's.

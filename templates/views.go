@@ -190,6 +190,8 @@ type KeyView struct {
 	// events whose detail names one, by event id.
 	Related    KeyRelated
 	EventLinks map[int64][]EventLink
+	// Cell is the tenant cell holding the key ("" with one database).
+	Cell string
 }
 
 // SummaryRow is one field of a key's intent summary, formatted (an amount with its currency):
