@@ -11,7 +11,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemops/idemops/access"
-	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/replay"
 	"github.com/idemops/idemops/templates"
 )
@@ -23,20 +22,23 @@ func (s *Server) getBulkRun(ctx context.Context, op *access.Operator, id int64) 
 	if err := s.scopeCheck(ctx, op, access.ObjBulkRun, strconv.FormatInt(id, 10), false); err != nil {
 		return nil, nil, err
 	}
-	for _, c := range s.cells.everywhere() { // with cells, the run is in the cell of its keys
-		run, err := c.replays.BulkRun(ctx, id)
-		if errs.KindOf(err) == errs.NotFound && s.cells.cells != nil {
-			continue
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if run.OperatorID != op.ID {
-			return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
-		}
-		return run, c.cell, nil
+	var run *replay.BulkRun
+	var c *cell
+	var err error
+	if s.cells.cells == nil {
+		run, err = s.replays.BulkRun(ctx, id)
+		c = s.cells.all[0]
+	} else { // with cells, the run is in the cell its keys were in
+		run, c, err = stayIn(ctx, s.cells, func(ctx context.Context, c *cell) (*replay.BulkRun, error) { return c.replays.BulkRun(ctx, id) },
+			fmt.Errorf("bulk run %d: %w", id, ErrNotFound))
 	}
-	return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
+	if err != nil {
+		return nil, nil, err
+	}
+	if run.OperatorID != op.ID {
+		return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
+	}
+	return run, c, nil
 }
 
 // bulkParam reads the run named by {id} and its items (GET /replays/bulk/{id}[/progress], GET

@@ -219,8 +219,10 @@ func (cs *cellSet) For(scope keys.Scope, tenant string) []scopedCell {
 // when its tenant moves — findings, recon runs, bulk runs of findings — which a read asks of
 // every cell, its filter scoping it. With one cell: that cell.
 func (cs *cellSet) everywhere() []scopedCell {
-	all := cs.all
-	if cs.cells != nil {
+	var all []*cell
+	if cs.cells == nil {
+		all = cs.all
+	} else {
 		all = cs.follow(cs.cells.Placement())
 	}
 	out := make([]scopedCell, len(all))
@@ -272,32 +274,69 @@ func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Con
 // anywhere, or only in a cell its tenant has left, is ErrNotFound.
 func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind access.ObjectKind, id int64,
 	read func(context.Context, *cell, int64) (T, error), tenant func(T) string) (T, *cell, error) {
-	type found struct {
-		v  T
-		ok bool
-	}
+	var none T
 	in := cs.For(keyScope(op), "")
-	got, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) (found, error) {
+	v, i, err := firstIn(ctx, in, func(ctx context.Context, c scopedCell) (T, bool, error) {
 		v, err := read(ctx, c.cell, id)
 		if errs.KindOf(err) == errs.NotFound {
-			return found{}, nil
+			return none, false, nil
 		}
-		return found{v, err == nil && cs.holds(c.cell, tenant(v))}, err
+		if err != nil {
+			return none, false, err
+		}
+		return v, cs.holds(c.cell, tenant(v)), nil
 	})
-	var none T
-	if err != nil {
+	switch {
+	case i < 0 && err != nil:
+		return none, nil, err
+	case i < 0:
+		return none, nil, fmt.Errorf("%s %d: %w", kind, id, ErrNotFound)
+	}
+	if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(v)}, false); err != nil {
 		return none, nil, err
 	}
-	for i, f := range got {
-		if !f.ok {
-			continue
+	return v, in[i].cell, nil
+}
+
+// firstIn asks every cell of in at once with read and returns the first answer that found the
+// object (ok) and its cell's index, without waiting for the other cells: ids are unique across
+// cells, so a cell that is down or failing over does not hold up the one that has the object.
+// Found nowhere: index -1 and the cells' errors joined (nil when every cell said not found).
+func firstIn[T any](ctx context.Context, in []scopedCell, read func(context.Context, scopedCell) (T, bool, error)) (T, int, error) {
+	var none T
+	if len(in) == 1 {
+		v, ok, err := read(ctx, in[0])
+		if ok {
+			return v, 0, nil
 		}
-		if err := access.Decide(op, kind, strconv.FormatInt(id, 10), []string{tenant(f.v)}, false); err != nil {
-			return none, nil, err
-		}
-		return f.v, in[i].cell, nil
+		return none, -1, err
 	}
-	return none, nil, fmt.Errorf("%s %d: %w", kind, id, ErrNotFound)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the cells not heard yet stop asking
+	type answer struct {
+		v   T
+		ok  bool
+		err error
+		i   int
+	}
+	answers := make(chan answer, len(in))
+	for i, c := range in {
+		go func() {
+			v, ok, err := read(ctx, c)
+			answers <- answer{v, ok, err, i}
+		}()
+	}
+	var fails []error
+	for range in {
+		a := <-answers
+		if a.ok {
+			return a.v, a.i, nil
+		}
+		if a.err != nil {
+			fails = append(fails, fmt.Errorf("cell %s: %w", in[a.i].name, a.err))
+		}
+	}
+	return none, -1, errors.Join(fails...)
 }
 
 // cellKinds are the objects that live in the cells of their tenants (a key and its replay
@@ -318,33 +357,34 @@ func (s *Server) scopeCheck(ctx context.Context, op *access.Operator, kind acces
 	if s.cells.cells == nil || !cellKinds[kind] && !stayKinds[kind] {
 		return s.scope.Check(ctx, op, kind, ref, act)
 	}
-	if stayKinds[kind] {
-		for _, c := range s.cells.everywhere() {
-			tenants, err := s.stayTenants(ctx, c.cell, kind, ref)
-			if errors.Is(err, access.ErrNotFound) || errs.KindOf(err) == errs.NotFound {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			return access.Decide(op, kind, ref, tenants, act)
+	in, kindTenants := s.cells.For(keyScope(op), ""), func(ctx context.Context, c scopedCell) ([]string, bool, error) {
+		tenants, err := c.scope.Tenants(ctx, kind, ref)
+		switch {
+		case errors.Is(err, access.ErrNotFound):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, err
 		}
+		// A copy a tenant move left behind is not the object.
+		return tenants, len(tenants) == 0 || slices.ContainsFunc(tenants, func(t string) bool { return s.cells.holds(c.cell, t) }), nil
+	}
+	if stayKinds[kind] {
+		in, kindTenants = s.cells.everywhere(), func(ctx context.Context, c scopedCell) ([]string, bool, error) {
+			tenants, err := s.stayTenants(ctx, c.cell, kind, ref)
+			if errs.KindOf(err) == errs.NotFound {
+				return nil, false, nil
+			}
+			return tenants, err == nil, err
+		}
+	}
+	tenants, i, err := firstIn(ctx, in, kindTenants)
+	switch {
+	case i < 0 && err != nil:
+		return err
+	case i < 0:
 		return access.NotFoundError(kind, ref)
 	}
-	for _, c := range s.cells.For(keyScope(op), "") {
-		tenants, err := c.scope.Tenants(ctx, kind, ref)
-		if errors.Is(err, access.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(tenants, func(t string) bool { return s.cells.holds(c.cell, t) }) && len(tenants) > 0 {
-			continue
-		}
-		return access.Decide(op, kind, ref, tenants, act)
-	}
-	return access.NotFoundError(kind, ref)
+	return access.Decide(op, kind, ref, tenants, act)
 }
 
 // stayTenants resolves the tenant set of a stayKinds object in cell c (access.Scope.Tenants
@@ -388,14 +428,28 @@ func (s *Server) findingIn(ctx context.Context, op *access.Operator, id int64) (
 		f, err := s.recon.GetFinding(ctx, id)
 		return f, s.cells.all[0], err
 	}
-	for _, c := range s.cells.everywhere() {
-		f, err := c.recon.GetFinding(ctx, id)
+	return stayIn(ctx, s.cells, func(ctx context.Context, c *cell) (*reconcile.Finding, error) { return c.recon.GetFinding(ctx, id) },
+		access.NotFoundError(access.ObjFinding, ref))
+}
+
+// stayIn reads an object of the stayKinds with read in every cell at once: the cell that has it
+// answers (ids are unique across cells), else notFound, or the cells' errors when some failed.
+func stayIn[T any](ctx context.Context, cs *cellSet, read func(context.Context, *cell) (T, error), notFound error) (T, *cell, error) {
+	in := cs.everywhere()
+	v, i, err := firstIn(ctx, in, func(ctx context.Context, c scopedCell) (T, bool, error) {
+		v, err := read(ctx, c.cell)
 		if errs.KindOf(err) == errs.NotFound {
-			continue
+			return v, false, nil
 		}
-		return f, c.cell, err
+		return v, err == nil, err
+	})
+	switch {
+	case i >= 0:
+		return v, in[i].cell, nil
+	case err != nil:
+		return v, nil, err
 	}
-	return nil, nil, access.NotFoundError(access.ObjFinding, ref)
+	return v, nil, notFound
 }
 
 // runIn reads recon run id with the cell it lives in (the route's scope check passed).
@@ -404,12 +458,6 @@ func (s *Server) runIn(ctx context.Context, id int64) (*reconcile.Run, *cell, er
 		run, err := s.recon.GetRun(ctx, id)
 		return run, s.cells.all[0], err
 	}
-	for _, c := range s.cells.everywhere() {
-		run, err := c.recon.GetRun(ctx, id)
-		if errs.KindOf(err) == errs.NotFound {
-			continue
-		}
-		return run, c.cell, err
-	}
-	return nil, nil, fmt.Errorf("recon run %d: %w", id, ErrNotFound)
+	return stayIn(ctx, s.cells, func(ctx context.Context, c *cell) (*reconcile.Run, error) { return c.recon.GetRun(ctx, id) },
+		fmt.Errorf("recon run %d: %w", id, ErrNotFound))
 }

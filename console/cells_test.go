@@ -564,3 +564,32 @@ func TestCells_KeyPageNamesItsCellAndCellsAddedLaterAreRead(t *testing.T) {
 	}
 	mustContain(t, "cell c's key page", root.get(fmt.Sprintf("/keys/%d", kc.ID)).Body, `id="key-cell">c<`, "in c: 1")
 }
+
+// TestCells_ACellDownDoesNotStopTheOthers: with cell b unreachable (its primary failing over), a
+// key of cell a still opens, previews its replay and is acted on — a lookup by id answers from
+// the cell that has the object without waiting for the others — and a key of cell b fails
+// without being called not found.
+func TestCells_ACellDownDoesNotStopTheOthers(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	root, tok := b.signIn("root"), b.token("root")
+	ka := b.seedFailedIn(b.claims, "acme", "up")
+	kb := b.seedFailedIn(b.claimB, "globex", "down")
+	sqlDB, err := b.cells.Cells()[1].DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.Close() // cell b is gone
+	if got := root.get(fmt.Sprintf("/keys/%d", ka.ID)); got.Status != 200 {
+		t.Errorf("cell a's key page with cell b down: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if got := root.api(fmt.Sprintf("/api/v1/keys/%d/replay", ka.ID), tok); got.Status != 200 || !strings.Contains(got.Body, `"token"`) {
+		t.Errorf("cell a's replay preview with cell b down: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if got := root.post(fmt.Sprintf("/keys/%d/hold", ka.ID), url.Values{"hold": {"1"}, "reason": {"audit 7"}}, true); got.Status != 303 {
+		t.Errorf("hold a cell a key with cell b down: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if got := root.api(fmt.Sprintf("/api/v1/keys/%d", kb.ID), tok); got.Status == 200 || got.Status == 404 {
+		t.Errorf("cell b's key with cell b down: %d, want an error that is not not found", got.Status)
+	}
+}

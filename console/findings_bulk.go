@@ -192,14 +192,8 @@ func (s *Server) bulkRunIn(ctx context.Context, id int64) (*reconcile.BulkRun, *
 		run, err := s.recon.GetBulkRun(ctx, id)
 		return run, s.cells.all[0], err
 	}
-	for _, c := range s.cells.everywhere() {
-		run, err := c.recon.GetBulkRun(ctx, id)
-		if errs.KindOf(err) == errs.NotFound {
-			continue
-		}
-		return run, c.cell, err
-	}
-	return nil, nil, fmt.Errorf("bulk run %d: %w", id, ErrNotFound)
+	return stayIn(ctx, s.cells, func(ctx context.Context, c *cell) (*reconcile.BulkRun, error) { return c.recon.GetBulkRun(ctx, id) },
+		fmt.Errorf("bulk run %d: %w", id, ErrNotFound))
 }
 
 // decideFindingsBulk approves or rejects bulk run id as op (the route's scope check passed:

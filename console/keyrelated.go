@@ -36,8 +36,12 @@ func (s *Server) keyRelated(ctx context.Context, op *access.Operator, k *claim.K
 		rel.Replays = append(rel.Replays, row)
 	}
 	finds, _, err := s.listFindings(ctx, op, reconcile.FindingFilter{KeyID: k.ID, Limit: relatedMax}, "")
-	if err != nil {
+	if err != nil && s.cells.cells == nil {
 		return rel, err
+	}
+	if err != nil { // findings stay in the cell that matched them: one that is down leaves them out, not the page
+		s.cfg.Logger.Warn("key page: related findings", "key_id", k.ID, "err", err)
+		finds = nil
 	}
 	for _, f := range finds {
 		row := findingRow(f, nil)
