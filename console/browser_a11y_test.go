@@ -59,6 +59,7 @@ type a11yResult struct {
 // Screenshots: screenshots/<page>-<lang>-<width>.png; per-page results:
 // screenshots/axe-results.json (both git-ignored). One Chromium and one console for the loop.
 func TestBrowserAccessibility(t *testing.T) {
+	t.Parallel() // its own browser and console: it runs beside the other browser walks
 	axe := axeSource(t)
 	br := newBrowserFor(t, 8*time.Minute) // a bound, not the expected time (see the log line)
 	defer br.done()

@@ -15,6 +15,7 @@ import (
 // the navigation folds into a menu that opens without script, and that controls are at least
 // 44 px tall. Screenshots go to screenshots/phone-*.png.
 func TestBrowserPhoneWidth(t *testing.T) {
+	t.Parallel() // its own browser and console: it runs beside the other browser walks
 	br := newBrowser(t)
 	defer br.done()
 	b := newBundle(t)

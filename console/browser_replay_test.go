@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/claim"
 )
 
 // browseReplaysAndJobs drives the replay flow and the jobs page in headless Chromium: a
@@ -17,7 +18,16 @@ import (
 // a four-eyes request approved by a second operator, a bulk replay with live progress, and the
 // jobs page running a job with live progress. Screenshots go to screenshots/.
 func browseReplaysAndJobs(t *testing.T, br *browser) {
-	b := newBundle(t)
+	// The quarantine outlasts the 5 s a confirm waits for its replay (replayAnswerWait), so the
+	// approved request's page shows it waiting; the default 30 s would only make the bulk run's
+	// keys wait longer for their second look.
+	b := newBundle(t, func(c *Config) {
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, Quarantine: 6 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Claims = st
+	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("oscar", access.RoleOperator, "*") // runs the sweep, every tenant's schedule
 	found := b.seedFailed("acme", "order-found", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
