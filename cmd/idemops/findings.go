@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -42,35 +42,27 @@ func newFindingsListCmd() *cobra.Command {
 				return usagef("--limit must be between 1 and 1000")
 			}
 			f.Kind, f.State = reconcile.Kind(kind), reconcile.FindingState(state)
-			s, err := openOperatorSession(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			rows, next, err := s.srv.FindingsFor(ctx, s.op, f)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return writeJSONLines(out, rows)
-			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tKIND\tSTATE\tCHANNEL\tBILL DATE\tKEY\tSUBJECT\tDETAIL")
-			for _, r := range rows {
-				key := "-"
-				if r.KeyID != nil {
-					key = fmt.Sprint(*r.KeyID)
+			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
+				rows, next, err := s.srv.FindingsFor(ctx, s.op, f)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.State, r.Channel, r.BillDate, key, r.Subject, r.Detail)
-			}
-			w.Flush()
-			if next != 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: add --before %d\n", next)
-			}
-			return nil
+				err = writeRows(cmd.OutOrStdout(), asJSON, rows, "ID\tKIND\tSTATE\tCHANNEL\tBILL DATE\tKEY\tSUBJECT\tDETAIL",
+					func(r reconcile.Finding) string {
+						key := "-"
+						if r.KeyID != nil {
+							key = fmt.Sprint(*r.KeyID)
+						}
+						return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Kind, r.State, r.Channel, r.BillDate, key, r.Subject, r.Detail)
+					})
+				if err != nil || asJSON {
+					return err
+				}
+				if next != 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: add --before %d\n", next)
+				}
+				return nil
+			})
 		},
 	}
 	fl := cmd.Flags()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/url"
@@ -99,37 +100,32 @@ The reason is a code of a fixed vocabulary (the console shows it translated); "o
 			if len(ids) > 0 {
 				in.IDs, in.Selected = ids, true
 			}
-			s, err := openOperatorSession(cmd, true)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			out := cmd.OutOrStdout()
-			if !start {
-				p, err := s.srv.PreviewFindingsBulk(ctx, s.op, "cli", in)
+			return inOperatorSession(cmd, true, func(ctx context.Context, s *operatorSession) error {
+				out := cmd.OutOrStdout()
+				if !start {
+					p, err := s.srv.PreviewFindingsBulk(ctx, s.op, "cli", in)
+					if err != nil {
+						return err
+					}
+					if asJSON {
+						return encodeJSON(out, p)
+					}
+					printBulkPreview(out, p)
+					return nil
+				}
+				run, err := s.srv.StartFindingsBulk(ctx, s.op, "cli", in)
 				if err != nil {
 					return err
 				}
 				if asJSON {
-					return encodeJSON(out, p)
+					return encodeJSON(out, run)
 				}
-				printBulkPreview(out, p)
+				fmt.Fprintf(out, "bulk run %d: %s, %d findings to %s\n", run.ID, run.State, run.Total, run.Action)
+				if run.State == reconcile.BulkPendingApproval {
+					fmt.Fprintf(out, "waiting for a second operator: the console's /reconcile/findings/bulk/%d\n", run.ID)
+				}
 				return nil
-			}
-			run, err := s.srv.StartFindingsBulk(ctx, s.op, "cli", in)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return encodeJSON(out, run)
-			}
-			fmt.Fprintf(out, "bulk run %d: %s, %d findings to %s\n", run.ID, run.State, run.Total, run.Action)
-			if run.State == reconcile.BulkPendingApproval {
-				fmt.Fprintf(out, "waiting for a second operator: the console's /reconcile/findings/bulk/%d\n", run.ID)
-			}
-			return nil
+			})
 		},
 	}
 	ff.add(cmd)
@@ -221,38 +217,34 @@ export holds at most a fixed number of findings: above it, narrow the filter. Au
 			if format == "xlsx" && output == "" {
 				return usagef("--format xlsx needs --output FILE (a workbook is not for a terminal)")
 			}
-			s, err := openOperatorSession(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			var w io.Writer = cmd.OutOrStdout()
-			var tmp *os.File
-			if output != "" {
-				// Written beside the target and renamed at the end: a refused or failed export
-				// leaves no partial file.
-				if tmp, err = os.CreateTemp(filepath.Dir(output), ".findings-export-*"); err != nil {
-					return fmt.Errorf("--output: %w", err)
+			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
+				var w io.Writer = cmd.OutOrStdout()
+				var tmp *os.File
+				if output != "" {
+					// Written beside the target and renamed at the end: a refused or failed export
+					// leaves no partial file.
+					var err error
+					if tmp, err = os.CreateTemp(filepath.Dir(output), ".findings-export-*"); err != nil {
+						return fmt.Errorf("--output: %w", err)
+					}
+					defer os.Remove(tmp.Name())
+					defer tmp.Close()
+					w = tmp
 				}
-				defer os.Remove(tmp.Name())
-				defer tmp.Close()
-				w = tmp
-			}
-			if err := s.srv.ExportFindings(ctx, s.op, ff.query(), format, w); err != nil {
-				return err
-			}
-			if tmp != nil {
-				if err := tmp.Close(); err != nil {
-					return fmt.Errorf("--output: %w", err)
+				if err := s.srv.ExportFindings(ctx, s.op, ff.query(), format, w); err != nil {
+					return err
 				}
-				if err := os.Rename(tmp.Name(), output); err != nil {
-					return fmt.Errorf("--output: %w", err)
+				if tmp != nil {
+					if err := tmp.Close(); err != nil {
+						return fmt.Errorf("--output: %w", err)
+					}
+					if err := os.Rename(tmp.Name(), output); err != nil {
+						return fmt.Errorf("--output: %w", err)
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", output)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", output)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	ff.add(cmd)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -53,32 +54,24 @@ func newKeysSearchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s, err := openOperatorSession(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			rows, next, err := s.srv.SearchKeysFor(ctx, s.op, f)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return writeJSONLines(out, rows)
-			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tTENANT\tOPERATION\tSTATE\tATTEMPTS\tCREATED\tDIGEST\tATTENTION")
-			for _, k := range rows {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Operation, k.State, k.Attempts,
-					k.CreatedAt.UTC().Format(time.RFC3339), k.KeyDigest[:12], yes(k.NeedsAttention))
-			}
-			w.Flush()
-			if next != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "more: add --after %s\n", next)
-			}
-			return nil
+			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
+				rows, next, err := s.srv.SearchKeysFor(ctx, s.op, f)
+				if err != nil {
+					return err
+				}
+				err = writeRows(cmd.OutOrStdout(), asJSON, rows, "ID\tTENANT\tOPERATION\tSTATE\tATTEMPTS\tCREATED\tDIGEST\tATTENTION",
+					func(k console.KeySummary) string {
+						return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s", k.ID, k.Tenant, k.Operation, k.State, k.Attempts,
+							k.CreatedAt.UTC().Format(time.RFC3339), k.KeyDigest[:12], yes(k.NeedsAttention))
+					})
+				if err != nil || asJSON {
+					return err
+				}
+				if next != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: add --after %s\n", next)
+				}
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -108,45 +101,40 @@ func newKeysShowCmd() *cobra.Command {
 			if err != nil || id <= 0 {
 				return usagef("key id %q: not a positive integer", args[0])
 			}
-			s, err := openOperatorSession(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			k, evs, err := s.srv.KeyFor(ctx, s.op, id)
-			if err != nil {
-				return fmt.Errorf("key %d: %w", id, err)
-			}
-			v := keyShown(k, evs)
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetEscapeHTML(false)
-				return enc.Encode(v)
-			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "id\t%d\n", v.ID)
-			fmt.Fprintf(w, "tenant\t%s\noperation\t%s\nkey\t%s\ndigest\t%s\nstate\t%s\nattempts\t%d\n", v.Tenant, v.Operation, v.Key, v.Digest, v.State, v.Attempts)
-			if v.ResponseStatus != nil {
-				fmt.Fprintf(w, "answer\t%d\n", *v.ResponseStatus)
-			}
-			for _, kv := range [][2]*string{{ptr("resource"), v.ResourceID}, {ptr("error"), v.ErrorCode}, {ptr("error detail"), v.ErrorDetail}, {ptr("lease owner"), v.LeaseOwner}} {
-				if kv[1] != nil {
-					fmt.Fprintf(w, "%s\t%s\n", *kv[0], *kv[1])
+			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
+				k, evs, err := s.srv.KeyFor(ctx, s.op, id)
+				if err != nil {
+					return fmt.Errorf("key %d: %w", id, err)
 				}
-			}
-			fmt.Fprintf(w, "needs attention\t%s\nheld\t%s\nlegal hold\t%s\n", yes(v.NeedsAttention), yes(v.Held), yes(v.LegalHold))
-			fmt.Fprintf(w, "created\t%s\nupdated\t%s\n", v.CreatedAt.Format(time.RFC3339), v.UpdatedAt.Format(time.RFC3339))
-			fmt.Fprintf(w, "request\t%d bytes (revealed in the console, audited)\nresponse\t%d bytes\n", v.RequestBytes, v.ResponseBytes)
-			w.Flush()
-			fmt.Fprintln(out, "\nhistory:")
-			w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			for _, e := range v.Events {
-				fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", e.At.Format(time.RFC3339Nano), e.Kind, e.Actor, e.Detail)
-			}
-			return w.Flush()
+				v := keyShown(k, evs)
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetEscapeHTML(false)
+					return enc.Encode(v)
+				}
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "id\t%d\n", v.ID)
+				fmt.Fprintf(w, "tenant\t%s\noperation\t%s\nkey\t%s\ndigest\t%s\nstate\t%s\nattempts\t%d\n", v.Tenant, v.Operation, v.Key, v.Digest, v.State, v.Attempts)
+				if v.ResponseStatus != nil {
+					fmt.Fprintf(w, "answer\t%d\n", *v.ResponseStatus)
+				}
+				for _, kv := range [][2]*string{{ptr("resource"), v.ResourceID}, {ptr("error"), v.ErrorCode}, {ptr("error detail"), v.ErrorDetail}, {ptr("lease owner"), v.LeaseOwner}} {
+					if kv[1] != nil {
+						fmt.Fprintf(w, "%s\t%s\n", *kv[0], *kv[1])
+					}
+				}
+				fmt.Fprintf(w, "needs attention\t%s\nheld\t%s\nlegal hold\t%s\n", yes(v.NeedsAttention), yes(v.Held), yes(v.LegalHold))
+				fmt.Fprintf(w, "created\t%s\nupdated\t%s\n", v.CreatedAt.Format(time.RFC3339), v.UpdatedAt.Format(time.RFC3339))
+				fmt.Fprintf(w, "request\t%d bytes (revealed in the console, audited)\nresponse\t%d bytes\n", v.RequestBytes, v.ResponseBytes)
+				w.Flush()
+				fmt.Fprintln(out, "\nhistory:")
+				w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				for _, e := range v.Events {
+					fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", e.At.Format(time.RFC3339Nano), e.Kind, e.Actor, e.Detail)
+				}
+				return w.Flush()
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "the key and its history as one JSON object")
@@ -172,40 +160,35 @@ listing.`,
 			if err := claim.ValidateKey(key); err != nil {
 				return err
 			}
-			s, err := openOperatorSession(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := cliContext(cmd)
-			defer cancel()
-			rows, err := s.srv.FindKeysFor(ctx, s.op, key)
-			if err != nil {
-				return err
-			}
-			var found []console.KeySummary
-			for _, k := range rows {
-				if (tenant == "" || k.Tenant == tenant) && (operation == "" || k.Operation == operation) {
-					found = append(found, k)
+			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
+				rows, err := s.srv.FindKeysFor(ctx, s.op, key)
+				if err != nil {
+					return err
 				}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return writeJSONLines(out, found)
-			}
-			if len(found) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "no key matches")
-				return nil
-			}
-			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tTENANT\tOPERATION\tSTATE\tCREATED\tDIGEST")
-			for _, k := range found {
-				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Operation, k.State, k.CreatedAt.UTC().Format(time.RFC3339), k.KeyDigest[:12])
-			}
-			if len(rows) >= console.MaxFound {
-				fmt.Fprintf(w, "(the first %d matches)\n", console.MaxFound)
-			}
-			return w.Flush()
+				var found []console.KeySummary
+				for _, k := range rows {
+					if (tenant == "" || k.Tenant == tenant) && (operation == "" || k.Operation == operation) {
+						found = append(found, k)
+					}
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					return writeJSONLines(out, found)
+				}
+				if len(found) == 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), "no key matches")
+					return nil
+				}
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "ID\tTENANT\tOPERATION\tSTATE\tCREATED\tDIGEST")
+				for _, k := range found {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, k.Operation, k.State, k.CreatedAt.UTC().Format(time.RFC3339), k.KeyDigest[:12])
+				}
+				if len(rows) >= console.MaxFound {
+					fmt.Fprintf(w, "(the first %d matches)\n", console.MaxFound)
+				}
+				return w.Flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
@@ -263,6 +246,19 @@ func keyShown(k *claim.Key, evs []claim.Event) shownKey {
 }
 
 // writeJSONLines writes one JSON object per row.
+// writeRows prints rows as JSON lines (asJSON), or as a table: header, then a line a row.
+func writeRows[T any](out io.Writer, asJSON bool, rows []T, header string, line func(T) string) error {
+	if asJSON {
+		return writeJSONLines(out, rows)
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, header)
+	for _, r := range rows {
+		fmt.Fprintln(w, line(r))
+	}
+	return w.Flush()
+}
+
 func writeJSONLines[T any](out io.Writer, rows []T) error {
 	enc := json.NewEncoder(out)
 	enc.SetEscapeHTML(false)

@@ -137,3 +137,16 @@ func readSecretLine(cmd *cobra.Command, prompt string) (string, error) {
 func cliContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), time.Minute)
 }
+
+// inOperatorSession opens an operator session (openOperatorSession), runs fn in it within the
+// CLI's time limit (cliContext), and closes it.
+func inOperatorSession(cmd *cobra.Command, needOperator bool, fn func(ctx context.Context, s *operatorSession) error) error {
+	s, err := openOperatorSession(cmd, needOperator)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := cliContext(cmd)
+	defer cancel()
+	return fn(ctx, s)
+}

@@ -43,14 +43,9 @@ func withOperatorID(what string, run func(ctx context.Context, cmd *cobra.Comman
 		if err != nil {
 			return err
 		}
-		s, err := openOperatorSession(cmd, true)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		ctx, cancel := cliContext(cmd)
-		defer cancel()
-		return run(ctx, cmd, s, id)
+		return inOperatorSession(cmd, true, func(ctx context.Context, s *operatorSession) error {
+			return run(ctx, cmd, s, id)
+		})
 	}
 }
 
