@@ -175,14 +175,11 @@ type item struct {
 // New makes a consumer whose whole business write is local: the dedup row and handle's write
 // commit in one transaction on db.
 func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
-	cfg, err := cfg.withDefaults()
+	c, err := newConsumer(cfg, db != nil && handle != nil, "a database and a handler")
 	if err != nil {
 		return nil, err
 	}
-	if db == nil || handle == nil {
-		return nil, errors.New("consume: a database and a handler are required")
-	}
-	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
+	cfg = c.cfg
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
 		db, ok := c.dbFor(db, tenant)
 		if !ok {
@@ -237,6 +234,19 @@ func New(db *gorm.DB, cfg Config, handle Handler) (*Consumer, error) {
 		return outs, err
 	}
 	return c, nil
+}
+
+// newConsumer is the consumer New and NewSpanning build on: cfg with its defaults, refused when
+// given is false (what the constructor needs, named by needs, is missing).
+func newConsumer(cfg Config, given bool, needs string) (*Consumer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if !given {
+		return nil, errors.New("consume: " + needs + " are required")
+	}
+	return &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}, nil
 }
 
 // Stats returns the counters so far.

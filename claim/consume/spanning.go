@@ -2,7 +2,6 @@ package consume
 
 import (
 	"context"
-	"errors"
 
 	"gorm.io/gorm"
 
@@ -44,14 +43,11 @@ func (o recordedOp) Redrive() bool {
 // compensated by the daemon's reclaim job (downstream looked up first). op should be
 // Recorded(cfg.Consumer, remote).
 func NewSpanning(store *claim.Store, cfg Config, op claim.Operation) (*Consumer, error) {
-	cfg, err := cfg.withDefaults()
+	c, err := newConsumer(cfg, store != nil && op != nil, "a claim store and an operation")
 	if err != nil {
 		return nil, err
 	}
-	if store == nil || op == nil {
-		return nil, errors.New("consume: a claim store and an operation are required")
-	}
-	c := &Consumer{cfg: cfg, changed: make(chan struct{}, 1)}
+	cfg = c.cfg
 	c.process = func(ctx context.Context, m Message, tenant, key string) outcome {
 		store, ok := c.storeFor(store, tenant)
 		if !ok {
