@@ -260,6 +260,18 @@ func TestReconcileImportWithCells_GoesToTheCellsOfTheAccountsTenants(t *testing.
 			t.Errorf("cell %s: %d wechat-hk statements, want %d", name, n, want)
 		}
 	}
+	// Its findings are cell b's: `findings list --cells` lists them, the control cell alone not.
+	findings := func(args ...string) int {
+		t.Helper()
+		out, err := runIdemops(t, append([]string{"findings", "list", "--channel", "wechat-hk", "--json", "--data-dir", dir}, args...)...)
+		if err != nil {
+			t.Fatalf("findings list %v: %v", args, err)
+		}
+		return strings.Count(out, `"kind":"CHANNEL_ONLY"`)
+	}
+	if n, alone := findings("--cells", mapPath), findings("--database-url", urls["a"]); n != 3 || alone != 0 {
+		t.Errorf("wechat-hk's CHANNEL_ONLY findings: %d with --cells, %d in the control cell alone; want 3 and 0", n, alone)
+	}
 }
 
 // TestAuditAndKeysWithCells_TheControlChainAndEveryCellsKeys: `audit verify --cells` walks the

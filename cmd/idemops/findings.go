@@ -18,10 +18,12 @@ func newFindingsCmd() *cobra.Command {
 		Long: `Reconciliation findings, as the console's findings page shows them: with IDEMOPS_TOKEN (or
 --token-file) set to an operator's API token, only findings of that operator's tenants (a
 finding about a key is its tenant's, one about a statement line its channel account's); with the
-database URL alone, every finding.`,
+database URL alone, every finding. With a cell map (--cells), the findings of every cell, as
+the console lists them (a next page across cells: narrow the filter instead of --before).`,
 		Args: cobra.NoArgs,
 	}
 	addOperatorFlags(cmd)
+	addCellsFlag(cmd.PersistentFlags())
 	cmd.AddCommand(newFindingsListCmd(), newFindingsBulkCmd(), newFindingsExportCmd())
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,20 +54,7 @@ func TestOperatorCLI_KeysAndReplaysWithinTheOperatorsTenants(t *testing.T) {
 	db := pgtest.Open(t, dbURL)
 	secret := []byte("operator-cli-test-secret-01")
 	dir := dataDirWithSecret(t, secret)
-	sim, err := paysim.NewServer(paysim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(sim)
-	t.Cleanup(func() { ts.Close(); sim.Close() })
-	raw, err := os.ReadFile("../../downstream/testdata/paysim-ops.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opsFile := filepath.Join(dir, "ops.yaml")
-	if err := os.WriteFile(opsFile, []byte(strings.ReplaceAll(string(raw), "http://127.0.0.1:8090", ts.URL)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	sim, ts, opsFile := paysimWithOps(t, dir)
 
 	// Three keys whose first attempt failed retryably after the charge reached paysim: a small
 	// and a large acme payment (the large one above the approval threshold), and a globex one.

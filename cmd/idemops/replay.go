@@ -19,10 +19,13 @@ preview it (the operation's downstream lookup, read-only; it prints a confirmati
 the key's version and to you), request it with that token and a reason, and — for an amount above
 the approval threshold — have a second operator approve it. Each step acts as the operator whose
 API token is in IDEMOPS_TOKEN (or --token-file), within that operator's tenants, and is audited.
-A replay executes the key's operation: --operations (or IDEMOPS_OPERATIONS) names its downstream.`,
+A replay executes the key's operation: --operations (or IDEMOPS_OPERATIONS) names its downstream.
+With a cell map (--cells), the key is found in its own cell and replayed there, audited in the
+control cell, as the console does.`,
 		Args: cobra.NoArgs,
 	}
 	addOperatorFlags(cmd)
+	addCellsFlag(cmd.PersistentFlags())
 	cmd.AddCommand(newReplayPreviewCmd(), newReplayRequestCmd(), newReplayApproveCmd())
 	return cmd
 }
