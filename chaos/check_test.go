@@ -19,6 +19,28 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// checkStore is a claim store on db with the checker tests' digest secret (one for every cell).
+func checkStore(t *testing.T, db *gorm.DB) *claim.Store {
+	t.Helper()
+	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("chaos-check-test-secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// checkPaysim is a client of a paysim of the test's own, closed with it.
+func checkPaysim(t *testing.T) *paysim.Client {
+	t.Helper()
+	sim, err := paysim.NewServer(paysim.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(sim)
+	t.Cleanup(func() { hs.Close(); sim.Close() })
+	return paysim.NewClient(hs.URL, &http.Client{Timeout: 5 * time.Second})
+}
+
 // The invariant checker fails on planted violations and names the key digest: a key the client
 // saw answered 2xx with no charge at paysim (and no key in the store), a charge at paysim with
 // no key, a reused key answered 2xx, a fulfillment with no payment behind it. An untouched key
@@ -26,18 +48,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
-	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("chaos-check-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := paysim.NewServer(paysim.Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	hs := httptest.NewServer(sim)
-	defer hs.Close()
-	client := paysim.NewClient(hs.URL, &http.Client{Timeout: 5 * time.Second})
+	store, client := checkStore(t, db), checkPaysim(t)
 
 	tr := &traffic{}
 	rec := func(key string) *keyRecord {
@@ -94,24 +105,8 @@ func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 // payment — each violation in its own cell's row, the other cell's row clean.
 func TestInvariants_PerCellNameTheCellAndCountExecutionsInEveryCell(t *testing.T) {
 	ctx := context.Background()
-	secret := []byte("chaos-check-test-secret")
 	dbA, dbB := pgtest.New(t), pgtest.New(t)
-	storeA, err := claim.NewStore(dbA, claim.Config{DigestSecret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	storeB, err := claim.NewStore(dbB, claim.Config{DigestSecret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := paysim.NewServer(paysim.Config{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sim.Close()
-	hs := httptest.NewServer(sim)
-	defer hs.Close()
-	client := paysim.NewClient(hs.URL, &http.Client{Timeout: 5 * time.Second})
+	storeA, storeB, client := checkStore(t, dbA), checkStore(t, dbB), checkPaysim(t)
 	claimIn := func(s *claim.Store, tenant, op, key string) int64 {
 		t.Helper()
 		out, err := s.Claim(ctx, claim.Request{Tenant: tenant, Operation: op, Key: key, Intent: []byte(`{"amount_minor":1}`), Actor: "test"})
