@@ -593,3 +593,55 @@ func TestCells_ACellDownDoesNotStopTheOthers(t *testing.T) {
 		t.Errorf("cell b's key with cell b down: %d, want an error that is not not found", got.Status)
 	}
 }
+
+// TestCells_JobsShowEachCellsDaemon: one leader per cell — the jobs page and /api/v1/jobs show
+// each cell's leader, schedules and failed last runs, and the dashboard's failed jobs count
+// every cell's.
+func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	root, tok := b.signIn("root"), b.token("root")
+	b.runJobs()
+	b.startCellReplays(b.cb, b.srv.cells.byName["b"].replays)
+	pgtest.Await(t, b.cb, 10*time.Second, "cell b's leader", func() bool {
+		var n int64
+		b.cb.Raw(`SELECT count(*) FROM daemon_leader`).Scan(&n)
+		return n == 1
+	}, "daemon_leader")
+	// Cell b's bulk replay schedule last failed.
+	if err := b.cb.Exec(`INSERT INTO job_runs (schedule, job, trigger, replica, status, deadline_at, finished_at, error)
+		SELECT name, job, 'run_now', 'replica-b', 'failed', now(), now(), 'boom' FROM schedules WHERE job = ?`, replay.BulkJobName).Error; err != nil {
+		t.Fatal(err)
+	}
+	type jobs struct {
+		Control string `json:"control"`
+		Cells   []struct {
+			Name   string `json:"name"`
+			Leader *struct {
+				ID string `json:"id"`
+			} `json:"leader"`
+			Schedules int `json:"schedules"`
+			Failed    int `json:"failed"`
+		} `json:"cells"`
+	}
+	j := decode[jobs](t, root.api("/api/v1/jobs", tok))
+	if j.Control != "a" || len(j.Cells) != 2 || j.Cells[0].Name != "a" || j.Cells[1].Name != "b" {
+		t.Fatalf("jobs: %+v, want cells a (control) and b", j)
+	}
+	for _, c := range j.Cells {
+		if c.Leader == nil || c.Schedules == 0 {
+			t.Errorf("cell %s: leader %v, %d schedules: want its own leader and schedules", c.Name, c.Leader, c.Schedules)
+		}
+	}
+	if j.Cells[0].Failed != 0 || j.Cells[1].Failed != 1 {
+		t.Errorf("failed last runs: a %d, b %d; want 0 and 1", j.Cells[0].Failed, j.Cells[1].Failed)
+	}
+	page := root.get("/jobs").Body
+	mustContain(t, "jobs page", page, `id="cell-daemon-a"`, `id="cell-daemon-b"`, j.Cells[1].Leader.ID)
+	type dash struct {
+		Attention map[string]int64 `json:"attention"`
+	}
+	if d := decode[dash](t, root.api("/api/v1/dashboard", tok)); d.Attention["failed_jobs"] != 1 {
+		t.Errorf("dashboard failed jobs: %d, want cell b's 1", d.Attention["failed_jobs"])
+	}
+}

@@ -64,6 +64,16 @@ func (s *Server) attention(ctx context.Context, r *request, upTo int) ([]attenti
 	if err != nil {
 		return nil, err
 	}
+	if s.cells.cells != nil { // every cell's daemon: its schedules whose last run failed
+		cells, err := s.cellDaemons(ctx, r.op)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cells {
+			failed += int64(c.Failed)
+		}
+		installed = false
+	}
 	if installed {
 		schedules, err := s.visibleSchedules(ctx, r.op)
 		if err != nil {

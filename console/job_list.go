@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -105,6 +106,11 @@ func runQuery(f daemon.RunFilter) string {
 
 func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (templates.JobsView, error) {
 	v := templates.JobsView{CanRun: r.op.Role >= access.RoleOperator, CanPause: r.op.Role >= access.RoleAdmin}
+	var err error
+	if v.Cells, err = s.cellDaemons(ctx, r.op); err != nil {
+		return v, err
+	}
+	v.Control = s.controlName()
 	leader, err := daemon.Leader(ctx, s.db)
 	if err != nil {
 		return v, err
@@ -206,6 +212,37 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"leader": leader, "replicas": replicas, "schedules": schedules, "runs": runs})
+	out := gin.H{"leader": leader, "replicas": replicas, "schedules": schedules, "runs": runs}
+	if s.cells.cells != nil { // each cell's daemon; the rest is the control cell's
+		cells, err := s.cellDaemons(ctx, r.op)
+		if err != nil {
+			return err
+		}
+		type cellDaemon struct {
+			Name      string     `json:"name"`
+			Leader    *cellLease `json:"leader"`
+			Replicas  int        `json:"replicas"`
+			Schedules int        `json:"schedules"`
+			Failed    int        `json:"failed"`
+			Running   int        `json:"running"`
+		}
+		list := make([]cellDaemon, len(cells))
+		for i, c := range cells {
+			list[i] = cellDaemon{Name: c.Name, Replicas: c.Replicas, Schedules: c.Schedules, Failed: c.Failed, Running: c.Running}
+			if c.HasLeader {
+				list[i].Leader = &cellLease{ID: c.Leader.ID, Term: c.Leader.Term, ExpiresAt: c.Leader.ExpiresAt, Expired: c.Leader.Expired}
+			}
+		}
+		out["cells"], out["control"] = list, s.controlName()
+	}
+	c.JSON(http.StatusOK, out)
 	return nil
+}
+
+// cellLease is a cell's leader as /api/v1/jobs names it.
+type cellLease struct {
+	ID        string    `json:"id"`
+	Term      int64     `json:"term"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Expired   bool      `json:"expired"`
 }

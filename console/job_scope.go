@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/templates"
 )
 
 // scheduleTenants resolves the tenant set of each named schedule (objectTenants for a list).
@@ -44,4 +45,65 @@ func (s *Server) visibleJobRuns(ctx context.Context, op *access.Operator, f daem
 		return nil, err
 	}
 	return visibleBy(ctx, op, runs, access.ObjJobRun, s.scheduleTenants, func(r daemon.Run) (string, string) { return r.Schedule, "" })
+}
+
+// cellDaemons is each cell's daemon as op may see it (nil with one cell): its leader, its
+// replicas, its schedules op may see with how many last failed, and its runs running now. Each
+// cell runs its own leader and jobs; the control cell's are also the rest of the jobs page.
+func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templates.CellDaemonRow, error) {
+	if s.cells.cells == nil {
+		return nil, nil
+	}
+	return eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (templates.CellDaemonRow, error) {
+		row := templates.CellDaemonRow{Name: c.name}
+		installed, err := daemon.Installed(ctx, c.db)
+		if err != nil || !installed {
+			return row, err
+		}
+		leader, err := daemon.Leader(ctx, c.db)
+		if err != nil {
+			return row, err
+		}
+		if leader != nil {
+			row.HasLeader = true
+			row.Leader = templates.LeaderRow{ID: leader.LeaderID, Term: leader.Term, ElectedAt: leader.ElectedAt,
+				ExpiresAt: leader.ExpiresAt, Expired: leader.Expired}
+		}
+		replicas, err := daemon.Replicas(ctx, c.db)
+		if err != nil {
+			return row, err
+		}
+		row.Replicas = len(replicas)
+		all, err := daemon.ListSchedules(ctx, c.db)
+		if err != nil {
+			return row, err
+		}
+		schedules, err := visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+		if err != nil {
+			return row, err
+		}
+		row.Schedules = len(schedules)
+		for _, sc := range schedules {
+			if sc.LastRun != nil && (sc.LastRun.Status == daemon.RunFailed || sc.LastRun.Status == daemon.RunTimedOut) {
+				row.Failed++
+			}
+		}
+		running, err := daemon.ListRuns(ctx, c.db, daemon.RunFilter{Status: daemon.RunRunning, Limit: 100})
+		if err != nil {
+			return row, err
+		}
+		running, err = visibleBy(ctx, op, running, access.ObjJobRun, s.scheduleTenants, func(r daemon.Run) (string, string) { return r.Schedule, "" })
+		row.Running = len(running)
+		return row, err
+	})
+}
+
+// controlName is the name of the cell whose database is the control database ("" with one cell).
+func (s *Server) controlName() string {
+	for _, c := range s.cells.everywhere() {
+		if c.db == s.db {
+			return c.name
+		}
+	}
+	return ""
 }

@@ -156,6 +156,18 @@ type LeaderRow struct {
 	Expired   bool
 }
 
+// CellDaemonRow is one cell's daemon: its leader, its replicas seen in the last hour, its
+// schedules and how many of them last failed, and the runs running now.
+type CellDaemonRow struct {
+	Name      string
+	HasLeader bool
+	Leader    LeaderRow
+	Replicas  int
+	Schedules int
+	Failed    int
+	Running   int
+}
+
 // ReplicaRow is one daemon replica.
 type ReplicaRow struct {
 	ID, Name, Host string
@@ -204,6 +216,10 @@ type RunsView struct {
 
 // JobsView is the daemon's page.
 type JobsView struct {
+	// Cells is each tenant cell's daemon (one leader per cell), when tenants live in several;
+	// the rest of the page is the control cell's.
+	Cells     []CellDaemonRow
+	Control   string
 	HasLeader bool
 	Leader    LeaderRow
 	Replicas  []ReplicaRow
