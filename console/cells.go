@@ -19,6 +19,7 @@ import (
 	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
+	"github.com/idemops/idemops/retention"
 )
 
 // Tenant cells (docs/SCALING.md, package cells): each tenant's keys live in exactly one of
@@ -69,6 +70,8 @@ type cell struct {
 	// recon reads and changes the findings the cell matched (its claim store recovers through;
 	// its audit rows go where audit's do).
 	recon *reconcile.Reconciler
+	// purge counts a dry run of the cell's keys (nil for the control database: Server.purge).
+	purge *retention.PurgeJob
 }
 
 // cellSet is the console's cells: one (the control database) without Config.Cells. Cells the
@@ -128,6 +131,9 @@ func (s *Server) newCell(c TenantCell) (*cell, error) {
 		rc := s.recon.Config()
 		rc.Store, rc.Auditor, rc.Cells = st, reconcile.LogAuditor{Log: in, DB: c.DB}, nil
 		if cl.recon, err = reconcile.New(c.DB, rc); err != nil {
+			return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
+		}
+		if cl.purge, err = retention.NewPurgeJob(c.DB, retention.Config{CountTimeout: s.cfg.PreviewTimeout, Logger: s.cfg.Logger}); err != nil {
 			return nil, fmt.Errorf("console: cell %q: %w", c.Name, err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/replay"
+	"github.com/idemops/idemops/retention"
 )
 
 // testCells is a map of two cells whose placement a test can switch (as a tenant move does).
@@ -644,4 +645,69 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	if d := decode[dash](t, root.api("/api/v1/dashboard", tok)); d.Attention["failed_jobs"] != 1 {
 		t.Errorf("dashboard failed jobs: %d, want cell b's 1", d.Attention["failed_jobs"])
 	}
+}
+
+// TestCells_RetentionAndConsumersAcrossCells: each cell's daemon purges by its own policies and
+// floor, so the console saves and deletes them in every cell; a dry run counts in every cell;
+// the consumers page reads each cell's records of the tenants it holds.
+func TestCells_RetentionAndConsumersAcrossCells(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("globex-op", access.RoleOperator, "globex")
+	root, tok := b.signIn("root"), b.token("root")
+	ctx := context.Background()
+	policy := map[string]string{"operation": "payment.charge", "state": "completed", "keep_response": "90d", "keep_key": "120d"}
+	if got := root.apiPost("/api/v1/retention/policies", tok, policy); got.Status/100 != 2 {
+		t.Fatalf("save a policy: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if got := root.post("/retention/floor", url.Values{"client_retry": {"2d"}, "backfill": {"3d"}, "reconciliation_lag": {"4d"}}, true); got.Status != 303 {
+		t.Fatalf("set the floor: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	for name, db := range map[string]*gorm.DB{"a": b.db, "b": b.cb} {
+		set, err := retention.ListPolicies(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(set.Policies) != 1 || set.Policies[0].KeepKey != 120*24*time.Hour || set.Floor.Backfill != 3*24*time.Hour {
+			t.Errorf("cell %s: policies %+v, floor %+v: want the saved policy and floor", name, set.Policies, set.Floor)
+		}
+	}
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE action IN ('retention.policy.save', 'retention.floor.set')`); n != 2 {
+		t.Errorf("%d audit rows of the policy and the floor, want 2 (once, in the control database)", n)
+	}
+	if got := root.post("/retention/policies/delete", url.Values{"operation": {"payment.charge"}, "state": {"completed"}}, true); got.Status != 303 {
+		t.Fatalf("delete the policy: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if set, _ := retention.ListPolicies(ctx, b.cb); len(set.Policies) != 0 {
+		t.Errorf("cell b still has %+v after the delete", set.Policies)
+	}
+	var logsB int64
+	if got := root.api("/api/v1/retention/preview", tok); got.Status != 200 {
+		t.Errorf("dry run: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	b.cb.Raw(`SELECT count(*) FROM purge_log WHERE dry_run`).Scan(&logsB)
+	if logsB != 1 {
+		t.Errorf("cell b: %d dry runs logged, want the console's 1", logsB)
+	}
+
+	// Consumers: one record in each cell; globex's operator sees cell b's only.
+	for db, tenant := range map[*gorm.DB]string{b.db: "acme", b.cb: "globex"} {
+		st, err := claim.NewStore(db, claim.Config{DigestSecret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := b.claims
+		b.claims = st
+		k := b.seedKey(tenant, "payment.charge", "order-"+tenant, `{"amount":1,"currency":"EUR"}`, true)
+		b.claims = saved
+		if err := db.Exec(`INSERT INTO consumed_messages (consumer, business_key, message_id, tenant) VALUES ('shipping', ?, ?, ?)`,
+			"order-"+tenant, fmt.Sprint(k.ID), tenant).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := root.get("/consumers?key=order-globex").Body
+	mustContain(t, "consumers page", page, "acme", "globex", "order-globex")
+	gp := b.signIn("globex-op").get("/consumers").Body
+	mustContain(t, "globex's consumers page", gp, "globex")
+	mustNotContain(t, "globex's consumers page", gp, ">acme<")
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -46,6 +47,11 @@ func (s *Server) setFloorPage(c *gin.Context, r *request) error {
 				Detail: map[string]any{"client_retry": retention.FormatPeriod(f.ClientRetry), "backfill": retention.FormatPeriod(f.Backfill),
 					"reconciliation_lag": retention.FormatPeriod(f.ReconciliationLag)}})
 		})
+		if err == nil {
+			err = s.inOtherCells(ctx, func(ctx context.Context, c *cell) error { // each cell's purge keeps its own floor
+				return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return retention.SetFloor(ctx, tx, f, r.op.Actor()) })
+			})
+		}
 	}
 	if err != nil {
 		if !isFormError(err) {

@@ -10,6 +10,7 @@ import (
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/retention"
 )
 
@@ -17,12 +18,22 @@ func (s *Server) deletePolicy(ctx context.Context, r *request, operation string,
 	if err := s.authorize(ctx, r, "retention.policy.delete", access.ObjPolicy, operation+"/"+string(state)); err != nil {
 		return err
 	}
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()); err != nil {
 			return err
 		}
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Tenants: []string{access.AllTenants}, Action: "retention.policy.delete",
 			Target: "policy:" + operation + "/" + string(state)})
+	})
+	if err != nil {
+		return err
+	}
+	return s.inOtherCells(ctx, func(ctx context.Context, c *cell) error {
+		err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return retention.DeletePolicy(ctx, tx, operation, state, r.op.Actor()) })
+		if errs.KindOf(err) == errs.NotFound {
+			return nil // not in this cell: deleted already
+		}
+		return err
 	})
 }
 

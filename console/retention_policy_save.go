@@ -44,7 +44,7 @@ func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy,
 	if err := s.authorize(ctx, r, "retention.policy.save", access.ObjPolicy, p.Operation+"/"+string(p.State)); err != nil {
 		return err
 	}
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := retention.SavePolicy(ctx, tx, p, r.op.Actor()); err != nil {
 			return err
 		}
@@ -54,6 +54,12 @@ func (s *Server) savePolicy(ctx context.Context, r *request, p retention.Policy,
 		return s.audit.Append(ctx, tx, audit.Entry{Actor: r.op.Actor(), IP: r.ip, Tenants: []string{access.AllTenants}, Action: "retention.policy.save",
 			Target: "policy:" + p.Operation + "/" + string(p.State),
 			Detail: map[string]any{"keep_response": retention.FormatPeriod(p.KeepResponse), "keep_key": retention.FormatPeriod(p.KeepKey)}})
+	})
+	if err != nil {
+		return err
+	}
+	return s.inOtherCells(ctx, func(ctx context.Context, c *cell) error { // each cell's daemon purges by its own copy
+		return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return retention.SavePolicy(ctx, tx, p, r.op.Actor()) })
 	})
 }
 

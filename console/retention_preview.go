@@ -28,7 +28,7 @@ func (s *Server) dryRun(ctx context.Context, r *request, operation string) (*ret
 			return nil, err
 		}
 	}
-	return s.purge.DryRun(ctx, operation, r.op.Actor())
+	return s.dryRunIn(ctx, operation, r.op.Actor())
 }
 
 func previewView(rep *retention.Report) templates.PreviewView {
