@@ -52,33 +52,12 @@ func (b *cellsBundle) findingIn(db *gorm.DB, run int64, kind, subject string, ke
 // allFindings are both cells' findings newest first by (created_at, id), of the tenants given
 // (none: all), and the statement's own findings when withStatement.
 func (b *cellsBundle) allFindings(withStatement bool, tenants ...string) []int64 {
-	b.t.Helper()
-	type row struct {
-		ID        int64
-		CreatedAt time.Time
-		Tenant    *string
-	}
-	var all []row
-	for _, db := range []*gorm.DB{b.db, b.cb} {
-		var rows []row
-		if err := db.Raw(`SELECT id, created_at, tenant FROM discrepancies`).Scan(&rows).Error; err != nil {
-			b.t.Fatal(err)
+	return b.newestFirst("discrepancies", func(tenant *string) bool {
+		if tenant == nil {
+			return withStatement
 		}
-		all = append(all, rows...)
-	}
-	slices.SortFunc(all, func(x, y row) int {
-		if c := y.CreatedAt.Compare(x.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(y.ID, x.ID)
+		return len(tenants) == 0 || slices.Contains(tenants, *tenant)
 	})
-	var ids []int64
-	for _, r := range all {
-		if r.Tenant == nil && withStatement || r.Tenant != nil && (len(tenants) == 0 || slices.Contains(tenants, *r.Tenant)) {
-			ids = append(ids, r.ID)
-		}
-	}
-	return ids
 }
 
 type apiFindingsPage struct {

@@ -104,16 +104,22 @@ func (b *cellsBundle) seedIn(st *claim.Store, tenant, key string, complete bool)
 // allKeys are both cells' keys as (created_at, id), newest first: what one database holding
 // them all would list.
 func (b *cellsBundle) allKeys(tenants ...string) []int64 {
+	return b.newestFirst("idempotency_keys", func(tenant *string) bool { return len(tenants) == 0 || slices.Contains(tenants, *tenant) })
+}
+
+// newestFirst are the ids of table's rows in both cells newest first by (created_at, id), those
+// whose tenant column keep keeps.
+func (b *cellsBundle) newestFirst(table string, keep func(tenant *string) bool) []int64 {
 	b.t.Helper()
 	type row struct {
 		ID        int64
 		CreatedAt time.Time
-		Tenant    string
+		Tenant    *string
 	}
 	var all []row
 	for _, db := range []*gorm.DB{b.db, b.cb} {
 		var rows []row
-		if err := db.Raw(`SELECT id, created_at, tenant FROM idempotency_keys`).Scan(&rows).Error; err != nil {
+		if err := db.Raw(`SELECT id, created_at, tenant FROM ` + table).Scan(&rows).Error; err != nil {
 			b.t.Fatal(err)
 		}
 		all = append(all, rows...)
@@ -126,7 +132,7 @@ func (b *cellsBundle) allKeys(tenants ...string) []int64 {
 	})
 	var ids []int64
 	for _, r := range all {
-		if len(tenants) == 0 || slices.Contains(tenants, r.Tenant) {
+		if keep(r.Tenant) {
 			ids = append(ids, r.ID)
 		}
 	}
