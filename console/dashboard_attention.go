@@ -65,12 +65,8 @@ func (s *Server) attention(ctx context.Context, r *request, upTo int) ([]attenti
 		return nil, err
 	}
 	if s.cells.cells != nil { // every cell's daemon: its schedules whose last run failed
-		cells, err := s.cellDaemons(ctx, r.op)
-		if err != nil {
+		if failed, err = s.failedSchedulesIn(ctx, r.op); err != nil {
 			return nil, err
-		}
-		for _, c := range cells {
-			failed += int64(c.Failed)
 		}
 		installed = false
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/templates"
@@ -74,19 +76,8 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 			return row, err
 		}
 		row.Replicas = len(replicas)
-		all, err := daemon.ListSchedules(ctx, c.db)
-		if err != nil {
+		if row.Schedules, row.Failed, err = s.schedulesIn(ctx, op, c.db); err != nil {
 			return row, err
-		}
-		schedules, err := visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
-		if err != nil {
-			return row, err
-		}
-		row.Schedules = len(schedules)
-		for _, sc := range schedules {
-			if sc.LastRun != nil && (sc.LastRun.Status == daemon.RunFailed || sc.LastRun.Status == daemon.RunTimedOut) {
-				row.Failed++
-			}
 		}
 		running, err := daemon.ListRuns(ctx, c.db, daemon.RunFilter{Status: daemon.RunRunning, Limit: 100})
 		if err != nil {
@@ -106,4 +97,34 @@ func (s *Server) controlName() string {
 		}
 	}
 	return ""
+}
+
+// schedulesIn counts the schedules op may see in db (one cell's) and those whose last run failed
+// or timed out.
+func (s *Server) schedulesIn(ctx context.Context, op *access.Operator, db *gorm.DB) (n, failed int, err error) {
+	all, err := daemon.ListSchedules(ctx, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	schedules, err := visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+	for _, sc := range schedules {
+		if sc.LastRun != nil && (sc.LastRun.Status == daemon.RunFailed || sc.LastRun.Status == daemon.RunTimedOut) {
+			failed++
+		}
+	}
+	return len(schedules), failed, err
+}
+
+// failedSchedulesIn is every cell's count of op's schedules whose last run failed (the
+// dashboard's failed jobs across cells).
+func (s *Server) failedSchedulesIn(ctx context.Context, op *access.Operator) (int64, error) {
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (int, error) {
+		_, failed, err := s.schedulesIn(ctx, op, c.db)
+		return failed, err
+	})
+	var n int64
+	for _, f := range got {
+		n += int64(f)
+	}
+	return n, err
 }
