@@ -347,12 +347,13 @@ func firstIn[T any](ctx context.Context, in []scopedCell, read func(context.Cont
 
 // cellKinds are the objects that live in the cells of their tenants (a key and its replay
 // requests); stayKinds live in the cell that made them, where they stay when their tenant moves
-// (a finding, the recon run that found it, a bulk run of findings or of replays). The rest live in the control
+// (a finding, the recon run that found it, a bulk run of findings or of replays, a daemon's
+// job run). The rest live in the control
 // database.
 var (
 	cellKinds = map[access.ObjectKind]bool{access.ObjKey: true, access.ObjReplay: true}
 	stayKinds = map[access.ObjectKind]bool{access.ObjFinding: true, access.ObjReconRun: true, access.ObjFindingBulk: true,
-		access.ObjBulkRun: true}
+		access.ObjBulkRun: true, access.ObjJobRun: true}
 )
 
 // scopeCheck is access.Scope.Check of kind:ref for op, asked of the cell holding the object when

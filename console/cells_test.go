@@ -645,6 +645,13 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	}
 	page := root.get("/jobs").Body
 	mustContain(t, "jobs page", page, `id="cell-daemon-a"`, `id="cell-daemon-b"`, j.Cells[1].Leader.ID)
+	// Cell b's runs are listed with the others, marked with their cell, and open from there.
+	var failedRun int64
+	b.cb.Raw(`SELECT id FROM job_runs WHERE status = 'failed'`).Scan(&failedRun)
+	mustContain(t, "jobs page", page, fmt.Sprintf(`href="/jobs/runs/%d"`, failedRun), `<span class="badge cell">b</span>`)
+	if got := root.get(fmt.Sprintf("/jobs/runs/%d", failedRun)); got.Status != 200 || !strings.Contains(got.Body, "boom") {
+		t.Errorf("cell b's failed run page: %d", got.Status)
+	}
 	type dash struct {
 		Attention map[string]int64 `json:"attention"`
 	}

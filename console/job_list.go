@@ -75,7 +75,7 @@ func jobRunRow(r daemon.Run) templates.RunRow {
 }
 
 func (s *Server) runsView(ctx context.Context, op *access.Operator, requested bool, f daemon.RunFilter) (templates.RunsView, error) {
-	runs, err := s.visibleJobRuns(ctx, op, f)
+	runs, cells, err := s.visibleJobRunsIn(ctx, op, f)
 	if err != nil {
 		return templates.RunsView{}, err
 	}
@@ -84,11 +84,13 @@ func (s *Server) runsView(ctx context.Context, op *access.Operator, requested bo
 		v.PollHref += "?" + q
 		v.Filtered = true
 	}
-	for _, r := range runs {
+	for i, r := range runs {
 		if r.Status == daemon.RunRunning {
 			v.Poll = true
 		}
-		v.Rows = append(v.Rows, jobRunRow(r))
+		row := jobRunRow(r)
+		row.Cell = cells[i]
+		v.Rows = append(v.Rows, row)
 	}
 	return v, nil
 }

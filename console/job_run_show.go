@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,9 +21,20 @@ func (s *Server) jobRunParam(c *gin.Context) (*daemon.Run, error) {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	notFound := fmt.Errorf("job run %d: %w", id, ErrNotFound)
+	if s.cells.cells != nil { // each cell's daemon keeps its runs: the cell that has it answers
+		run, _, err := stayIn(ctx, s.cells, func(ctx context.Context, c *cell) (*daemon.Run, error) {
+			run, err := daemon.GetRun(ctx, c.db, id)
+			if errors.Is(err, daemon.ErrUnknownRun) {
+				return nil, notFound
+			}
+			return run, err
+		}, notFound)
+		return run, err
+	}
 	run, err := daemon.GetRun(ctx, s.db, id)
 	if errors.Is(err, daemon.ErrUnknownRun) {
-		return nil, fmt.Errorf("job run %d: %w", id, ErrNotFound)
+		return nil, notFound
 	}
 	return run, err
 }

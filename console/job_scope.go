@@ -1,8 +1,10 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"gorm.io/gorm"
 
@@ -127,4 +129,43 @@ func (s *Server) failedSchedulesIn(ctx context.Context, op *access.Operator) (in
 		n += int64(f)
 	}
 	return n, err
+}
+
+// visibleJobRunsIn is visibleJobRuns over every cell's daemon, newest first (f.Limit of them),
+// with the name of each run's cell ("" with one database).
+func (s *Server) visibleJobRunsIn(ctx context.Context, op *access.Operator, f daemon.RunFilter) ([]daemon.Run, []string, error) {
+	if s.cells.cells == nil {
+		runs, err := s.visibleJobRuns(ctx, op, f)
+		return runs, make([]string, len(runs)), err
+	}
+	in := s.cells.everywhere()
+	got, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]daemon.Run, error) {
+		runs, err := daemon.ListRuns(ctx, c.db, f)
+		if err != nil {
+			return nil, err
+		}
+		return visibleBy(ctx, op, runs, access.ObjJobRun, s.scheduleTenants, func(r daemon.Run) (string, string) { return r.Schedule, "" })
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	type cellRun struct {
+		run  daemon.Run
+		cell string
+	}
+	var all []cellRun
+	for i, runs := range got {
+		for _, r := range runs {
+			all = append(all, cellRun{r, in[i].name})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b cellRun) int {
+		return cmp.Or(b.run.StartedAt.Compare(a.run.StartedAt), cmp.Compare(b.run.ID, a.run.ID))
+	})
+	all = all[:min(len(all), max(f.Limit, 1))]
+	runs, cells := make([]daemon.Run, len(all)), make([]string, len(all))
+	for i, cr := range all {
+		runs[i], cells[i] = cr.run, cr.cell
+	}
+	return runs, cells, nil
 }

@@ -190,8 +190,10 @@ type ScheduleRow struct {
 
 // RunRow is one job run.
 type RunRow struct {
-	ID                              int64
-	Href                            string
+	ID   int64
+	Href string
+	// Cell is the tenant cell whose daemon ran it ("" with one database).
+	Cell                            string
 	Schedule, Job, Trigger, Replica string
 	Term                            int64
 	Status                          string
