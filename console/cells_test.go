@@ -621,6 +621,10 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	type jobs struct {
+		Runs []struct {
+			ID   int64  `json:"id"`
+			Cell string `json:"cell"`
+		} `json:"runs"`
 		Control string `json:"control"`
 		Cells   []struct {
 			Name   string `json:"name"`
@@ -648,6 +652,14 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	// Cell b's runs are listed with the others, marked with their cell, and open from there.
 	var failedRun int64
 	b.cb.Raw(`SELECT id FROM job_runs WHERE status = 'failed'`).Scan(&failedRun)
+	if !slices.ContainsFunc(j.Runs, func(r struct {
+		ID   int64  `json:"id"`
+		Cell string `json:"cell"`
+	}) bool {
+		return r.ID == failedRun && r.Cell == "b"
+	}) {
+		t.Errorf("/api/v1/jobs runs %+v: want cell b's run %d", j.Runs, failedRun)
+	}
 	mustContain(t, "jobs page", page, fmt.Sprintf(`href="/jobs/runs/%d"`, failedRun), `<span class="badge cell">b</span>`)
 	if got := root.get(fmt.Sprintf("/jobs/runs/%d", failedRun)); got.Status != 200 || !strings.Contains(got.Body, "boom") {
 		t.Errorf("cell b's failed run page: %d", got.Status)

@@ -236,6 +236,19 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 			}
 		}
 		out["cells"], out["control"] = list, s.controlName()
+		runs, names, err := s.visibleJobRunsIn(ctx, r.op, daemon.RunFilter{Limit: jobRunsShown})
+		if err != nil {
+			return err
+		}
+		type cellRun struct {
+			daemon.Run
+			Cell string `json:"cell"`
+		}
+		all := make([]cellRun, len(runs))
+		for i := range runs {
+			all[i] = cellRun{runs[i], names[i]}
+		}
+		out["runs"] = all // every cell's, newest first, each naming its cell
 	}
 	c.JSON(http.StatusOK, out)
 	return nil
