@@ -258,10 +258,11 @@ func (cs *cellSet) ofKey(k *claim.Key) (*cell, error) {
 }
 
 // eachCell runs read on every cell of cs at once and returns their answers in cs's order (with
-// one cell, read runs in the caller's goroutine), and their errors joined.
+// one database, read runs in the caller's goroutine), and their errors joined — or, under
+// leaveOutFailedCells, a failed cell's zero answer, the cell named there.
 func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Context, scopedCell) (T, error)) ([]T, error) {
 	out := make([]T, len(cs))
-	if len(cs) == 1 {
+	if len(cs) == 1 && cs[0].name == "" { // one database: the read as it is
 		v, err := read(ctx, cs[0])
 		out[0] = v
 		return out, err
@@ -272,7 +273,52 @@ func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Con
 		wg.Go(func() { out[i], fails[i] = read(ctx, c) })
 	}
 	wg.Wait()
+	if m, ok := ctx.Value(missedKey{}).(*missedCells); ok {
+		for i, err := range fails {
+			if err != nil && ctx.Err() == nil {
+				m.add(cs[i].name, err)
+				fails[i] = nil // its answer stays the zero value: left out
+			}
+		}
+	}
 	return out, errors.Join(fails...)
+}
+
+// missedKey carries a *missedCells: the reads of a context made by leaveOutFailedCells.
+type missedKey struct{}
+
+// missedCells are the cells a read left out because they did not answer.
+type missedCells struct {
+	mu    sync.Mutex
+	names []string
+	log   *slog.Logger
+}
+
+func (m *missedCells) add(name string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.names, name) {
+		m.names = append(m.names, name)
+		m.log.Warn("console: a cell did not answer; its figures are left out", "cell", name, "err", err)
+	}
+}
+
+// list is the cells left out, by name.
+func (m *missedCells) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(slices.Values(m.names))
+}
+
+// leaveOutFailedCells makes eachCell's reads under ctx leave out a cell that fails (when there
+// are several) instead of failing: the dashboard's, so that one cell failing over does not take
+// every tenant's dashboard with it. The page names the cells left out.
+func (s *Server) leaveOutFailedCells(ctx context.Context) (context.Context, *missedCells) {
+	m := &missedCells{log: s.cfg.Logger}
+	if s.cells.cells == nil {
+		return ctx, m
+	}
+	return context.WithValue(ctx, missedKey{}, m), m
 }
 
 // findIn looks the object id up in the cells of op's scope with read, all at once, and returns

@@ -599,6 +599,18 @@ func TestCells_ACellDownDoesNotStopTheOthers(t *testing.T) {
 	if got := root.api(fmt.Sprintf("/api/v1/keys/%d", kb.ID), tok); got.Status == 200 || got.Status == 404 {
 		t.Errorf("cell b's key with cell b down: %d, want an error that is not not found", got.Status)
 	}
+	// The dashboard counts what the cells that answer hold, and names the one left out.
+	if got := root.get("/"); got.Status != 200 || !strings.Contains(got.Body, `id="cells-unavailable"`) {
+		t.Errorf("dashboard with cell b down: %d, want the page naming cell b", got.Status)
+	}
+	got := root.api("/api/v1/dashboard", tok)
+	d := decode[struct {
+		Attention   map[string]int64 `json:"attention"`
+		Unavailable []string         `json:"cells_unavailable"`
+	}](t, got)
+	if got.Status != 200 || !slices.Equal(d.Unavailable, []string{"b"}) || d.Attention["failed_retryable"] != 1 {
+		t.Errorf("dashboard API with cell b down: %d %+v, want cell a's 1 failed retryable key and cell b named", got.Status, d)
+	}
 }
 
 // TestCells_JobsShowEachCellsDaemon: one leader per cell — the jobs page and /api/v1/jobs show

@@ -35,7 +35,10 @@ func (s *Server) dashboard(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
 	view, err := s.live.get(ctx, liveScopeKey("dashboard", r.op), !isHTMX(c), func(ctx context.Context) (any, error) {
-		return s.dashboardView(ctx, r)
+		ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over leaves its figures out, named
+		v, err := s.dashboardView(ctx, r)
+		v.Unavailable = missed.list()
+		return v, err
 	})
 	if err != nil {
 		return err

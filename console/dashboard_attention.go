@@ -103,6 +103,7 @@ func (s *Server) attention(ctx context.Context, r *request, upTo int) ([]attenti
 func (s *Server) apiDashboard(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx)
 	att, err := s.attention(ctx, r, 0) // exact: the API's figures are not capped
 	if err != nil {
 		return err
@@ -116,6 +117,10 @@ func (s *Server) apiDashboard(c *gin.Context, r *request) error {
 		return err
 	}
 	open := map[string]int64{string(claim.StateProcessing): processing.N, string(claim.StateFailedRetryable): m["failed_retryable"]}
-	c.JSON(http.StatusOK, gin.H{"attention": m, "need_attention": total, "open_keys": open})
+	out := gin.H{"attention": m, "need_attention": total, "open_keys": open}
+	if gone := missed.list(); len(gone) > 0 {
+		out["cells_unavailable"] = gone // their figures are left out of every count
+	}
+	c.JSON(http.StatusOK, out)
 	return nil
 }

@@ -96,6 +96,8 @@ type DashboardView struct {
 	DaemonNote    string
 	// Daemon is the jobs page's model: the dashboard shows it as cards.
 	Daemon JobsView
+	// Unavailable are the tenant cells that did not answer: their figures are left out.
+	Unavailable []string
 }
 
 // KeyRow is one key in a search result.
