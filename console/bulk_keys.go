@@ -90,21 +90,9 @@ func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter,
 		return ch, noBulkKeys(sel)
 	}
 	// The search's one order across the cells, at most BulkCap+1 keys (one more: capped).
-	type placed struct {
-		k claim.Key
-		i int
-	}
-	var all []placed
-	for i, ks := range got {
-		for _, k := range ks {
-			all = append(all, placed{k, i})
-		}
-	}
-	slices.SortStableFunc(all, func(a, b placed) int {
-		if c := b.k.CreatedAt.Compare(a.k.CreatedAt); c != 0 {
-			return c
-		}
-		return cmp.Compare(b.k.ID, a.k.ID)
+	all := flatten(got)
+	slices.SortStableFunc(all, func(a, b fromCell[claim.Key]) int {
+		return cmp.Or(b.v.CreatedAt.Compare(a.v.CreatedAt), cmp.Compare(b.v.ID, a.v.ID))
 	})
 	if len(all) == 0 {
 		return ch, noBulkKeys(sel)
@@ -113,8 +101,8 @@ func (s *Server) bulkKeys(ctx context.Context, op *access.Operator, f KeyFilter,
 	all = all[:min(len(all), s.cfg.BulkCap)]
 	cellParts := make([]replay.BulkSelection, len(in))
 	for _, p := range all {
-		cellParts[p.i].Keys = append(cellParts[p.i].Keys, p.k)
-		ch.order = append(ch.order, p.k.ID)
+		cellParts[p.cell].Keys = append(cellParts[p.cell].Keys, p.v)
+		ch.order = append(ch.order, p.v.ID)
 	}
 	for i, p := range cellParts {
 		if len(p.Keys) > 0 {
@@ -157,6 +145,7 @@ func (s *Server) previewBulkIn(ctx context.Context, a replay.Actor, ch bulkChoic
 	for i, p := range plans {
 		out.Items = append(out.Items, p.Items...)
 		out.Total += p.Total
+		out.Capped = out.Capped || p.Capped // one cell's part of BulkCap+1 keys: its preview capped it
 		for k, n := range p.Counts.ByState {
 			out.Counts.ByState[k] += n
 		}

@@ -284,6 +284,23 @@ func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Con
 	return out, errors.Join(fails...)
 }
 
+// fromCell is one item of a cell's answer with the index of that cell.
+type fromCell[T any] struct {
+	v    T
+	cell int
+}
+
+// flatten is the cells' answers one after the other, each item with its cell's index.
+func flatten[T any](got [][]T) []fromCell[T] {
+	var out []fromCell[T]
+	for i, items := range got {
+		for _, v := range items {
+			out = append(out, fromCell[T]{v, i})
+		}
+	}
+	return out
+}
+
 // missedKey carries a *missedCells: the reads of a context made by leaveOutFailedCells.
 type missedKey struct{}
 

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
@@ -314,33 +312,6 @@ func findingSearchOf(t *testing.T) templates.FindingSearch {
 	return fs
 }
 
-// startCellDaemon runs a daemon replica on db (cell b's), with the bulk job of findings over
-// rec (that cell's reconciler, auditing where the console's do), as `daemon --cells` runs one
-// per cell.
-func (b *cellsBundle) startCellDaemon(db *gorm.DB, rec *reconcile.Reconciler) {
-	b.t.Helper()
-	d, err := daemon.New(daemon.Config{DB: db, Name: "replica-b", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
-		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := d.Register(reconcile.NewBulkJob(rec), reconcile.BulkJobSpec); err != nil {
-		b.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = d.Stop(sctx)
-		cancel()
-	})
-}
-
 // TestCells_FindingsBulkAcrossCells: a bulk action over findings in two cells previews their sum
 // (count, amounts, a merged sample, the newest finding seen in each cell), starts one run in
 // each cell — both waiting for a second operator since together they pass the threshold, though
@@ -425,7 +396,7 @@ func TestCells_FindingsBulkAcrossCells(t *testing.T) {
 		}
 	}
 	b.runJobs()
-	b.startCellDaemon(b.cb, b.srv.cells.byName["b"].recon)
+	startReplica(t, b.cb, "replica-b", map[daemon.Job]string{reconcile.NewBulkJob(b.srv.cells.byName["b"].recon): reconcile.BulkJobSpec})
 	for i, db := range []*gorm.DB{b.db, b.cb} {
 		id := started.Runs[i].ID
 		pgtest.Await(t, db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -470,7 +468,7 @@ func TestCells_BulkReplayAcrossCells(t *testing.T) {
 		t.Errorf("the preview started again: %d, want 409", again.Status)
 	}
 	b.runJobs()
-	b.startCellReplays(b.cb, b.srv.cells.byName["b"].replays)
+	startReplica(t, b.cb, "replica-b", map[daemon.Job]string{replay.NewBulkJob(b.srv.cells.byName["b"].replays): replay.BulkJobSpec})
 	for i, db := range []*gorm.DB{b.db, b.cb} {
 		id := runs[i].ID
 		pgtest.Await(t, db, 15*time.Second, fmt.Sprintf("bulk run %d to finish", id), func() bool {
@@ -499,32 +497,6 @@ func TestCells_BulkReplayAcrossCells(t *testing.T) {
 	if inB != 0 {
 		t.Errorf("cell b holds %d audit rows, want none", inB)
 	}
-}
-
-// startCellReplays runs a daemon replica on db (cell b's) with the bulk replay job over w (that
-// cell's workflow), as `daemon --cells` runs one per cell.
-func (b *cellsBundle) startCellReplays(db *gorm.DB, w *replay.Workflow) {
-	b.t.Helper()
-	d, err := daemon.New(daemon.Config{DB: db, Name: "replica-b", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
-		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if err := d.Register(replay.NewBulkJob(w), replay.BulkJobSpec); err != nil {
-		b.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = d.Stop(sctx)
-		cancel()
-	})
 }
 
 // TestCells_KeyPageNamesItsCellAndCellsAddedLaterAreRead: the key page says which cell holds the
@@ -621,7 +593,7 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	b.addOperator("root", access.RoleAdmin, "*")
 	root, tok := b.signIn("root"), b.token("root")
 	b.runJobs()
-	b.startCellReplays(b.cb, b.srv.cells.byName["b"].replays)
+	startReplica(t, b.cb, "replica-b", map[daemon.Job]string{replay.NewBulkJob(b.srv.cells.byName["b"].replays): replay.BulkJobSpec})
 	pgtest.Await(t, b.cb, 10*time.Second, "cell b's leader", func() bool {
 		var n int64
 		b.cb.Raw(`SELECT count(*) FROM daemon_leader`).Scan(&n)

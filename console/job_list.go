@@ -117,11 +117,7 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 	if err != nil {
 		return v, err
 	}
-	if leader != nil {
-		v.HasLeader = true
-		v.Leader = templates.LeaderRow{ID: leader.LeaderID, Term: leader.Term, ElectedAt: leader.ElectedAt,
-			ExpiresAt: leader.ExpiresAt, Expired: leader.Expired}
-	}
+	v.Leader, v.HasLeader = leaderRow(leader)
 	replicas, err := daemon.Replicas(ctx, s.db)
 	if err != nil {
 		return v, err

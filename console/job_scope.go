@@ -68,11 +68,7 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 		if err != nil {
 			return row, err
 		}
-		if leader != nil {
-			row.HasLeader = true
-			row.Leader = templates.LeaderRow{ID: leader.LeaderID, Term: leader.Term, ElectedAt: leader.ElectedAt,
-				ExpiresAt: leader.ExpiresAt, Expired: leader.Expired}
-		}
+		row.Leader, row.HasLeader = leaderRow(leader)
 		replicas, err := daemon.Replicas(ctx, c.db)
 		if err != nil {
 			return row, err
@@ -149,23 +145,22 @@ func (s *Server) visibleJobRunsIn(ctx context.Context, op *access.Operator, f da
 	if err != nil {
 		return nil, nil, err
 	}
-	type cellRun struct {
-		run  daemon.Run
-		cell string
-	}
-	var all []cellRun
-	for i, runs := range got {
-		for _, r := range runs {
-			all = append(all, cellRun{r, in[i].name})
-		}
-	}
-	slices.SortStableFunc(all, func(a, b cellRun) int {
-		return cmp.Or(b.run.StartedAt.Compare(a.run.StartedAt), cmp.Compare(b.run.ID, a.run.ID))
+	all := flatten(got)
+	slices.SortStableFunc(all, func(a, b fromCell[daemon.Run]) int {
+		return cmp.Or(b.v.StartedAt.Compare(a.v.StartedAt), cmp.Compare(b.v.ID, a.v.ID))
 	})
 	all = all[:min(len(all), max(f.Limit, 1))]
 	runs, cells := make([]daemon.Run, len(all)), make([]string, len(all))
 	for i, cr := range all {
-		runs[i], cells[i] = cr.run, cr.cell
+		runs[i], cells[i] = cr.v, in[cr.cell].name
 	}
 	return runs, cells, nil
+}
+
+// leaderRow is a daemon's leader as the pages show it; false when it never had one.
+func leaderRow(l *daemon.LeaderInfo) (templates.LeaderRow, bool) {
+	if l == nil {
+		return templates.LeaderRow{}, false
+	}
+	return templates.LeaderRow{ID: l.LeaderID, Term: l.Term, ElectedAt: l.ElectedAt, ExpiresAt: l.ExpiresAt, Expired: l.Expired}, true
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
@@ -41,36 +43,40 @@ func (b *bundle) startDaemon() *gatedJob {
 	if b.daemon != nil {
 		b.t.Fatal("the bundle's daemon is running already")
 	}
-	d, err := daemon.New(daemon.Config{DB: b.db, Name: "replica-a", LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
+	job := &gatedJob{gate: make(chan struct{})}
+	b.daemon = startReplica(b.t, b.db, "replica-a", map[daemon.Job]string{job: "@every 1h",
+		replay.NewBulkJob(b.srv.Replays()): replay.BulkJobSpec, reconcile.NewBulkJob(b.srv.recon): reconcile.BulkJobSpec})
+	b.await("a leader", b.daemon.IsLeader, "daemon_leader") // the lease is renewed every 250 ms: a change each time
+	return job
+}
+
+// startReplica starts a daemon replica called name on db running jobs (each on its schedule
+// spec), with short leases and polls; the test's end stops it.
+func startReplica(t testing.TB, db *gorm.DB, name string, jobs map[daemon.Job]string) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(daemon.Config{DB: db, Name: name, LeaseTTL: time.Second, RenewEvery: 250 * time.Millisecond,
 		PollEvery: 20 * time.Millisecond, ShutdownTimeout: 2 * time.Second, ProgressEvery: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
-	job := &gatedJob{gate: make(chan struct{})}
-	if err := d.Register(job, "@every 1h"); err != nil {
-		b.t.Fatal(err)
+	for job, spec := range jobs {
+		if err := d.Register(job, spec); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := d.Register(replay.NewBulkJob(b.srv.Replays()), replay.BulkJobSpec); err != nil {
-		b.t.Fatal(err)
-	}
-	if err := d.Register(reconcile.NewBulkJob(b.srv.recon), reconcile.BulkJobSpec); err != nil {
-		b.t.Fatal(err)
-	}
-	b.daemon = d
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := d.Start(ctx); err != nil {
 		cancel()
-		b.t.Fatal(err)
+		t.Fatal(err)
 	}
-	b.t.Cleanup(func() {
+	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		_ = d.Stop(sctx)
 		cancel()
 	})
-	b.await("a leader", d.IsLeader, "daemon_leader") // the lease is renewed every 250 ms: a change each time
-	return job
+	return d
 }
 
 // await waits until cond holds, re-checking it whenever one of tables changes (pgtest.Await).
