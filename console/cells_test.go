@@ -571,6 +571,16 @@ func TestCells_ACellDownDoesNotStopTheOthers(t *testing.T) {
 	if got := root.api(fmt.Sprintf("/api/v1/keys/%d", kb.ID), tok); got.Status == 200 || got.Status == 404 {
 		t.Errorf("cell b's key with cell b down: %d, want an error that is not not found", got.Status)
 	}
+	// The keys and findings pages list what the cells that answer hold, and name the one left out.
+	for _, path := range []string{"/keys", "/reconcile/findings"} {
+		if got := root.get(path); got.Status != 200 || !strings.Contains(got.Body, `id="cells-left-out"`) {
+			t.Errorf("%s with cell b down: %d, want the page naming cell b", path, got.Status)
+		}
+	}
+	mustContain(t, "keys page with cell b down", root.get("/keys").Body, fmt.Sprintf("/keys/%d", ka.ID))
+	if got := root.api("/api/v1/keys", tok); got.Status == 200 {
+		t.Errorf("the keys API with cell b down: 200, want an error (an API answers whole or not at all)")
+	}
 	// The dashboard counts what the cells that answer hold, and names the one left out.
 	if got := root.get("/"); got.Status != 200 || !strings.Contains(got.Body, `id="cells-unavailable"`) {
 		t.Errorf("dashboard with cell b down: %d, want the page naming cell b", got.Status)

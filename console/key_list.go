@@ -41,7 +41,9 @@ func (s *Server) keys(c *gin.Context, r *request) error {
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' keys, and its name
 	rows, next, err := s.searchKeys(ctx, r.op, f)
+	v.Unavailable = missed.list()
 	if err != nil {
 		return err
 	}

@@ -369,7 +369,9 @@ func findingReasons() map[string][]templates.Reason {
 func (s *Server) findingsPage(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' findings, and its name
 	v, err := s.findingsView(ctx, r, c.Request.URL.Query(), nil)
+	v.Unavailable = missed.list()
 	if err != nil {
 		if !isFormError(err) {
 			return err

@@ -220,9 +220,11 @@ func (f *FindingForm) For(id int64, action string) bool {
 
 // FindingsView is the findings page.
 type FindingsView struct {
-	Search FindingSearch
-	Tabs   []StateTab
-	Kinds  []string
+	// Unavailable are the tenant cells that did not answer: their findings are left out.
+	Unavailable []string
+	Search      FindingSearch
+	Tabs        []StateTab
+	Kinds       []string
 	// Grouped: the page shows Groups (GroupsMore: more than it lists); else Rows.
 	Grouped    bool
 	Groups     []FindingGroup

@@ -133,13 +133,15 @@ type KeySearch struct {
 
 // KeysView is the key search page.
 type KeysView struct {
-	Search   KeySearch
-	States   []string
-	Rows     []KeyRow
-	NextURL  string
-	FirstURL string
-	IsFirst  bool
-	Error    string
+	// Unavailable are the tenant cells that did not answer: their keys are left out.
+	Unavailable []string
+	Search      KeySearch
+	States      []string
+	Rows        []KeyRow
+	NextURL     string
+	FirstURL    string
+	IsFirst     bool
+	Error       string
 	// BulkFields are the search's filters for the bulk-replay form.
 	BulkFields []Field
 	// Matching is how many keys the search matches, counted up to BulkCap; MatchingMore says
