@@ -3,6 +3,9 @@ package console
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,9 +23,9 @@ import (
 // picked), previews each cell's part there, and carries the parts' plans and tokens together:
 // "a=PLAN b=PLAN" and "a=TOKEN b=TOKEN" (a plan never holds a space: its filter is a URL
 // query). Each part's token is its workflow's HMAC of that part, so nothing in it can be
-// altered; a part sent to another cell than its own names key ids that cell does not have
-// (ids are unique across cells), and its items fail there as keys not found. With one cell:
-// one plan and one token, as always.
+// altered, followed by the console's HMAC of the cell's name with it ("TOKEN.CELLMAC"), so a
+// part cannot be started in another cell than the one that previewed it. With one cell: one
+// plan and one token, as always.
 
 // cellSelection is the part of a bulk replay's keys one cell holds.
 type cellSelection struct {
@@ -156,7 +159,7 @@ func (s *Server) previewBulkIn(ctx context.Context, a replay.Actor, ch bulkChoic
 			out.Expires = p.Expires
 		}
 		planParts = append(planParts, parts[i].c.name+"="+p.Plan)
-		tokenParts = append(tokenParts, parts[i].c.name+"="+p.Token)
+		tokenParts = append(tokenParts, parts[i].c.name+"="+p.Token+"."+s.cellMAC(parts[i].c.name, p.Plan))
 	}
 	at := make(map[int64]int, len(ch.order))
 	for i, id := range ch.order {
@@ -188,8 +191,9 @@ func (s *Server) startBulkIn(ctx context.Context, a replay.Actor, plan, token, r
 	var runs []*replay.BulkRun
 	for _, p := range plans {
 		c, tok := s.cells.named(p.name), tokenOf(tokens, p.name)
-		if c == nil || tok == "" {
-			return runs, inputErr("plan", "cannot be read; preview the bulk replay again")
+		tok, mac, _ := strings.Cut(tok, ".")
+		if c == nil || tok == "" || !hmac.Equal([]byte(mac), []byte(s.cellMAC(p.name, p.value))) {
+			return runs, inputErr("token", "is not a bulk preview of yours or was altered; preview the bulk replay again")
 		}
 		run, err := c.replays.StartBulk(ctx, a, p.value, tok, reason)
 		if err != nil {
@@ -226,4 +230,11 @@ func tokenOf(tokens []part, name string) string {
 		}
 	}
 	return ""
+}
+
+// cellMAC binds one cell's part of a bulk replay plan to that cell's name.
+func (s *Server) cellMAC(cell, plan string) string {
+	m := hmac.New(sha256.New, []byte(s.cfg.DigestSecret))
+	fmt.Fprintf(m, "bulk-cell|%s|%s", cell, plan)
+	return hex.EncodeToString(m.Sum(nil))
 }

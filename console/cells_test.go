@@ -451,6 +451,18 @@ func TestCells_BulkReplayAcrossCells(t *testing.T) {
 	}
 	mustContain(t, "keys page", root.get("/keys?state=failed_retryable").Body, `action="/replays/bulk"`)
 
+	// A part started in another cell than the one that previewed it is refused.
+	planA, _, _ := strings.Cut(p.Plan, " ")
+	tokA, _, _ := strings.Cut(p.Token, " ")
+	swapped := map[string]string{"plan": "b" + strings.TrimPrefix(planA, "a"), "token": "b" + strings.TrimPrefix(tokA, "a"), "reason": "x"}
+	if got := root.apiPost("/api/v1/replays/bulk/start", tok, swapped); got.Status != 400 {
+		t.Errorf("cell a's part started in cell b: %d %s, want 400", got.Status, truncate(got.Body, 200))
+	}
+	var runsInB int64
+	b.cb.Raw(`SELECT count(*) FROM replay_bulk_runs`).Scan(&runsInB)
+	if runsInB != 0 {
+		t.Errorf("cell b holds %d bulk runs after the refused start", runsInB)
+	}
 	got = root.apiPost("/api/v1/replays/bulk/start", tok, map[string]string{"plan": p.Plan, "token": p.Token, "reason": "channel outage"})
 	if got.Status != 202 {
 		t.Fatalf("start: %d %s", got.Status, truncate(got.Body, 300))
