@@ -338,12 +338,19 @@ func (s *Server) leaveOutFailedCells(ctx context.Context) (context.Context, *mis
 	return context.WithValue(ctx, missedKey{}, m), m
 }
 
-// findIn looks the object id up in the cells of op's scope with read, all at once, and returns
-// it with its cell: the one cell whose copy belongs to it (its tenant's, by the map). Not found
-// anywhere, or only in a cell its tenant has left, is ErrNotFound.
+// findIn looks the object id of kind (a key, a replay request) up for op with read, and returns
+// it with its cell. With one database: read there, given to op only within its tenants
+// (readScoped). Across cells: asked in the cells of op's scope at once, the one cell whose copy
+// belongs to it (its tenant's, by the map) answering. Not found anywhere, or only in a cell its
+// tenant has left, is ErrNotFound.
 func findIn[T any](ctx context.Context, cs *cellSet, op *access.Operator, kind access.ObjectKind, id int64,
 	read func(context.Context, *cell, int64) (T, error), tenant func(T) string) (T, *cell, error) {
 	var none T
+	if cs.cells == nil {
+		c := cs.all[0]
+		v, err := readScoped(ctx, op, kind, id, func(ctx context.Context, id int64) (T, error) { return read(ctx, c, id) }, tenant)
+		return v, c, err
+	}
 	in := cs.For(keyScope(op), "")
 	v, i, err := firstIn(ctx, in, func(ctx context.Context, c scopedCell) (T, bool, error) {
 		v, err := read(ctx, c.cell, id)

@@ -68,30 +68,17 @@ type apiFindingsPage struct {
 // walkFindings pages through GET /api/v1/reconcile/findings?query with limit findings a page
 // and returns the ids seen in order and the pages' sizes.
 func (b *cellsBundle) walkFindings(c *client, tok, query string, limit int) (ids []int64, sizes []int) {
-	b.t.Helper()
-	before := ""
-	for range 100 {
-		q, _ := url.ParseQuery(query)
-		q.Set("limit", strconv.Itoa(limit))
-		if before != "" {
-			q.Set("before", before)
-		}
-		got := c.api("/api/v1/reconcile/findings?"+q.Encode(), tok)
-		if got.Status != 200 {
-			b.t.Fatalf("findings %s: %d %s", q.Encode(), got.Status, truncate(got.Body, 300))
-		}
+	return b.walkPages(c, tok, "/api/v1/reconcile/findings", "before", query, limit, "", func(got resp) ([]int64, string) {
 		p := decode[apiFindingsPage](b.t, got)
-		sizes = append(sizes, len(p.Findings))
-		for _, f := range p.Findings {
-			ids = append(ids, f.ID)
+		ids := make([]int64, len(p.Findings))
+		for i, f := range p.Findings {
+			ids[i] = f.ID
 		}
 		if p.Next == nil {
-			return ids, sizes
+			return ids, ""
 		}
-		before = fmt.Sprint(p.Next)
-	}
-	b.t.Fatal("findings: more than 100 pages")
-	return nil, nil
+		return ids, fmt.Sprint(p.Next)
+	})
 }
 
 // TestCells_FindingsAcrossCells: findings live in the cell that matched the statement. The list

@@ -148,28 +148,43 @@ type apiKeysPage struct {
 // walk pages through GET /api/v1/keys?query with limit keys a page from after (empty: the first
 // page), and returns every key id seen in order and the pages' sizes.
 func (b *cellsBundle) walk(c *client, tok, query string, limit int, after string) (ids []int64, sizes []int) {
-	b.t.Helper()
-	for page := 0; page < 100; page++ {
-		q, _ := url.ParseQuery(query)
-		q.Set("limit", fmt.Sprint(limit))
-		if after != "" {
-			q.Set("after", after)
-		}
-		got := c.api("/api/v1/keys?"+q.Encode(), tok)
-		if got.Status != 200 {
-			b.t.Fatalf("keys %s: status %d: %s", q.Encode(), got.Status, truncate(got.Body, 300))
-		}
+	return b.walkPages(c, tok, "/api/v1/keys", "after", query, limit, after, func(got resp) ([]int64, string) {
 		p := decode[apiKeysPage](b.t, got)
-		sizes = append(sizes, len(p.Keys))
-		for _, k := range p.Keys {
-			ids = append(ids, k.ID)
+		ids := make([]int64, len(p.Keys))
+		for i, k := range p.Keys {
+			ids[i] = k.ID
 		}
 		if p.Next == nil {
+			return ids, ""
+		}
+		return ids, *p.Next
+	})
+}
+
+// walkPages pages through GET path?query with limit items a page from the cursor from (empty:
+// the first page; param names it): page reads a page's ids and its next cursor ("" at the
+// end). It returns every id seen in order and the pages' sizes.
+func (b *cellsBundle) walkPages(c *client, tok, path, param, query string, limit int, from string,
+	page func(resp) ([]int64, string)) (ids []int64, sizes []int) {
+	b.t.Helper()
+	for range 100 {
+		q, _ := url.ParseQuery(query)
+		q.Set("limit", fmt.Sprint(limit))
+		if from != "" {
+			q.Set(param, from)
+		}
+		got := c.api(path+"?"+q.Encode(), tok)
+		if got.Status != 200 {
+			b.t.Fatalf("%s?%s: status %d: %s", path, q.Encode(), got.Status, truncate(got.Body, 300))
+		}
+		some, next := page(got)
+		sizes, ids = append(sizes, len(some)), append(ids, some...)
+		if next == "" {
 			return ids, sizes
 		}
-		after = *p.Next
+		from = next
 	}
-	b.t.Fatal("keys: more than 100 pages")
+	b.t.Fatalf("%s: more than 100 pages", path)
 	return nil, nil
 }
 

@@ -19,13 +19,7 @@ const findingsBulkRunsShown = 50
 // it runs: the page polls itself, htmx gets the progress alone), its results; a second operator
 // approves or rejects it here.
 func (s *Server) findingsBulkRunPage(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, _, err := s.bulkRunIn(ctx, id)
+	run, err := s.bulkRunParam(c)
 	if err != nil {
 		return err
 	}
@@ -37,6 +31,19 @@ func (s *Server) findingsBulkRunPage(c *gin.Context, r *request) error {
 	}
 	s.render(c, http.StatusOK, templates.FindingsBulkRunPage(chrome(r, "reconcile"), v))
 	return nil
+}
+
+// bulkRunParam reads the bulk run of findings the route's {id} names, in the cell that has it
+// (the route's scope check passed): the page and the API read a run alike.
+func (s *Server) bulkRunParam(c *gin.Context) (*reconcile.BulkRun, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	run, _, err := s.bulkRunIn(ctx, id)
+	return run, err
 }
 
 var bulkNotices = map[string]string{"approved": "Approved: the run starts at the daemon's next poll.",
@@ -61,13 +68,7 @@ func (s *Server) findingsBulkRunsPage(c *gin.Context, r *request) error {
 
 // apiFindingsBulkRun is GET /api/v1/reconcile/findings/bulk/{id}: the run as JSON.
 func (s *Server) apiFindingsBulkRun(c *gin.Context, r *request) error {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, _, err := s.bulkRunIn(ctx, id)
+	run, err := s.bulkRunParam(c)
 	if err != nil {
 		return err
 	}

@@ -196,14 +196,9 @@ func (s *Server) getKey(ctx context.Context, op *access.Operator, id int64) (*cl
 // keyIn is getKey with the cell the key lives in: the one that holds its tenant, asked in
 // every cell of op's tenants (ids are unique across cells).
 func (s *Server) keyIn(ctx context.Context, op *access.Operator, id int64) (*claim.Key, *cell, error) {
-	tenant := func(k *claim.Key) string { return k.Tenant }
-	if s.cells.cells == nil {
-		k, err := readScoped(ctx, op, access.ObjKey, id, s.claims.Get, tenant)
-		return k, s.cells.all[0], err
-	}
 	return findIn(ctx, s.cells, op, access.ObjKey, id, func(ctx context.Context, c *cell, id int64) (*claim.Key, error) {
 		return c.claims.Get(ctx, id)
-	}, tenant)
+	}, func(k *claim.Key) string { return k.Tenant })
 }
 
 // readScoped reads the object id of kind with read, and gives it to op only when its tenant is

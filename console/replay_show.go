@@ -19,14 +19,9 @@ func (s *Server) getReplay(ctx context.Context, op *access.Operator, id int64) (
 
 // replayIn is getReplay with the cell the request lives in (its key's).
 func (s *Server) replayIn(ctx context.Context, op *access.Operator, id int64) (*replay.Request, *cell, error) {
-	tenant := func(r *replay.Request) string { return r.Tenant }
-	if s.cells.cells == nil {
-		req, err := readScoped(ctx, op, access.ObjReplay, id, s.replays.Request, tenant)
-		return req, s.cells.all[0], err
-	}
 	return findIn(ctx, s.cells, op, access.ObjReplay, id, func(ctx context.Context, c *cell, id int64) (*replay.Request, error) {
 		return c.replays.Request(ctx, id)
-	}, tenant)
+	}, func(r *replay.Request) string { return r.Tenant })
 }
 
 // replayParam reads the request named by the route's {id} (GET /replays/{id}, GET
