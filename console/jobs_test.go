@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/daemon/daemontest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/reconcile"
 	"github.com/idemops/idemops/replay"
@@ -65,17 +66,7 @@ func startReplica(t testing.TB, db *gorm.DB, name string, jobs map[daemon.Job]st
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = d.Stop(sctx)
-		cancel()
-	})
+	daemontest.Start(t, d)
 	return d
 }
 

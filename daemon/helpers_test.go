@@ -74,24 +74,6 @@ func waitPolls(t testing.TB, d *daemon.Daemon, n int) {
 	}
 }
 
-// start starts d with a context of its own; the returned kill ends it abruptly (no resign, no
-// graceful stop), as a crash would. Cleanup stops it gracefully if still alive.
-func start(t testing.TB, d *daemon.Daemon) (kill func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := d.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = d.Stop(sctx)
-		cancel()
-	})
-	return cancel
-}
-
 // passUntil runs pass, then again each time the rows of the outbox are due again (their next
 // attempt, written by the relay), until done holds; at most max passes.
 func passUntil(t testing.TB, db *gorm.DB, max int, what string, pass func(), done func() bool) {

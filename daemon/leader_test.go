@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/daemon/daemontest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -35,8 +36,8 @@ func TestLeader_OneReplicaLeadsAndReplicasAreVisible(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := newDaemon(t, open(t, url), "a", nil), newDaemon(t, open(t, url), "b", nil)
-	start(t, a)
-	start(t, b)
+	daemontest.Start(t, a)
+	daemontest.Start(t, b)
 	leader := onlyLeader(t, a, b)
 
 	db := open(t, url)
@@ -80,10 +81,10 @@ func TestLeader_FailoverWithinOneTTLWhenTheLeaderDies(t *testing.T) {
 	url := pgtest.URL(t)
 	dbA := open(t, url)
 	a := newDaemon(t, dbA, "a", nil)
-	killA := start(t, a)
+	killA := daemontest.Start(t, a)
 	onlyLeader(t, a)
 	b := newDaemon(t, open(t, url), "b", nil)
-	start(t, b)
+	daemontest.Start(t, b)
 
 	db := open(t, url)
 	before, _ := daemon.Leader(context.Background(), db)
@@ -109,10 +110,10 @@ func TestLeader_StopResignsSoTheSuccessorNeedNotWaitForTheTTL(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	a := newDaemon(t, open(t, url), "a", func(c *daemon.Config) { c.LeaseTTL = 10 * time.Second; c.RenewEvery = 200 * time.Millisecond })
-	start(t, a)
+	daemontest.Start(t, a)
 	onlyLeader(t, a)
 	b := newDaemon(t, open(t, url), "b", func(c *daemon.Config) { c.LeaseTTL = 10 * time.Second; c.RenewEvery = 200 * time.Millisecond })
-	start(t, b)
+	daemontest.Start(t, b)
 
 	if err := a.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestLeader_StepsDownAsSoonAsARenewalFails(t *testing.T) {
 	// full run). One second per renewal, a 4s TTL: the point stays "at the next renewal, long
 	// before the TTL".
 	a := newDaemon(t, open(t, url), "a", func(c *daemon.Config) { c.LeaseTTL = 4 * time.Second; c.RenewEvery = time.Second })
-	start(t, a)
+	daemontest.Start(t, a)
 	onlyLeader(t, a)
 
 	// Another replica's election (as after a long pause of a): a's term is over.

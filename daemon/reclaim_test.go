@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/daemon/daemontest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
@@ -124,7 +125,7 @@ func TestReclaim_LeaderKilledMidBatchLosesNothingAndTheOtherCarriesOn(t *testing
 		daemon.ReclaimConfig{BatchSize: 20, Workers: 2}), "* * * * * *"); err != nil {
 		t.Fatal(err)
 	}
-	killA := start(t, a)
+	killA := daemontest.Start(t, a)
 	onlyLeader(t, a)
 
 	dbB := open(t, url)
@@ -134,7 +135,7 @@ func TestReclaim_LeaderKilledMidBatchLosesNothingAndTheOtherCarriesOn(t *testing
 		daemon.ReclaimConfig{BatchSize: 20, Workers: 2}), "* * * * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, b)
+	daemontest.Start(t, b)
 
 	opA.looked.WaitFor(t, 5*time.Second, "a in the middle of a batch", func(n int64) bool { return n >= 5 })
 	killA()

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/daemon"
+	"github.com/idemops/idemops/daemon/daemontest"
 	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
@@ -81,7 +82,7 @@ func TestSchedule_MissedRunRunsOnceAfterARestart(t *testing.T) {
 	if err := first.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, first)
+	daemontest.Start(t, first)
 	onlyLeader(t, first)
 	if err := first.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestSchedule_MissedRunRunsOnceAfterARestart(t *testing.T) {
 	if err := second.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, second)
+	daemontest.Start(t, second)
 	if run := second.TestSignals().RunFinished.Wait(t, 3*time.Second); run.Schedule != "tick" || run.Status != daemon.RunSucceeded {
 		t.Fatalf("the missed run: %+v", run)
 	}
@@ -130,7 +131,7 @@ func TestSchedule_PauseRunNowResume(t *testing.T) {
 	if err := d.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, d)
+	daemontest.Start(t, d)
 	onlyLeader(t, d)
 
 	if err := daemon.Pause(ctx, db, "tick"); err != nil {
@@ -197,7 +198,7 @@ func TestSchedule_SaveValidatesAndOtherSchedulesRunTheSameJob(t *testing.T) {
 	if err := d.Register(job, "0 4 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, d)
+	daemontest.Start(t, d)
 	d.TestSignals().RunFinished.WaitFor(t, 3*time.Second, "the requested recon schedule", func(r *daemon.Run) bool {
 		return r.Schedule == "recon:alipay"
 	})
@@ -224,7 +225,7 @@ func TestRun_TimeoutFailureAndMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start(t, d)
+	daemontest.Start(t, d)
 	onlyLeader(t, d)
 	pgtest.Exec(t, db, `UPDATE schedules SET timeout_ms = 100 WHERE name = 'slow'`)
 	for _, n := range []string{"slow", "broken", "phrased", "wrapped"} {
@@ -284,7 +285,7 @@ func TestRun_StopFinishesTheBatchInHandAndRecordsAbandoned(t *testing.T) {
 	if err := d.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, d)
+	daemontest.Start(t, d)
 	if err := daemon.RunNow(context.Background(), db, "batches"); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +312,7 @@ func TestRun_StopCancelsAJobThatIgnoresItAfterTheShutdownTimeout(t *testing.T) {
 	if err := d.Register(job, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, d)
+	daemontest.Start(t, d)
 	if err := daemon.RunNow(context.Background(), db, "stubborn"); err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
 	if err := a.Register(jobA, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	killA := start(t, a)
+	killA := daemontest.Start(t, a)
 	if err := daemon.RunNow(context.Background(), db, "long"); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +352,7 @@ func TestRun_ANewLeaderMarksRunsLeftByADeadOneAbandoned(t *testing.T) {
 	if err := b.Register(&countingJob{name: "long"}, "0 3 * * *"); err != nil {
 		t.Fatal(err)
 	}
-	start(t, b)
+	daemontest.Start(t, b)
 	b.TestSignals().Elected.Wait(t, 3*time.Second) // it sweeps before it signals
 	if runs := runsOf(t, db, "long"); len(runs) != 1 || runs[0].Status != daemon.RunAbandoned || !strings.Contains(runs[0].Error, "earlier leader") {
 		t.Fatalf("runs %+v, want a's run marked abandoned by the new leader", runs)
