@@ -2,7 +2,6 @@ package demo_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/testinfra/mqtest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
+	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
 
 // TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell: with Stores, a payment's key,
@@ -27,23 +27,11 @@ import (
 func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
-	stores := map[string]*claim.Store{}
-	for name, db := range dbs {
-		s, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("demo-test-secret-0123")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[name] = s
-	}
 	cellOf := map[string]string{"acme": "a", "globex": "b"}
-	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["a"], Paysim: fastCallbacks(paysim.Config{Seed: 5}),
+	stores := tenantstores.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
+	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["acme"], Paysim: fastCallbacks(paysim.Config{Seed: 5}),
 		Tenants: []string{"acme", "globex", "hooli"},
-		Stores: func(tenant string) (*claim.Store, error) {
-			if c, ok := cellOf[tenant]; ok {
-				return stores[c], nil
-			}
-			return nil, fmt.Errorf("tenant %q has no cell", tenant)
-		}})
+		Stores:  stores.Of})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,25 +118,13 @@ func TestWorld_RoutedByTenantEveryRowATenantOwnsLivesInItsCell(t *testing.T) {
 	t.Parallel()
 	url := mqtest.URL(t)
 	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
-	stores := map[string]*claim.Store{}
-	for name, db := range dbs {
-		s, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("demo-test-secret-0123")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[name] = s
-	}
 	cellOf := map[string]string{"acme": "a", "globex": "b"}
+	stores := tenantstores.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
 	p := mqtest.Prefix(t)
 	topo := &consume.Topology{Exchange: p + "events", Queue: p + "fulfillment", RoutingKey: "payment.#"}
-	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["a"], Paysim: paysim.Config{Seed: 7},
+	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["acme"], Paysim: paysim.Config{Seed: 7},
 		Tenants: []string{"acme", "globex", "hooli"}, AMQPURL: url, Events: topo,
-		Stores: func(tenant string) (*claim.Store, error) {
-			if c, ok := cellOf[tenant]; ok {
-				return stores[c], nil
-			}
-			return nil, fmt.Errorf("tenant %q has no cell", tenant)
-		}})
+		Stores: stores.Of})
 	if err != nil {
 		t.Fatal(err)
 	}

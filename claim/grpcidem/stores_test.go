@@ -15,15 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
+	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
-
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) Add(v float64) { c.n.Add(int64(v)) }
 
 // TestStores_EachTenantIsClaimedInItsOwnStoreAndAnUnknownOneIsRefused: with Stores, a call is
 // claimed (and completed) in its tenant's store only; a tenant with no store is answered
@@ -32,23 +28,11 @@ func (c *counter) Add(v float64) { c.n.Add(int64(v)) }
 func TestStores_EachTenantIsClaimedInItsOwnStoreAndAnUnknownOneIsRefused(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]*gorm.DB{"tenant-a": pgtest.New(t), "tenant-b": pgtest.New(t)}
-	stores := map[string]*claim.Store{}
-	for tenant, db := range dbs {
-		s, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[tenant] = s
-	}
-	var unrouted counter
+	stores := tenantstores.Open(t, []byte("0123456789abcdef-secret"), dbs)
+	var unrouted tenantstores.Counter
 	var log syncbuf.Buffer
 	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Service: "test",
-		Stores: func(tenant string) (*claim.Store, error) {
-			if s, ok := stores[tenant]; ok {
-				return s, nil
-			}
-			return nil, fmt.Errorf("tenant %q has no cell", tenant)
-		},
+		Stores:   stores.Of,
 		Unrouted: &unrouted,
 		Logger:   slog.New(slog.NewTextHandler(&log, nil)),
 		Tenant: func(ctx context.Context) (string, error) {
@@ -97,8 +81,8 @@ func TestStores_EachTenantIsClaimedInItsOwnStoreAndAnUnknownOneIsRefused(t *test
 	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(fmt.Sprint(st.Details()), grpcidem.ReasonTenantUnavailable) {
 		t.Errorf("tenant with no store: %v; want Unavailable %s", err, grpcidem.ReasonTenantUnavailable)
 	}
-	if ran.Load() != 2 || unrouted.n.Load() != 1 {
-		t.Errorf("handler ran %d times (want 2), Unrouted %d (want 1)", ran.Load(), unrouted.n.Load())
+	if ran.Load() != 2 || unrouted.Value() != 1 {
+		t.Errorf("handler ran %d times (want 2), Unrouted %d (want 1)", ran.Load(), unrouted.Value())
 	}
 	if n := count(dbs["tenant-a"], "tenant-c") + count(dbs["tenant-b"], "tenant-c"); n != 0 {
 		t.Errorf("%d keys written for a tenant with no store", n)

@@ -9,27 +9,22 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"gorm.io/gorm"
 
-	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
+	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
-
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) Add(v float64) { c.n.Add(int64(v)) }
 
 // cellsWorld serves /charge, /orders and the status lookup with Stores routing tenant-a to one
 // database and tenant-b to another; tenant-c authenticates but has no store.
 type cellsWorld struct {
 	srv      *httptest.Server
 	dbA, dbB *gorm.DB
-	unrouted counter
+	unrouted tenantstores.Counter
 	log      syncbuf.Buffer
 }
 
@@ -37,22 +32,10 @@ func newCellsWorld(t *testing.T) *cellsWorld {
 	t.Helper()
 	t.Parallel()
 	cw := &cellsWorld{dbA: pgtest.New(t), dbB: pgtest.New(t)}
-	stores := map[string]*claim.Store{}
-	for tenant, db := range map[string]*gorm.DB{"tenant-a": cw.dbA, "tenant-b": cw.dbB} {
-		s, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("0123456789abcdef-secret")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[tenant] = s
-	}
+	stores := tenantstores.Open(t, []byte("0123456789abcdef-secret"), map[string]*gorm.DB{"tenant-a": cw.dbA, "tenant-b": cw.dbB})
 	cfg := httpidem.Config{
 		Store: stores["tenant-a"], Service: "test",
-		Stores: func(tenant string) (*claim.Store, error) {
-			if s, ok := stores[tenant]; ok {
-				return s, nil
-			}
-			return nil, fmt.Errorf("tenant %q has no cell", tenant)
-		},
+		Stores:   stores.Of,
 		Unrouted: &cw.unrouted,
 		Logger:   slog.New(slog.NewTextHandler(&cw.log, nil)),
 		TenantFromRequest: func(r *http.Request) (string, error) {
@@ -139,7 +122,7 @@ func TestStores_ATenantWithNoStoreIsRefusedNeverDefaulted(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasSuffix(fmt.Sprint(doc["type"]), "tenant-unavailable") {
 			t.Errorf("%s for a tenant with no store: %d %v; want 503 tenant-unavailable", path, resp.StatusCode, doc)
 		}
-		if got := cw.unrouted.n.Load(); got != int64(i+1) {
+		if got := cw.unrouted.Value(); got != int64(i+1) {
 			t.Errorf("after %s: Unrouted %d, want %d", path, got, i+1)
 		}
 	}
