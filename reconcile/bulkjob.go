@@ -43,30 +43,18 @@ var _ daemon.Job = (*BulkJob)(nil)
 // Name is BulkJobName.
 func (j *BulkJob) Name() string { return BulkJobName }
 
-// RunOnce works through up to bulkRunsPerPass runs; it stops between batches when the daemon
-// asks (daemon.ErrStopped): the run stays running and the next pass resumes it.
+// RunOnce works through up to bulkRunsPerPass runs (daemon.BulkPass); it stops between batches
+// when the daemon asks (daemon.ErrStopped): the run stays running and the next pass resumes it.
 func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (daemon.Stats, error) {
-	jobRun, ok := daemon.RunID(ctx)
-	if !ok {
-		return nil, errors.New("reconcile.findings_bulk runs under the daemon only (it records its job run on each bulk run)")
-	}
-	stats := daemon.Stats{}
-	for range bulkRunsPerPass {
-		if daemon.ShouldStop(ctx) {
-			return stats, daemon.ErrStopped
-		}
+	return daemon.BulkPass(ctx, BulkJobName, bulkRunsPerPass,
 		// Any operator's run is the daemon's to take; its findings are worked under the run's
 		// tenants, those its starter and approver covered (row-level security on a console's handle).
-		run, err := j.r.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
-		if err != nil || run == nil {
-			return stats, err
-		}
-		stats["runs"]++
-		if err := j.r.workBulk(tenantdb.WithTenants(ctx, run.Tenants), run, p, stats); err != nil {
-			return stats, err
-		}
-	}
-	return stats, nil
+		func(ctx context.Context, jobRun int64) (*BulkRun, error) {
+			return j.r.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
+		},
+		func(ctx context.Context, run *BulkRun, stats daemon.Stats) error {
+			return j.r.workBulk(tenantdb.WithTenants(ctx, run.Tenants), run, p, stats)
+		})
 }
 
 // takeBulkSQL takes the oldest running run that no running job run holds, for job run $1

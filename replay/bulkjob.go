@@ -47,33 +47,21 @@ func (j *BulkJob) Name() string { return BulkJobName }
 // Collectors are the workflow's metrics (daemon.Instrumented).
 func (j *BulkJob) Collectors() []prometheus.Collector { return j.w.Collectors() }
 
-// RunOnce works through up to bulkRunsPerPass runs. It stops between keys when the daemon asks
-// (daemon.ErrStopped): the run stays running and the next pass resumes it.
+// RunOnce works through up to bulkRunsPerPass runs (daemon.BulkPass). It stops between keys
+// when the daemon asks (daemon.ErrStopped): the run stays running and the next pass resumes it.
 func (j *BulkJob) RunOnce(ctx context.Context, _ []byte, p daemon.Progress) (daemon.Stats, error) {
-	jobRun, ok := daemon.RunID(ctx)
-	if !ok {
-		return nil, errors.New("replay.bulk runs under the daemon only (it records its job run on each bulk run)")
-	}
-	stats := daemon.Stats{}
-	for range bulkRunsPerPass {
-		if daemon.ShouldStop(ctx) {
-			return stats, daemon.ErrStopped
-		}
+	return daemon.BulkPass(ctx, BulkJobName, bulkRunsPerPass,
 		// Any operator's run is the daemon's to take; its keys are replayed under the tenants
 		// of the operator who started it (row-level security on a console's handle).
-		run, err := j.w.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
-		if err != nil || run == nil {
-			return stats, err
-		}
-		stats["runs"]++
-		if run.ResumedFrom != nil {
-			stats["resumed"]++
-		}
-		if err := j.w.workBulk(tenantdb.WithTenants(ctx, run.actor().Tenants), run, p, stats); err != nil {
-			return stats, err
-		}
-	}
-	return stats, nil
+		func(ctx context.Context, jobRun int64) (*takenRun, error) {
+			return j.w.takeBulkRun(tenantdb.WithTenants(ctx, []string{tenantdb.AllTenants}), jobRun)
+		},
+		func(ctx context.Context, run *takenRun, stats daemon.Stats) error {
+			if run.ResumedFrom != nil {
+				stats["resumed"]++
+			}
+			return j.w.workBulk(tenantdb.WithTenants(ctx, run.actor().Tenants), run, p, stats)
+		})
 }
 
 // takenRun is a bulk run a pass took, with what it acts under.
