@@ -36,14 +36,7 @@ func (s *Server) findingsBulkRunPage(c *gin.Context, r *request) error {
 // bulkRunParam reads the bulk run of findings the route's {id} names, in the cell that has it
 // (the route's scope check passed): the page and the API read a run alike.
 func (s *Server) bulkRunParam(c *gin.Context) (*reconcile.BulkRun, error) {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, _, err := s.bulkRunIn(ctx, id)
-	return run, err
+	return paramIn(s, c, s.bulkRunIn)
 }
 
 var bulkNotices = map[string]string{"approved": "Approved: the run starts at the daemon's next poll.",

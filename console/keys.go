@@ -239,6 +239,19 @@ func parseID(s string) (int64, error) {
 	return id, nil
 }
 
+// paramIn reads the object the route's {id} names with in, a lookup that asks the cell that has
+// it (runIn, bulkRunIn): the pages and the API read an object alike.
+func paramIn[T any](s *Server, c *gin.Context, in func(context.Context, int64) (*T, *cell, error)) (*T, error) {
+	id, err := parseID(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx(c)
+	defer cancel()
+	obj, _, err := in(ctx, id)
+	return obj, err
+}
+
 // MaxFound bounds a find by key (keys.MaxFound).
 const MaxFound = keys.MaxFound
 

@@ -98,14 +98,7 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 
 // runParam reads the run named by the route's {id}: the page and the API read a run alike.
 func (s *Server) runParam(c *gin.Context) (*reconcile.Run, error) {
-	id, err := parseID(c.Param("id"))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.ctx(c)
-	defer cancel()
-	run, _, err := s.runIn(ctx, id)
-	return run, err
+	return paramIn(s, c, s.runIn)
 }
 
 // reconRunPage is GET /reconcile/runs/{id}; an htmx request gets the progress partial only.
