@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
+	"github.com/idemops/idemops/claim/claimtest"
 	"github.com/idemops/idemops/claim/consume"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/daemon"
@@ -17,7 +18,6 @@ import (
 	"github.com/idemops/idemops/downstream/paysim"
 	"github.com/idemops/idemops/internal/testinfra/mqtest"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
-	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
 
 // TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell: with Stores, a payment's key,
@@ -28,7 +28,7 @@ func TestPayments_RoutedByTenantEachPaymentLivesInItsTenantsCell(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
 	cellOf := map[string]string{"acme": "a", "globex": "b"}
-	stores := tenantstores.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
+	stores := claimtest.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
 	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["acme"], Paysim: fastCallbacks(paysim.Config{Seed: 5}),
 		Tenants: []string{"acme", "globex", "hooli"},
 		Stores:  stores.Of})
@@ -119,7 +119,7 @@ func TestWorld_RoutedByTenantEveryRowATenantOwnsLivesInItsCell(t *testing.T) {
 	url := mqtest.URL(t)
 	dbs := map[string]*gorm.DB{"a": pgtest.New(t), "b": pgtest.New(t)}
 	cellOf := map[string]string{"acme": "a", "globex": "b"}
-	stores := tenantstores.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
+	stores := claimtest.Open(t, []byte("demo-test-secret-0123"), map[string]*gorm.DB{"acme": dbs["a"], "globex": dbs["b"]})
 	p := mqtest.Prefix(t)
 	topo := &consume.Topology{Exchange: p + "events", Queue: p + "fulfillment", RoutingKey: "payment.#"}
 	w, err := demo.StartWorld(context.Background(), demo.WorldConfig{DB: dbs["a"], Store: stores["acme"], Paysim: paysim.Config{Seed: 7},

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/claim/claimtest"
 	"github.com/idemops/idemops/claim/grpcidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
-	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
 
 // TestStores_EachTenantIsClaimedInItsOwnStoreAndAnUnknownOneIsRefused: with Stores, a call is
@@ -28,8 +28,8 @@ import (
 func TestStores_EachTenantIsClaimedInItsOwnStoreAndAnUnknownOneIsRefused(t *testing.T) {
 	t.Parallel()
 	dbs := map[string]*gorm.DB{"tenant-a": pgtest.New(t), "tenant-b": pgtest.New(t)}
-	stores := tenantstores.Open(t, []byte("0123456789abcdef-secret"), dbs)
-	var unrouted tenantstores.Counter
+	stores := claimtest.Open(t, []byte("0123456789abcdef-secret"), dbs)
+	var unrouted claimtest.Counter
 	var log syncbuf.Buffer
 	idem, err := grpcidem.NewServerInterceptor(grpcidem.Config{Service: "test",
 		Stores:   stores.Of,

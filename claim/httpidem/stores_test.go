@@ -13,10 +13,10 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/claim/claimtest"
 	"github.com/idemops/idemops/claim/httpidem"
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 	"github.com/idemops/idemops/internal/testinfra/syncbuf"
-	"github.com/idemops/idemops/internal/testinfra/tenantstores"
 )
 
 // cellsWorld serves /charge, /orders and the status lookup with Stores routing tenant-a to one
@@ -24,7 +24,7 @@ import (
 type cellsWorld struct {
 	srv      *httptest.Server
 	dbA, dbB *gorm.DB
-	unrouted tenantstores.Counter
+	unrouted claimtest.Counter
 	log      syncbuf.Buffer
 }
 
@@ -32,7 +32,7 @@ func newCellsWorld(t *testing.T) *cellsWorld {
 	t.Helper()
 	t.Parallel()
 	cw := &cellsWorld{dbA: pgtest.New(t), dbB: pgtest.New(t)}
-	stores := tenantstores.Open(t, []byte("0123456789abcdef-secret"), map[string]*gorm.DB{"tenant-a": cw.dbA, "tenant-b": cw.dbB})
+	stores := claimtest.Open(t, []byte("0123456789abcdef-secret"), map[string]*gorm.DB{"tenant-a": cw.dbA, "tenant-b": cw.dbB})
 	cfg := httpidem.Config{
 		Store: stores["tenant-a"], Service: "test",
 		Stores:   stores.Of,

@@ -26,7 +26,7 @@ var order = [][]string{
 	{"internal/tenantdb", "internal/pglocal", "internal/mqlocal", "internal/pgha"},
 	{"internal/testinfra/..."},
 	{"claim"},
-	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient"},
+	{"claim/consume", "claim/grpcidem", "claim/httpidem", "claim/idemclient", "claim/claimtest"},
 	{"cells"},
 	{"keys"},
 	{"downstream/..."},
@@ -160,17 +160,21 @@ func TestLayers_NothingBelowTheConsoleImportsIt(t *testing.T) {
 	}
 }
 
-// TestLayers_OnlyTestsImportTheTestRigs: internal/testinfra holds what tests use; the binary
-// (and everything it links) opens its pool with internal/pgpool and starts its private servers
-// with internal/pglocal, mqlocal and pgha, so no rig is built into it.
+// TestLayers_OnlyTestsImportTheTestRigs: internal/testinfra holds what tests use (and the rigs
+// that stand above it: claim/claimtest, daemon/daemontest); the binary (and everything it links)
+// opens its pool with internal/pgpool and starts its private servers with internal/pglocal,
+// mqlocal and pgha, so no rig is built into it.
 func TestLayers_OnlyTestsImportTheTestRigs(t *testing.T) {
+	rig := func(pkg string) bool {
+		return strings.HasPrefix(pkg, "internal/testinfra/") || pkg == "claim/claimtest" || pkg == "daemon/daemontest"
+	}
 	code, _ := imports(t)
 	for pkg, ims := range code {
-		if strings.HasPrefix(pkg, "internal/testinfra/") {
+		if rig(pkg) {
 			continue
 		}
 		for _, im := range ims {
-			if strings.HasPrefix(im, "internal/testinfra/") {
+			if rig(im) {
 				t.Errorf("%s (not a test) imports the test rig %s", pkg, im)
 			}
 		}

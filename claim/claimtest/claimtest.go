@@ -1,7 +1,7 @@
-// Package tenantstores is the test rig of a service that keeps each tenant's keys in a database
-// of its own (cells): one claim.Store per tenant, the adapters' Stores function over them, and a
-// counter for the calls they refuse as unrouted.
-package tenantstores
+// Package claimtest is a test rig for a service that keeps each tenant's keys in a database of
+// its own (cells): one claim.Store per tenant, the adapters' Stores function over them, and a
+// counter for the calls they refuse as unrouted. Only tests import it.
+package claimtest
 
 import (
 	"fmt"
