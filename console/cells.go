@@ -277,7 +277,8 @@ func eachCell[T any](ctx context.Context, cs []scopedCell, read func(context.Con
 		for i, err := range fails {
 			if err != nil && ctx.Err() == nil {
 				m.add(cs[i].name, err)
-				fails[i] = nil // its answer stays the zero value: left out
+				var zero T
+				out[i], fails[i] = zero, nil // its answer is the zero value: left out
 			}
 		}
 	}

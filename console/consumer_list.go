@@ -33,6 +33,7 @@ func (s *Server) consumersPage(c *gin.Context, r *request) error {
 	if len(key) > 255 {
 		return inputErr("key", "a business key has at most 255 characters")
 	}
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' records, and its name
 	type answer struct {
 		stats []consume.ConsumerStat
 		ds    []consume.Delivery
@@ -71,7 +72,7 @@ func (s *Server) consumersPage(c *gin.Context, r *request) error {
 		slices.SortStableFunc(all.comps, func(a, b consume.Compensation) int { return b.At.Compare(a.At) })
 		all.comps = all.comps[:min(len(all.comps), consumerCompensationsShown)]
 	}
-	v := templates.ConsumersView{Key: key}
+	v := templates.ConsumersView{Key: key, Unavailable: missed.list()}
 	for _, st := range all.stats {
 		v.Stats = append(v.Stats, templates.ConsumerRow{Consumer: st.Consumer, Tenant: st.Tenant, Processed: st.Processed,
 			Duplicates: st.Duplicates, InProcessing: st.InProcessing, Stuck: st.Stuck, LastAt: st.LastAt})

@@ -177,7 +177,10 @@ func (s *Server) jobsQuery(c *gin.Context, r *request) (templates.JobsView, erro
 	if err != nil {
 		return templates.JobsView{}, err
 	}
-	return s.jobsView(ctx, r, f)
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' daemons and runs, and its name
+	v, err := s.jobsView(ctx, r, f)
+	v.Unavailable = missed.list()
+	return v, err
 }
 
 // jobRunsPartial is GET /jobs/runs: the runs table the jobs page polls.
@@ -190,10 +193,12 @@ func (s *Server) jobRunsPartial(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiJobs is GET /api/v1/jobs: the leader, replicas, schedules and recent runs.
+// apiJobs is GET /api/v1/jobs: the leader, replicas, schedules and recent runs. Across cells,
+// like the dashboard's, a cell that does not answer is left out and named in cells_unavailable.
 func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx)
 	leader, err := daemon.Leader(ctx, s.db)
 	if err != nil {
 		return err
@@ -245,6 +250,9 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 			all[i] = cellRun{runs[i], names[i]}
 		}
 		out["runs"] = all // every cell's, newest first, each naming its cell
+		if gone := missed.list(); len(gone) > 0 {
+			out["cells_unavailable"] = gone // their daemons and runs are left out
+		}
 	}
 	c.JSON(http.StatusOK, out)
 	return nil

@@ -58,7 +58,7 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 	if s.cells.cells == nil {
 		return nil, nil
 	}
-	return eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (templates.CellDaemonRow, error) {
+	rows, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (templates.CellDaemonRow, error) {
 		row := templates.CellDaemonRow{Name: c.name}
 		installed, err := daemon.Installed(ctx, c.db)
 		if err != nil || !installed {
@@ -85,6 +85,8 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 		row.Running = len(running)
 		return row, err
 	})
+	// A cell left out (leaveOutFailedCells) answered the zero row: the page names it instead.
+	return slices.DeleteFunc(rows, func(r templates.CellDaemonRow) bool { return r.Name == "" }), err
 }
 
 // controlName is the name of the cell whose database is the control database ("" with one cell).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/idemops/idemops/errs"
 	"github.com/idemops/idemops/keys"
 	"github.com/idemops/idemops/retention"
 )
@@ -41,7 +42,8 @@ func (s *Server) inOtherCells(ctx context.Context, change func(context.Context, 
 }
 
 // dryRunIn is a dry run in every cell, added up: the control cell's purge_log row is the
-// report's; counts estimated in any cell make the sum an estimate.
+// report's; counts estimated in any cell make the sum an estimate. A cell left out
+// (leaveOutFailedCells) adds nothing; when none answered it is an error.
 func (s *Server) dryRunIn(ctx context.Context, operation, actor string) (*retention.Report, error) {
 	in := s.cells.everywhere()
 	reps, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) (*retention.Report, error) {
@@ -53,11 +55,18 @@ func (s *Server) dryRunIn(ctx context.Context, operation, actor string) (*retent
 	if err != nil || len(reps) == 1 {
 		return reps[0], err
 	}
-	out := *reps[0]
-	out.Deleted, out.Tombstoned, out.Due = 0, 0, nil
+	i := slices.IndexFunc(reps, func(rep *retention.Report) bool { return rep != nil })
+	if i < 0 {
+		return nil, errs.New(errs.Unavailable, "no cell answered the dry run")
+	}
+	out := *reps[i]
+	out.RunID, out.Deleted, out.Tombstoned, out.Due = 0, 0, 0, nil
 	out.Sample = keys.DueSample{Fraction: 1}
 	due := map[keys.DueCount]int64{}
 	for i, rep := range reps {
+		if rep == nil {
+			continue
+		}
 		if in[i].db == s.db {
 			out.RunID = rep.RunID
 		}

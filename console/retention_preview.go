@@ -53,6 +53,7 @@ func samplePercent(s keys.DueSample) string {
 func (s *Server) retentionPreview(c *gin.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.PreviewTimeout+s.cfg.QueryTimeout)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' counts, and its name
 	rep, err := s.dryRun(ctx, r, c.Query("operation"))
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func (s *Server) retentionPreview(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	v.Preview = previewView(rep)
+	v.Preview, v.Unavailable = previewView(rep), missed.list()
 	s.render(c, http.StatusOK, templates.RetentionPage(chrome(r, "retention"), v))
 	return nil
 }

@@ -5,6 +5,8 @@ import "time"
 // ConsumersView is the Consumers page: per consumer and tenant its counts, a business key's
 // deliveries when one was asked for, and the daemon's compensations of stuck spanning work.
 type ConsumersView struct {
+	// Unavailable are the tenant cells that did not answer: their records are left out.
+	Unavailable   []string
 	Stats         []ConsumerRow
 	Key           string // the business key looked up ("" when none)
 	Deliveries    []DeliveryRow

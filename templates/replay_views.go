@@ -218,6 +218,8 @@ type RunsView struct {
 
 // JobsView is the daemon's page.
 type JobsView struct {
+	// Unavailable are the tenant cells that did not answer: their daemons and runs are left out.
+	Unavailable []string
 	// Cells is each tenant cell's daemon (one leader per cell), when tenants live in several;
 	// the rest of the page is the control cell's.
 	Cells     []CellDaemonRow

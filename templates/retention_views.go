@@ -69,6 +69,8 @@ type PurgeRow struct {
 
 // RetentionView is the retention page.
 type RetentionView struct {
+	// Unavailable are the tenant cells that did not answer: their counts and purges are left out.
+	Unavailable []string
 	Floor       FloorView
 	Policies    []PolicyRow
 	States      []string
