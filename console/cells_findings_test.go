@@ -278,7 +278,7 @@ func TestCells_FindingsAcrossCells(t *testing.T) {
 
 // cursorAfter is the cursor of cells after the findings shown (ids of both cells).
 func (b *cellsBundle) cursorAfter(shown []int64) string {
-	p := findingsPos{}
+	p := cellsPos{}
 	for _, id := range shown {
 		name := "a"
 		if id >= 1<<40 {

@@ -33,7 +33,7 @@ type FindingsBulkInput struct {
 	UpTo       int64
 	// upToCells is UpTo across cells: the newest finding the preview saw in each (nil: none
 	// given, or one cell).
-	upToCells findingsPos
+	upToCells cellsPos
 }
 
 // bulkRequest is in as a reconcile.BulkRequest for op (its scope as the filter's visibility).
@@ -64,7 +64,7 @@ func (s *Server) bulkRequest(ctx context.Context, op *access.Operator, ip string
 // counts do not depend on them. Across cells each cell previews its findings and the counts,
 // amounts and sample are the sums and the merge; the four-eyes threshold and the cap apply to
 // the sum.
-func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, findingsPos, error) {
+func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, ip string, in FindingsBulkInput) (*reconcile.BulkPreview, cellsPos, error) {
 	if op.Role < access.RoleOperator {
 		return nil, nil, ErrForbidden
 	}
@@ -83,7 +83,7 @@ func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, i
 	}
 	p := *got[0]
 	p.Count, p.Amounts, p.ByKind, p.UpTo = 0, map[string]int64{}, map[reconcile.Kind]int64{}, 0
-	upTo := findingsPos{}
+	upTo := cellsPos{}
 	names := make([]string, len(in2))
 	samples := make([][]reconcile.Finding, len(in2))
 	for i, c := range got {
@@ -240,7 +240,7 @@ func bulkInputForm(form url.Values) (FindingsBulkInput, error) {
 		return in, inputErr("scope", "is all or selected")
 	}
 	if u := form.Get("upto"); isCellsCursor(u) {
-		p, err := parseFindingsPos(u)
+		p, err := parseCellsPos(u)
 		if err != nil {
 			return in, inputErr("upto", "is not the newest findings a preview saw")
 		}
@@ -271,7 +271,7 @@ func amountsText(amounts map[string]int64) []string {
 
 // bulkPreviewView is the preview page of in: counts, amounts, sample and the start form (as
 // typed when form is a refused one).
-func (s *Server) bulkPreviewView(ctx context.Context, r *request, in FindingsBulkInput, p *reconcile.BulkPreview, upTo findingsPos,
+func (s *Server) bulkPreviewView(ctx context.Context, r *request, in FindingsBulkInput, p *reconcile.BulkPreview, upTo cellsPos,
 	form *templates.FindingForm) (templates.FindingsBulkPreviewView, error) {
 	v := templates.FindingsBulkPreviewView{Count: p.Count, Amounts: amountsText(p.Amounts), UpTo: strconv.FormatInt(p.UpTo, 10),
 		NeedsApproval: p.NeedsApproval, ApprovalAbove: p.ApprovalAbove, TooMany: p.TooMany, Cap: p.Cap, Selected: in.Selected,

@@ -78,7 +78,7 @@ func (s *Server) apiFindingsBulk(c *gin.Context, r *request) error {
 			return inputErr("upto", "is not a finding id")
 		}
 	case string:
-		p, err := parseFindingsPos(u)
+		p, err := parseCellsPos(u)
 		if err != nil {
 			return inputErr("upto", "is not the newest findings a preview saw")
 		}

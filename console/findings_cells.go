@@ -24,12 +24,12 @@ import (
 // cell ("a:123,b:1099511627790"), so paging is exact at any depth. With one cell the cursor is
 // the one id, as it always was.
 
-// findingsPos is where a findings listing stands in each cell: the id its next rows are below.
-// A cell it does not name starts from its newest finding.
-type findingsPos map[string]int64
+// cellsPos is where a listing across cells (findings, recon runs, purge runs) stands in each
+// cell: the id its next rows are below. A cell it does not name starts from its newest row.
+type cellsPos map[string]int64
 
 // String is the cursor as the page and the API carry it: cells by name, "a:123,b:456".
-func (p findingsPos) String() string {
+func (p cellsPos) String() string {
 	names := make([]string, 0, len(p))
 	for name := range p {
 		names = append(names, name)
@@ -45,13 +45,13 @@ func (p findingsPos) String() string {
 // isCellsCursor says whether s is a cursor of cells (not one id).
 func isCellsCursor(s string) bool { return strings.Contains(s, ":") }
 
-// parseFindingsPos reads a cursor of cells. Errors: a field error on before.
-func parseFindingsPos(s string) (findingsPos, error) {
+// parseCellsPos reads a cursor of cells. Errors: a field error on before.
+func parseCellsPos(s string) (cellsPos, error) {
 	bad := inputErr("before", "is not a page cursor")
 	if len(s) > 1024 {
 		return nil, bad
 	}
-	p := findingsPos{}
+	p := cellsPos{}
 	for part := range strings.SplitSeq(s, ",") {
 		name, id, ok := strings.Cut(part, ":")
 		n, err := strconv.ParseInt(id, 10, 64)
@@ -74,16 +74,22 @@ func newerFinding(a, b *reconcile.Finding) bool {
 	return a.ID > b.ID
 }
 
-// mergeFindings merges the cells' pages (each newest first, as the cell lists them, up to
-// limit+1 rows read after pos) into the first limit findings by newerFinding, each cell's rows
-// in their own order, and the position after them (nil: no cell has a finding left).
-func mergeFindings(names []string, pages [][]reconcile.Finding, pos findingsPos, limit int) ([]reconcile.Finding, findingsPos) {
+// mergeFindings merges the cells' pages of findings (mergeNewest by newerFinding).
+func mergeFindings(names []string, pages [][]reconcile.Finding, pos cellsPos, limit int) ([]reconcile.Finding, cellsPos) {
+	return mergeNewest(names, pages, pos, limit, newerFinding, func(f *reconcile.Finding) int64 { return f.ID })
+}
+
+// mergeNewest merges the cells' pages (each newest first, as the cell lists them — by id —, up to
+// limit+1 rows read after pos) into the first limit rows by newer, each cell's rows in their own
+// order, and the position after them (nil: no cell has a row left); id is a row's id, which a
+// cell's position is.
+func mergeNewest[T any](names []string, pages [][]T, pos cellsPos, limit int, newer func(a, b *T) bool, id func(*T) int64) ([]T, cellsPos) {
 	at := make([]int, len(pages)) // the next row of each page
-	var out []reconcile.Finding
+	var out []T
 	for len(out) < limit {
 		best := -1
 		for i, p := range pages {
-			if at[i] < len(p) && (best < 0 || newerFinding(&p[at[i]], &pages[best][at[best]])) {
+			if at[i] < len(p) && (best < 0 || newer(&p[at[i]], &pages[best][at[best]])) {
 				best = i
 			}
 		}
@@ -94,14 +100,14 @@ func mergeFindings(names []string, pages [][]reconcile.Finding, pos findingsPos,
 		at[best]++
 	}
 	more := false
-	next := findingsPos{}
+	next := cellsPos{}
 	for name, id := range pos {
 		next[name] = id
 	}
 	for i, p := range pages {
 		more = more || at[i] < len(p)
 		if at[i] > 0 {
-			next[names[i]] = p[at[i]-1].ID
+			next[names[i]] = id(&p[at[i]-1])
 		}
 	}
 	if !more {

@@ -81,9 +81,9 @@ func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconc
 	}
 	want := f.Limit
 	f.Limit = want + 1
-	var pos findingsPos
+	var pos cellsPos
 	if isCellsCursor(before) {
-		if pos, err = parseFindingsPos(before); err != nil {
+		if pos, err = parseCellsPos(before); err != nil {
 			return nil, "", err
 		}
 	}

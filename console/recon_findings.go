@@ -72,7 +72,7 @@ func parseFindingFilter(q url.Values) (reconcile.FindingFilter, templates.Findin
 		}
 	}
 	if before := q.Get("before"); isCellsCursor(before) { // a position in every cell (findings_cells.go)
-		if _, err := parseFindingsPos(before); err != nil {
+		if _, err := parseCellsPos(before); err != nil {
 			return f, fs, err
 		}
 	} else if f.BeforeID, err = parseBefore(before); err != nil {

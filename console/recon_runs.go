@@ -60,29 +60,33 @@ func strp(s *string) string {
 	return *s
 }
 
-// reconRunsPage is GET /reconcile/runs?before=ID.
+// reconRunsPage is GET /reconcile/runs?before=CURSOR (an id, or across cells a position in each;
+// recon_runs_cells.go). Across cells a cell that does not answer is left out and named.
 func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
-	before, err := parseBefore(c.Query("before"))
-	if err != nil {
-		return err
-	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{BeforeID: before, Limit: reconRunsShown + 1})
+	ctx, missed := s.leaveOutFailedCells(ctx)
+	runs, next, err := s.listReconRuns(ctx, r.op, reconcile.RunFilter{Limit: reconRunsShown + 1}, c.Query("before"), reconRunsShown)
 	if err != nil {
 		return err
 	}
-	v := templates.ReconRunsView{}
-	if len(runs) > reconRunsShown {
-		runs = runs[:reconRunsShown]
-		v.NextURL = fmt.Sprintf("/reconcile/runs?before=%d", runs[len(runs)-1].ID)
+	v := templates.ReconRunsView{Unavailable: missed.list()}
+	if next != "" {
+		v.NextURL = "/reconcile/runs?before=" + next
 	}
-	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
-		return err
-	}
+	control := s.controlName()
 	var channels []string
 	for _, run := range runs {
-		v.Rows = append(v.Rows, runRow(run))
+		row := runRow(run.Run)
+		if run.Cell != control {
+			row.Cell = run.Cell
+		}
+		for _, p := range run.Parts {
+			part := runRow(p.Run)
+			part.Cell = p.Cell
+			row.Parts = append(row.Parts, part)
+		}
+		v.Rows = append(v.Rows, row)
 		channels = append(channels, run.Channel)
 	}
 	kinds, err := s.recon.ChannelKinds(ctx, channels)
@@ -91,6 +95,9 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 	}
 	for i := range v.Rows {
 		v.Rows[i].ChannelKind = kinds[v.Rows[i].Channel]
+		for j := range v.Rows[i].Parts {
+			v.Rows[i].Parts[j].ChannelKind = v.Rows[i].ChannelKind
+		}
 	}
 	s.render(c, http.StatusOK, templates.ReconRunsPage(chrome(r, "reconcile"), v))
 	return nil
@@ -123,30 +130,28 @@ func (s *Server) reconRunPage(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiReconRuns is GET /api/v1/reconcile/runs?job=NAME&before=ID&limit=N.
+// apiReconRuns is GET /api/v1/reconcile/runs?job=NAME&before=CURSOR&limit=N. Across cells each
+// run names its cell, a control run carries its cells' parts, and next_before is a position in
+// each cell (a string; one database: the id, as it always was).
 func (s *Server) apiReconRuns(c *gin.Context, r *request) error {
-	before, err := parseBefore(c.Query("before"))
-	if err != nil {
-		return err
-	}
 	limit := 50
 	if l := c.Query("limit"); l != "" {
+		var err error
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > 500 {
 			return inputErr("limit", "must be between 1 and 500")
 		}
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
-	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: c.Query("job"), BeforeID: before, Limit: limit})
+	runs, next, err := s.listReconRuns(ctx, r.op, reconcile.RunFilter{Job: c.Query("job"), Limit: limit}, c.Query("before"), limit)
 	if err != nil {
 		return err
 	}
-	out := gin.H{"runs": []reconcile.Run{}, "next_before": nil}
-	if len(runs) == limit {
-		out["next_before"] = runs[len(runs)-1].ID
-	}
-	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
-		return err
+	out := gin.H{"runs": []listedRun{}, "next_before": nil}
+	if id, err := strconv.ParseInt(next, 10, 64); err == nil {
+		out["next_before"] = id // one database: the id
+	} else if next != "" {
+		out["next_before"] = next
 	}
 	if len(runs) > 0 {
 		out["runs"] = runs

@@ -326,6 +326,11 @@ type RunFilter struct {
 	// BeforeID continues a listing after its last row (keyset paging); 0: from the newest.
 	BeforeID int64
 	Limit    int // default 50, at most 500
+	// Whole leaves out the runs that are a cell's part of another run (ControlRunID set): in a
+	// deployment of cells the control cell's run stands for them, with their counts summed.
+	Whole bool
+	// PartsOf, when set, lists only the cells' parts of these runs (recon_runs_control_run_idx).
+	PartsOf []int64
 }
 
 // ListRuns lists runs newest first with their progress and counts per kind
@@ -341,6 +346,13 @@ func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if f.Job != "" {
 		sqlText += ` AND j.name = ?`
 		args = append(args, f.Job)
+	}
+	if f.Whole {
+		sqlText += ` AND r.control_run_id IS NULL`
+	}
+	if len(f.PartsOf) > 0 {
+		sqlText += ` AND r.control_run_id = ANY(?::bigint[])`
+		args = append(args, int64Array(f.PartsOf))
 	}
 	sqlText += ` ORDER BY r.id DESC LIMIT ?`
 	args = append(args, f.Limit)

@@ -82,8 +82,12 @@ type KindCount struct {
 
 // ReconRunRow is one recon run with its progress.
 type ReconRunRow struct {
-	ID                                  int64
-	Href                                string
+	ID   int64
+	Href string
+	// Cell is the tenant cell holding the run, when the list names it (a cell's own run, a part).
+	Cell string
+	// Parts are the cells' runs of this control cell's run: its statement matched in each.
+	Parts                               []ReconRunRow
 	Job, Channel, BillDate, Status      string
 	ChannelKind                         string
 	Actor                               string
@@ -104,8 +108,10 @@ type ReconRunRow struct {
 
 // ReconRunsView is the runs list.
 type ReconRunsView struct {
-	Rows    []ReconRunRow
-	NextURL string
+	// Unavailable are the tenant cells that did not answer: their runs are left out.
+	Unavailable []string
+	Rows        []ReconRunRow
+	NextURL     string
 }
 
 // ReconRunView is one run's page; while it runs, its progress polls itself.

@@ -1,0 +1,148 @@
+package console
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/reconcile"
+)
+
+// Recon runs across tenant cells. A recon job (or an upload) runs in the control cell; its
+// statement is imported and matched in every cell holding one of its channel account's tenants,
+// each in a run of its own that names the control's run (reconcile, cells.go there). The runs
+// list shows what an operator started: the control's run, with the summed counts and the overall
+// status, and under it its parts — which cell did what, and the way to each cell's findings,
+// which live in the cells. A part is not listed beside its run: it would count the statement's
+// findings twice. A run of a cell's own (made before it was a cell, or imported into it alone)
+// is listed like the control's.
+//
+// Each cell lists its runs newest first by id; the lists are merged by (started_at, id) with a
+// position in each cell as the cursor, as the findings are (findings_cells.go).
+
+// listedRun is a recon run as the runs list gives it: with its cell and, for a run of the
+// control cell across cells, the cells' parts of it.
+type listedRun struct {
+	reconcile.Run
+	// Cell is the cell holding the run ("" with one database).
+	Cell  string      `json:"cell,omitempty"`
+	Parts []listedRun `json:"parts,omitempty"`
+}
+
+// newerRun orders runs newest first by (started_at, id): the merge's order.
+func newerRun(a, b *reconcile.Run) bool {
+	if !a.StartedAt.Equal(b.StartedAt) {
+		return a.StartedAt.After(b.StartedAt)
+	}
+	return a.ID > b.ID
+}
+
+// listReconRuns lists the recon runs f selects that op may see, newest first, from before (the
+// page's cursor: "" for the newest, one id, or a position in every cell), shown of them, and
+// the cursor of the next page ("" none). With one database: f (BeforeID from before) as it is,
+// the next page named when the read came back full (f.Limit rows) — the page reads one more than
+// it shows, the API as many. Across cells: every cell's runs that are no other run's part,
+// merged, and each control run's parts.
+func (s *Server) listReconRuns(ctx context.Context, op *access.Operator, f reconcile.RunFilter, before string, shown int) ([]listedRun, string, error) {
+	var pos cellsPos
+	var err error
+	if isCellsCursor(before) {
+		pos, err = parseCellsPos(before)
+	} else {
+		f.BeforeID, err = parseBefore(before)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	if s.cells.cells == nil {
+		runs, err := s.recon.ListRuns(ctx, f)
+		if err != nil {
+			return nil, "", err
+		}
+		next := ""
+		if len(runs) > 0 && len(runs) == f.Limit {
+			runs = runs[:min(len(runs), shown)]
+			next = strconv.FormatInt(runs[len(runs)-1].ID, 10)
+		}
+		if runs, err = s.visibleRuns(ctx, op, runs); err != nil {
+			return nil, "", err
+		}
+		out := make([]listedRun, len(runs))
+		for i, run := range runs {
+			out[i] = listedRun{Run: run}
+		}
+		return out, next, nil
+	}
+	in := s.cells.everywhere()
+	f.Whole, f.Limit = true, shown+1
+	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]listedRun, error) {
+		f := f
+		if id, ok := pos[c.name]; ok {
+			f.BeforeID = id
+		}
+		return c.runs(ctx, f)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	names := make([]string, len(in))
+	for i, c := range in {
+		names[i] = c.name
+	}
+	runs, after := mergeNewest(names, pages, pos, shown, func(a, b *listedRun) bool { return newerRun(&a.Run, &b.Run) },
+		func(r *listedRun) int64 { return r.ID })
+	if runs, err = visibleBy(ctx, op, runs, access.ObjReconRun, s.channelTenants, func(r listedRun) (string, string) { return r.Channel, "" }); err != nil {
+		return nil, "", err
+	}
+	if err := s.withParts(ctx, in, runs); err != nil {
+		return nil, "", err
+	}
+	if after == nil {
+		return runs, "", nil
+	}
+	return runs, after.String(), nil
+}
+
+// runs lists the recon runs f selects in c, each naming c.
+func (c scopedCell) runs(ctx context.Context, f reconcile.RunFilter) ([]listedRun, error) {
+	runs, err := c.recon.ListRuns(ctx, f)
+	out := make([]listedRun, len(runs))
+	for i, run := range runs {
+		out[i] = listedRun{Run: run, Cell: c.name}
+	}
+	return out, err
+}
+
+// withParts puts under each of runs that is the control cell's the cells' parts of it, in the
+// cells' order.
+func (s *Server) withParts(ctx context.Context, in []scopedCell, runs []listedRun) error {
+	control := s.controlName()
+	var ids []int64
+	for _, r := range runs {
+		if r.Cell == control {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	parts, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]listedRun, error) {
+		return c.runs(ctx, reconcile.RunFilter{PartsOf: ids, Limit: 500})
+	})
+	if err != nil {
+		return err
+	}
+	at := make(map[int64]int, len(runs))
+	for i, r := range runs {
+		at[r.ID] = i
+	}
+	for _, cellParts := range parts {
+		for i := len(cellParts) - 1; i >= 0; i-- { // oldest first under their run
+			p := cellParts[i]
+			if j, ok := at[*p.ControlRunID]; ok {
+				runs[j].Parts = append(runs[j].Parts, p)
+			}
+		}
+	}
+	return nil
+}
