@@ -190,3 +190,59 @@ func (s *Server) eachFindingIn(ctx context.Context, f reconcile.FindingFilter, m
 	}
 	return nil
 }
+
+// parseCursor reads a page's cursor: a position in every cell, or one id (0: none). Errors: a
+// field error on before.
+func parseCursor(before string) (cellsPos, int64, error) {
+	if isCellsCursor(before) {
+		pos, err := parseCellsPos(before)
+		return pos, 0, err
+	}
+	id, err := parseBefore(before)
+	return nil, id, err
+}
+
+// pageAcrossCells reads one page of a list every cell keeps newest first by id (findings aside:
+// their filters go with them): from before ("" for the newest, one id, or a position in every
+// cell), shown rows, and the cursor of the next page ("" none). list reads up to limit rows of
+// cell c below id beforeID (0: from the newest), most at once. With one database: list as it is,
+// read rows, the next page named when the read came back full — a page reads one more than it
+// shows, an API as many. Across cells: every cell's next shown+1 (so at most most-1 shown)
+// merged by newer (mergeNewest).
+func pageAcrossCells[T any](ctx context.Context, cs *cellSet, before string, read, shown, most int,
+	list func(ctx context.Context, c scopedCell, beforeID int64, limit int) ([]T, error),
+	newer func(a, b *T) bool, id func(*T) int64) ([]T, string, error) {
+	pos, beforeID, err := parseCursor(before)
+	if err != nil {
+		return nil, "", err
+	}
+	in := cs.everywhere()
+	if cs.cells == nil {
+		rows, err := list(ctx, in[0], beforeID, read)
+		if err != nil || len(rows) == 0 || len(rows) < read {
+			return rows, "", err
+		}
+		rows = rows[:min(len(rows), shown)]
+		return rows, strconv.FormatInt(id(&rows[len(rows)-1]), 10), nil
+	}
+	shown = min(shown, most-1)
+	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]T, error) {
+		from := beforeID
+		if p, ok := pos[c.name]; ok {
+			from = p
+		}
+		return list(ctx, c, from, shown+1)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	names := make([]string, len(in))
+	for i, c := range in {
+		names[i] = c.name
+	}
+	rows, after := mergeNewest(names, pages, pos, shown, newer, id)
+	if after == nil {
+		return rows, "", nil
+	}
+	return rows, after.String(), nil
+}

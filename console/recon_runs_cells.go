@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"strconv"
 
 	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/reconcile"
@@ -39,68 +38,27 @@ func newerRun(a, b *reconcile.Run) bool {
 
 // listReconRuns lists the recon runs f selects that op may see, newest first, from before (the
 // page's cursor: "" for the newest, one id, or a position in every cell), shown of them, and
-// the cursor of the next page ("" none). With one database: f (BeforeID from before) as it is,
-// the next page named when the read came back full (f.Limit rows) — the page reads one more than
-// it shows, the API as many. Across cells: every cell's runs that are no other run's part,
-// merged, and each control run's parts.
+// the cursor of the next page ("" none): pageAcrossCells reading f.Limit rows. Across cells:
+// every cell's runs that are no other run's part, and each control run's parts.
 func (s *Server) listReconRuns(ctx context.Context, op *access.Operator, f reconcile.RunFilter, before string, shown int) ([]listedRun, string, error) {
-	var pos cellsPos
-	var err error
-	if isCellsCursor(before) {
-		pos, err = parseCellsPos(before)
-	} else {
-		f.BeforeID, err = parseBefore(before)
-	}
+	f.Whole = s.cells.cells != nil
+	runs, next, err := pageAcrossCells(ctx, s.cells, before, f.Limit, shown, reconcile.MaxRunsListed,
+		func(ctx context.Context, c scopedCell, beforeID int64, limit int) ([]listedRun, error) {
+			f := f
+			f.BeforeID, f.Limit = beforeID, limit
+			return c.runs(ctx, f)
+		},
+		func(a, b *listedRun) bool { return newerRun(&a.Run, &b.Run) }, func(r *listedRun) int64 { return r.ID })
 	if err != nil {
 		return nil, "", err
 	}
-	if s.cells.cells == nil {
-		runs, err := s.recon.ListRuns(ctx, f)
-		if err != nil {
-			return nil, "", err
-		}
-		next := ""
-		if len(runs) > 0 && len(runs) == f.Limit {
-			runs = runs[:min(len(runs), shown)]
-			next = strconv.FormatInt(runs[len(runs)-1].ID, 10)
-		}
-		if runs, err = s.visibleRuns(ctx, op, runs); err != nil {
-			return nil, "", err
-		}
-		out := make([]listedRun, len(runs))
-		for i, run := range runs {
-			out[i] = listedRun{Run: run}
-		}
-		return out, next, nil
-	}
-	in := s.cells.everywhere()
-	f.Whole, f.Limit = true, shown+1
-	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]listedRun, error) {
-		f := f
-		if id, ok := pos[c.name]; ok {
-			f.BeforeID = id
-		}
-		return c.runs(ctx, f)
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	names := make([]string, len(in))
-	for i, c := range in {
-		names[i] = c.name
-	}
-	runs, after := mergeNewest(names, pages, pos, shown, func(a, b *listedRun) bool { return newerRun(&a.Run, &b.Run) },
-		func(r *listedRun) int64 { return r.ID })
 	if runs, err = visibleBy(ctx, op, runs, access.ObjReconRun, s.channelTenants, func(r listedRun) (string, string) { return r.Channel, "" }); err != nil {
 		return nil, "", err
 	}
-	if err := s.withParts(ctx, in, runs); err != nil {
-		return nil, "", err
+	if s.cells.cells != nil {
+		err = s.withParts(ctx, s.cells.everywhere(), runs)
 	}
-	if after == nil {
-		return runs, "", nil
-	}
-	return runs, after.String(), nil
+	return runs, next, err
 }
 
 // runs lists the recon runs f selects in c, each naming c.

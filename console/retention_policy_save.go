@@ -95,7 +95,7 @@ func (s *Server) savePolicyPage(c *gin.Context, r *request) error {
 // retentionAgain shows the retention page again with a form as the operator filled it (an error
 // to fix, or a consequence to confirm).
 func (s *Server) retentionAgain(ctx context.Context, c *gin.Context, r *request, status int, fill func(*templates.RetentionView)) error {
-	v, err := s.retentionView(ctx, r, 0)
+	v, err := s.retentionView(ctx, r, "")
 	if err != nil {
 		return err
 	}

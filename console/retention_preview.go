@@ -58,7 +58,7 @@ func (s *Server) retentionPreview(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.retentionView(ctx, r, 0)
+	v, err := s.retentionView(ctx, r, "")
 	if err != nil {
 		return err
 	}

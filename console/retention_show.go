@@ -36,8 +36,35 @@ func floorForm(f retention.Floor) templates.FloorForm {
 		ReconciliationLag: retention.FormatPeriod(f.ReconciliationLag)}
 }
 
-// retentionView reads the policies, the floor and one page of purge history (before: keyset).
-func (s *Server) retentionView(ctx context.Context, r *request, before int64) (templates.RetentionView, error) {
+// listedPurge is a purge run as the history lists it, with the cell whose daemon ran it ("" with
+// one database).
+type listedPurge struct {
+	retention.PurgeRun
+	Cell string `json:"cell,omitempty"`
+}
+
+// purgeHistory is one page of purge history (pageAcrossCells): each cell's daemon purges its own
+// keys and logs it in its own purge_log, so across cells every cell's runs are listed, merged by
+// (started_at, id).
+func (s *Server) purgeHistory(ctx context.Context, before string, read, shown int) ([]listedPurge, string, error) {
+	return pageAcrossCells(ctx, s.cells, before, read, shown, retention.MaxHistory,
+		func(ctx context.Context, c scopedCell, beforeID int64, limit int) ([]listedPurge, error) {
+			runs, err := retention.PurgeHistory(ctx, c.db, beforeID, limit)
+			out := make([]listedPurge, len(runs))
+			for i, p := range runs {
+				out[i] = listedPurge{p, c.name}
+			}
+			return out, err
+		},
+		func(a, b *listedPurge) bool {
+			return a.StartedAt.After(b.StartedAt) || a.StartedAt.Equal(b.StartedAt) && a.ID > b.ID
+		},
+		func(p *listedPurge) int64 { return p.ID })
+}
+
+// retentionView reads the policies, the floor and one page of purge history (before: the
+// page's cursor, checked by parseCursor).
+func (s *Server) retentionView(ctx context.Context, r *request, before string) (templates.RetentionView, error) {
 	v := templates.RetentionView{States: retentionStates(), CanEdit: r.op.Role >= access.RoleAdmin,
 		Form: templates.PolicyForm{Operation: retention.AllOperations, State: string(claim.StateCompleted)}}
 	set, err := retention.ListPolicies(ctx, s.db)
@@ -55,16 +82,15 @@ func (s *Server) retentionView(ctx context.Context, r *request, before int64) (t
 	if !r.op.SeesAllTenants() {
 		return v, nil // the purge history counts every tenant's keys
 	}
-	runs, err := retention.PurgeHistory(ctx, s.db, before, purgeHistoryShown+1)
+	runs, next, err := s.purgeHistory(ctx, before, purgeHistoryShown+1, purgeHistoryShown)
 	if err != nil {
 		return v, err
 	}
-	if len(runs) > purgeHistoryShown {
-		runs = runs[:purgeHistoryShown]
-		v.HistoryNext = "/retention?before=" + strconv.FormatInt(runs[len(runs)-1].ID, 10)
+	if next != "" {
+		v.HistoryNext = "/retention?before=" + next
 	}
 	for _, p := range runs {
-		v.History = append(v.History, templates.PurgeRow{ID: p.ID, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
+		v.History = append(v.History, templates.PurgeRow{ID: p.ID, Cell: p.Cell, StartedAt: p.StartedAt, FinishedAt: p.FinishedAt,
 			DryRun: p.DryRun, Actor: p.Actor, Operation: p.Operation, Status: p.Status, Deleted: p.Deleted,
 			Tombstoned: p.Tombstoned, Restamped: p.Restamped, Timeouts: p.Timeouts, BatchSize: p.BatchSize,
 			Error: truncate(p.Error, 200)})
@@ -83,19 +109,21 @@ func parseBefore(s string) (int64, error) {
 	return n, nil
 }
 
-// retentionPage is GET /retention.
+// retentionPage is GET /retention?before=CURSOR (the purge history's: an id, or across cells a
+// position in each). Across cells a cell that does not answer is left out and named.
 func (s *Server) retentionPage(c *gin.Context, r *request) error {
-	before, err := parseBefore(c.Query("before"))
-	if err != nil {
+	before := c.Query("before")
+	if _, _, err := parseCursor(before); err != nil {
 		return err
 	}
 	ctx, cancel := s.ctx(c)
 	defer cancel()
+	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' purges, and its name
 	v, err := s.retentionView(ctx, r, before)
 	if err != nil {
 		return err
 	}
-	v.Notice = retentionNotices[c.Query("notice")]
+	v.Notice, v.Unavailable = retentionNotices[c.Query("notice")], missed.list()
 	s.render(c, http.StatusOK, templates.RetentionPage(chrome(r, "retention"), v))
 	return nil
 }
@@ -129,14 +157,17 @@ func (s *Server) apiPolicies(c *gin.Context, r *request) error {
 	return nil
 }
 
-// apiPurges is GET /api/v1/retention/purges?before=ID&limit=N: purge history, newest first.
+// apiPurges is GET /api/v1/retention/purges?before=CURSOR&limit=N: purge history, newest first.
+// Across cells each run names its cell and next_before is a position in each cell (a string;
+// one database: the id, as it always was).
 func (s *Server) apiPurges(c *gin.Context, r *request) error {
-	before, err := parseBefore(c.Query("before"))
-	if err != nil {
+	before := c.Query("before")
+	if _, _, err := parseCursor(before); err != nil {
 		return err
 	}
 	limit := 50
 	if l := c.Query("limit"); l != "" {
+		var err error
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > retention.MaxHistory {
 			return inputErr("limit", "must be between 1 and %d", retention.MaxHistory)
 		}
@@ -146,16 +177,18 @@ func (s *Server) apiPurges(c *gin.Context, r *request) error {
 	if err := s.authorize(ctx, r, "retention.purges", access.ObjPolicy, "purge"); err != nil {
 		return err
 	}
-	runs, err := retention.PurgeHistory(ctx, s.db, before, limit)
+	runs, next, err := s.purgeHistory(ctx, before, limit, limit)
 	if err != nil {
 		return err
 	}
 	out := gin.H{"purges": runs, "next_before": nil}
-	if runs == nil {
-		out["purges"] = []retention.PurgeRun{}
+	if len(runs) == 0 {
+		out["purges"] = []listedPurge{}
 	}
-	if len(runs) == limit {
-		out["next_before"] = runs[len(runs)-1].ID
+	if id, err := strconv.ParseInt(next, 10, 64); err == nil {
+		out["next_before"] = id // one database: the id
+	} else if next != "" {
+		out["next_before"] = next
 	}
 	c.JSON(http.StatusOK, out)
 	return nil

@@ -325,7 +325,7 @@ type RunFilter struct {
 	Job string // job name; empty: all
 	// BeforeID continues a listing after its last row (keyset paging); 0: from the newest.
 	BeforeID int64
-	Limit    int // default 50, at most 500
+	Limit    int // default 50, at most MaxRunsListed
 	// Whole leaves out the runs that are a cell's part of another run (ControlRunID set): in a
 	// deployment of cells the control cell's run stands for them, with their counts summed.
 	Whole bool
@@ -333,13 +333,16 @@ type RunFilter struct {
 	PartsOf []int64
 }
 
+// MaxRunsListed bounds a page of ListRuns.
+const MaxRunsListed = 500
+
 // ListRuns lists runs newest first with their progress and counts per kind
 // (recon_runs_listing_idx / recon_runs_job_idx serve it).
 func (r *Reconciler) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
-	f.Limit = min(f.Limit, 500)
+	f.Limit = min(f.Limit, MaxRunsListed)
 	q := r.db.WithContext(ctx)
 	sqlText := `SELECT ` + runColumns + ` WHERE (?::bigint = 0 OR r.id < ?)` // bigint: a cell's ids are past int4
 	args := []any{f.BeforeID, f.BeforeID}

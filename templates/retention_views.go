@@ -57,7 +57,9 @@ type PreviewView struct {
 
 // PurgeRow is one purge_log row.
 type PurgeRow struct {
-	ID                             int64
+	ID int64
+	// Cell is the tenant cell whose daemon ran it ("" with one database).
+	Cell                           string
 	StartedAt                      time.Time
 	FinishedAt                     *time.Time
 	DryRun                         bool
