@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +111,95 @@ func TestCells_JobsRetentionAndConsumersPagesPastADownCell(t *testing.T) {
 	}
 	if got := root.api("/api/v1/retention/preview", tok); got.Status == 200 {
 		t.Errorf("the dry run's API with cell b down: 200, want an error (a count a program acts on answers whole or not at all)")
+	}
+}
+
+// TestCells_ScheduleActionsGoToTheSchedulesCell: every cell's daemon has its own schedules, often
+// of the same names, so the jobs page lists each cell's schedules marked with their cell, and
+// run now, pause and resume (page and API) change the schedule in the cell the form or the body
+// names — the control cell's when it names none, as before cells — with the route's CSRF, the
+// one scope check of schedules, and the audit row in the control database's chain naming the
+// cell.
+func TestCells_ScheduleActionsGoToTheSchedulesCell(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	b.addOperator("otto", access.RoleOperator, "acme")
+	root, tok := b.signIn("root"), b.token("root")
+	b.seedDaemonIn(b.db, "sweep")
+	b.seedDaemonIn(b.cb, "sweep")
+	schedule := func(db *gorm.DB) (paused, requested bool) {
+		t.Helper()
+		var row struct {
+			Paused    bool
+			Requested bool
+		}
+		if err := db.Raw(`SELECT paused, run_requested_at IS NOT NULL AS requested FROM schedules WHERE name = 'sweep'`).Scan(&row).Error; err != nil {
+			t.Fatal(err)
+		}
+		return row.Paused, row.Requested
+	}
+
+	page := root.get("/jobs").Body
+	mustContain(t, "jobs page", page, `id="schedule-sweep@a"`, `id="schedule-sweep@b"`, `id="run-sweep@b"`, `name="cell" value="b"`)
+
+	if got := root.post("/jobs/pause", url.Values{"name": {"sweep"}, "cell": {"b"}}, false); got.Status != 403 {
+		t.Errorf("pause without the CSRF token: %d, want 403", got.Status)
+	}
+	if got := b.signIn("otto").post("/jobs/run", url.Values{"name": {"sweep"}, "cell": {"b"}}, true); got.Status != 403 {
+		t.Errorf("run now of cell b's every-tenant schedule by an operator of acme: %d, want 403", got.Status)
+	}
+	if got := root.post("/jobs/pause", url.Values{"name": {"sweep"}, "cell": {"b"}}, true); got.Status != 303 {
+		t.Fatalf("pause cell b's sweep: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if got := root.post("/jobs/run", url.Values{"name": {"sweep"}, "cell": {"b"}}, true); got.Status != 303 {
+		t.Fatalf("run now cell b's sweep: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if pa, ra := schedule(b.db); pa || ra {
+		t.Errorf("cell a's sweep: paused %v, run requested %v; want neither (the actions named cell b)", pa, ra)
+	}
+	if pb, rb := schedule(b.cb); !pb || !rb {
+		t.Errorf("cell b's sweep: paused %v, run requested %v; want both", pb, rb)
+	}
+	mustContain(t, "jobs page after the pause", root.get("/jobs").Body, `id="resume-sweep@b"`, `id="pause-sweep@a"`)
+	if got := root.apiPost("/api/v1/jobs/resume", tok, map[string]string{"name": "sweep", "cell": "b"}); got.Status != 202 {
+		t.Errorf("API resume of cell b's sweep: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if pb, _ := schedule(b.cb); pb {
+		t.Error("cell b's sweep is still paused after the API's resume")
+	}
+	// No cell named: the control cell's, as before cells.
+	if got := root.apiPost("/api/v1/jobs/pause", tok, map[string]string{"name": "sweep"}); got.Status != 202 {
+		t.Errorf("API pause naming no cell: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	if pa, _ := schedule(b.db); !pa {
+		t.Error("the pause naming no cell did not pause the control cell's sweep")
+	}
+	if got := root.apiPost("/api/v1/jobs/run", tok, map[string]string{"name": "sweep", "cell": "zz"}); got.Status != 404 {
+		t.Errorf("run now in a cell that does not exist: %d, want 404", got.Status)
+	}
+
+	if n := b.count(`SELECT count(*) FROM audit_log WHERE target = 'schedule:sweep' AND detail::jsonb->>'cell' = 'b'
+		AND action IN ('job.pause', 'job.run', 'job.resume')`); n != 3 {
+		t.Errorf("%d audit rows of cell b's schedule naming it, want 3 (pause, run, resume)", n)
+	}
+	var inB int64
+	b.cb.Raw(`SELECT count(*) FROM audit_log`).Scan(&inB)
+	if inB != 0 {
+		t.Errorf("%d audit rows in cell b, want none (the chain is the control database's)", inB)
+	}
+
+	type jobs struct {
+		Schedules []struct {
+			Name string `json:"Name"`
+			Cell string `json:"cell"`
+		} `json:"schedules"`
+	}
+	j := decode[jobs](t, root.api("/api/v1/jobs", tok))
+	var got []string
+	for _, s := range j.Schedules {
+		got = append(got, s.Name+"@"+s.Cell)
+	}
+	if !slices.Contains(got, "sweep@a") || !slices.Contains(got, "sweep@b") {
+		t.Errorf("/api/v1/jobs schedules %v, want each cell's sweep naming its cell", got)
 	}
 }

@@ -126,14 +126,17 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 		v.Replicas = append(v.Replicas, templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
 			StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader})
 	}
-	schedules, err := s.visibleSchedules(ctx, r.op)
+	schedules, err := s.visibleSchedulesIn(ctx, r.op)
 	if err != nil {
 		return v, err
 	}
 	requested := false
 	for _, sc := range schedules {
-		row := templates.ScheduleRow{Name: sc.Name, Job: sc.Job, Spec: sc.Spec, TimeZone: sc.TimeZone,
+		row := templates.ScheduleRow{Name: sc.Name, Cell: sc.Cell, DOM: sc.Name, Job: sc.Job, Spec: sc.Spec, TimeZone: sc.TimeZone,
 			Params: string(sc.Params), NextRunAt: sc.NextRunAt, Paused: sc.Paused, Requested: sc.RunRequestedAt != nil}
+		if sc.Cell != "" { // names repeat across cells
+			row.DOM = sc.Name + "@" + sc.Cell
+		}
 		if row.Params == "{}" {
 			row.Params = ""
 		}
@@ -207,7 +210,7 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 	if err != nil {
 		return err
 	}
-	schedules, err := s.visibleSchedules(ctx, r.op)
+	schedules, err := s.visibleSchedulesIn(ctx, r.op) // each cell's, naming it
 	if err != nil {
 		return err
 	}
@@ -216,7 +219,7 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 		return err
 	}
 	out := gin.H{"leader": leader, "replicas": replicas, "schedules": schedules, "runs": runs}
-	if s.cells.cells != nil { // each cell's daemon; the rest is the control cell's
+	if s.cells.cells != nil { // each cell's daemon, schedules and runs; the leader and replicas are the control cell's
 		cells, err := s.cellDaemons(ctx, r.op)
 		if err != nil {
 			return err

@@ -41,6 +41,38 @@ func (s *Server) visibleSchedules(ctx context.Context, op *access.Operator) ([]d
 	return visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
 }
 
+// cellSchedule is a schedule with the cell whose daemon runs it ("" with one database).
+type cellSchedule struct {
+	daemon.Schedule
+	Cell string `json:"cell,omitempty"`
+}
+
+// visibleSchedulesIn is visibleSchedules over every cell's daemon, each cell's in its own order,
+// each naming its cell. With one database: visibleSchedules.
+func (s *Server) visibleSchedulesIn(ctx context.Context, op *access.Operator) ([]cellSchedule, error) {
+	if s.cells.cells == nil {
+		all, err := s.visibleSchedules(ctx, op)
+		var out []cellSchedule // none: nil, as the API always said (null)
+		for _, sc := range all {
+			out = append(out, cellSchedule{Schedule: sc})
+		}
+		return out, err
+	}
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) ([]cellSchedule, error) {
+		all, err := daemon.ListSchedules(ctx, c.db)
+		if err != nil {
+			return nil, err
+		}
+		all, err = visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+		out := make([]cellSchedule, len(all))
+		for i, sc := range all {
+			out[i] = cellSchedule{sc, c.name}
+		}
+		return out, err
+	})
+	return slices.Concat(got...), err
+}
+
 // visibleJobRuns lists the recent job runs op may see: those of schedules op covers (a run's
 // stats count the keys of every tenant of its schedule).
 func (s *Server) visibleJobRuns(ctx context.Context, op *access.Operator, f daemon.RunFilter) ([]daemon.Run, error) {

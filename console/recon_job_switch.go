@@ -47,7 +47,7 @@ func (s *Server) runJobNow(ctx context.Context, r *request, name string) error {
 	if _, err := s.recon.GetJob(ctx, name); err != nil {
 		return err
 	}
-	return s.jobAction(ctx, r, "run", reconcile.ScheduleName(name))
+	return s.jobAction(ctx, r, "run", "", reconcile.ScheduleName(name)) // a recon job is the control cell's
 }
 
 // runJobPage is POST /reconcile/jobs/{name}/run (operators).

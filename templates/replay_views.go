@@ -179,6 +179,9 @@ type ReplicaRow struct {
 
 // ScheduleRow is one scheduled job.
 type ScheduleRow struct {
+	// Cell is the tenant cell whose daemon runs it ("" with one database); DOM is what the
+	// page's ids of its row say (the name, and across cells its cell: names repeat).
+	Cell, DOM                         string
 	Name, Job, Spec, TimeZone, Params string
 	NextRunAt                         time.Time
 	Paused                            bool
