@@ -32,7 +32,8 @@ import (
 //	              were revoked: the mover takes the token and expires the lease, so the holder's
 //	              completion fails as lease lost (nothing written) and the key, copied as
 //	              processing, is taken over in the target with a downstream lookup first, as
-//	              after a crash. The freeze window runs from the source's fence to the switch.
+//	              after a crash. A revoked key's lease_owner is RevokedBy: nobody holds its
+//	              token, so the keys' fence judges every later write of it (migration 00144). The freeze window runs from the source's fence to the switch.
 //	copied        the source's fence sealed (migration 00152: from now on no write of the
 //	              tenant's rows of any moved table — the demo's orders and payments, a key's
 //	              events, outbox rows, answer counts — is taken; until now they were, and they
@@ -499,6 +500,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 const liveLeases = `SELECT count(*) FROM idempotency_keys WHERE tenant = $1 AND state = 'processing'
 	AND lease_token IS NOT NULL AND lease_expires_at > now()`
 
+// RevokedBy is the lease_owner of a key whose lease the mover revoked. The keys' fence leaves
+// the writes of a key with a lease to its holder, unchecked (the claim path), but judges every
+// write of a key with this owner — nobody holds its token (migration 00144 names it too).
+const RevokedBy = "cells-move"
+
 // drain waits, at most DrainTimeout, for the tenant's live leases to end, then revokes those
 // left: a new token nobody holds and an expired lease, so the holder's writes fail (lease lost)
 // and the target's reclaimer takes the key over, looking downstream up first.
@@ -518,9 +524,9 @@ func (mv *mover) drain(ctx context.Context) (string, error) {
 	}
 	var revoked int64
 	err := mv.inMove(ctx, mv.source, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lease_token = gen_random_uuid(), lease_owner = 'cells-move',
+		tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lease_token = gen_random_uuid(), lease_owner = $2,
 			lease_expires_at = now(), version = version + 1, updated_at = now()
-			WHERE tenant = $1 AND state = 'processing' AND lease_token IS NOT NULL AND lease_expires_at > now()`, mv.cfg.Tenant)
+			WHERE tenant = $1 AND state = 'processing' AND lease_token IS NOT NULL AND lease_expires_at > now()`, mv.cfg.Tenant, RevokedBy)
 		revoked = tag.RowsAffected()
 		return err
 	})

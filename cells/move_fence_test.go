@@ -234,3 +234,58 @@ func TestMoveFences_AnOperatorsWriteOfARevokedKeyIsRefusedOnceSealed(t *testing.
 		t.Errorf("the key in b: %q %v, want processing (revoked, for b's reclaimer)", state, err)
 	}
 }
+
+// TestMoveFences_NoWriteOfARevokedKeyLandsAfterTheSeal: the keys' own fence leaves the writes of
+// a key's lease holder (renew, complete, fail: the token kept or cleared) to the lease — but the
+// token of a key whose lease the mover revoked is held by nobody, so any later write of the key
+// is someone else's. Those writes — clearing the token, keeping it, deleting the key, with no
+// event to refuse them along — are refused by the keys' fence: in the source once frozen, in the
+// target until the switch. The key moves as the mover left it; another tenant's keys are
+// written as before.
+func TestMoveFences_NoWriteOfARevokedKeyLandsAfterTheSeal(t *testing.T) {
+	path, a, b := fenceCells(t)
+	keyID := claimKey(t, a, "acme", "held", false)
+	other := claimKey(t, a, "initech", "held", false)
+	moveAcme(t, path, cells.StepCopied) // the held lease revoked after the drain, the fence sealed
+	writes := []struct{ name, sql string }{
+		{"a release clearing the token", `UPDATE idempotency_keys SET state = 'failed_retryable', lease_owner = NULL, lease_token = NULL,
+			lease_expires_at = NULL, version = version + 1, updated_at = now() WHERE id = ?`},
+		{"a write keeping the token", `UPDATE idempotency_keys SET needs_attention = true, updated_at = now() WHERE id = ?`},
+		{"a delete", `DELETE FROM idempotency_keys WHERE id = ?`},
+	}
+	// Each write in a transaction rolled back after it: each is judged on the key as the mover
+	// left it.
+	errUndo := errors.New("undo")
+	write := func(c *cells.Cell, sql string, id int64) error {
+		err := c.DB.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec(sql, id).Error; err != nil {
+				return err
+			}
+			return errUndo
+		})
+		if errors.Is(err, errUndo) {
+			return nil
+		}
+		return err
+	}
+	for _, w := range writes {
+		for _, c := range []*cells.Cell{a, b} {
+			if err := write(c, w.sql, keyID); !isFenced(err) {
+				t.Errorf("%s of acme's revoked key in %s after the seal: %v, want the fence's refusal", w.name, c.Name, err)
+			}
+		}
+		if err := write(a, w.sql, other); err != nil {
+			t.Errorf("%s of initech's held key in a: %v, want it taken", w.name, err)
+		}
+	}
+	moveAcme(t, path, "")
+	var k struct {
+		State          string
+		NeedsAttention bool
+		LeaseOwner     string
+	}
+	if err := b.DB.Raw(`SELECT state, needs_attention, lease_owner FROM idempotency_keys WHERE id = ?`, keyID).Scan(&k).Error; err != nil ||
+		k.State != string(claim.StateProcessing) || k.NeedsAttention || k.LeaseOwner != cells.RevokedBy {
+		t.Errorf("the key in b: %+v %v, want processing, revoked by the mover, untouched since (for b's reclaimer)", k, err)
+	}
+}
