@@ -29,7 +29,7 @@ import (
 //	              Retry-After), then a wait for every write that may have passed before the
 //	              fence (the transactions holding those tables' row lock when it committed).
 //	drained       the tenant's live leases ended, or — after the bounded wait (DrainTimeout) —
-//	              were revoked: the mover takes the token and expires the lease, so the holder's
+//	              were revoked, with the expired ones of stalled holders: the mover takes the token and expires the lease, so the holder's
 //	              completion fails as lease lost (nothing written) and the key, copied as
 //	              processing, is taken over in the target with a downstream lookup first, as
 //	              after a crash. A revoked key's lease_owner is RevokedBy: nobody holds its
@@ -505,9 +505,11 @@ const liveLeases = `SELECT count(*) FROM idempotency_keys WHERE tenant = $1 AND 
 // write of a key with this owner — nobody holds its token (migration 00144 names it too).
 const RevokedBy = "cells-move"
 
-// drain waits, at most DrainTimeout, for the tenant's live leases to end, then revokes those
-// left: a new token nobody holds and an expired lease, so the holder's writes fail (lease lost)
-// and the target's reclaimer takes the key over, looking downstream up first.
+// drain waits, at most DrainTimeout, for the tenant's live leases to end, then revokes every
+// lease left — the live ones and the expired ones nobody took over (a stalled holder still holds
+// its token, and a holder's completion is judged by its token, not the clock): a new token
+// nobody holds and an expired lease, so the holder's writes fail (lease lost) and the target's
+// reclaimer takes the key over, looking downstream up first.
 func (mv *mover) drain(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(mv.cfg.DrainTimeout)
 	for wait := 5 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
@@ -525,8 +527,8 @@ func (mv *mover) drain(ctx context.Context) (string, error) {
 	var revoked int64
 	err := mv.inMove(ctx, mv.source, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE idempotency_keys SET lease_token = gen_random_uuid(), lease_owner = $2,
-			lease_expires_at = now(), version = version + 1, updated_at = now()
-			WHERE tenant = $1 AND state = 'processing' AND lease_token IS NOT NULL AND lease_expires_at > now()`, mv.cfg.Tenant, RevokedBy)
+			lease_expires_at = LEAST(lease_expires_at, now()), version = version + 1, updated_at = now()
+			WHERE tenant = $1 AND state = 'processing' AND lease_token IS NOT NULL AND lease_owner IS DISTINCT FROM $2`, mv.cfg.Tenant, RevokedBy)
 		revoked = tag.RowsAffected()
 		return err
 	})
@@ -537,7 +539,7 @@ func (mv *mover) drain(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if revoked > 0 {
-		return fmt.Sprintf(": %d leases outlived the %s wait and were revoked (taken over in %s)", revoked, mv.cfg.DrainTimeout, mv.to.Name), nil
+		return fmt.Sprintf(": %d leases left after the %s wait (live or stalled) were revoked (taken over in %s)", revoked, mv.cfg.DrainTimeout, mv.to.Name), nil
 	}
 	return "", nil
 }

@@ -289,3 +289,30 @@ func TestMoveFences_NoWriteOfARevokedKeyLandsAfterTheSeal(t *testing.T) {
 		t.Errorf("the key in b: %+v %v, want processing, revoked by the mover, untouched since (for b's reclaimer)", k, err)
 	}
 }
+
+// TestMoveFences_AStalledHoldersLateCompletionIsLeaseLost: a holder whose lease expired before
+// the move (stalled, nobody took the key over: the source's reclaimer leaves a fenced tenant
+// alone) still holds its token, and a holder's completion is left to the token, not the clock.
+// The mover revokes it with the live ones, so a completion after the seal is lease lost — it
+// would otherwise land in the source after the copy and be deleted with it — and the key moves
+// as processing, for the target's reclaimer to take over looking downstream up first.
+func TestMoveFences_AStalledHoldersLateCompletionIsLeaseLost(t *testing.T) {
+	path, a, b := fenceCells(t)
+	ctx := context.Background()
+	out, err := a.Store.Claim(ctx, claim.Request{Tenant: "acme", Operation: "charge", Key: "stalled", Intent: []byte(`{"amount":1}`), Actor: "service:test"})
+	if err != nil || out.Kind != claim.Acquired {
+		t.Fatalf("claim: %v %v", out, err)
+	}
+	if err := a.DB.Exec(`UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 minute' WHERE id = ?`, out.KeyID).Error; err != nil {
+		t.Fatal(err)
+	}
+	moveAcme(t, path, cells.StepCopied)
+	if err := a.Store.Complete(ctx, nil, out.Lease, &claim.Snapshot{Status: 201, Body: []byte(`{}`)}); !errors.Is(err, claim.ErrLeaseLost) {
+		t.Fatalf("the stalled holder's completion after the seal: %v, want lease lost", err)
+	}
+	moveAcme(t, path, "")
+	var state string
+	if err := b.DB.Raw(`SELECT state FROM idempotency_keys WHERE id = ?`, out.KeyID).Scan(&state).Error; err != nil || state != string(claim.StateProcessing) {
+		t.Errorf("the key in b: %q %v, want processing (for b's reclaimer)", state, err)
+	}
+}

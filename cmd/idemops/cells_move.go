@@ -47,8 +47,8 @@ func newCellsMoveCmd() *cobra.Command {
 		Long: `Move a tenant's rows to another cell without two cells ever accepting it. The tenant's
 claims answer 503 tenant-moving (Retry-After: 1) from the freeze to the switch. Every step is
 recorded in the control cell (cell_moves); after a crash, run the same command again and it goes
-on where it stopped. Leases still live after --drain-timeout are revoked: their keys are taken
-over in the new cell, downstream looked up first. --abort gives up a move before its switch:
+on where it stopped. Leases still live after --drain-timeout, and stalled ones, are revoked: their
+keys are taken over in the new cell, downstream looked up first. --abort gives up a move before its switch:
 the rows copied are deleted and the tenant is served by its cell again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
