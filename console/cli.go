@@ -55,6 +55,22 @@ func (s *Server) FindingsFor(ctx context.Context, op *access.Operator, f reconci
 	return rows, id, err
 }
 
+// FindingsPageFor is one page of the findings op may see that match f, newest first, as the
+// findings page lists it, and the cursor of the next ("": none): before is the previous page's
+// cursor ("": the newest) — a finding id, or across cells the position in every cell
+// ("a:123,b:456"), so paging across cells is exact at any depth. A cursor it cannot read is a
+// field error on before.
+func (s *Server) FindingsPageFor(ctx context.Context, op *access.Operator, f reconcile.FindingFilter, before string) ([]reconcile.Finding, string, error) {
+	ctx = access.Bind(ctx, op) // row-level security: op's tenants
+	if !isCellsCursor(before) {
+		var err error
+		if f.BeforeID, err = parseBefore(before); err != nil {
+			return nil, "", err
+		}
+	}
+	return s.listFindings(ctx, op, f, before)
+}
+
 // PreviewReplay is the replay preview of key id for op (its confirmation token included): the
 // Operation's lookup, read-only.
 func (s *Server) PreviewReplay(ctx context.Context, op *access.Operator, ip string, id int64) (replay.Preview, error) {

@@ -19,7 +19,8 @@ func newFindingsCmd() *cobra.Command {
 --token-file) set to an operator's API token, only findings of that operator's tenants (a
 finding about a key is its tenant's, one about a statement line its channel account's); with the
 database URL alone, every finding. With a cell map (--cells), the findings of every cell, as
-the console lists them (a next page across cells: narrow the filter instead of --before).`,
+the console lists them: newest first across the cells, a next page going on from where each
+cell stopped.`,
 		Args: cobra.NoArgs,
 	}
 	addOperatorFlags(cmd)
@@ -34,6 +35,7 @@ func newFindingsListCmd() *cobra.Command {
 		kind   string
 		state  string
 		asJSON bool
+		before string
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--state open] [--kind K] [--channel C] [--run N] [--bill-date D] [--key ID] [--limit N]",
@@ -45,7 +47,7 @@ func newFindingsListCmd() *cobra.Command {
 			}
 			f.Kind, f.State = reconcile.Kind(kind), reconcile.FindingState(state)
 			return inOperatorSession(cmd, false, func(ctx context.Context, s *operatorSession) error {
-				rows, next, err := s.srv.FindingsFor(ctx, s.op, f)
+				rows, next, err := s.srv.FindingsPageFor(ctx, s.op, f, before)
 				if err != nil {
 					return err
 				}
@@ -57,11 +59,11 @@ func newFindingsListCmd() *cobra.Command {
 						}
 						return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Kind, r.State, r.Channel, r.BillDate, key, r.Subject, r.Detail)
 					})
-				if err != nil || asJSON {
+				if err != nil {
 					return err
 				}
-				if next != 0 {
-					fmt.Fprintf(cmd.ErrOrStderr(), "more: add --before %d\n", next)
+				if next != "" { // on stderr, so that --json's lines stay whole
+					fmt.Fprintf(cmd.ErrOrStderr(), "more: add --before %s\n", next)
 				}
 				return nil
 			})
@@ -74,7 +76,7 @@ func newFindingsListCmd() *cobra.Command {
 	fl.Int64Var(&f.RunID, "run", 0, "only those the run found last")
 	fl.StringVar(&f.BillDate, "bill-date", "", "only this bill date (YYYY-MM-DD)")
 	fl.Int64Var(&f.KeyID, "key", 0, "only those about this key id")
-	fl.Int64Var(&f.BeforeID, "before", 0, "continue before this finding id (printed by the previous page)")
+	fl.StringVar(&before, "before", "", "continue from this cursor (printed by the previous page: a finding id, or with --cells a position in every cell)")
 	fl.IntVar(&f.Limit, "limit", 100, "at most this many (≤ 1000)")
 	fl.BoolVar(&asJSON, "json", false, "one JSON object per finding")
 	return cmd
