@@ -220,8 +220,11 @@ func (d *Daemon) IsLeader() bool { return d.elector.current() != nil }
 // Register adds a job with its default schedule (a cron spec, UTC). Start creates the schedule
 // row named after the job unless one exists, so an operator's changes survive restarts. An empty
 // defaultSpec registers a job that runs only from schedules made elsewhere (one per recon job,
-// with its params). Call it before Start. Errors: ErrInvalidSchedule, ErrInvalidConfig (a
-// duplicate or bad name).
+// with its params). An Instrumented job's collectors are registered with the daemon's
+// registerer; one that cannot be (a series of that name under other labels is there already —
+// a wiring mistake: the job's metrics would reach no scrape) refuses the job. Call it before
+// Start. Errors: ErrInvalidSchedule, ErrInvalidConfig (a duplicate or bad name, metrics that
+// cannot be registered).
 func (d *Daemon) Register(job Job, defaultSpec string) error {
 	if err := validateName("job name", job.Name()); err != nil {
 		return err
@@ -242,7 +245,7 @@ func (d *Daemon) Register(job Job, defaultSpec string) error {
 	if in, ok := job.(Instrumented); ok {
 		for _, c := range in.Collectors() {
 			if _, err := register(d.cfg.Registerer, c); err != nil {
-				d.log.Warn("job metrics not registered", "job", job.Name(), "err", err)
+				return configErr("job "+job.Name(), "metrics not registered: %v", err)
 			}
 		}
 	}

@@ -117,6 +117,9 @@ type Workflow struct {
 	audit    *audit.Log
 	log      *slog.Logger
 	outcomes *prometheus.CounterVec
+	// shared: outcomes is the workflow's that In was called on (registered by whoever made that
+	// one), so this one reports no collectors of its own.
+	shared   bool
 	tokenKey []byte
 
 	bgCtx  context.Context
@@ -144,11 +147,12 @@ func New(cfg Config) (*Workflow, error) {
 // In is the same workflow — configuration, confirmation tokens and metrics — over another
 // database holding claim and replay tables: a tenant cell's, whose keys claims reads and changes.
 // Its audit rows go to log (the control database's, appending apart from the cell's
-// transactions: audit.Log.Elsewhere). Close it too.
+// transactions: audit.Log.Elsewhere). Its replays are counted in w's metrics, which are
+// registered once, with w: its own Collectors are none. Close it too.
 func (w *Workflow) In(db *gorm.DB, claims *claim.Store, log *audit.Log) *Workflow {
 	cfg := w.cfg
 	cfg.DB, cfg.Claims, cfg.Audit = db, claims, log
-	c := &Workflow{cfg: cfg, db: db, claims: claims, audit: log, log: w.log, tokenKey: w.tokenKey, outcomes: w.outcomes}
+	c := &Workflow{cfg: cfg, db: db, claims: claims, audit: log, log: w.log, tokenKey: w.tokenKey, outcomes: w.outcomes, shared: true}
 	c.bgCtx, c.bgStop = context.WithCancel(context.Background())
 	return c
 }
@@ -156,8 +160,14 @@ func (w *Workflow) In(db *gorm.DB, claims *claim.Store, log *audit.Log) *Workflo
 // Config is the workflow's configuration with defaults filled in.
 func (w *Workflow) Config() Config { return w.cfg }
 
-// Collectors are the workflow's metrics (executed replays by outcome).
-func (w *Workflow) Collectors() []prometheus.Collector { return []prometheus.Collector{w.outcomes} }
+// Collectors are the workflow's metrics (executed replays by outcome); none for a workflow made
+// by In (its metrics are the one it was made from).
+func (w *Workflow) Collectors() []prometheus.Collector {
+	if w.shared {
+		return nil
+	}
+	return []prometheus.Collector{w.outcomes}
+}
 
 // Close stops replays held in the background (their keys' leases lapse; the outcome is still
 // recorded) and waits for them.

@@ -76,8 +76,11 @@ func (d *database) Cells(ctx context.Context, cfg claim.Config) (*cells.Set, err
 }
 
 // cellDeps are the daemon's dependencies on one cell: its database and store, metrics carrying
-// cell="name", log lines too; the audit log the control cell's. The console's replay workflow is
-// the control cell's.
+// cell="name", log lines too; the audit log the control cell's. With a console in the process
+// (deps.Replays: serve, demo) the cell's bulk replays run on the console's workflow in the cell
+// (replay.Workflow.In), as the console's own replays there do: counted in the console's replay
+// counter, which the console registered once, unlabelled — not again under the cell's label.
+// Without one, each cell's replica makes its own workflow, its counter labelled by the cell.
 func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	deps.DB, deps.Store = c.DB, c.Store
 	if deps.Registerer != nil {
@@ -86,13 +89,17 @@ func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
+	replaysAudit := audit.New(c.DB, c.Store.Config().DigestSecret)
 	if c != set.Control() {
-		deps.Replays = nil // made on the cell's own database and store
 		// The audit chain is the control cell's alone: a cell's jobs append there, apart from
 		// their own transactions (audit.Log.Elsewhere), never to the cell's own audit_log.
 		deps.Audit = audit.New(set.Control().DB, c.Store.Config().DigestSecret).Elsewhere()
+		replaysAudit = deps.Audit
 	} else { // recon jobs live in the control cell; their statements are matched in the cells
 		deps.Recon.Cells = cellReconcilers(set, deps)
+	}
+	if deps.Replays != nil {
+		deps.Replays = deps.Replays.In(c.DB, c.Store, replaysAudit)
 	}
 	deps.Logger = deps.Logger.With("cell", c.Name)
 	return deps
