@@ -568,9 +568,11 @@ func (mv *mover) seal(ctx context.Context) error {
 // seal) into the target (one transaction, which first deletes what an earlier attempt may have
 // left).
 func (mv *mover) copy(ctx context.Context) (string, error) {
+	start := time.Now()
 	if err := mv.seal(ctx); err != nil {
 		return "", err
 	}
+	sealed := time.Since(start)
 	counts := map[string]int64{}
 	src, err := mv.source.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -600,7 +602,8 @@ func (mv *mover) copy(ctx context.Context) (string, error) {
 	if err := mv.advance(ctx, nil, StepCopied, "counts = ?::jsonb", string(b)); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(": %d keys, %d rows", counts["idempotency_keys"], sum(counts)), nil
+	return fmt.Sprintf(": %d keys, %d rows (sealed and writers waited out in %s)", counts["idempotency_keys"], sum(counts),
+		sealed.Round(time.Millisecond)), nil
 }
 
 func sum(m map[string]int64) int64 {
