@@ -29,11 +29,13 @@ import (
 //	              Retry-After), then a wait for every write that may have passed before the
 //	              fence (the transactions holding those tables' row lock when it committed).
 //	drained       the tenant's live leases ended, or — after the bounded wait (DrainTimeout) —
-//	              were revoked, with the expired ones of stalled holders: the mover takes the token and expires the lease, so the holder's
-//	              completion fails as lease lost (nothing written) and the key, copied as
-//	              processing, is taken over in the target with a downstream lookup first, as
-//	              after a crash. A revoked key's lease_owner is RevokedBy: nobody holds its
-//	              token, so the keys' fence judges every later write of it (migration 00144). The freeze window runs from the source's fence to the switch.
+//	              were revoked, with the expired ones of stalled holders: the mover takes the
+//	              token and expires the lease, so the holder's completion fails as lease lost
+//	              (nothing written) and the key, copied as processing, is taken over in the
+//	              target with a downstream lookup first, as after a crash. A revoked key's
+//	              lease_owner is RevokedBy: nobody holds its token, so the keys' fence judges
+//	              every later write of it (migration 00144). The freeze window runs from the
+//	              source's fence to the switch.
 //	copied        the source's fence sealed (migration 00152: from now on no write of the
 //	              tenant's rows of any moved table — the demo's orders and payments, a key's
 //	              events, outbox rows, answer counts — is taken; until now they were, and they

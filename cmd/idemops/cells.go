@@ -89,17 +89,19 @@ func cellDeps(deps daemonDeps, set *cells.Set, c *cells.Cell) daemonDeps {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	replaysAudit := audit.New(c.DB, c.Store.Config().DigestSecret)
 	if c != set.Control() {
 		// The audit chain is the control cell's alone: a cell's jobs append there, apart from
 		// their own transactions (audit.Log.Elsewhere), never to the cell's own audit_log.
 		deps.Audit = audit.New(set.Control().DB, c.Store.Config().DigestSecret).Elsewhere()
-		replaysAudit = deps.Audit
 	} else { // recon jobs live in the control cell; their statements are matched in the cells
 		deps.Recon.Cells = cellReconcilers(set, deps)
 	}
 	if deps.Replays != nil {
-		deps.Replays = deps.Replays.In(c.DB, c.Store, replaysAudit)
+		log := deps.Audit
+		if log == nil { // the control cell's own
+			log = audit.New(c.DB, c.Store.Config().DigestSecret)
+		}
+		deps.Replays = deps.Replays.In(c.DB, c.Store, log)
 	}
 	deps.Logger = deps.Logger.With("cell", c.Name)
 	return deps
