@@ -44,7 +44,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dir, err := os.MkdirTemp("", "idemops-withpg-")
+			dir, err := pglocal.ScratchDir("idemops-withpg-")
 			if err != nil {
 				fail(err)
 				return

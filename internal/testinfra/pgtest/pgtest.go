@@ -45,7 +45,7 @@ func MainThen(m *testing.M, after func()) {
 
 func run(m *testing.M, after func()) int {
 	if os.Getenv("DATABASE_URL") == "" {
-		dir, err := os.MkdirTemp("", "idemops-test-pg-")
+		dir, err := pglocal.ScratchDir("idemops-test-pg-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)
 			return 1
