@@ -3,8 +3,9 @@
 // package postgresql-15-auto-failover), and a private pgbouncer in front of a server in
 // transaction pooling mode.
 //
-// Everything listens on 127.0.0.1 on free ports, keeps its data under one short folder in /tmp,
-// and runs as the `postgres` system user when this process is root (PostgreSQL refuses root).
+// Everything listens on 127.0.0.1 on free ports, keeps its data under one short folder (on
+// /dev/shm when it has room, else /tmp: pglocal.ScratchDir), and runs as the `postgres` system
+// user when this process is root (PostgreSQL refuses root).
 // Each node is one `pg_autoctl` process in its own process group, so Kill can take a node down
 // the way a crashed machine goes (kill -9 of the keeper and its postgres), and Stop ends the
 // whole set and removes its folder.
@@ -122,7 +123,10 @@ func Start(ctx context.Context, opt Options) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "ha-") // short: socket and data paths stay far below 100 bytes
+	// Short: socket and data paths stay far below 100 bytes. On a memory filesystem when there
+	// is one: the standby's pg_basebackup syncs every file it wrote, ~10 s of a set's start on a
+	// busy disk, and nothing here outlives the set.
+	dir, err := pglocal.ScratchDir("ha-")
 	if err != nil {
 		return nil, err
 	}
