@@ -174,7 +174,10 @@ func browseKeys(t *testing.T, br *browser) {
 // violation or script error (checked by done).
 type browser struct {
 	t        *testing.T
-	ctx      context.Context
+	ctx      context.Context // the current walk's: session under its bound
+	session  context.Context // the browser's own, unbounded (cancelled at cleanup)
+	bound    time.Duration   // how long one walk may take
+	endWalk  context.CancelFunc
 	base     string
 	shots    string
 	mu       sync.Mutex
@@ -188,7 +191,9 @@ func newBrowser(t *testing.T) *browser {
 	return newBrowserFor(t, 120*time.Second)
 }
 
-// newBrowserFor is newBrowser with the whole session bounded by timeout.
+// newBrowserFor is newBrowser with each walk (each use, and what runs before the first) bounded
+// by timeout. A bound on the whole session failed a loaded machine's last walk for the time the
+// walks before it took (TestBrowser's six walks under one 120 s bound).
 func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
 	t.Helper()
 	path := browsertest.Chromium(t)
@@ -206,15 +211,16 @@ func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
 	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	ctx, cancelT := context.WithTimeout(bctx, timeout)
-	t.Cleanup(cancelT)
-	br.ctx = ctx
+	br.session, br.bound = bctx, timeout
+	br.bounded()
+	t.Cleanup(func() { br.endWalk() })
 
 	// Any CSP violation or script error is a failure: the pages must work under the policy.
-	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+	if _, err := chromedp.Call(br.ctx, cdplog.Enable, cdp.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Listen(ctx, func(ev any) {
+	// The listener lives as long as the session, not one walk's bound.
+	if err := chromedp.Listen(bctx, func(ev any) {
 		br.mu.Lock()
 		defer br.mu.Unlock()
 		switch e := ev.(type) {
@@ -234,6 +240,16 @@ func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
 // use points the browser at b's console for test t (a subtest: its failures are its own).
 func (br *browser) use(t *testing.T, b *bundle) {
 	br.t, br.base = t, b.ts.URL
+	br.bounded()
+}
+
+// bounded gives the walk that starts now its own bound; the walk before it ends here (what
+// runs between two walks stays under the earlier one's bound), the last with the session.
+func (br *browser) bounded() {
+	if br.endWalk != nil {
+		br.endWalk()
+	}
+	br.ctx, br.endWalk = context.WithTimeout(br.session, br.bound)
 }
 
 func (br *browser) step(what string, steps ...chromedp.Action[chromedp.Void]) {
