@@ -1,0 +1,176 @@
+package failover_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The proof's CPU groups. On one machine both cells, the client and everything else running
+// there share the CPUs; in production a cell is its own machines. So the proof runs in a CPU
+// cgroup of its own, weighted far above other work on the machine, and inside it the client (this
+// test process) and each cell have a group. Groups share by weight only when the CPU is short,
+// and an idle group's share goes to the others: nothing is pinned or capped. So cell a's failover
+// can take no more CPU from cell b than a separate machine would, while whatever cell a's failure
+// does through what the cells really share — this process, its router, its pools and goroutines
+// — still lands on cell b's claims.
+//
+// The weights: under the kernel's autogroup scheduling every session on the machine is a group of
+// weight 1024, and PostgreSQL puts each of its processes in a session of its own, so a helper's
+// test with 50 busy backends weighs 50×1024; at 32×1024 the proof's client still waited 40-140 ms
+// for the CPU a few times a minute at load 12-18, at 256×1024 (the largest weight is 256×1024)
+// no longer. The client weighs 8 cells: it serves both, and a client stalled for the CPU stalls
+// every tenant's claims at once (with equal weights it did, and cell b's idle p99 rose to 15-19 ms).
+const (
+	cpuProofShares  = 256 * 1024
+	cpuPartShares   = 1024
+	cpuClientShares = 8 * 1024
+)
+
+const cpuRoot = "/sys/fs/cgroup/cpu"
+
+// cpuGroups is the proof's group and its parts, by name ("client", and each cell's).
+type cpuGroups struct {
+	dir   string
+	parts map[string]string
+}
+
+// isolateCPU creates the proof's group with a part per name and "client", and moves this
+// process into the client part (processes it starts later start there too). It needs a writable
+// cgroup v1 cpu hierarchy (root); without one it returns nil and why, and changes nothing.
+func isolateCPU(t *testing.T, names ...string) (*cpuGroups, string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cpuRoot, "cpu.shares")); err != nil {
+		return nil, "not isolated: no cgroup v1 cpu hierarchy"
+	}
+	g := &cpuGroups{dir: filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", os.Getpid())), parts: map[string]string{}}
+	if err := g.mkdir(g.dir, cpuProofShares); err != nil {
+		return nil, "not isolated: " + err.Error()
+	}
+	for _, name := range append([]string{"client"}, names...) {
+		g.parts[name] = filepath.Join(g.dir, name)
+		shares := cpuPartShares
+		if name == "client" {
+			shares = cpuClientShares
+		}
+		if err := g.mkdir(g.parts[name], shares); err != nil {
+			g.remove()
+			return nil, "not isolated: " + err.Error()
+		}
+	}
+	if err := moveProcs(g.parts["client"], os.Getpid()); err != nil {
+		g.remove()
+		return nil, "not isolated: " + err.Error()
+	}
+	t.Cleanup(func() {
+		if err := g.remove(); err != nil {
+			t.Logf("cpu groups: %v", err)
+		}
+	})
+	return g, fmt.Sprintf("own cpu cgroup (%d shares; client %d, each cell %d)", cpuProofShares, cpuClientShares, cpuPartShares)
+}
+
+func (g *cpuGroups) mkdir(dir string, shares int) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(shares)), 0o644)
+}
+
+// adopt moves into cell's part every process whose command line names a path under dir (the
+// cell's pg_auto_failover set: its keepers and postmasters), and everything they started.
+// What they start afterwards starts there.
+func (g *cpuGroups) adopt(cell, dir string) error {
+	if g == nil {
+		return nil
+	}
+	parent, cmd := processTable()
+	var pids []int
+	for pid, c := range cmd {
+		if strings.Contains(c, dir+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		return fmt.Errorf("cell %s: no process runs under %s", cell, dir)
+	}
+	in := map[int]bool{}
+	for _, pid := range pids {
+		in[pid] = true
+	}
+	for changed := true; changed; { // their descendants
+		changed = false
+		for pid, pp := range parent {
+			if !in[pid] && in[pp] {
+				in[pid], changed = true, true
+			}
+		}
+	}
+	for pid := range in {
+		if err := moveProcs(g.parts[cell], pid); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("cell %s: %w", cell, err)
+		}
+	}
+	return nil
+}
+
+// remove moves whatever is left in the groups back to the root group and removes them.
+func (g *cpuGroups) remove() error {
+	var errs []error
+	for _, part := range g.parts {
+		if b, err := os.ReadFile(filepath.Join(part, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				pid, _ := strconv.Atoi(f)
+				_ = moveProcs(cpuRoot, pid)
+			}
+		}
+		if err := os.Remove(part); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// moveProcs moves process pid, all its threads, into the group at dir.
+func moveProcs(dir string, pid int) error {
+	err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+	if errors.Is(err, syscallESRCH) {
+		return os.ErrNotExist // gone meanwhile
+	}
+	return err
+}
+
+// processTable reads every process's parent and command line from /proc.
+func processTable() (parent map[int]int, cmd map[int]string) {
+	parent, cmd = map[int]int{}, map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(st)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		parent[pid], _ = strconv.Atoi(f[1])
+		c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cmd[pid] = strings.ReplaceAll(string(c), "\x00", " ")
+	}
+	return parent, cmd
+}
+
+var syscallESRCH = syscall.ESRCH
