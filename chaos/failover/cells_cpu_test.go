@@ -48,6 +48,7 @@ func isolateCPU(t *testing.T, names ...string) (*cpuGroups, string) {
 	if _, err := os.Stat(filepath.Join(cpuRoot, "cpu.shares")); err != nil {
 		return nil, "not isolated: no cgroup v1 cpu hierarchy"
 	}
+	removeStaleGroups()
 	g := &cpuGroups{dir: filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", os.Getpid())), parts: map[string]string{}}
 	if err := g.mkdir(g.dir, cpuProofShares); err != nil {
 		return nil, "not isolated: " + err.Error()
@@ -137,6 +138,26 @@ func (g *cpuGroups) remove() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// removeStaleGroups removes the groups of proofs whose test process is gone (a run ended by its
+// timeout does not run its cleanups); a group something still runs in stays.
+func removeStaleGroups() {
+	dirs, _ := filepath.Glob(filepath.Join(cpuRoot, "idemops-cells-*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "idemops-cells-"))
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+			continue
+		}
+		parts, _ := filepath.Glob(filepath.Join(dir, "*", "cpu.shares"))
+		for _, p := range parts {
+			_ = os.Remove(filepath.Dir(p))
+		}
+		_ = os.Remove(dir)
+	}
 }
 
 // moveProcs moves process pid, all its threads, into the group at dir.

@@ -456,29 +456,74 @@ func (tr *cellTraffic) window(tenants []string, from, to time.Time) (lat []time.
 	return lat, errs
 }
 
+// clientStalls is a witness for the log: how late this process's 5-ms ticks ran, by when they
+// were due. A stall of the client process (the machine's scheduler, a stop of the Go runtime)
+// holds every tenant's claims in flight at once; in a window where cell b's p99 rose, a witness
+// that stalled as long says the client could not run, one that did not says cell b's claims
+// waited on something else.
+type clientStalls struct {
+	mu   sync.Mutex
+	due  []time.Time
+	late []time.Duration
+}
+
+func (c *clientStalls) run(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case due := <-tick.C:
+			late := time.Since(due)
+			c.mu.Lock()
+			c.due, c.late = append(c.due, due), append(c.late, late)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// in is the witness over w: the p99 and the longest lateness of the ticks due in it.
+func (c *clientStalls) in(w span) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var late []time.Duration
+	for i, due := range c.due {
+		if !due.Before(w.from) && due.Before(w.to) {
+			late = append(late, c.late[i])
+		}
+	}
+	if len(late) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p99 %s, max %s", p99(late).Round(100*time.Microsecond), slices.Max(late).Round(100*time.Microsecond))
+}
+
 // span is a window of the proof: the attempts that started in [from, to).
 type span struct{ from, to time.Time }
 
 // p99Read is some tenants' claim p99 through the kill: over the kill window, and over the idle
 // windows on both sides of it pooled (the machine's drift across the minute cancels).
 type p99Read struct {
-	idle, kill   time.Duration
-	idleN, killN int
+	idle, kill    time.Duration
+	idleN, killN  int
+	before, after time.Duration // each idle window's own p99, for the log: how far the machine drifted
 }
 
 func (tr *cellTraffic) readP99(tenants []string, before, kill, after span) p99Read {
 	b, _ := tr.window(tenants, before.from, before.to)
 	a, _ := tr.window(tenants, after.from, after.to)
 	k, _ := tr.window(tenants, kill.from, kill.to)
-	idle := append(b, a...)
-	return p99Read{idle: p99(idle), kill: p99(k), idleN: len(idle), killN: len(k)}
+	idle := append(slices.Clone(b), a...)
+	return p99Read{idle: p99(idle), kill: p99(k), idleN: len(idle), killN: len(k), before: p99(b), after: p99(a)}
 }
 
 func (r p99Read) ratio() float64 { return float64(r.kill) / float64(r.idle) }
 
 func (r p99Read) String() string {
-	return fmt.Sprintf("claim p99 %s over %d claims in the kill window, %s over %d in the idle windows: %.2f× idle",
-		r.kill.Round(10*time.Microsecond), r.killN, r.idle.Round(10*time.Microsecond), r.idleN, r.ratio())
+	return fmt.Sprintf("claim p99 %s over %d claims in the kill window, %s over %d in the idle windows (%s before, %s after): %.2f× idle",
+		r.kill.Round(10*time.Microsecond), r.killN, r.idle.Round(10*time.Microsecond), r.idleN,
+		r.before.Round(10*time.Microsecond), r.after.Round(10*time.Microsecond), r.ratio())
 }
 
 // perSecond is the claim p99 of tenants' attempts in each second of [from, to), in ms.
@@ -599,6 +644,8 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	wait := tr.run(trafficCtx, []string{"acme", "globex", moving, "umbrella", cellsHurt})
 	defer func() { stopTraffic(); wait() }()
+	stalls := &clientStalls{}
+	go stalls.run(trafficCtx)
 
 	// The warm-up, then the idle window before the kill.
 	ph := phases()
@@ -666,6 +713,7 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	t.Logf("cell b's claim p99 per second from the first idle window (kill at %.0f s, second idle window from %.0f s): %s",
 		killedAt.Sub(before.from).Seconds(), after.from.Sub(before.from).Seconds(), tr.perSecond(measured, before.from, after.to))
 	t.Logf("%s, %d%% of its claims slowed by %s in the kill window: %s", cellsHurt, cellsHurtPercent, hurt, control)
+	t.Logf("this process's 5-ms ticks late by: %s before, %s in the kill window, %s after", stalls.in(before), stalls.in(kill), stalls.in(after))
 	for i, err := range bErrs {
 		if i == 5 {
 			break
