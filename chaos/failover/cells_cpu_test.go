@@ -3,8 +3,11 @@ package failover_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,7 +35,9 @@ const (
 	cpuClientShares = 8 * 1024
 )
 
-const cpuRoot = "/sys/fs/cgroup/cpu"
+// cpuRoot is the cgroup v1 cpu hierarchy (a variable: the test of the unisolated path points it
+// at a folder that does not exist).
+var cpuRoot = "/sys/fs/cgroup/cpu"
 
 // cpuGroups is the proof's group and its parts, by name ("client", and each cell's).
 type cpuGroups struct {
@@ -42,7 +47,10 @@ type cpuGroups struct {
 
 // isolateCPU creates the proof's group with a part per name and "client", and moves this
 // process into the client part (processes it starts later start there too). It needs a writable
-// cgroup v1 cpu hierarchy (root); without one it returns nil and why, and changes nothing.
+// cgroup v1 cpu hierarchy (root); without one (not root, cgroup v2 only, most containers) it
+// returns nil and why, changes nothing, and the proof runs and asserts as it is, unisolated. The
+// groups go when the test ends, failed or not; a run killed before its cleanups leaves them, and
+// the next run removes them first (removeStaleGroups).
 func isolateCPU(t *testing.T, names ...string) (*cpuGroups, string) {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(cpuRoot, "cpu.shares")); err != nil {
@@ -120,22 +128,20 @@ func (g *cpuGroups) adopt(cell, dir string) error {
 	return nil
 }
 
-// remove moves whatever is left in the groups back to the root group and removes them.
+// remove moves whatever still runs in the groups (a killed run's servers, say) back to the root
+// group and removes the groups: none is left with the proof's weight.
 func (g *cpuGroups) remove() error {
 	var errs []error
-	for _, part := range g.parts {
-		if b, err := os.ReadFile(filepath.Join(part, "cgroup.procs")); err == nil {
+	for _, dir := range append(slices.Collect(maps.Values(g.parts)), g.dir) {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
 			for _, f := range strings.Fields(string(b)) {
 				pid, _ := strconv.Atoi(f)
 				_ = moveProcs(cpuRoot, pid)
 			}
 		}
-		if err := os.Remove(part); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
-	}
-	if err := os.Remove(g.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -152,11 +158,12 @@ func removeStaleGroups() {
 		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
 			continue
 		}
+		g := &cpuGroups{dir: dir, parts: map[string]string{}}
 		parts, _ := filepath.Glob(filepath.Join(dir, "*", "cpu.shares"))
 		for _, p := range parts {
-			_ = os.Remove(filepath.Dir(p))
+			g.parts[filepath.Base(filepath.Dir(p))] = filepath.Dir(p)
 		}
-		_ = os.Remove(dir)
+		_ = g.remove()
 	}
 }
 
@@ -195,3 +202,53 @@ func processTable() (parent map[int]int, cmd map[int]string) {
 }
 
 var syscallESRCH = syscall.ESRCH
+
+// Without a cgroup v1 cpu hierarchy the proof runs unisolated: isolateCPU says why and changes
+// nothing, adopt does nothing.
+func TestCellsCPU_WithoutAHierarchyTheProofRunsUnisolated(t *testing.T) {
+	before, _ := os.ReadFile("/proc/self/cgroup")
+	old := cpuRoot
+	cpuRoot = filepath.Join(t.TempDir(), "no-such-hierarchy")
+	t.Cleanup(func() { cpuRoot = old })
+	g, how := isolateCPU(t, "a", "b")
+	if g != nil || !strings.HasPrefix(how, "not isolated: ") {
+		t.Fatalf("isolateCPU without a hierarchy: %v, %q; want nil and why", g, how)
+	}
+	if err := g.adopt("a", t.TempDir()); err != nil {
+		t.Fatalf("adopt without groups: %v", err)
+	}
+	if after, _ := os.ReadFile("/proc/self/cgroup"); string(after) != string(before) {
+		t.Fatalf("the process moved: %s → %s", before, after)
+	}
+}
+
+// A run killed before its cleanups leaves its groups, maybe with its servers still in them; the
+// next run moves those processes back to the root group and removes the groups. Where there is no
+// writable hierarchy there is nothing to sweep, and the test says so and checks that.
+func TestCellsCPU_AKilledRunsGroupsAreSweptByTheNext(t *testing.T) {
+	gone := exec.Command("true")
+	need(t, gone.Run())
+	stale := &cpuGroups{dir: filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", gone.Process.Pid)),
+		parts: map[string]string{"a": filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", gone.Process.Pid), "a")}}
+	if err := stale.mkdir(stale.dir, cpuProofShares); err != nil {
+		t.Logf("no writable cpu hierarchy (%v): nothing to sweep", err)
+		removeStaleGroups() // and it does nothing
+		return
+	}
+	need(t, stale.mkdir(stale.parts["a"], cpuPartShares))
+	left := exec.Command("sleep", "60") // a server the killed run left behind
+	need(t, left.Start())
+	defer func() { _ = left.Process.Kill(); _ = left.Wait() }()
+	need(t, moveProcs(stale.parts["a"], left.Process.Pid))
+
+	removeStaleGroups()
+	if _, err := os.Stat(stale.dir); !errors.Is(err, os.ErrNotExist) {
+		_ = stale.remove()
+		t.Fatalf("the killed run's group is still there (%v)", err)
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", left.Process.Pid))
+	need(t, err)
+	if !strings.Contains(string(cg), ":cpu:/\n") && !strings.Contains(string(cg), ":cpu,cpuacct:/\n") {
+		t.Fatalf("the process left behind is not back in the root group: %s", cg)
+	}
+}
