@@ -49,12 +49,14 @@ import (
 //     twice cell b's idle p99 on 3% of its claims during the kill window, by a trigger in cell b,
 //     and the same read of that tenant must exceed the bound.
 //
-// Even so, on this 2-core machine cell a's failover still shows in cell b's p99 when the machine
-// is quiet enough for that p99 to be 3-5 ms: kill/idle 1.23-1.82× in 4 of 6 runs at load 7-12,
-// with this process's timer 85-115 ms late at the kill or at cell a's return in two of them,
-// against 0.54-1.11× in 12 of 13 runs at load 13-27 (notes/36-cells-p99.md). So make test asserts
-// cell b's errors (0), doubles and losses, and that the read sees the hurt tenant, and logs the
-// p99 ratio; the bound itself is asserted when IDEMOPS_CELLS_P99_STRICT=1 (make test-cells).
+// Even so, on this 2-core machine cell a's failover still shows in cell b's p99 now and then:
+// cell b's per-second p99 has a blip (12-63 ms against 3-9 ms) around cell a's promotion and
+// return, kill+4…7 s, in most runs, and when cell b's p99 is only 5-8 ms that is enough: read as
+// above, 0.62-1.07× in 9 of 11 runs at load 11-15, 1.21× and 1.32× in the other two (with a
+// window's claims read by 1 worker a tenant, 1.23-1.82× in 4 of 6 runs at load 7-12; see
+// notes/36-cells-p99.md). So make test asserts cell b's errors (0), doubles and losses, and that
+// the read sees the hurt tenant, and logs the p99 ratio; the bound itself is asserted when
+// IDEMOPS_CELLS_P99_STRICT=1 (make test-cells).
 //
 // The phases are counted in claims, not timed: a phase ends when the traffic has carried its
 // claims (each worker sends one attempt per cellsRateEvery, so a count is a duration at that
@@ -564,16 +566,21 @@ func (tr *cellTraffic) perSecond(tenants []string, from, to time.Time) string {
 }
 
 // firstClaimAfter is when the first successful claim in cell, of one of tenants, that started
-// after t started.
+// after t returned. (Not when it started: a claim started just after the kill rides out the
+// failover inside the store's reconnect window and returns after the promotion; by its start
+// cell a looked "back after 0.0 s", an anomaly seen in 7 of 33 runs.)
 func (tr *cellTraffic) firstClaimAfter(cell string, tenants []string, t time.Time) (time.Time, bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	var first time.Time
 	for _, c := range tr.calls {
 		if c.cell == cell && slices.Contains(tenants, c.tenant) && c.err == nil && c.start.After(t) {
-			return c.start, true
+			if end := c.start.Add(c.claimed); first.IsZero() || end.Before(first) {
+				first = end
+			}
 		}
 	}
-	return time.Time{}, false
+	return first, !first.IsZero()
 }
 
 // p99 is the 99th percentile (nearest rank) of lat.
