@@ -1,7 +1,6 @@
 package console
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -27,29 +26,6 @@ func (b *cellsBundle) purgeAt(db *gorm.DB, at time.Time) int64 {
 	return id
 }
 
-// purgesNewestFirst are both cells' purge runs newest first by (started_at, id).
-func (b *cellsBundle) purgesNewestFirst() []int64 {
-	b.t.Helper()
-	type row struct {
-		ID        int64
-		StartedAt time.Time
-	}
-	var all []row
-	for _, db := range []*gorm.DB{b.db, b.cb} {
-		var rows []row
-		if err := db.Raw(`SELECT id, started_at FROM purge_log`).Scan(&rows).Error; err != nil {
-			b.t.Fatal(err)
-		}
-		all = append(all, rows...)
-	}
-	slices.SortFunc(all, func(x, y row) int { return cmp.Or(y.StartedAt.Compare(x.StartedAt), cmp.Compare(y.ID, x.ID)) })
-	ids := make([]int64, len(all))
-	for i, r := range all {
-		ids[i] = r.ID
-	}
-	return ids
-}
-
 // TestCells_PurgeHistoryOfEveryCell: each cell's daemon purges its own keys and logs it in its
 // own purge_log, so the retention page's purge history and /api/v1/retention/purges list every
 // cell's runs, merged by (started_at, id) newest first with each cell's position in the cursor
@@ -64,7 +40,7 @@ func TestCells_PurgeHistoryOfEveryCell(t *testing.T) {
 		b.purgeAt(b.db, t0.Add(time.Duration(2*i)*time.Hour))
 		b.purgeAt(b.cb, t0.Add(time.Duration(2*i+i%3)*time.Hour))
 	}
-	want := b.purgesNewestFirst()
+	want := b.startedNewestFirst(`SELECT id, started_at FROM purge_log`)
 
 	type apiPurges struct {
 		Purges []struct {

@@ -35,9 +35,10 @@ func (b *cellsBundle) reconRunAt(db *gorm.DB, at time.Time, control int64) int64
 	return id
 }
 
-// wholeRunsNewestFirst are both cells' runs that are no other run's part, newest first by
-// (started_at, id): the one order of the runs list.
-func (b *cellsBundle) wholeRunsNewestFirst() []int64 {
+// startedNewestFirst are the ids of the rows query (SELECT id, started_at …) finds in both
+// cells, newest first by (started_at, id): the one order of the runs and purge lists merged
+// across cells.
+func (b *cellsBundle) startedNewestFirst(query string) []int64 {
 	b.t.Helper()
 	type row struct {
 		ID        int64
@@ -46,7 +47,7 @@ func (b *cellsBundle) wholeRunsNewestFirst() []int64 {
 	var all []row
 	for _, db := range []*gorm.DB{b.db, b.cb} {
 		var rows []row
-		if err := db.Raw(`SELECT id, started_at FROM recon_runs WHERE control_run_id IS NULL`).Scan(&rows).Error; err != nil {
+		if err := db.Raw(query).Scan(&rows).Error; err != nil {
 			b.t.Fatal(err)
 		}
 		all = append(all, rows...)
@@ -99,7 +100,7 @@ func TestCells_ReconRunsListEveryCellsRuns(t *testing.T) {
 		b.reconRunAt(b.db, at(10+2*i), 0)
 		b.reconRunAt(b.cb, at(11+2*i), 0)
 	}
-	want := b.wholeRunsNewestFirst()
+	want := b.startedNewestFirst(`SELECT id, started_at FROM recon_runs WHERE control_run_id IS NULL`) // the runs that are no other run's part
 	if len(want) != 47 {
 		t.Fatalf("%d runs of their own, want 47", len(want))
 	}
