@@ -197,6 +197,7 @@ func newBrowser(t *testing.T) *browser {
 func newBrowserFor(t *testing.T, timeout time.Duration) *browser {
 	t.Helper()
 	path := browsertest.Chromium(t)
+	browsertest.Slot(t)
 	br := &browser{t: t, shots: filepath.Join("..", "screenshots")}
 	if err := os.MkdirAll(br.shots, 0o755); err != nil {
 		t.Fatal(err)

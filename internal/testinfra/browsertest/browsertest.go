@@ -22,6 +22,19 @@ func Chromium(t testing.TB) string {
 	return ""
 }
 
+// slots holds one token per headless Chromium a test binary runs at once: two, as many as the
+// 2-core machine runs well side by side (a browser walk is CPU-bound), however many tests
+// -parallel lets run at once around them.
+var slots = make(chan struct{}, 2)
+
+// Slot waits for one of the test binary's browser slots and holds it until t ends: call it
+// before starting Chromium.
+func Slot(t testing.TB) {
+	t.Helper()
+	slots <- struct{}{}
+	t.Cleanup(func() { <-slots })
+}
+
 // Options are the allocator options for a headless Chromium at path with its own profile in
 // dir and a window of width × height: as root it needs --no-sandbox, and the network is closed,
 // so everything that would phone home is off.
