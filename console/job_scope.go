@@ -34,7 +34,12 @@ func (s *Server) scheduleTenants(ctx context.Context, names []string) (map[strin
 
 // visibleSchedules lists the schedules op may see (configuration: sharing a tenant suffices).
 func (s *Server) visibleSchedules(ctx context.Context, op *access.Operator) ([]daemon.Schedule, error) {
-	all, err := daemon.ListSchedules(ctx, s.db)
+	return s.visibleSchedulesOf(ctx, op, s.db)
+}
+
+// visibleSchedulesOf lists the schedules op may see in db (one cell's daemon's).
+func (s *Server) visibleSchedulesOf(ctx context.Context, op *access.Operator, db *gorm.DB) ([]daemon.Schedule, error) {
+	all, err := daemon.ListSchedules(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -59,11 +64,7 @@ func (s *Server) visibleSchedulesIn(ctx context.Context, op *access.Operator) ([
 		return out, err
 	}
 	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) ([]cellSchedule, error) {
-		all, err := daemon.ListSchedules(ctx, c.db)
-		if err != nil {
-			return nil, err
-		}
-		all, err = visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+		all, err := s.visibleSchedulesOf(ctx, op, c.db)
 		out := make([]cellSchedule, len(all))
 		for i, sc := range all {
 			out[i] = cellSchedule{sc, c.name}
@@ -134,11 +135,7 @@ func (s *Server) controlName() string {
 // schedulesIn counts the schedules op may see in db (one cell's) and those whose last run failed
 // or timed out.
 func (s *Server) schedulesIn(ctx context.Context, op *access.Operator, db *gorm.DB) (n, failed int, err error) {
-	all, err := daemon.ListSchedules(ctx, db)
-	if err != nil {
-		return 0, 0, err
-	}
-	schedules, err := visibleBy(ctx, op, all, access.ObjSchedule, s.scheduleTenants, func(sc daemon.Schedule) (string, string) { return sc.Name, sc.Name })
+	schedules, err := s.visibleSchedulesOf(ctx, op, db)
 	for _, sc := range schedules {
 		if sc.LastRun != nil && (sc.LastRun.Status == daemon.RunFailed || sc.LastRun.Status == daemon.RunTimedOut) {
 			failed++
