@@ -172,6 +172,10 @@ func TestCells_ReconRunsListEveryCellsRuns(t *testing.T) {
 		t.Errorf("runs pages listed %v\nwant %v", seen, want)
 	}
 
+	// The control run's page lists its parts: the way to each cell's findings of its statement.
+	mustContain(t, "the control run's page", root.get(fmt.Sprintf("/reconcile/runs/%d", control)).Body, `id="run-parts"`,
+		fmt.Sprintf(`href="/reconcile/runs/%d"`, partA), fmt.Sprintf(`href="/reconcile/findings?run=%d&amp;kind=AMOUNT_MISMATCH"`, partB))
+
 	b.closeCellB()
 	got := root.get("/reconcile/runs")
 	if got.Status != 200 {

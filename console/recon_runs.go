@@ -126,6 +126,17 @@ func (s *Server) reconRunPage(c *gin.Context, r *request) error {
 		s.render(c, http.StatusOK, templates.ReconRunProgress(v))
 		return nil
 	}
+	if s.cells.cells != nil { // a control run's parts: its findings are theirs (recon_runs_cells.go)
+		parts, err := s.partsOf(ctx, []int64{run.ID})
+		if err != nil {
+			return err
+		}
+		for _, p := range parts[run.ID] {
+			row := runRow(p.Run)
+			row.Cell, row.ChannelKind = p.Cell, v.Run.ChannelKind
+			v.Parts = append(v.Parts, row)
+		}
+	}
 	s.render(c, http.StatusOK, templates.ReconRunPage(chrome(r, "reconcile"), v))
 	return nil
 }

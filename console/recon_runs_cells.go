@@ -56,7 +56,7 @@ func (s *Server) listReconRuns(ctx context.Context, op *access.Operator, f recon
 		return nil, "", err
 	}
 	if s.cells.cells != nil {
-		err = s.withParts(ctx, s.cells.everywhere(), runs)
+		err = s.withParts(ctx, runs)
 	}
 	return runs, next, err
 }
@@ -71,9 +71,8 @@ func (c scopedCell) runs(ctx context.Context, f reconcile.RunFilter) ([]listedRu
 	return out, err
 }
 
-// withParts puts under each of runs that is the control cell's the cells' parts of it, in the
-// cells' order.
-func (s *Server) withParts(ctx context.Context, in []scopedCell, runs []listedRun) error {
+// withParts puts under each of runs that is the control cell's the cells' parts of it.
+func (s *Server) withParts(ctx context.Context, runs []listedRun) error {
 	control := s.controlName()
 	var ids []int64
 	for _, r := range runs {
@@ -81,26 +80,31 @@ func (s *Server) withParts(ctx context.Context, in []scopedCell, runs []listedRu
 			ids = append(ids, r.ID)
 		}
 	}
-	if len(ids) == 0 {
-		return nil
+	parts, err := s.partsOf(ctx, ids)
+	for i := range runs {
+		runs[i].Parts = parts[runs[i].ID]
 	}
-	parts, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]listedRun, error) {
-		return c.runs(ctx, reconcile.RunFilter{PartsOf: ids, Limit: 500})
+	return err
+}
+
+// partsOf is the cells' parts of the control cell's runs ids, by run, in the cells' order (each
+// cell's oldest first).
+func (s *Server) partsOf(ctx context.Context, ids []int64) (map[int64][]listedRun, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	got, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) ([]listedRun, error) {
+		return c.runs(ctx, reconcile.RunFilter{PartsOf: ids, Limit: reconcile.MaxRunsListed})
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	at := make(map[int64]int, len(runs))
-	for i, r := range runs {
-		at[r.ID] = i
-	}
-	for _, cellParts := range parts {
-		for i := len(cellParts) - 1; i >= 0; i-- { // oldest first under their run
+	out := map[int64][]listedRun{}
+	for _, cellParts := range got {
+		for i := len(cellParts) - 1; i >= 0; i-- {
 			p := cellParts[i]
-			if j, ok := at[*p.ControlRunID]; ok {
-				runs[j].Parts = append(runs[j].Parts, p)
-			}
+			out[*p.ControlRunID] = append(out[*p.ControlRunID], p)
 		}
 	}
-	return nil
+	return out, nil
 }

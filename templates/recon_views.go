@@ -117,6 +117,9 @@ type ReconRunsView struct {
 // ReconRunView is one run's page; while it runs, its progress polls itself.
 type ReconRunView struct {
 	Run ReconRunRow
+	// Parts are the cells' runs of a control cell's run: its statement matched in each cell,
+	// where its findings are.
+	Parts []ReconRunRow
 	// Findings is the number of findings of the run, all kinds.
 	Findings    int64
 	FindingsURL string
