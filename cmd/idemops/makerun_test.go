@@ -28,6 +28,9 @@ func TestMakeRun_SignalStopsEverythingItStarted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and starts PostgreSQL and RabbitMQ")
 	}
+	// Beside the package's other tests: it mostly waits for the build and the servers, and
+	// nothing else here runs make or writes bin/.
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
