@@ -68,7 +68,7 @@ func Hash() (string, error) {
 // so that login must be a member of it.
 const TenantRole = "idemops_console"
 
-// GrantLock names the advisory lock, pg_advisory_lock(hashtext(GrantLock)), that EnsureTenantRole
+// GrantLock names the advisory lock, pg_advisory_xact_lock(hashtext(GrantLock)), that EnsureTenantRole
 // holds in its database while it grants on every table. Each GRANT rewrites every table's
 // pg_class row, so whatever else rewrites those rows while a console may be starting (the test
 // rig's notify triggers: a table's first trigger sets relhastriggers) takes this lock first —
@@ -81,30 +81,32 @@ const GrantLock = "idemops tenant role"
 // when the login has neither and they are missing, the error says what a superuser must run.
 // It is idempotent and safe to run from several processes at once.
 func EnsureTenantRole(ctx context.Context, db *sql.DB) error {
-	conn, err := db.Conn(ctx)
+	// One transaction under a transaction-level lock: the processes doing this are serialized,
+	// and nothing outlives the transaction. A session-level lock did not survive pgbouncer's
+	// transaction pooling — its unlock could reach another server connection, leaving the lock
+	// held by a pooled connection and every later console start waiting on it.
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("tenant role: %w", err)
 	}
-	defer conn.Close()
-	// Role changes are not transactional against each other: serialize the processes doing this.
-	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(hashtext($1))`, GrantLock); err != nil {
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, GrantLock); err != nil {
 		return fmt.Errorf("tenant role: %w", err)
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext($1))`, GrantLock) //nolint:errcheck
 	var user string
 	var exists, member bool
-	if err := conn.QueryRowContext(ctx, `SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = $1),
+	if err := tx.QueryRowContext(ctx, `SELECT current_user, EXISTS (SELECT FROM pg_roles WHERE rolname = $1),
 		EXISTS (SELECT FROM pg_roles WHERE rolname = $1) AND pg_has_role(current_user, $1, 'MEMBER')`, TenantRole).Scan(&user, &exists, &member); err != nil {
 		return fmt.Errorf("tenant role: %w", err)
 	}
 	fix := fmt.Sprintf("as a superuser run: CREATE ROLE %s NOLOGIN; GRANT %s TO %s;", TenantRole, TenantRole, quoteIdent(user))
 	if !exists {
-		if _, err := conn.ExecContext(ctx, `CREATE ROLE `+TenantRole+` NOLOGIN NOSUPERUSER NOBYPASSRLS`); err != nil {
+		if _, err := tx.ExecContext(ctx, `CREATE ROLE `+TenantRole+` NOLOGIN NOSUPERUSER NOBYPASSRLS`); err != nil {
 			return fmt.Errorf("tenant role %s does not exist and %s cannot create it (%v): %s", TenantRole, user, err, fix)
 		}
 	}
 	if !member {
-		if _, err := conn.ExecContext(ctx, `GRANT `+TenantRole+` TO `+quoteIdent(user)); err != nil {
+		if _, err := tx.ExecContext(ctx, `GRANT `+TenantRole+` TO `+quoteIdent(user)); err != nil {
 			return fmt.Errorf("%s is not a member of the tenant role %s and cannot make itself one (%v): %s", user, TenantRole, err, fix)
 		}
 	}
@@ -115,9 +117,12 @@ func EnsureTenantRole(ctx context.Context, db *sql.DB) error {
 		`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ` + TenantRole,
 		`ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO ` + TenantRole,
 	} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("tenant role %s: %s: %w (the tables' owner must start the console)", TenantRole, q, err)
 		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("tenant role: %w", err)
 	}
 	return nil
 }
