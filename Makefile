@@ -37,11 +37,12 @@ chaos: prereqs
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
 ## package; the HA failover test and the cells proof (chaos/failover) run last, alone, one after
 ## the other: on 2 cores, killing a primary while every other package's tests compete for the CPU
-## measures the machine, not the failover. Four parallel tests per package, not the default two
-## (one per core): they mostly wait on PostgreSQL, RabbitMQ or a timer, and two at a time left
-## the cores idle (browser walks, which compute, keep to two: browsertest.Slot)
+## measures the machine, not the failover. Four packages at a time and four parallel tests in
+## each, not the default two (one per core): they mostly wait on PostgreSQL, RabbitMQ or a timer,
+## and two at a time left the cores idle (browser walks, which compute, keep to two a package:
+## browsertest.Slot)
 test: prereqs
-	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -parallel 4 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 8m ./chaos/failover/'
+	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 8m ./chaos/failover/'
 
 ## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
 test-failover: prereqs
