@@ -183,6 +183,7 @@ func (s *Server) jobsQuery(c *gin.Context, r *request) (templates.JobsView, erro
 	ctx, missed := s.leaveOutFailedCells(ctx) // a cell failing over: the others' daemons and runs, and its name
 	v, err := s.jobsView(ctx, r, f)
 	v.Unavailable = missed.list()
+	v.Runs.Unavailable = v.Unavailable // the polled table names them too: it replaces itself
 	return v, err
 }
 

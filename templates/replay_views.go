@@ -211,6 +211,9 @@ type RunRow struct {
 // RunsView is the job runs table; Poll keeps it refreshing while a run is running or asked for.
 // Job and Status are its filter (kept in the URL and in the polling URL).
 type RunsView struct {
+	// Unavailable are the tenant cells that did not answer: their runs are left out. The table
+	// names them itself, since it replaces itself while it polls.
+	Unavailable    []string
 	Rows           []RunRow
 	Poll           bool
 	PollHref       string
