@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/claim/idemclient"
@@ -70,6 +71,11 @@ type payment struct {
 	status      int // the client's final answer; 0 when it never got one
 	replayed    bool
 	crashed     bool // sent first with a simulated crash after the charge
+	crashDone   bool // the crash request is over, answered or given up by its client
+	// crashAnswered is when the crash request had its answer: its handler has returned, so the
+	// attempt it crashed holds any lease granted before then and renews it no more. Zero when
+	// its client gave up first.
+	crashAnswered time.Time
 }
 
 // TestFailover_KillThePrimaryUnderTraffic: demo payments flow through the payments service
@@ -83,12 +89,14 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Skip("starts a PostgreSQL HA set")
 	}
 	ctx := context.Background()
+	phase := timeline(t)
 	var log io.Writer
 	if os.Getenv("PGHA_LOG") != "" {
 		log = os.Stderr
 	}
 	set, err := pgha.Start(ctx, pgha.Options{Log: log})
 	need(t, err)
+	phase("HA set started (monitor, primary, synchronous standby)")
 	defer set.Stop()
 	if err := set.CreateDatabase(ctx, "idemops"); err != nil {
 		t.Fatal(err)
@@ -103,6 +111,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	if err := migrations.Up(ctx, sqlDB); err != nil {
 		t.Fatal(err)
 	}
+	phase("database created and migrated")
 
 	const leaseTTL = 30 * time.Second // the default
 	store, err := claim.NewStore(db, claim.Config{DigestSecret: []byte("failover-test-secret-0123"), Owner: "payments",
@@ -176,6 +185,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "a daemon leader", func() bool { _, ok := leaderTerm(); return ok })
 	termBefore, _ := leaderTerm()
+	phase("world and two daemons started, a leader elected")
 
 	// Traffic: ~8 payments a second, each a logical payment with its own key sent through
 	// idemclient (retries with the same key); some sent three times at once, some crashing
@@ -224,22 +234,28 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			body, _ := json.Marshal(map[string]any{"amount_minor": 100 * (1 + rng.IntN(500)), "currency": "CNY",
 				"merchant_order_no": p.key, "payee": payee, "description": "failover test"})
 			mu.Lock()
+			// Before the kill only (killedAt is stored under mu): a crash between the charge and
+			// the local commit, recovered across the failover (by the client's retries or the
+			// daemon).
+			p.crashed = scenario == 1 && killedAt.Load() == 0
 			payments = append(payments, p)
 			mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				h := http.Header{"Authorization": {"Bearer " + w.APIKey(p.tenant)}, "Content-Type": {"application/json"}}
-				if scenario == 1 && killedAt.Load() == 0 {
-					// Before the kill only: a crash between the charge and the local commit,
-					// recovered across the failover (by the client's retries or the daemon).
-					mu.Lock()
-					p.crashed = true
-					mu.Unlock()
+				if p.crashed {
 					crash := h.Clone()
 					crash.Set("X-Demo-Crash", "after-charge")
 					cl := &idemclient.Client{HTTP: client.HTTP, MaxAttempts: 1}
-					_, _ = cl.Do(context.Background(), "POST", w.APIURL+"/v1/payments", p.key, crash, body)
+					r, _ := cl.Do(context.Background(), "POST", w.APIURL+"/v1/payments", p.key, crash, body)
+					mu.Lock()
+					p.crashDone = true
+					if r != nil {
+						p.crashAnswered = time.Now()
+					}
+					mu.Unlock()
+					answers.Notify()
 				}
 				copies := 1
 				if scenario == 2 || scenario == 3 {
@@ -312,6 +328,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 
 	// Traffic on the healthy pair: payments completed before the kill (about 4 s of traffic).
 	awaitSignal(t, &answers, 60*time.Second, "24 payments completed before the kill", completedFrom(0, 24))
+	phase("24 payments completed on the healthy pair")
 	primary, err := set.Primary(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -325,11 +342,14 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	if syncNames == "" || (syncState != "quorum" && syncState != "sync") {
 		t.Fatalf("replication is not synchronous before the kill: synchronous_standby_names %q, standby %q", syncNames, syncState)
 	}
-	killedAt.Store(time.Now().UnixNano())
+	mu.Lock()
+	killedAt.Store(time.Now().UnixNano()) // under mu: no payment sent after this one crashes
+	mu.Unlock()
 	if err := set.Kill(primary); err != nil {
 		t.Fatal(err)
 	}
 	downAt.Store(time.Now().UnixNano())
+	phase("primary killed")
 	pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	promoted, err := set.WaitPromoted(pctx, primary)
 	cancel()
@@ -337,7 +357,55 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	promotedAfter := time.Since(time.Unix(0, killedAt.Load()))
+	phase("standby promoted")
 	awaitSignal(t, &probed, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
+	phase("claims served again")
+
+	// The attempts crashed on purpose before the kill hold leases nobody renews: in production
+	// they run out one lease TTL after the crash, and the daemon (or the key's next retry) takes
+	// the key over and asks downstream. Leases are judged by the database's now(), which no test
+	// clock moves; waiting the ~25 s of wall time left on them proved nothing but the wait, so
+	// each crashed attempt's lease is moved one TTL back — its clock advanced, the state it
+	// reaches by itself. Only a lease granted before its crash request was answered is moved:
+	// that is the crashed attempt's, whose handler has returned (the key's retries start after
+	// the answer). Every other key keeps its full 30 s lease, so a key cut by the failover that
+	// its holder does not re-read still waits its lease out and is caught taken over below.
+	// A crash request whose client gave up first keeps its lease and is waited out.
+	awaitSignal(t, &answers, 30*time.Second, "every crash request over", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range payments {
+			if p.crashed && !p.crashDone {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	var crashed []*payment
+	for _, p := range payments {
+		if p.crashed && !p.crashAnswered.IsZero() {
+			crashed = append(crashed, p)
+		}
+	}
+	mu.Unlock()
+	var aged int64
+	waitFor(t, 10*time.Second, "the crashed attempts' leases moved back", func() bool {
+		aged = 0
+		return db.Transaction(func(tx *gorm.DB) error {
+			for _, p := range crashed {
+				res := tx.Exec(`UPDATE idempotency_keys SET lease_expires_at = lease_expires_at - ? * interval '1 millisecond'
+					WHERE tenant = ? AND key = ? AND state = 'processing' AND lease_expires_at < ?`,
+					leaseTTL.Milliseconds(), p.tenant, p.key, p.crashAnswered.Add(leaseTTL))
+				if res.Error != nil {
+					return res.Error
+				}
+				aged += res.RowsAffected
+			}
+			return nil
+		}) == nil
+	})
+	phase(fmt.Sprintf("the leases of %d crashed attempts (of %d crashed keys) moved one TTL back", aged, len(crashed)))
 	// Traffic on the new primary: payments sent after claims were served again, completed
 	// (about 2 s of traffic).
 	mu.Lock()
@@ -347,6 +415,7 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	stopTraffic()
 	stopProbe()
 	<-probeDone
+	phase("16 payments completed on the new primary; traffic stopped")
 
 	// Every client gets its final answer (bounded by its retries).
 	clientsDone := make(chan struct{})
@@ -356,16 +425,20 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	case <-time.After(90 * time.Second):
 		t.Fatal("clients still waiting for answers 90 s after the traffic stopped")
 	}
-	// Keys left processing (crashed attempts) are recovered by the daemon.
+	phase("every client has its final answer")
+	// Keys left processing (crashed attempts, their leases run out) are recovered by the daemon
+	// or their retries.
 	waitFor(t, 2*leaseTTL, "no key left processing", func() bool {
 		var n int64
 		return db.Raw(`SELECT count(*) FROM idempotency_keys WHERE state = 'processing' AND tenant <> 'probe'`).
 			Scan(&n).Error == nil && n == 0
 	})
+	phase("no key left processing")
 	waitFor(t, 10*time.Second, "a daemon leader in a new term", func() bool {
 		term, ok := leaderTerm()
 		return ok && term > termBefore
 	})
+	phase("a daemon leader in a new term")
 
 	// The verdict.
 	type row struct {
@@ -402,13 +475,20 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 			problems = append(problems, fmt.Sprintf("%s: %d charge calls reached paysim", p.key, calls))
 		}
 		r, ok := byKey[p.tenant+"|"+p.key]
-		if ok && r.TakenOver && !p.crashed {
-			takenOver++ // an attempt cut by the failover that waited out its lease instead of re-reading
+		history := func() string {
 			var evs []string
 			db.Raw(`SELECT e.kind || '/' || e.actor || '@' || to_char(e.at, 'HH24:MI:SS.MS') FROM key_history e
 				JOIN idempotency_keys k ON k.id = e.key_id WHERE k.tenant = ? AND k.key = ? ORDER BY e.id`, p.tenant, p.key).Scan(&evs)
+			return strings.Join(evs, " ")
+		}
+		if ok && r.TakenOver && !p.crashed {
+			takenOver++ // an attempt cut by the failover that waited out its lease instead of re-reading
 			problems = append(problems, fmt.Sprintf("%s taken over (kill at %s): %s", p.key,
-				time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"), strings.Join(evs, " ")))
+				time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"), history()))
+		}
+		if p.crashed {
+			t.Logf("crashed on purpose, kill at %s: %s ends %s: %s", time.Unix(0, killedAt.Load()).UTC().Format("15:04:05.000"),
+				p.key, r.State, history())
 		}
 		if p.status == http.StatusCreated {
 			completed++
@@ -452,6 +532,20 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		t.Errorf("claims back after %s, want within one lease TTL (%s)", back, leaseTTL)
 	}
 	fmt.Printf("failover: %d keys, %d double charges, %d lost, claims back after %.1f s\n", len(payments), doubles, lost, back.Seconds())
+	phase("verdict")
+}
+
+// timeline logs each phase of a test with the time since the start and since the phase before, so
+// a -v run shows where the wall time goes; the set's shutdown, the defers' work, is logged too.
+func timeline(t *testing.T) func(what string) {
+	start := time.Now()
+	last := start
+	t.Cleanup(func() { t.Logf("%6.1f s (+%4.1f s) stopped", time.Since(start).Seconds(), time.Since(last).Seconds()) })
+	return func(what string) {
+		now := time.Now()
+		t.Logf("%6.1f s (+%4.1f s) %s", now.Sub(start).Seconds(), now.Sub(last).Seconds(), what)
+		last = now
+	}
 }
 
 // awaitSignal waits until cond holds, checking it again at each Notify of c; it fails t after
