@@ -361,6 +361,12 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	awaitSignal(t, &probed, leaseTTL, "claims served again", func() bool { return claimsBack.Load() != 0 })
 	phase("claims served again")
 
+	// Traffic on the new primary: payments sent after claims were served again, completed
+	// (about 2 s of traffic, awaited below once the crashed attempts are let go).
+	mu.Lock()
+	sentAfter := len(payments)
+	mu.Unlock()
+
 	// The attempts crashed on purpose before the kill hold leases nobody renews: in production
 	// they run out one lease TTL after the crash, and the daemon (or the key's next retry) takes
 	// the key over and asks downstream. Leases are judged by the database's now(), which no test
@@ -406,11 +412,6 @@ func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 		}) == nil
 	})
 	phase(fmt.Sprintf("the leases of %d crashed attempts (of %d crashed keys) moved one TTL back", aged, len(crashed)))
-	// Traffic on the new primary: payments sent after claims were served again, completed
-	// (about 2 s of traffic).
-	mu.Lock()
-	sentAfter := len(payments)
-	mu.Unlock()
 	awaitSignal(t, &answers, 60*time.Second, "16 payments sent after the failover completed", completedFrom(sentAfter, 16))
 	stopTraffic()
 	stopProbe()
