@@ -83,7 +83,9 @@ type payment struct {
 // set; the primary is killed (-9, keeper and postgres); the monitor promotes the synchronous
 // standby. Then: no payment charged twice or executed twice at paysim, no key a client saw
 // completed is lost, every key ends completed or failed (replayable), a daemon leader is
-// re-elected in a new term, and claims are served again within one lease TTL.
+// re-elected in a new term, and claims are served again within one lease TTL. The attempts
+// crashed on purpose before the kill are let go once claims are served again, their leases moved
+// one TTL back, rather than waited out in wall time (see there); -v prints the phases' timeline.
 func TestFailover_KillThePrimaryUnderTraffic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL HA set")
