@@ -99,7 +99,7 @@ func (s *Server) previewFindingsBulk(ctx context.Context, op *access.Operator, i
 			upTo[in2[i].name] = c.UpTo
 		}
 	}
-	p.Sample, _ = mergeFindings(names, samples, nil, bulkSampleShown)
+	p.Sample, _ = mergeNewest(names, samples, nil, bulkSampleShown, 0, newerFinding, findingID)
 	if p.Sample == nil {
 		p.Sample = []reconcile.Finding{}
 	}

@@ -74,16 +74,17 @@ func newerFinding(a, b *reconcile.Finding) bool {
 	return a.ID > b.ID
 }
 
-// mergeFindings merges the cells' pages of findings (mergeNewest by newerFinding).
-func mergeFindings(names []string, pages [][]reconcile.Finding, pos cellsPos, limit int) ([]reconcile.Finding, cellsPos) {
-	return mergeNewest(names, pages, pos, limit, newerFinding, func(f *reconcile.Finding) int64 { return f.ID })
-}
+// findingID is a finding's id: a cell's position in a listing of findings.
+func findingID(f *reconcile.Finding) int64 { return f.ID }
 
 // mergeNewest merges the cells' pages (each newest first, as the cell lists them — by id —, up to
-// limit+1 rows read after pos) into the first limit rows by newer, each cell's rows in their own
+// asked rows read after pos) into the first limit rows by newer, each cell's rows in their own
 // order, and the position after them (nil: no cell has a row left); id is a row's id, which a
-// cell's position is.
-func mergeNewest[T any](names []string, pages [][]T, pos cellsPos, limit int, newer func(a, b *T) bool, id func(*T) int64) ([]T, cellsPos) {
+// cell's position is. A cell asked for more than limit rows that has one left shows there is a
+// next page; a cell asked for no more than limit (its store lists no more at once) whose page
+// came back full and was taken whole may have more, so it names a next page too (asked 0: not
+// a page of a listing).
+func mergeNewest[T any](names []string, pages [][]T, pos cellsPos, limit, asked int, newer func(a, b *T) bool, id func(*T) int64) ([]T, cellsPos) {
 	at := make([]int, len(pages)) // the next row of each page
 	var out []T
 	for len(out) < limit {
@@ -105,7 +106,7 @@ func mergeNewest[T any](names []string, pages [][]T, pos cellsPos, limit int, ne
 		next[name] = id
 	}
 	for i, p := range pages {
-		more = more || at[i] < len(p)
+		more = more || at[i] < len(p) || asked > 0 && asked <= limit && len(p) == asked
 		if at[i] > 0 {
 			next[names[i]] = id(&p[at[i]-1])
 		}
@@ -202,13 +203,13 @@ func parseCursor(before string) (cellsPos, int64, error) {
 	return nil, id, err
 }
 
-// pageAcrossCells reads one page of a list every cell keeps newest first by id (findings aside:
-// their filters go with them): from before ("" for the newest, one id, or a position in every
-// cell), shown rows, and the cursor of the next page ("" none). list reads up to limit rows of
-// cell c below id beforeID (0: from the newest), most at once. With one database: list as it is,
-// read rows, the next page named when the read came back full — a page reads one more than it
-// shows, an API as many. Across cells: every cell's next shown+1 (so at most most-1 shown)
-// merged by newer (mergeNewest).
+// pageAcrossCells reads one page of a list every cell keeps newest first by id: from before (""
+// for the newest, one id, or a position in every cell), shown rows, and the cursor of the next
+// page ("" none). list reads up to limit rows of cell c below id beforeID (0: from the newest),
+// its store most at once. With one database: list as it is, read rows (at most most), the next
+// page named when the read came back full — a page reads one more than it shows, an API as many.
+// Across cells: every cell's next shown+1 (most, when shown is most) merged by newer
+// (mergeNewest): a page shows as many rows across cells as with one database.
 func pageAcrossCells[T any](ctx context.Context, cs *cellSet, before string, read, shown, most int,
 	list func(ctx context.Context, c scopedCell, beforeID int64, limit int) ([]T, error),
 	newer func(a, b *T) bool, id func(*T) int64) ([]T, string, error) {
@@ -218,6 +219,7 @@ func pageAcrossCells[T any](ctx context.Context, cs *cellSet, before string, rea
 	}
 	in := cs.everywhere()
 	if cs.cells == nil {
+		read = min(read, most)
 		rows, err := list(ctx, in[0], beforeID, read)
 		if err != nil || len(rows) == 0 || len(rows) < read {
 			return rows, "", err
@@ -225,13 +227,13 @@ func pageAcrossCells[T any](ctx context.Context, cs *cellSet, before string, rea
 		rows = rows[:min(len(rows), shown)]
 		return rows, strconv.FormatInt(id(&rows[len(rows)-1]), 10), nil
 	}
-	shown = min(shown, most-1)
+	asked := min(shown+1, most)
 	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]T, error) {
 		from := beforeID
 		if p, ok := pos[c.name]; ok {
 			from = p
 		}
-		return list(ctx, c, from, shown+1)
+		return list(ctx, c, from, asked)
 	})
 	if err != nil {
 		return nil, "", err
@@ -240,7 +242,7 @@ func pageAcrossCells[T any](ctx context.Context, cs *cellSet, before string, rea
 	for i, c := range in {
 		names[i] = c.name
 	}
-	rows, after := mergeNewest(names, pages, pos, shown, newer, id)
+	rows, after := mergeNewest(names, pages, pos, shown, asked, newer, id)
 	if after == nil {
 		return rows, "", nil
 	}

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/idemops/idemops/access"
@@ -73,47 +72,24 @@ func (s *Server) visibleTo(ctx context.Context, op *access.Operator, f reconcile
 // listFindings returns up to f.Limit findings op may see, and the cursor of the next page (""
 // none): before is the page's cursor as given (one id, or a position in every cell; see
 // findings_cells.go), already checked by parseFindingFilter, which put one id in f.BeforeID.
-// Every cell is asked at once and their lists merged; with one cell, its list.
+// Every cell is asked at once and their lists merged (pageAcrossCells); with one cell, its list.
 func (s *Server) listFindings(ctx context.Context, op *access.Operator, f reconcile.FindingFilter, before string) ([]reconcile.Finding, string, error) {
 	f, err := s.visibleTo(ctx, op, f)
 	if err != nil {
 		return nil, "", err
 	}
-	want := f.Limit
-	f.Limit = want + 1
-	var pos cellsPos
-	if isCellsCursor(before) {
-		if pos, err = parseCellsPos(before); err != nil {
-			return nil, "", err
-		}
+	if !isCellsCursor(before) {
+		before = "" // f.BeforeID holds it (FindingsFor: with no cursor)
 	}
-	in := s.cells.everywhere()
-	pages, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) ([]reconcile.Finding, error) {
-		f := f
-		if id, ok := pos[c.name]; ok {
-			f.BeforeID = id
-		}
-		return c.recon.ListFindings(ctx, f)
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	if len(pages) == 1 {
-		rows := pages[0]
-		if len(rows) > want {
-			return rows[:want], strconv.FormatInt(rows[want-1].ID, 10), nil
-		}
-		return rows, "", nil
-	}
-	names := make([]string, len(in))
-	for i, c := range in {
-		names[i] = c.name
-	}
-	rows, next := mergeFindings(names, pages, pos, want)
-	if next == nil {
-		return rows, "", nil
-	}
-	return rows, next.String(), nil
+	return pageAcrossCells(ctx, s.cells, before, f.Limit+1, f.Limit, reconcile.MaxFindingsListed,
+		func(ctx context.Context, c scopedCell, beforeID int64, limit int) ([]reconcile.Finding, error) {
+			f := f
+			if beforeID != 0 {
+				f.BeforeID = beforeID
+			}
+			f.Limit = limit
+			return c.recon.ListFindings(ctx, f)
+		}, newerFinding, findingID)
 }
 
 // getFinding reads one finding op may see, in the cell that has it; one of a tenant op may not

@@ -123,7 +123,7 @@ type FindingFilter struct {
 	BeforeID int64
 	// billFrom keeps the groups of a bill date from it on (GroupFindings' window).
 	billFrom string
-	Limit    int // default 100, at most 1000
+	Limit    int // default 100, at most MaxFindingsListed
 }
 
 // Visibility is what an operator may see of the findings, as the console's scope decision
@@ -144,12 +144,15 @@ func (f FindingFilter) Simple() bool {
 		f.UpTo == 0 && f.IDs == nil
 }
 
+// MaxFindingsListed bounds a page of ListFindings.
+const MaxFindingsListed = 1000
+
 // ListFindings lists findings matching f, newest first. Errors: ErrInvalid (a filter value).
 func (r *Reconciler) ListFindings(ctx context.Context, f FindingFilter) ([]Finding, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	f.Limit = min(f.Limit, 1000)
+	f.Limit = min(f.Limit, MaxFindingsListed)
 	where, args, err := findingWhere(f)
 	if err != nil {
 		return nil, err
