@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -184,5 +185,53 @@ func TestCells_ReconRunsListEveryCellsRuns(t *testing.T) {
 	mustContain(t, "runs page with cell b down", got.Body, `id="cells-left-out"`, fmt.Sprintf(`href="/reconcile/runs/%d"`, control))
 	if got := root.api("/api/v1/reconcile/runs", tok); got.Status == 200 {
 		t.Errorf("the runs API with cell b down: 200, want an error (an API answers whole or not at all)")
+	}
+}
+
+// TestCells_AReconJobPageNestsItsRunsParts: a recon job's page lists its recent runs as the runs
+// list does — a run with its cells' parts under it, each naming its cell, the way to each cell's
+// findings — and, with a cell down, the runs of the cells that answer, naming the one left out.
+func TestCells_AReconJobPageNestsItsRunsParts(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	root := b.signIn("root")
+	b.setChannel("stripe", "acme", "globex")
+	job := url.Values{"name": {"nightly"}, "channel": {"stripe"}, "format": {"stripe"}, "source": {"/data/{date}.csv"},
+		"cron_spec": {"30 5 * * *"}, "time_zone": {"UTC"}, "enabled": {"1"}, "operations": {"payment.charge"}}
+	if got := root.post("/reconcile/jobs", job, true); got.Status != 303 {
+		t.Fatalf("create the job: %d %s", got.Status, truncate(got.Body, 300))
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	older := b.reconRunAt(b.db, t0, 0)
+	control := b.reconRunAt(b.db, t0.Add(time.Minute), 0)
+	b.exec(`UPDATE recon_runs SET job_id = (SELECT id FROM recon_jobs WHERE name = 'nightly') WHERE id IN (?, ?)`, older, control)
+	partA := b.reconRunAt(b.db, t0.Add(time.Minute+time.Second), control)
+	partB := b.reconRunAt(b.cb, t0.Add(time.Minute+time.Second), control)
+
+	link := regexp.MustCompile(`href="/reconcile/runs/(\d+)"`)
+	listed := func(body string) []int64 {
+		var ids []int64
+		for _, m := range link.FindAllStringSubmatch(body, -1) {
+			id, _ := strconv.ParseInt(m[1], 10, 64)
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	got := root.get("/reconcile/jobs/nightly")
+	if ids := listed(got.Body); got.Status != 200 || !slices.Equal(ids, []int64{control, partA, partB, older}) {
+		t.Errorf("the job's page: %d, runs %v, want run %d, its parts %d (a) and %d (b) under it, then %d", got.Status, ids,
+			control, partA, partB, older)
+	}
+	mustContain(t, "the job's page", got.Body, `<span class="badge cell">b</span>`,
+		fmt.Sprintf(`href="/reconcile/findings?run=%d&amp;kind=AMOUNT_MISMATCH"`, partB))
+
+	b.closeCellB()
+	got = root.get("/reconcile/jobs/nightly")
+	if ids := listed(got.Body); got.Status != 200 || !slices.Equal(ids, []int64{control, partA, older}) {
+		t.Errorf("the job's page with cell b down: %d, runs %v, want %d with cell a's part %d, then %d", got.Status, ids, control, partA, older)
+	}
+	mustContain(t, "the job's page with cell b down", got.Body, `id="cells-left-out"`)
+	if i := strings.Index(got.Body, `id="cells-left-out"`); i >= 0 && !strings.Contains(got.Body[i:min(len(got.Body), i+300)], "cell b") {
+		t.Errorf("the job's page: the warning does not name cell b: %s", got.Body[i:min(len(got.Body), i+300)])
 	}
 }

@@ -168,6 +168,7 @@ var findingNotices = map[string]string{
 
 const (
 	reconRunsShown     = 30
+	jobReconRunsShown  = 10 // a recon job's page: its recent runs
 	findingsShown      = 50
 	nextRunsShown      = 5
 	uploadTimeout      = 15 * time.Minute

@@ -106,24 +106,21 @@ func (s *Server) reconJobView(ctx context.Context, r *request, name string) (tem
 	v := templates.ReconJobView{Job: jobRow(*j, time.Now(), r.op), Form: jobForm(*j, r.op), Formats: reconcile.Formats(),
 		CanEdit: r.op.Role >= access.RoleAdmin, CanRun: r.op.Role >= access.RoleOperator}
 	v.NextRuns = nextRuns(ctx, j.CronSpec, j.TimeZone)
-	runs, err := s.recon.ListRuns(ctx, reconcile.RunFilter{Job: j.Name, Limit: 10})
-	if err != nil {
-		return v, err
-	}
-	if runs, err = s.visibleRuns(ctx, r.op, runs); err != nil {
-		return v, err
-	}
 	kinds, err := s.recon.ChannelKinds(ctx, []string{j.Channel})
 	if err != nil {
 		return v, err
 	}
 	v.Job.ChannelKind = kinds[j.Channel]
-	for _, run := range runs {
-		row := runRow(run)
-		row.ChannelKind = kinds[row.Channel]
-		v.Runs = append(v.Runs, row)
+	// The job's recent runs as the runs list shows them: across cells, each with its cells'
+	// parts under it; a cell failing over is left out and named.
+	runsCtx, missed := s.leaveOutFailedCells(ctx)
+	runs, _, err := s.listReconRuns(runsCtx, r.op, reconcile.RunFilter{Job: j.Name, Limit: jobReconRunsShown}, "", jobReconRunsShown)
+	if err != nil {
+		return v, err
 	}
-	return v, nil
+	v.Unavailable = missed.list()
+	v.Runs, err = s.runRows(ctx, runs)
+	return v, err
 }
 
 type apiReconJob struct {

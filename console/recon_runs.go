@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -74,7 +75,18 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 	if next != "" {
 		v.NextURL = "/reconcile/runs?before=" + next
 	}
+	if v.Rows, err = s.runRows(ctx, runs); err != nil {
+		return err
+	}
+	s.render(c, http.StatusOK, templates.ReconRunsPage(chrome(r, "reconcile"), v))
+	return nil
+}
+
+// runRows are runs (listReconRuns') as a list of runs shows them: a run of a cell that is not the
+// control cell names it, a control run's parts are under it, each naming its cell.
+func (s *Server) runRows(ctx context.Context, runs []listedRun) ([]templates.ReconRunRow, error) {
 	control := s.controlName()
+	var rows []templates.ReconRunRow
 	var channels []string
 	for _, run := range runs {
 		row := runRow(run.Run)
@@ -86,21 +98,20 @@ func (s *Server) reconRunsPage(c *gin.Context, r *request) error {
 			part.Cell = p.Cell
 			row.Parts = append(row.Parts, part)
 		}
-		v.Rows = append(v.Rows, row)
+		rows = append(rows, row)
 		channels = append(channels, run.Channel)
 	}
 	kinds, err := s.recon.ChannelKinds(ctx, channels)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i := range v.Rows {
-		v.Rows[i].ChannelKind = kinds[v.Rows[i].Channel]
-		for j := range v.Rows[i].Parts {
-			v.Rows[i].Parts[j].ChannelKind = v.Rows[i].ChannelKind
+	for i := range rows {
+		rows[i].ChannelKind = kinds[rows[i].Channel]
+		for j := range rows[i].Parts {
+			rows[i].Parts[j].ChannelKind = rows[i].ChannelKind
 		}
 	}
-	s.render(c, http.StatusOK, templates.ReconRunsPage(chrome(r, "reconcile"), v))
-	return nil
+	return rows, nil
 }
 
 // runParam reads the run named by the route's {id}: the page and the API read a run alike.

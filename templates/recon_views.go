@@ -63,14 +63,16 @@ type ReconView struct {
 
 // ReconJobView is one job's page (its edit form for administrators).
 type ReconJobView struct {
-	Job      ReconJobRow
-	Form     ReconJobForm
-	NextRuns NextRunsView
-	Formats  []string
-	CanEdit  bool
-	CanRun   bool
-	Notice   string
-	Runs     []ReconRunRow
+	// Unavailable are the tenant cells that did not answer: their runs are left out.
+	Unavailable []string
+	Job         ReconJobRow
+	Form        ReconJobForm
+	NextRuns    NextRunsView
+	Formats     []string
+	CanEdit     bool
+	CanRun      bool
+	Notice      string
+	Runs        []ReconRunRow
 }
 
 // KindCount is a number of findings of one kind.
