@@ -4,6 +4,12 @@
 // their own. A variable already set is passed through and nothing is started for it.
 //
 //	go run ./cmd/withpg -- go test ./...
+//	go run ./cmd/withpg --shared-buffers 4GB -- go test -bench . ./...
+//
+// The cluster's shared_buffers is 256MB unless --shared-buffers says otherwise: `make bench` asks
+// for 4GB so that its million-key databases stay in memory. Tests' databases are small, and a
+// large pool costs every CREATE and DROP DATABASE and checkpoint a scan of all its buffers (a
+// whole `make test` phase 1 spent ~9% more PostgreSQL CPU with 4GB).
 package main
 
 import (
@@ -13,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -22,12 +29,24 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	sharedBuffers := "256MB"
+	if len(args) > 0 && (args[0] == "--shared-buffers" || strings.HasPrefix(args[0], "--shared-buffers=")) {
+		if v, ok := strings.CutPrefix(args[0], "--shared-buffers="); ok {
+			sharedBuffers, args = v, args[1:]
+		} else if len(args) > 1 {
+			sharedBuffers, args = args[1], args[2:]
+		} else {
+			usage("--shared-buffers needs a size, e.g. 4GB")
+		}
+		if !validSize(sharedBuffers) {
+			usage(fmt.Sprintf("--shared-buffers %q: want a size such as 256MB or 4GB", sharedBuffers))
+		}
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(os.Stderr, "usage: withpg -- COMMAND [ARGS...]  (runs COMMAND with DATABASE_URL set to a private PostgreSQL and AMQP_URL to a private RabbitMQ)")
-		os.Exit(2)
+		usage("")
 	}
 	var (
 		wg      sync.WaitGroup
@@ -50,9 +69,7 @@ func main() {
 				return
 			}
 			c, err := pglocal.Start(context.Background(), pglocal.Options{DataDir: dir + "/data", Fast: true, MaxConnections: 400,
-				// Room for the benchmarks' million-key databases (two at a time) in shared memory; a
-				// test run's small databases never fill it.
-				SharedBuffers: "4GB"})
+				SharedBuffers: sharedBuffers})
 			if err != nil {
 				os.RemoveAll(dir)
 				fail(err)
@@ -123,4 +140,26 @@ func runCmd(args []string) int {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "withpg:", err)
 	os.Exit(1)
+}
+
+func usage(problem string) {
+	if problem != "" {
+		fmt.Fprintln(os.Stderr, "withpg: "+problem)
+	}
+	fmt.Fprintln(os.Stderr, "usage: withpg [--shared-buffers SIZE] -- COMMAND [ARGS...]  (runs COMMAND with DATABASE_URL set to a private PostgreSQL and AMQP_URL to a private RabbitMQ; SIZE is the cluster's shared_buffers, default 256MB)")
+	os.Exit(2)
+}
+
+// validSize: a PostgreSQL memory size, digits then kB, MB, GB or TB.
+func validSize(v string) bool {
+	n := strings.TrimRight(v, "kMGTB")
+	unit := v[len(n):]
+	if n == "" || strings.Trim(n, "0123456789") != "" {
+		return false
+	}
+	switch unit {
+	case "kB", "MB", "GB", "TB":
+		return true
+	}
+	return false
 }
