@@ -64,7 +64,7 @@ func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) 
 // (VmHWM, reset before it). At the full million lines it fails past the targets: 15 s and
 // 512 MiB.
 //
-//	IDEMOPS_BENCH_ROWS=20000 go run ./cmd/withpg -- go test ./reconcile -run '^$' -bench 'Reconcile1M$' -benchtime 1x
+//	IDEMOPS_BENCH_ROWS=20000 go run ./cmd/withpg --shared-buffers 4GB -- go test ./reconcile -run '^$' -bench 'Reconcile1M$' -benchtime 1x
 func BenchmarkReconcile1M(b *testing.B) {
 	rows := benchRowCount(b)
 	ctx := context.Background()
