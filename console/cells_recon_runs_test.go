@@ -235,3 +235,44 @@ func TestCells_AReconJobPageNestsItsRunsParts(t *testing.T) {
 		t.Errorf("the job's page: the warning does not name cell b: %s", got.Body[i:min(len(got.Body), i+300)])
 	}
 }
+
+// TestCells_AControlRunsFindingsAreItsPartsInEveryCell: a control cell's run stands for its cells'
+// parts — its counts are theirs, summed — so its findings links (the run's page's "Findings of
+// this run", a kind's count on its row) lead to the findings of its parts in every cell, and no
+// other run's; with one database a run's findings are its own (runs have no parts there).
+func TestCells_AControlRunsFindingsAreItsPartsInEveryCell(t *testing.T) {
+	b := setupCells(t)
+	b.addOperator("root", access.RoleAdmin, "*")
+	root, tok := b.signIn("root"), b.token("root")
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	control := b.reconRunAt(b.db, t0, 0)
+	partA := b.reconRunAt(b.db, t0.Add(time.Second), control)
+	partB := b.reconRunAt(b.cb, t0.Add(time.Second), control)
+	other := b.reconRunAt(b.cb, t0.Add(time.Minute), 0)
+	b.findingIn(b.db, partA, "AMOUNT_MISMATCH", "a-1", nil)
+	b.findingIn(b.cb, partB, "AMOUNT_MISMATCH", "b-1", nil)
+	b.findingIn(b.db, partA, "CHANNEL_ONLY", "a-2", nil)
+	otherF := b.findingIn(b.cb, other, "AMOUNT_MISMATCH", "other", nil)
+	want := slices.DeleteFunc(b.newestFirst("discrepancies", func(*string) bool { return true }), func(id int64) bool { return id == otherF })
+
+	got, _ := b.walkFindings(root, tok, fmt.Sprintf("run=%d", control), 50)
+	if !slices.Equal(got, want) {
+		t.Errorf("findings of control run %d: %v, want its parts' %v", control, got, want)
+	}
+	page := root.get(fmt.Sprintf("/reconcile/runs/%d", control))
+	mustContain(t, "the control run's page", page.Body, fmt.Sprintf(`href="/reconcile/findings?run=%d"`, control))
+	list := root.get(fmt.Sprintf("/reconcile/findings?run=%d", control))
+	for _, id := range want {
+		mustContain(t, "the control run's findings", list.Body, fmt.Sprintf("finding-%d", id))
+	}
+	mustNotContain(t, "the control run's findings", list.Body, fmt.Sprintf("finding-%d\"", otherF))
+	// A kind's count on the control run's row: its parts' findings of that kind in both cells.
+	byKind, _ := b.walkFindings(root, tok, fmt.Sprintf("run=%d&kind=AMOUNT_MISMATCH", control), 50)
+	if len(byKind) != 2 {
+		t.Errorf("AMOUNT_MISMATCH findings of control run %d: %v, want one in each cell", control, byKind)
+	}
+	// A part's own findings are its own.
+	if got, _ := b.walkFindings(root, tok, fmt.Sprintf("run=%d", partB), 50); len(got) != 1 || got[0] < 1<<40 {
+		t.Errorf("findings of part %d: %v, want its one finding in cell b", partB, got)
+	}
+}

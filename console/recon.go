@@ -62,10 +62,14 @@ func (s *Server) findingVisibility(ctx context.Context, op *access.Operator) (*r
 	return v, nil
 }
 
-// visibleTo is f limited to what op may see.
+// visibleTo is f limited to what op may see, as every read of findings asks each cell. Across
+// cells a run's findings are also those of its parts: a control cell's run found nothing itself,
+// its cells' parts of it did (recon_runs_cells.go), so its counts' links and its page's
+// "Findings of this run" lead to them in every cell.
 func (s *Server) visibleTo(ctx context.Context, op *access.Operator, f reconcile.FindingFilter) (reconcile.FindingFilter, error) {
 	v, err := s.findingVisibility(ctx, op)
 	f.Visible = v
+	f.RunParts = s.cells.cells != nil
 	return f, err
 }
 

@@ -101,7 +101,10 @@ const findingColumns = `d.id, d.run_id, d.first_run_id, d.channel, to_char(d.bil
 
 // FindingFilter selects findings, newest first. Zero fields do not filter.
 type FindingFilter struct {
-	RunID    int64
+	RunID int64
+	// RunParts makes RunID also keep the findings of the runs that are a cell's part of it: in a
+	// deployment of cells a control cell's run finds nothing itself, its parts do.
+	RunParts bool
 	Kind     Kind
 	State    FindingState
 	Channel  string
@@ -438,7 +441,11 @@ func findingWhere(f FindingFilter) ([]string, []any, error) {
 	var where []string
 	var args []any
 	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
-	if f.RunID != 0 {
+	switch {
+	case f.RunID != 0 && f.RunParts: // the run and its parts: recon_runs_pkey and recon_runs_control_run_idx, then discrepancies_run_idx
+		where = append(where, "d.run_id IN (SELECT p.id FROM recon_runs p WHERE p.id = ? OR p.control_run_id = ?)")
+		args = append(args, f.RunID, f.RunID)
+	case f.RunID != 0:
 		add("d.run_id = ?", f.RunID)
 	}
 	if f.Kind != "" {
