@@ -16,7 +16,7 @@ import (
 // in English and in Chinese: the page opens grouped and a group opens in place onto its rows; a
 // bulk ignore of every open finding is previewed, started and watched to done (the daemon's
 // job); the export downloads; a closed finding is reopened; a refused resolve comes back with
-// the note as typed and the reason's error. Screenshots: screenshots/findings-*-<lang>.png.
+// the note as typed and the reason's error. Screenshots (screenshotDir): findings-*-<lang>.png.
 func TestBrowser_FindingsAFinanceTeamCanWork(t *testing.T) {
 	t.Parallel()
 	br := newBrowserFor(t, 150*time.Second)

@@ -13,7 +13,7 @@ import (
 // TestBrowserPhoneWidth opens the main pages at 390 px with touch (a phone) and checks that the
 // page never scrolls sideways (document.documentElement.scrollWidth ≤ the viewport width), that
 // the navigation folds into a menu that opens without script, and that controls are at least
-// 44 px tall. Screenshots go to screenshots/phone-*.png.
+// 44 px tall. Screenshots (screenshotDir): phone-*.png.
 func TestBrowserPhoneWidth(t *testing.T) {
 	t.Parallel() // its own browser and console: it runs beside the other browser walks
 	br := newBrowser(t)

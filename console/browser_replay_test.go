@@ -16,7 +16,7 @@ import (
 // browseReplaysAndJobs drives the replay flow and the jobs page in headless Chromium: a
 // preview that finds the charge downstream and its confirmation, a stale confirmation refused,
 // a four-eyes request approved by a second operator, a bulk replay with live progress, and the
-// jobs page running a job with live progress. Screenshots go to screenshots/.
+// jobs page running a job with live progress. Screenshots: see screenshotDir.
 func browseReplaysAndJobs(t *testing.T, br *browser) {
 	// The quarantine outlasts the 5 s a confirm waits for its replay (replayAnswerWait), so the
 	// approved request's page shows it waiting; the default 30 s would only make the bulk run's
