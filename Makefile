@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: prereqs run test test-race test-failover test-cells bench vet fmt generate check build chaos
+.PHONY: prereqs run test screenshots test-race test-failover test-cells bench vet fmt generate check build chaos
 
 ## prereqs: check the system packages idemops uses (PostgreSQL, RabbitMQ, pg_auto_failover,
 ## pgbouncer, Chromium, npm, promtool); as root with apt-get, install the missing ones
@@ -43,6 +43,12 @@ chaos: prereqs
 ## browsertest.Slot)
 test: prereqs
 	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m $$($(GO) list $(PKGS) | grep -v /chaos/failover$$) && $(GO) test -count=1 -timeout 8m ./chaos/failover/'
+
+## screenshots: the console's browser walks with their screenshots (every page they check, both
+## languages, 1400/1024/390 px, and axe-results.json) saved to screenshots/ (git-ignored);
+## `make test` runs the same checks without them (docs/CONSOLE.md, Tests)
+screenshots: prereqs
+	IDEMOPS_SCREENSHOTS=screenshots $(GO) run ./cmd/withpg -- $(GO) test -count=1 -run 'TestBrowser' ./console/
 
 ## test-failover: only the HA failover test, verbose, so its "failover: …" line shows
 test-failover: prereqs
