@@ -150,6 +150,16 @@ func (s *Set) Cells() []*Cell {
 	return out
 }
 
+// Stores are the open cells' claim stores by cell name: what grpcidem.HealthConfig.Cells
+// reports on, one health status per cell.
+func (s *Set) Stores() map[string]*claim.Store {
+	out := map[string]*claim.Store{}
+	for _, c := range s.Cells() {
+		out[c.Name] = c.Store
+	}
+	return out
+}
+
 // Map is the map the set routes by now.
 func (s *Set) Map() *Map {
 	s.mu.RLock()

@@ -62,6 +62,9 @@ type WorldConfig struct {
 	// events handed back. DB and Store remain the default cell's: retention policies, and the
 	// orders the channel's callbacks look in first.
 	Stores func(tenant string) (*claim.Store, error)
+	// Cells, with Stores, are every cell's store by name (cells.Set.Stores): the gRPC server's
+	// health reports each cell ("cell/NAME") and stays SERVING while any cell answers.
+	Cells func() map[string]*claim.Store
 	// NoServe builds the operations and outbox senders only — no HTTP or gRPC server, no
 	// consumers — for a daemon or console in a process of its own (the chaos run).
 	NoServe bool
@@ -203,14 +206,14 @@ func StartWorld(ctx context.Context, cfg WorldConfig) (*World, error) {
 	if sim != nil {
 		sim.SetNotifyURL(w.APIURL + CallbackPath)
 	}
-	if w.GRPCAddr, err = w.serveGRPC(cfg.GRPCAddr, svc); err != nil {
+	if w.GRPCAddr, err = w.serveGRPC(cfg.GRPCAddr, svc, cfg.Cells); err != nil {
 		w.Close()
 		return nil, err
 	}
 	return w, nil
 }
 
-func (w *World) serveGRPC(addr string, svc *Service) (string, error) {
+func (w *World) serveGRPC(addr string, svc *Service, cells func() map[string]*claim.Store) (string, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
@@ -223,8 +226,9 @@ func (w *World) serveGRPC(addr string, svc *Service) (string, error) {
 		return "", &ListenError{Server: ServerGRPC, Addr: addr, Err: err}
 	}
 	w.grpcServer = srv
-	// Reflection and grpc.health.v1, health following the store: grpcurl and load balancers.
-	w.stopHealth = grpcidem.ServeOperations(srv, svc.store, grpcidem.HealthConfig{})
+	// Reflection and grpc.health.v1, health following the store (each cell's, with cells):
+	// grpcurl and load balancers.
+	w.stopHealth = grpcidem.ServeOperations(srv, svc.store, grpcidem.HealthConfig{Cells: cells})
 	go func() { _ = srv.Serve(l) }() // returns when Close stops the server
 	return l.Addr().String(), nil
 }

@@ -154,8 +154,9 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool)
 	}
 	var store *claim.Store
 	var stores func(string) (*claim.Store, error)
+	var cellStores func() map[string]*claim.Store
 	if set != nil {
-		store, stores = set.Control().Store, set.StoreFor
+		store, stores, cellStores = set.Control().Store, set.StoreFor, set.Stores
 	} else if store, err = claim.NewStore(d.DB, ccfg); err != nil {
 		d.Close()
 		return nil, nil, nil, err
@@ -167,7 +168,7 @@ func chaosWorld(cmd *cobra.Command, owner, apiAddr, grpcAddr string, serve bool)
 		}
 	}
 	w, err := demo.StartWorld(ctx, demo.WorldConfig{DB: d.DB, Store: store, PaysimURL: os.Getenv(chaos.EnvPaysimURL),
-		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, Stores: stores, LedgerURL: os.Getenv(chaos.EnvLedgerURL), AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
+		APIAddr: apiAddr, GRPCAddr: grpcAddr, APIKeys: keys, NoServe: !serve, Stores: stores, Cells: cellStores, LedgerURL: os.Getenv(chaos.EnvLedgerURL), AMQPURL: os.Getenv("AMQP_URL"), Logger: log,
 		Paysim: paysim.Config{NotifySecret: []byte(os.Getenv(chaos.EnvNotifySecret))}})
 	if err != nil {
 		d.Close()

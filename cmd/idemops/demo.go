@@ -115,7 +115,7 @@ console listing both.`,
 					NotifyDuplicateRate: 0.1, NotifyReorderRate: 0.05, NotifyDelayRate: 0.05, LateCloseRate: 0.05},
 				AMQPURL: amqpURL, Logger: log}
 			if set != nil { // every tenant's requests and rows in its own cell
-				wcfg.Stores = set.StoreFor
+				wcfg.Stores, wcfg.Cells = set.StoreFor, set.Stores
 			}
 			world, err := demo.StartWorld(ctx, wcfg)
 			if err != nil {
