@@ -38,20 +38,9 @@ func TestServeOperations_HealthFollowsTheStore(t *testing.T) {
 			srv := grpc.NewServer()
 			srv.RegisterService(&grpc.ServiceDesc{ServiceName: "test.v1.Things", HandlerType: (*any)(nil)}, struct{}{})
 			stop := grpcidem.ServeOperations(srv, store, grpcidem.HealthConfig{Every: 50 * time.Millisecond})
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = srv.Serve(ln) }()
-			defer srv.Stop()
-			cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cc.Close()
+			hc := serveHealth(t, srv)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			hc := healthpb.NewHealthClient(cc)
 			for _, svc := range []string{"", "test.v1.Things"} {
 				if h, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc}); err != nil || h.Status != tt.want {
 					t.Errorf("health of %q: %v %v; want %s", svc, h, err, tt.want)
@@ -111,20 +100,9 @@ func TestServeOperations_HealthAcrossCellsNamesEachCell(t *testing.T) {
 				return current
 			}})
 			defer stop()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = srv.Serve(ln) }()
-			defer srv.Stop()
-			cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cc.Close()
+			hc := serveHealth(t, srv)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			hc := healthpb.NewHealthClient(cc)
 			for svc, want := range tt.want { // the first check ran before ServeOperations returned
 				if h, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc}); err != nil || h.Status != want {
 					t.Errorf("health of %q: %v %v; want %s", svc, h, err, want)
@@ -147,4 +125,21 @@ func TestServeOperations_HealthAcrossCellsNamesEachCell(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveHealth serves srv on a loopback port until t ends and returns a health client of it.
+func serveHealth(t *testing.T, srv *grpc.Server) healthpb.HealthClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return healthpb.NewHealthClient(cc)
 }
