@@ -15,7 +15,10 @@
 // cell's sequences kept in its own id range (cell id << 40 and up), so a row id is unique across
 // cells and a tenant move copies rows with their ids. Set.For(tenant) is the only way to a
 // tenant's database; a tenant the map does not name has no cell (ErrNoCell): its requests are
-// refused, never sent to a default cell.
+// refused, never sent to a default cell. A cell other than the control cell that cannot be
+// reached at Open starts unavailable (Cell.Err; its tenants answered as in a failover) and joins
+// once it answers and passes the same checks, so one cell's outage never keeps a process from
+// serving the others.
 //
 // No map is today's deployment: one database, no Set, nothing routed.
 package cells

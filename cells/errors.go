@@ -2,7 +2,9 @@ package cells
 
 import (
 	"fmt"
+	"time"
 
+	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/errs"
 )
 
@@ -53,3 +55,21 @@ func (e *NoCellError) Unwrap() error { return ErrNoCell }
 
 // ErrorKind is unavailable (503): the deployment, not the caller, is missing something.
 func (e *NoCellError) ErrorKind() errs.Kind { return errs.Unavailable }
+
+// CellDownError is a cell not reached (or refused by its checks) since the process started
+// (Open): its tenants are answered as in a failover — claim.Unreachable, so 503 with
+// Retry-After, gRPC Unavailable — while the set keeps trying to reach it.
+type CellDownError struct {
+	Cell  string
+	Since time.Time // when the process first tried it
+	Err   error     // why it is not in use, the last attempt's
+}
+
+func (e *CellDownError) Error() string {
+	return fmt.Sprintf("cell %s is unavailable (not reached since %s): %v", e.Cell, e.Since.UTC().Format(time.RFC3339), e.Err)
+}
+
+func (e *CellDownError) Unwrap() []error { return []error{claim.ErrStoreDown, e.Err} }
+
+// ErrorKind is unavailable (503): the same request may come back.
+func (e *CellDownError) ErrorKind() errs.Kind { return errs.Unavailable }

@@ -62,12 +62,21 @@ func init() { errs.Unreachable(Unreachable) }
 // caller's time running out (Internal), not the database going away — unless it cut a
 // connection attempt short.
 func Unreachable(err error) bool {
+	if errors.Is(err, ErrStoreDown) {
+		return true
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		var ce *pgconn.ConnectError
 		return errors.As(err, &ce)
 	}
 	return ConnLost(err)
 }
+
+// ErrStoreDown marks an error of a store that is known to be down before anything is sent to
+// it — a tenant cell not reached since the process started (cells.CellDownError): Unreachable,
+// so an edge answers it as it answers a failover (503 or Unavailable, retry with the same key).
+// Nothing was sent, so it is not ConnLost: there is no outcome to re-read.
+var ErrStoreDown = errs.New(errs.Unavailable, "the idempotency store is down")
 
 // DefaultReconnectWindow is how long the store keeps trying to learn the outcome of a statement
 // whose connection was lost (Config.ReconnectWindow): long enough for a standby to be promoted.

@@ -9,12 +9,16 @@ import (
 // storeFor is the authenticated tenant's store and answer recorder: Config.Store and Answers,
 // or, when the service routes by tenant (Config.Stores), the tenant's. A tenant with no store is
 // refused before anything is claimed: Unavailable (TENANT_UNAVAILABLE), one log line, Unrouted
-// counted.
+// counted. A tenant whose store is down (claim.Unreachable: its cell not reached since start)
+// gets a failover's answer instead: Unavailable (STORE_UNAVAILABLE) with a retry delay.
 func (s *server) storeFor(tenant, fullMethod string) (*claim.Store, *claim.AnswerRecorder, error) {
 	if s.cfg.Stores == nil {
 		return s.cfg.Store, s.cfg.Answers, nil
 	}
 	store, err := s.cfg.Stores(tenant)
+	if err != nil && claim.Unreachable(err) {
+		return nil, nil, s.errorStatus(fullMethod, err)
+	}
 	if err != nil || store == nil {
 		if s.cfg.Unrouted != nil {
 			s.cfg.Unrouted.Add(1)

@@ -3,8 +3,11 @@
 package pgpool
 
 import (
+	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -24,8 +27,10 @@ func Config() *gorm.Config {
 }
 
 // Open opens a gorm handle on dsn with Config and MaxConns connections.
-func Open(dsn string) (*gorm.DB, error) {
-	db, err := gorm.Open(postgres.Open(dsn), Config())
+func Open(dsn string) (*gorm.DB, error) { return open(postgres.Open(dsn), Config()) }
+
+func open(d gorm.Dialector, cfg *gorm.Config) (*gorm.DB, error) {
+	db, err := gorm.Open(d, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -36,4 +41,15 @@ func Open(dsn string) (*gorm.DB, error) {
 	sqlDB.SetMaxOpenConns(MaxConns)
 	sqlDB.SetMaxIdleConns(MaxConns)
 	return db, nil
+}
+
+// OpenGated is Open for a database that may not answer yet (a tenant cell not reached since the
+// process started): nothing is connected until needed, and every new connection asks gate
+// first — while it returns an error, that error is the connection's, so nothing reaches the
+// database before its owner has checked it.
+func OpenGated(dsn string, gate func() error) (*gorm.DB, error) {
+	cfg := Config()
+	cfg.DisableAutomaticPing = true
+	return open(postgres.New(postgres.Config{DSN: dsn, OptionOpenDB: []stdlib.OptionOpenDB{
+		stdlib.OptionBeforeConnect(func(context.Context, *pgx.ConnConfig) error { return gate() })}}), cfg)
 }

@@ -120,15 +120,25 @@ const scopeSQL = `SELECT set_config('role', '` + migrations.TenantRole + `', tru
 
 // Open opens a gorm handle on dsn whose statements run under their contexts' tenants, with the
 // settings of pgpool.Open (pgpool.Config, pgpool.MaxConns connections).
-func Open(dsn string) (*gorm.DB, error) {
+func Open(dsn string) (*gorm.DB, error) { return open(dsn, nil) }
+
+// OpenGated is Open for a database that may not answer yet (a tenant cell not reached since the
+// process started): nothing is connected until needed, and every new connection asks gate
+// first — while it returns an error, that error is the connection's, so nothing reaches the
+// database before its owner has checked it.
+func OpenGated(dsn string, gate func() error) (*gorm.DB, error) { return open(dsn, gate) }
+
+func open(dsn string, gate func() error) (*gorm.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	sqlDB := sql.OpenDB(connector{stdlib.GetConnector(*cfg)})
+	sqlDB := sql.OpenDB(connector{stdlib.GetConnector(*cfg), gate})
 	sqlDB.SetMaxOpenConns(pgpool.MaxConns)
 	sqlDB.SetMaxIdleConns(pgpool.MaxConns)
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), pgpool.Config())
+	gc := pgpool.Config()
+	gc.DisableAutomaticPing = gate != nil
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), gc)
 	if err != nil {
 		sqlDB.Close()
 		return nil, err
@@ -147,9 +157,17 @@ func Scoped(db *gorm.DB) bool {
 }
 
 // connector makes the pool's connections.
-type connector struct{ base driver.Connector }
+type connector struct {
+	base driver.Connector
+	gate func() error // OpenGated's; nil: always connect
+}
 
 func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c.gate != nil {
+		if err := c.gate(); err != nil {
+			return nil, err
+		}
+	}
 	dc, err := c.base.Connect(ctx)
 	if err != nil {
 		return nil, err
