@@ -63,7 +63,11 @@ func (sc *setCells) cells() ([]TenantCell, error) {
 				if sc.closed {
 					return nil, errors.New("console: the cells' handles are closed")
 				}
-				ndb, err := tenantdb.Open(cl.URL)
+				// Gated by the set: a cell unavailable since start is not connected to before the
+				// set has reached and checked it, and until then its reads fail as a cell's that
+				// went down (the pages name it); opened without a ping, so its outage does not
+				// keep the console from starting.
+				ndb, err := tenantdb.OpenGated(cl.URL, cl.Err)
 				if err != nil {
 					fails = append(fails, fmt.Errorf("console: cell %s: %w", cl.Name, err))
 					continue

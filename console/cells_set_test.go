@@ -2,9 +2,14 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/idemops/idemops/access"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/internal/tenantdb"
@@ -108,5 +113,73 @@ func TestCellsOf_HandlesAndPlacementFollowTheMapFile(t *testing.T) {
 	}
 	if again := cs.Cells(); again[1].DB != got[1].DB || again[2].DB != got[2].DB {
 		t.Error("asking again opened new handles")
+	}
+}
+
+// TestCellsOf_ACellDownAtStart: the console starts while cell b's database resets every
+// connection (cells.Open leaves it unavailable). Its pages serve cell a's keys and name cell b as
+// they do for a cell that went down later; once b answers and the set has checked it, its keys
+// are listed and nothing is named.
+func TestCellsOf_ACellDownAtStart(t *testing.T) {
+	lateURL, up := pgtest.Late(t, pgtest.URL(t))
+	m, err := cells.New("a", []cells.CellSpec{{Name: "a", ID: 1, URL: pgtest.URL(t), Tenants: []string{"acme"}},
+		{Name: "b", ID: 2, URL: lateURL, Tenants: []string{"globex"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := cells.Open(context.Background(), m, cells.Options{Claim: claim.Config{DigestSecret: testSecret}, RetryMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("open with cell b down: %v", err)
+	}
+	t.Cleanup(set.Close)
+	b := setup(t, func(cfg *Config) {
+		cs, closeCells, err := CellsOf(set, cfg.DB, nil)
+		if err != nil {
+			t.Fatalf("the console's cells with cell b down: %v", err)
+		}
+		t.Cleanup(closeCells)
+		cfg.Cells = cs
+	})
+	b.addOperator("root", access.RoleAdmin, "*")
+	root, tok := b.signIn("root"), b.token("root")
+	ka := b.seedKey("acme", "payment.charge", "up", `{"amount":100,"currency":"EUR"}`, true)
+	for path, banner := range map[string]string{"/": `id="cells-unavailable"`, "/keys": `id="cells-left-out"`} {
+		got := root.get(path)
+		if got.Status != 200 {
+			t.Errorf("%s with cell b down since start: %d %s", path, got.Status, truncate(got.Body, 300))
+			continue
+		}
+		mustContain(t, path+" with cell b down since start", got.Body, banner)
+		if i := strings.Index(got.Body, banner); i >= 0 && !strings.Contains(got.Body[i:min(len(got.Body), i+300)], "cell b") {
+			t.Errorf("%s: the warning does not name cell b: %s", path, got.Body[i:min(len(got.Body), i+300)])
+		}
+	}
+	mustContain(t, "keys page with cell b down since start", root.get("/keys").Body, fmt.Sprintf("/keys/%d", ka.ID))
+	got := root.api("/api/v1/dashboard", tok)
+	if d := decode[struct {
+		Unavailable []string `json:"cells_unavailable"`
+	}](t, got); got.Status != 200 || !slices.Equal(d.Unavailable, []string{"b"}) {
+		t.Errorf("dashboard API with cell b down since start: %d %+v", got.Status, d)
+	}
+
+	up()
+	cb, _ := set.Cell("b")
+	select {
+	case <-cb.Up():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("cell b not up a minute after its database answers: %v", cb.Err())
+	}
+	st, err := set.StoreFor("globex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := b.claims
+	b.claims = st
+	kb := b.seedKey("globex", "payment.charge", "late", `{"amount":100,"currency":"EUR"}`, true)
+	b.claims = saved
+	keys := root.get("/keys")
+	mustContain(t, "keys page once cell b is up", keys.Body, fmt.Sprintf("/keys/%d", ka.ID), fmt.Sprintf("/keys/%d", kb.ID))
+	if strings.Contains(keys.Body, `id="cells-left-out"`) || strings.Contains(root.get("/").Body, `id="cells-unavailable"`) {
+		t.Error("a page still names cell b once it is up")
 	}
 }

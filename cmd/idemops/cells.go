@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,7 +17,6 @@ import (
 	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
-	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
 )
 
@@ -52,7 +52,7 @@ func (d *database) Cells(ctx context.Context, cfg claim.Config) (*cells.Set, err
 		return d.cells, nil
 	}
 	control := d.DB
-	set, err := cells.Open(ctx, d.cellMap, cells.Options{Migrate: d.migrated, Claim: cfg,
+	set, err := cells.Open(ctx, d.cellMap, cells.Options{Migrate: d.migrated, Claim: cfg, Logger: cfg.Logger,
 		OpenDB: func(url string) (*gorm.DB, error) {
 			if url == d.URL { // the control cell: the pool the console already uses
 				return control, nil
@@ -141,20 +141,25 @@ func cellReconcilers(set *cells.Set, deps daemonDeps) func(tenants []string) ([]
 }
 
 // newCellDaemons builds one replica per cell: each its own leader lease in its own database and
-// its own jobs, so one cell's failover or backlog never holds up another's.
-func newCellDaemons(deps daemonDeps, set *cells.Set, opt daemonOptions) ([]*daemon.Daemon, error) {
-	var out []*daemon.Daemon
+// its own jobs, so one cell's failover or backlog never holds up another's. A cell unavailable
+// since start has its replica built (its metrics say the store is down) and started when the
+// cell is up (replicas.Start).
+func newCellDaemons(deps daemonDeps, set *cells.Set, opt daemonOptions) (replicas, error) {
+	var out replicas
 	for _, c := range set.Cells() {
-		d, err := newDaemon(cellDeps(deps, set, c), opt)
+		cd := cellDeps(deps, set, c)
+		d, err := newDaemon(cd, opt)
 		if err != nil {
 			return nil, fmt.Errorf("cell %s: %w", c.Name, err)
 		}
-		out = append(out, d)
+		out = append(out, &replica{Daemon: d, cell: c, log: cd.Logger})
 	}
 	return out, nil
 }
 
-// startCellDaemons is startDaemon for every cell; stop stops them all.
+// startCellDaemons is startDaemon for every cell; stop stops them all. The replica of a cell
+// unavailable since start starts when the cell is up (a failure then logged), unless stop came
+// first.
 func startCellDaemons(ctx context.Context, deps daemonDeps, set *cells.Set, opt daemonOptions) (stop func(), err error) {
 	var stops []func()
 	stopAll := func() {
@@ -163,6 +168,16 @@ func startCellDaemons(ctx context.Context, deps daemonDeps, set *cells.Set, opt 
 		}
 	}
 	for _, c := range set.Cells() {
+		if c.Err() != nil { // built now (its metrics say the store is down), started once up
+			cd := cellDeps(deps, set, c)
+			dm, err := newDaemon(cd, opt)
+			if err != nil {
+				stopAll()
+				return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+			}
+			stops = append(stops, startWhenUp(ctx, c, cmp.Or(deps.Logger, slog.Default()), func() (func(), error) { return startBuilt(ctx, dm, cd) }))
+			continue
+		}
 		s, err := startDaemon(ctx, cellDeps(deps, set, c), opt)
 		if err != nil {
 			stopAll()
@@ -171,4 +186,39 @@ func startCellDaemons(ctx context.Context, deps daemonDeps, set *cells.Set, opt 
 		stops = append(stops, s)
 	}
 	return stopAll, nil
+}
+
+// startWhenUp runs start in the background once c is up, unless the stop it returns is called
+// first; stop stops what start started.
+func startWhenUp(ctx context.Context, c *cells.Cell, log *slog.Logger, start func() (func(), error)) (stop func()) {
+	var mu sync.Mutex
+	var stopped bool
+	var stopIt func()
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Up():
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		s, err := start()
+		if err != nil {
+			log.Error("daemon: the replica of a cell that came up did not start", "cell", c.Name, "err", err)
+			return
+		}
+		stopIt = s
+		log.Info("daemon: the replica of a cell that came up started", "cell", c.Name)
+	}()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if stopIt != nil {
+			stopIt()
+		}
+	}
 }

@@ -126,11 +126,11 @@ func jobReplicas(ctx context.Context, d *database, ds replicas, name, cell strin
 		if cell != "" {
 			return nil, usagef("--cell %s: there is no cell map (--cells FILE / IDEMOPS_CELLS)", cell)
 		}
-		return []cellReplica{{"", ds[0]}}, nil
+		return []cellReplica{{"", ds[0].Daemon}}, nil
 	}
 	all := make([]cellReplica, len(ds))
-	for i, c := range d.cells.Cells() {
-		all[i] = cellReplica{c.Name, ds[i]}
+	for i, r := range ds {
+		all[i] = cellReplica{r.cell.Name, r.Daemon}
 	}
 	if cell != "" {
 		for _, r := range all {

@@ -164,3 +164,78 @@ func runIdemopsCtx(ctx context.Context, args ...string) (string, error) {
 	err := execute(ctx, root)
 	return out.String(), err
 }
+
+// TestCells_ACellDownAtStartJoinsWhenItAnswers: `idemops serve --cells` and `idemops daemon
+// --cells` start while cell b's database resets every connection: cell a's replica leads at once,
+// the process keeps running, and once b answers the set checks it and b's replica leads there.
+func TestCells_ACellDownAtStartJoinsWhenItAnswers(t *testing.T) {
+	t.Parallel()
+	for _, command := range []string{"serve", "daemon"} {
+		t.Run(command, func(t *testing.T) {
+			t.Parallel()
+			dir := dataDirWithSecret(t, []byte("cells-test-secret-0123"))
+			urlA, urlB := pgtest.URL(t), pgtest.URL(t)
+			lateB, up := pgtest.Late(t, urlB)
+			mapPath := filepath.Join(dir, "cells.yaml")
+			if err := os.WriteFile(mapPath, []byte(fmt.Sprintf("control: a\ncells:\n  a: {id: 1, url: %q, tenants: [acme]}\n  b: {id: 2, url: %q, tenants: [globex]}\n",
+				urlA, lateB)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			addr, err := ports.Addr()
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{command, "--cells", mapPath, "--data-dir", dir, "--replica", "r1"}
+			if command == "serve" {
+				args = append(args, "--addr", addr)
+			} else {
+				args = append(args, "--metrics-addr", addr)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := runIdemopsCtx(ctx, args...)
+				done <- err
+			}()
+			leads := func(name string, db *gorm.DB) {
+				t.Helper()
+				pgtest.Await(t, db, 60*time.Second, "cell "+name+"'s replica leading", func() bool {
+					select {
+					case err := <-done:
+						t.Fatalf("%s stopped with cell b down: %v", command, err)
+					default:
+					}
+					var n int64
+					db.Raw(`SELECT count(*) FROM daemon_replicas WHERE is_leader AND name = 'r1'`).Scan(&n)
+					return n == 1
+				}, "daemon_replicas")
+			}
+			leads("a", pgtest.Open(t, urlA))
+			dbB := pgtest.Open(t, urlB)
+			var n int64
+			if err := dbB.Raw(`SELECT count(*) FROM cell_identity`).Scan(&n).Error; err != nil || n != 0 {
+				t.Fatalf("cell b's database was written while it could not be reached: %d identities, %v", n, err)
+			}
+			if command == "daemon" { // its metrics name the cell that is down
+				resp, err := http.Get("http://" + addr + "/metrics")
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				for _, want := range []string{`idemops_store_up{cell="a"} 1`, `idemops_store_up{cell="b"} 0`} {
+					if !strings.Contains(string(body), want) {
+						t.Errorf("metrics with cell b down lack %s", want)
+					}
+				}
+			}
+			up()
+			leads("b", dbB)
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s stopped with %v", command, err)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/audit"
+	"github.com/idemops/idemops/cells"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/daemon"
 	"github.com/idemops/idemops/reconcile"
@@ -198,7 +199,7 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 	if set == nil {
 		var dm *daemon.Daemon
 		if dm, err = newDaemon(deps, opt); err == nil {
-			ds = replicas{dm}
+			ds = replicas{{Daemon: dm, log: logger}}
 		}
 	} else {
 		ds, err = newCellDaemons(deps, set, opt)
@@ -211,12 +212,28 @@ func daemonSetup(cmd *cobra.Command, migrate bool, opt daemonOptions, reg promet
 }
 
 // replicas are the daemon replicas of one process: one, or one per cell.
-type replicas []*daemon.Daemon
+type replicas []*replica
 
-// Start starts every replica; on a failure the ones started are stopped.
+// replica is one daemon replica; with a cell map, of cell, which it starts with (Start).
+type replica struct {
+	*daemon.Daemon
+	cell *cells.Cell
+	log  *slog.Logger
+
+	mu      sync.Mutex // held while a late start starts
+	stopped bool
+}
+
+// Start starts every replica; on a failure the ones started are stopped. The replica of a cell
+// unavailable since start (cells.Cell.Err) starts once the cell is up, in the background (a
+// failure then logged): one cell's outage keeps no other cell's jobs from running.
 func (rs replicas) Start(ctx context.Context) error {
-	for i, d := range rs {
-		if err := d.Start(ctx); err != nil {
+	for i, r := range rs {
+		if r.waits() {
+			go r.startWhenUp(ctx)
+			continue
+		}
+		if err := r.Start(ctx); err != nil {
 			_ = rs[:i].Stop(context.WithoutCancel(ctx))
 			return err
 		}
@@ -224,12 +241,49 @@ func (rs replicas) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops every replica (each finishing its batch in hand), all at once.
+// waits says whether the replica's cell is not up yet.
+func (r *replica) waits() bool {
+	if r.cell == nil {
+		return false
+	}
+	select {
+	case <-r.cell.Up():
+		return false
+	default:
+		return true
+	}
+}
+
+func (r *replica) startWhenUp(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-r.cell.Up():
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	if err := r.Start(ctx); err != nil {
+		r.log.Error("daemon: the replica of a cell that came up did not start", "cell", r.cell.Name, "err", err)
+		return
+	}
+	r.log.Info("daemon: the replica of a cell that came up started", "cell", r.cell.Name, "replica", r.ID())
+}
+
+// Stop stops every replica (each finishing its batch in hand), all at once; one still waiting
+// for its cell never starts.
 func (rs replicas) Stop(ctx context.Context) error {
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
-	for i, d := range rs {
-		wg.Go(func() { errs[i] = d.Stop(ctx) })
+	for i, r := range rs {
+		wg.Go(func() {
+			r.mu.Lock()
+			r.stopped = true
+			r.mu.Unlock()
+			errs[i] = r.Daemon.Stop(ctx)
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -276,11 +330,14 @@ func newDaemonCmd() *cobra.Command {
 				chain, logger := audit.New(db.DB, secret), slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 				go logAuditHeads(life, chain, logger, every, reg)
 			}
-			for i, d := range ds {
-				if db.cells == nil {
+			for _, d := range ds {
+				switch {
+				case d.cell == nil:
 					fmt.Fprintf(cmd.OutOrStdout(), "daemon replica %s running; jobs %s\n", d.ID(), strings.Join(sorted(d.Jobs()), ", "))
-				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "cell %s: daemon replica %s running; jobs %s\n", db.cells.Cells()[i].Name, d.ID(), strings.Join(sorted(d.Jobs()), ", "))
+				case d.waits():
+					fmt.Fprintf(cmd.OutOrStdout(), "cell %s: unavailable since start; daemon replica %s starts when it is up\n", d.cell.Name, d.ID())
+				default:
+					fmt.Fprintf(cmd.OutOrStdout(), "cell %s: daemon replica %s running; jobs %s\n", d.cell.Name, d.ID(), strings.Join(sorted(d.Jobs()), ", "))
 				}
 			}
 			<-cmd.Context().Done()

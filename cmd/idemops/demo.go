@@ -347,6 +347,11 @@ func startDaemon(ctx context.Context, deps daemonDeps, opt daemonOptions) (stop 
 	if err != nil {
 		return nil, err
 	}
+	return startBuilt(ctx, dm, deps)
+}
+
+// startBuilt is startDaemon's start of dm, built on deps.
+func startBuilt(ctx context.Context, dm *daemon.Daemon, deps daemonDeps) (stop func(), err error) {
 	// The replica outlives the signal context: the signal starts the graceful Stop.
 	life, kill := context.WithCancel(context.WithoutCancel(ctx))
 	if err := dm.Start(life); err != nil {
