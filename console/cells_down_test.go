@@ -93,6 +93,8 @@ func TestCells_JobsRetentionAndConsumersPagesPastADownCell(t *testing.T) {
 			}
 		}
 	}
+	// The jobs page's daemons table keeps a row for cell b, saying it did not answer.
+	mustContain(t, "cell b's daemon row while it is down", rowOf(root.get("/jobs").Body, `id="cell-daemon-b"`), "did not answer")
 	got := root.api("/api/v1/jobs", tok)
 	j := decode[struct {
 		Runs []struct {

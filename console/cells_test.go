@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -670,6 +671,22 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	}
 	page := root.get("/jobs").Body
 	mustContain(t, "jobs page", page, `id="cell-daemon-a"`, `id="cell-daemon-b"`, j.Cells[1].Leader.ID)
+	// One row per cell with its own leader (since when) and replicas; no control-only leader.
+	for _, c := range []struct{ cell, leader, replica string }{{"a", j.Cells[0].Leader.ID, "replica-a"}, {"b", j.Cells[1].Leader.ID, "replica-b"}} {
+		row := rowOf(page, `id="cell-daemon-`+c.cell+`"`)
+		mustContain(t, "cell "+c.cell+"'s daemon row", row, c.leader, `<span class="mono">`+c.replica+`</span>`, `<span class="badge">leader</span>`, "<time")
+		other := map[string]string{"a": "replica-b", "b": "replica-a"}[c.cell]
+		if strings.Contains(row, other) {
+			t.Errorf("cell %s's row lists %s, another cell's replica: %s", c.cell, other, row)
+		}
+	}
+	mustContain(t, "cell a's daemon row", rowOf(page, `id="cell-daemon-a"`), "control")
+	if strings.Contains(page, `id="leader"`) || strings.Contains(rowOf(page, `id="cell-daemon-b"`), ">control<") {
+		t.Error("the jobs page across cells still shows a control-only leader, or marks cell b the control cell")
+	}
+	req, _ := http.NewRequest("GET", b.ts.URL+"/jobs", nil)
+	req.Header.Set("Accept-Language", "zh-CN")
+	mustContain(t, "jobs page in zh-CN", root.do(req).Body, "各单元的守护进程", "每个单元都有自己的领导者、副本和作业", "控制单元")
 	// Cell b's runs are listed with the others, marked with their cell, and open from there.
 	var failedRun int64
 	b.cb.Raw(`SELECT id FROM job_runs WHERE status = 'failed'`).Scan(&failedRun)
@@ -756,4 +773,17 @@ func TestCells_RetentionAndConsumersAcrossCells(t *testing.T) {
 	gp := b.signIn("globex-op").get("/consumers").Body
 	mustContain(t, "globex's consumers page", gp, "globex")
 	mustNotContain(t, "globex's consumers page", gp, ">acme<")
+}
+
+// rowOf is the table row of page whose tag holds attr, up to its </tr> ("" when none).
+func rowOf(page, attr string) string {
+	i := strings.Index(page, attr)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(page[i:], "</tr>")
+	if j < 0 {
+		return page[i:]
+	}
+	return page[i : i+j]
 }

@@ -112,19 +112,19 @@ func (s *Server) jobsView(ctx context.Context, r *request, f daemon.RunFilter) (
 	if v.Cells, err = s.cellDaemons(ctx, r.op); err != nil {
 		return v, err
 	}
-	v.Control = s.controlName()
-	leader, err := daemon.Leader(ctx, s.db)
-	if err != nil {
-		return v, err
-	}
-	v.Leader, v.HasLeader = leaderRow(leader)
-	replicas, err := daemon.Replicas(ctx, s.db)
-	if err != nil {
-		return v, err
-	}
-	for _, rp := range replicas {
-		v.Replicas = append(v.Replicas, templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
-			StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader})
+	if v.Cells == nil { // one database: its leader and replicas (across cells each cell's row has its own)
+		leader, err := daemon.Leader(ctx, s.db)
+		if err != nil {
+			return v, err
+		}
+		v.Leader, v.HasLeader = leaderRow(leader)
+		replicas, err := daemon.Replicas(ctx, s.db)
+		if err != nil {
+			return v, err
+		}
+		for _, rp := range replicas {
+			v.Replicas = append(v.Replicas, replicaRow(rp))
+		}
 	}
 	schedules, err := s.visibleSchedulesIn(ctx, r.op)
 	if err != nil {
@@ -233,12 +233,16 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 			Failed    int        `json:"failed"`
 			Running   int        `json:"running"`
 		}
-		list := make([]cellDaemon, len(cells))
-		for i, c := range cells {
-			list[i] = cellDaemon{Name: c.Name, Replicas: c.Replicas, Schedules: c.Schedules, Failed: c.Failed, Running: c.Running}
-			if c.HasLeader {
-				list[i].Leader = &cellLease{ID: c.Leader.ID, Term: c.Leader.Term, ExpiresAt: c.Leader.ExpiresAt, Expired: c.Leader.Expired}
+		list := make([]cellDaemon, 0, len(cells))
+		for _, c := range cells {
+			if c.Down { // named in cells_unavailable
+				continue
 			}
+			cd := cellDaemon{Name: c.Name, Replicas: c.Replicas, Schedules: c.Schedules, Failed: c.Failed, Running: c.Running}
+			if c.HasLeader {
+				cd.Leader = &cellLease{ID: c.Leader.ID, Term: c.Leader.Term, ElectedAt: c.Leader.ElectedAt, ExpiresAt: c.Leader.ExpiresAt, Expired: c.Leader.Expired}
+			}
+			list = append(list, cd)
 		}
 		out["cells"], out["control"] = list, s.controlName()
 		runs, names, err := s.visibleJobRunsIn(ctx, r.op, daemon.RunFilter{Limit: jobRunsShown})
@@ -266,6 +270,7 @@ func (s *Server) apiJobs(c *gin.Context, r *request) error {
 type cellLease struct {
 	ID        string    `json:"id"`
 	Term      int64     `json:"term"`
+	ElectedAt time.Time `json:"elected_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Expired   bool      `json:"expired"`
 }

@@ -91,8 +91,9 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 	if s.cells.cells == nil {
 		return nil, nil
 	}
-	rows, err := eachCell(ctx, s.cells.everywhere(), func(ctx context.Context, c scopedCell) (templates.CellDaemonRow, error) {
-		row := templates.CellDaemonRow{Name: c.name}
+	in := s.cells.everywhere()
+	rows, err := eachCell(ctx, in, func(ctx context.Context, c scopedCell) (templates.CellDaemonRow, error) {
+		row := templates.CellDaemonRow{Name: c.name, Control: c.db == s.db}
 		installed, err := daemon.Installed(ctx, c.db)
 		if err != nil || !installed {
 			return row, err
@@ -107,6 +108,9 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 			return row, err
 		}
 		row.Replicas = len(replicas)
+		for _, rp := range replicas {
+			row.ReplicaList = append(row.ReplicaList, replicaRow(rp))
+		}
 		if row.Schedules, row.Failed, err = s.schedulesIn(ctx, op, c.db); err != nil {
 			return row, err
 		}
@@ -118,8 +122,19 @@ func (s *Server) cellDaemons(ctx context.Context, op *access.Operator) ([]templa
 		row.Running = len(running)
 		return row, err
 	})
-	// A cell left out (leaveOutFailedCells) answered the zero row: the page names it instead.
-	return slices.DeleteFunc(rows, func(r templates.CellDaemonRow) bool { return r.Name == "" }), err
+	// A cell left out (leaveOutFailedCells) answered the zero row: its name alone, marked down.
+	for i := range rows {
+		if rows[i].Name == "" {
+			rows[i] = templates.CellDaemonRow{Name: in[i].name, Control: in[i].db == s.db, Down: true}
+		}
+	}
+	return rows, err
+}
+
+// replicaRow is rp as the jobs page shows it.
+func replicaRow(rp daemon.Replica) templates.ReplicaRow {
+	return templates.ReplicaRow{ID: rp.ID, Name: rp.Name, Host: rp.Host, PID: rp.PID,
+		StartedAt: rp.StartedAt, LastSeen: rp.LastSeen, IsLeader: rp.IsLeader}
 }
 
 // controlName is the name of the cell whose database is the control database ("" with one cell).

@@ -157,15 +157,19 @@ type LeaderRow struct {
 }
 
 // CellDaemonRow is one cell's daemon: its leader, its replicas seen in the last hour, its
-// schedules and how many of them last failed, and the runs running now.
+// schedules and how many of them last failed, and the runs running now. A cell that did not
+// answer (Down) has its name alone.
 type CellDaemonRow struct {
-	Name      string
-	HasLeader bool
-	Leader    LeaderRow
-	Replicas  int
-	Schedules int
-	Failed    int
-	Running   int
+	Name        string
+	Control     bool // the control cell (operators, audit, recon jobs)
+	Down        bool
+	HasLeader   bool
+	Leader      LeaderRow
+	Replicas    int
+	ReplicaList []ReplicaRow
+	Schedules   int
+	Failed      int
+	Running     int
 }
 
 // ReplicaRow is one daemon replica.
@@ -226,10 +230,9 @@ type RunsView struct {
 type JobsView struct {
 	// Unavailable are the tenant cells that did not answer: their daemons and runs are left out.
 	Unavailable []string
-	// Cells is each tenant cell's daemon (one leader per cell), when tenants live in several;
-	// the rest of the page is the control cell's.
+	// Cells is each tenant cell's daemon (one leader and its replicas per cell, a cell that did
+	// not answer named), when tenants live in several: then Leader and Replicas are unused.
 	Cells     []CellDaemonRow
-	Control   string
 	HasLeader bool
 	Leader    LeaderRow
 	Replicas  []ReplicaRow
