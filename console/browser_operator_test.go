@@ -56,15 +56,15 @@ func browseFindByKey(t *testing.T, br *browser) {
 // downstream, the replay holds the key through a short quarantine (its page counts down), then
 // sends once.
 func browseReplayThroughQuarantine(t *testing.T, br *browser) {
-	// The quarantine outlasts the 5 s a confirm waits for its replay (replayAnswerWait), so the
-	// request's page shows the countdown.
+	// The quarantine (3 s) outlasts the time a confirm waits for its replay (ReplayAnswerWait, 1 s
+	// here), so the request's page shows the countdown.
 	var held *claim.Store
 	b := newBundle(t, func(c *Config) {
-		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, LeaseTTL: time.Second, Quarantine: 6 * time.Second})
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, LeaseTTL: time.Second, Quarantine: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Claims, held = st, st
+		c.Claims, held, c.ReplayAnswerWait = st, st, time.Second
 	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "order-idr-1", `{"amount":12345,"currency":"IDR","payee":"Toko Budi"}`, true)

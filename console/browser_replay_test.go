@@ -18,15 +18,15 @@ import (
 // a four-eyes request approved by a second operator, a bulk replay with live progress, and the
 // jobs page running a job with live progress. Screenshots: see screenshotDir.
 func browseReplaysAndJobs(t *testing.T, br *browser) {
-	// The quarantine outlasts the 5 s a confirm waits for its replay (replayAnswerWait), so the
-	// approved request's page shows it waiting; the default 30 s would only make the bulk run's
-	// keys wait longer for their second look.
+	// The quarantine (3 s) outlasts the time a confirm waits for its replay (ReplayAnswerWait,
+	// 1 s here), so the approved request's page shows it waiting; the default 30 s would only make
+	// the bulk run's keys wait longer for their second look.
 	b := newBundle(t, func(c *Config) {
-		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, Quarantine: 6 * time.Second})
+		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, Quarantine: 3 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Claims = st
+		c.Claims, c.ReplayAnswerWait = st, time.Second
 	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	b.addOperator("oscar", access.RoleOperator, "*") // runs the sweep, every tenant's schedule
@@ -51,7 +51,10 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 	}
 	br.step("reason", chromedp.SendKeys(`textarea[name=reason]`, "customer says it was charged; record it"))
 	br.shot("replay-preview")
-	br.step("confirm", chromedp.Click(`#confirm-replay`), chromedp.WaitVisible(`#replay-request`))
+	// A replay that outlasts the confirm's wait is followed live by its page (every 2 s).
+	br.step("confirm", chromedp.Click(`#confirm-replay`), chromedp.WaitVisible(`#replay-request`),
+		chromedp.Poll[chromedp.Void](`(() => { const o = document.querySelector('#replay-outcome'); return !!o && o.textContent.trim() !== ''; })()`,
+			chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second)))
 	if got := br.text(`#replay-outcome`); !strings.Contains(got, "recorded: the channel already had it (ch_found_1); nothing was sent") {
 		t.Errorf("outcome %q", got)
 	}
@@ -91,7 +94,7 @@ func browseReplaysAndJobs(t *testing.T, br *browser) {
 	br.step("open the pending request", chromedp.Click(`table.replays a`), chromedp.WaitVisible(`#approve-replay`))
 	br.step("approve", chromedp.Click(`#approve-replay`), chromedp.WaitNotPresent(`#approve-replay`))
 	// Downstream has no such charge: the replay holds the key through the quarantine and its page
-	// counts down (the test's quarantine is the default 30 s, longer than the test stays).
+	// counts down.
 	if got := br.text(`#replay-state`); got != "executing" {
 		t.Errorf("after approval: %q, want executing (waiting out the quarantine)", got)
 	}

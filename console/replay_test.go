@@ -190,7 +190,9 @@ func TestReplay_RefusedStates(t *testing.T) {
 // TestReplay_TwoConfirmsWithOneTokenExecuteOnce: a double-submitted confirmation (two at once,
 // then a third later) executes the replay once; the others answer the same request.
 func TestReplay_TwoConfirmsWithOneTokenExecuteOnce(t *testing.T) {
-	b := setup(t)
+	// The page's double submit below holds its key through the quarantine: its confirm answers
+	// after ReplayAnswerWait, kept short here.
+	b := setup(t, func(c *Config) { c.ReplayAnswerWait = time.Second })
 	b.addOperator("olga", access.RoleOperator, "acme")
 	tok := b.token("olga")
 	k := b.seedKey("acme", "payment.charge", "stuck-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, false)
@@ -376,14 +378,16 @@ func (b *bundle) runReclaimer(held *claim.Store) (stop func()) {
 // over. One confirmation, one outcome, one execution.
 func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testing.T) {
 	t.Parallel()
-	const quarantine = 6 * time.Second
+	// The quarantine outlasts the time the confirm waits for its replay (ReplayAnswerWait), so
+	// the confirm answers while the replay holds the key.
+	const quarantine = 3 * time.Second
 	var held *claim.Store
 	b := newBundle(t, func(c *Config) {
 		st, err := claim.NewStore(c.DB, claim.Config{DigestSecret: testSecret, LeaseTTL: time.Second, Quarantine: quarantine})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Claims, held = st, st
+		c.Claims, held, c.ReplayAnswerWait = st, st, time.Second
 	})
 	b.addOperator("olga", access.RoleOperator, "acme")
 	k := b.seedFailed("acme", "lost-1", `{"amount":1234,"currency":"CNY","payee":"alice"}`, true)
@@ -391,7 +395,7 @@ func TestReplay_HoldsItsKeyThroughTheQuarantineWithTheReclaimerRunning(t *testin
 
 	c := b.signIn("olga")
 	page, token := c.previewToken(k.ID)
-	mustContain(t, "preview", page.Body, "will be sent after a second check, one quarantine (6 s) later")
+	mustContain(t, "preview", page.Body, "will be sent after a second check, one quarantine (3 s) later")
 	got := c.post(fmt.Sprintf("/keys/%d/replay", k.ID), url.Values{"token": {token}, "reason": {"lost charge"}}, true)
 	live := c.get(got.Location).Body
 	mustContain(t, "page while the replay waits", live, "This replay holds the key and looks again at")

@@ -64,6 +64,9 @@ type Config struct {
 	ApprovalAbove      int64
 	BulkCap            int
 	BulkPreviewTimeout time.Duration
+	// ReplayAnswerWait is how long a replay's confirm waits for its outcome before showing the
+	// request's page, which follows the replay live from there (default 5 s).
+	ReplayAnswerWait time.Duration
 	// UploadLimit bounds a statement upload (default 256 MiB).
 	UploadLimit int64
 	// FindingsExportCap bounds one findings export (default FindingsExportCap rows): above it
@@ -245,7 +248,7 @@ func New(cfg Config) (*Server, error) {
 	if s.replays, err = replay.New(replay.Config{DB: cfg.DB, Claims: cfg.Claims, Operations: cfg.Operations,
 		Audit: s.audit, ApprovalAbove: cfg.ApprovalAbove, BulkCap: cfg.BulkCap,
 		QueryTimeout: cfg.QueryTimeout, LookupTimeout: cfg.LookupTimeout, BulkPreviewTimeout: cfg.BulkPreviewTimeout,
-		Logger: cfg.Logger}); err != nil {
+		AnswerWait: cfg.ReplayAnswerWait, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.cfg.BulkCap, s.cfg.BulkPreviewTimeout = s.replays.Config().BulkCap, s.replays.Config().BulkPreviewTimeout

@@ -267,7 +267,7 @@ func (w *Workflow) Approve(ctx context.Context, a Actor, r *Request) (*Request, 
 // first not-found it keeps the lease and waits out the quarantine itself, then looks again and
 // sends or records — no second confirmation, and the reclaimer cannot take the key over in
 // between. That wait runs in the background; the caller gets the request back as soon as it has
-// ended or after answerWait, whichever comes first (the page then counts down).
+// ended or after Config.AnswerWait, whichever comes first (the page then counts down).
 func (w *Workflow) execute(ctx context.Context, id int64, ip string, hold bool) (*Request, error) {
 	r, err := w.requestWhere(ctx, `id = ? AND state = 'approved'`, id)
 	if err != nil {
@@ -298,15 +298,11 @@ func (w *Workflow) execute(ctx context.Context, id int64, ip string, hold bool) 
 	})
 	select {
 	case <-done:
-	case <-time.After(answerWait):
+	case <-time.After(w.cfg.AnswerWait):
 	case <-ctx.Done():
 	}
 	return w.requestWhere(context.WithoutCancel(ctx), "id = ?", id)
 }
-
-// answerWait is how long a confirm waits for its replay before answering with the request's
-// page, which then follows the replay live.
-const answerWait = 5 * time.Second
 
 // run drives an executing request's key to its end and records the outcome.
 func (w *Workflow) run(ctx context.Context, r *Request, ip string, hold bool) (*Request, error) {

@@ -42,7 +42,11 @@ type Config struct {
 	// (default 10 s); BulkPreviewTimeout a bulk preview's lookups together (default 20 s: keys not
 	// looked up by then are predicted as "downstream could not answer").
 	QueryTimeout, LookupTimeout, BulkPreviewTimeout time.Duration
-	Logger                                          *slog.Logger
+	// AnswerWait is how long a confirmed single replay may keep its confirm waiting for the
+	// outcome before answering with the request's page, which then follows the replay live
+	// (default 5 s): a replay that holds its key through a quarantine answers after it.
+	AnswerWait time.Duration
+	Logger     *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -54,6 +58,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BulkPreviewTimeout == 0 {
 		c.BulkPreviewTimeout = 20 * time.Second
+	}
+	if c.AnswerWait == 0 {
+		c.AnswerWait = 5 * time.Second
 	}
 	if c.ApprovalAbove == 0 {
 		c.ApprovalAbove = 100000
