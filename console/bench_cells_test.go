@@ -1,0 +1,134 @@
+package console
+
+import (
+	"context"
+	"maps"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/idemops/idemops/access"
+	"github.com/idemops/idemops/internal/testinfra/pgtest"
+)
+
+// BenchmarkKeySearchAcrossCells measures what the console's fan-out costs the keys list's first
+// page of an all-tenants operator: the baseline is one database holding 1M keys of 10 tenants
+// (IDEMOPS_BENCH_ROWS overrides), against the same rows split over two cells (tenants 0–4 in
+// a, 5–9 in b), each asked at once for its tenants' page and the pages merged by (created_at,
+// id) — Server.searchKeys both, on the console's tenant handles. Interleaved; reported as the
+// ratio of the two-cell p50 (and p99) to the one-database one.
+func BenchmarkKeySearchAcrossCells(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 20*PageSize {
+			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 20*PageSize)
+		}
+		rows = n
+	}
+	const samples = 300
+	epoch := time.Now().UTC().Truncate(time.Second) // every database's rows counted back from it
+	seed := func(db *gorm.DB, tenants string) {
+		// Row i is tenant i%10's, i seconds before epoch: the one database takes every row, each
+		// cell the rows of its tenants, so both hold the same keys at the same times.
+		if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+				request, state, downstream_key, amount_minor, currency, created_at, updated_at)
+			SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
+				md5(i::text) || md5('x' || i), md5('f' || i), 1,
+				jsonb_build_object('amount', i % 10000, 'currency', 'USD'),
+				(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
+				md5('d' || i), i % 10000, 'USD', ?::timestamptz - i * interval '1 second', now()
+			FROM generate_series(1, ?) AS i WHERE (i % 10)::text ~ ?`, epoch, rows, tenants).Error; err != nil {
+			b.Fatal(err)
+		}
+		if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
+			b.Fatal(err)
+		}
+	}
+	start := time.Now()
+	one, a, bb := pgtest.New(b), pgtest.New(b), pgtest.New(b)
+	seed(one, "^[0-9]$")
+	seed(a, "^[0-4]$")
+	seed(bb, "^[5-9]$")
+	b.Logf("set-up: %d keys in one database and split over two in %s", rows, time.Since(start).Round(time.Millisecond))
+
+	single := &Server{cells: &cellSet{all: []*cell{{db: pgtest.Tenant(b, one)}}}}
+	ca, cb := &cell{name: "a", db: pgtest.Tenant(b, a)}, &cell{name: "b", db: pgtest.Tenant(b, bb)}
+	place := map[string]string{}
+	for i := range 10 {
+		place["tenant-"+strconv.Itoa(i)] = map[bool]string{true: "a", false: "b"}[i < 5]
+	}
+	split := &Server{cells: &cellSet{cells: &testCells{cells: []TenantCell{{Name: "a", DB: ca.db}, {Name: "b", DB: cb.db}}, place: place},
+		all: []*cell{ca, cb}, byName: map[string]*cell{"a": ca, "b": cb}}}
+
+	// The one database behind a map of one cell: the fan-out's own path (each cell asked for the
+	// tenants it holds), with nothing split — what the map costs apart from the second cell.
+	cOne := &cell{name: "a", db: single.cells.all[0].db}
+	mapped := &Server{cells: &cellSet{cells: &testCells{cells: []TenantCell{{Name: "a", DB: cOne.db}}, place: maps.Collect(func(yield func(string, string) bool) {
+		for t := range place {
+			if !yield(t, "a") {
+				return
+			}
+		}
+	})}, all: []*cell{cOne}, byName: map[string]*cell{"a": cOne}}}
+
+	op := &access.Operator{Role: access.RoleAdmin, Tenants: []string{access.AllTenants}}
+	ctx := access.Bind(context.Background(), op)
+	first := KeyFilter{Limit: PageSize}
+	want, _, err := single.searchKeys(ctx, op, first)
+	if err != nil || len(want) != PageSize {
+		b.Fatalf("one database's first page: %d keys, %v", len(want), err)
+	}
+	query := func(s *Server) time.Duration {
+		t0 := time.Now()
+		got, _, err := s.searchKeys(ctx, op, first)
+		d := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != len(want) {
+			b.Fatalf("page has %d keys, want %d", len(got), len(want))
+		}
+		for i := range got { // the same keys in the same order: created_at, then the key
+			if got[i].Key != want[i].Key || got[i].Tenant != want[i].Tenant {
+				b.Fatalf("row %d: %s/%s, want %s/%s", i, got[i].Tenant, got[i].Key, want[i].Tenant, want[i].Key)
+			}
+		}
+		return d
+	}
+	for range 30 { // warm the caches, the pools and the connections' descriptions
+		query(single)
+		query(mapped)
+		query(split)
+	}
+	var oneT, mapT, twoT []time.Duration
+	for range samples { // interleaved, so no side gets a warmer machine
+		oneT = append(oneT, query(single))
+		mapT = append(mapT, query(mapped))
+		twoT = append(twoT, query(split))
+	}
+	b.ResetTimer()
+	for range b.N {
+		query(split)
+	}
+	b.StopTimer()
+
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	p50, p99 := ms(percentile(twoT, 50))/ms(percentile(oneT, 50)), ms(percentile(twoT, 99))/ms(percentile(oneT, 99))
+	b.ReportMetric(float64(rows), "keys")
+	b.ReportMetric(ms(percentile(oneT, 50)), "p50_one_cell_ms")
+	b.ReportMetric(ms(percentile(twoT, 50)), "p50_two_cells_ms")
+	b.ReportMetric(ms(percentile(oneT, 99)), "p99_one_cell_ms")
+	b.ReportMetric(ms(percentile(twoT, 99)), "p99_two_cells_ms")
+	b.ReportMetric(ms(percentile(mapT, 50)), "p50_one_cell_mapped_ms")
+	b.ReportMetric(ms(percentile(mapT, 50))/ms(percentile(oneT, 50)), "ratio_p50_mapped/one")
+	b.ReportMetric(p50, "ratio_p50_two/one")
+	b.ReportMetric(p99, "ratio_p99_two/one")
+	b.Logf("keys list first page, all tenants, %d keys: one database p50 %.2f ms p99 %.2f ms; the same behind a one-cell map p50 %.2f ms (×%.2f); "+
+		"split over two cells p50 %.2f ms p99 %.2f ms (×%.2f p50, ×%.2f p99)",
+		rows, ms(percentile(oneT, 50)), ms(percentile(oneT, 99)), ms(percentile(mapT, 50)), ms(percentile(mapT, 50))/ms(percentile(oneT, 50)),
+		ms(percentile(twoT, 50)), ms(percentile(twoT, 99)), p50, p99)
+}
