@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -39,6 +40,25 @@ const (
 // at a folder that does not exist).
 var cpuRoot = "/sys/fs/cgroup/cpu"
 
+// cpuHomePath is the cpu cgroup this process started in, relative to the hierarchy: "/" in CI, or
+// a group a caller runs its work in (a session's priority group on a shared machine). Read once,
+// before the proof moves the process: the proof's groups are made inside it, so the caller's
+// group still holds (and weighs, and can stop or resume) everything the proof runs, and what is
+// left in them goes back to it.
+var cpuHomePath = sync.OnceValue(func() string {
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3) // id:controllers:path
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "cpu") {
+			return f[2]
+		}
+	}
+	return "/"
+})
+
+// cpuHome is the folder of cpuHomePath in the hierarchy.
+func cpuHome() string { return filepath.Join(cpuRoot, cpuHomePath()) }
+
 // cpuGroups is the proof's group and its parts, by name ("client", and each cell's).
 type cpuGroups struct {
 	dir   string
@@ -57,7 +77,7 @@ func isolateCPU(t *testing.T, names ...string) (*cpuGroups, string) {
 		return nil, "not isolated: no cgroup v1 cpu hierarchy"
 	}
 	removeStaleGroups()
-	g := &cpuGroups{dir: filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", os.Getpid())), parts: map[string]string{}}
+	g := &cpuGroups{dir: filepath.Join(cpuHome(), fmt.Sprintf("idemops-cells-%d", os.Getpid())), parts: map[string]string{}}
 	if err := g.mkdir(g.dir, cpuProofShares); err != nil {
 		return nil, "not isolated: " + err.Error()
 	}
@@ -128,15 +148,15 @@ func (g *cpuGroups) adopt(cell, dir string) error {
 	return nil
 }
 
-// remove moves whatever still runs in the groups (a killed run's servers, say) back to the root
-// group and removes the groups: none is left with the proof's weight.
+// remove moves whatever still runs in the groups (a killed run's servers, say) back to the group
+// the proof was made in and removes the groups: none is left with the proof's weight.
 func (g *cpuGroups) remove() error {
 	var errs []error
 	for _, dir := range append(slices.Collect(maps.Values(g.parts)), g.dir) {
 		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
 			for _, f := range strings.Fields(string(b)) {
 				pid, _ := strconv.Atoi(f)
-				_ = moveProcs(cpuRoot, pid)
+				_ = moveProcs(cpuHome(), pid)
 			}
 		}
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -149,7 +169,7 @@ func (g *cpuGroups) remove() error {
 // removeStaleGroups removes the groups of proofs whose test process is gone (a run ended by its
 // timeout does not run its cleanups); a group something still runs in stays.
 func removeStaleGroups() {
-	dirs, _ := filepath.Glob(filepath.Join(cpuRoot, "idemops-cells-*"))
+	dirs, _ := filepath.Glob(filepath.Join(cpuHome(), "idemops-cells-*"))
 	for _, dir := range dirs {
 		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), "idemops-cells-"))
 		if err != nil {
@@ -223,13 +243,14 @@ func TestCellsCPU_WithoutAHierarchyTheProofRunsUnisolated(t *testing.T) {
 }
 
 // A run killed before its cleanups leaves its groups, maybe with its servers still in them; the
-// next run moves those processes back to the root group and removes the groups. Where there is no
-// writable hierarchy there is nothing to sweep, and the test says so and checks that.
+// next run moves those processes back to the group the proof runs in and removes the groups.
+// Where there is no writable hierarchy there is nothing to sweep, and the test says so and checks
+// that.
 func TestCellsCPU_AKilledRunsGroupsAreSweptByTheNext(t *testing.T) {
 	gone := exec.Command("true")
 	need(t, gone.Run())
-	stale := &cpuGroups{dir: filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", gone.Process.Pid)),
-		parts: map[string]string{"a": filepath.Join(cpuRoot, fmt.Sprintf("idemops-cells-%d", gone.Process.Pid), "a")}}
+	dir := filepath.Join(cpuHome(), fmt.Sprintf("idemops-cells-%d", gone.Process.Pid))
+	stale := &cpuGroups{dir: dir, parts: map[string]string{"a": filepath.Join(dir, "a")}}
 	if err := stale.mkdir(stale.dir, cpuProofShares); err != nil {
 		t.Logf("no writable cpu hierarchy (%v): nothing to sweep", err)
 		removeStaleGroups() // and it does nothing
@@ -248,7 +269,7 @@ func TestCellsCPU_AKilledRunsGroupsAreSweptByTheNext(t *testing.T) {
 	}
 	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", left.Process.Pid))
 	need(t, err)
-	if !strings.Contains(string(cg), ":cpu:/\n") && !strings.Contains(string(cg), ":cpu,cpuacct:/\n") {
-		t.Fatalf("the process left behind is not back in the root group: %s", cg)
+	if home := cpuHomePath(); !strings.Contains(string(cg), ":cpu:"+home+"\n") && !strings.Contains(string(cg), ":cpu,cpuacct:"+home+"\n") {
+		t.Fatalf("the process left behind is not back in the group the proof runs in (%s): %s", home, cg)
 	}
 }
