@@ -48,15 +48,18 @@ import (
 //   - The measurement is tested in every run: cell b's third tenant (cellsHurt) gets a delay of
 //     twice cell b's idle p99 on 3% of its claims during the kill window, by a trigger in cell b,
 //     and the same read of that tenant must exceed the bound.
+//   - The kill's own side effects on the shared machine are gone (internal/pgha): the killed
+//     node's shared memory is small (shared_buffers 16 MB: tearing down 128 MB stalled cell b's
+//     claims in flight at the kill instant 14-32 ms in 6 of 11 runs), and waiting for the
+//     promotion asks the monitor over one connection (not a backend forked every 100 ms).
 //
-// Even so, on this 2-core machine cell a's failover still shows in cell b's p99 now and then:
-// cell b's per-second p99 has a blip (12-63 ms against 3-9 ms) around cell a's promotion and
-// return, kill+4…7 s, in most runs, and when cell b's p99 is only 3-8 ms that is enough: read as
-// above, 0.59-1.07× in 12 of 14 runs at load 8-15 with 1.21× and 1.32× in the other two, and
-// 0.55-1.16× in 8 of 8 at load 2-9 (four of them 1.05-1.16×); see notes/36-cells-p99.md. So
-// make test asserts cell b's errors (0), doubles and losses, and that the read sees the hurt
-// tenant, and logs the p99 ratio; the bound itself is asserted when IDEMOPS_CELLS_P99_STRICT=1
-// (make test-cells).
+// A Go execution trace of the proof found nothing cell a's failure does to cell b inside this
+// process (no lock, dial storm or GC: cell b's slow claims wait on cell b's server). With the
+// kill's side effects gone, 20 consecutive runs on a quiet machine (as phase 2 of make test runs)
+// read 0.47-1.18× (median 0.88×; notes/36-p99c.md), so make test asserts the bound. What is left
+// is the read's own noise: a p99 over ~1,900 claims moves by ~8% (sd) between windows of the same
+// load, and on a busy machine the machine's stalls decide it (an A/A run, no kill at all, read
+// 1.45× at load 13).
 //
 // The phases are counted in claims, not timed: a phase ends when the traffic has carried its
 // claims (each worker sends one attempt per cellsRateEvery, so a count is a duration at that
@@ -85,8 +88,6 @@ type cellsPhases struct {
 	settle int // each of cell a's tenants', after cell a serves claims again (inside the kill window)
 	moved  int // the moved tenant's, in its new cell
 }
-
-func strictP99() bool { return os.Getenv("IDEMOPS_CELLS_P99_STRICT") == "1" }
 
 // phases: the kill window and each idle window carry cellsMinClaims of cell b's two measured
 // tenants (~5.6 s at their pace; the kill window lasts until cell a is back and settled, ~8 s,
@@ -764,10 +765,7 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	if read.idleN < cellsMinClaims || read.killN < cellsMinClaims {
 		t.Errorf("too few claims to read a p99: %d idle, %d in the kill window", read.idleN, read.killN)
 	}
-	if ratio > cellsP99Bound && !strictP99() {
-		t.Logf("NOT ASSERTED in make test (IDEMOPS_CELLS_P99_STRICT unset; make test-cells sets it): cell b's claim p99 is %.2f× idle, over the issue's %.1f×",
-			ratio, cellsP99Bound)
-	} else if ratio > cellsP99Bound {
+	if ratio > cellsP99Bound {
 		t.Errorf("cell b's claim p99 is %.2f× idle, want ≤ %.1f×", ratio, cellsP99Bound)
 	}
 	if control.ratio() <= cellsP99Bound {
