@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
 	"github.com/idemops/idemops/claim"
@@ -153,7 +153,10 @@ func (s *Set) open(ctx context.Context, spec CellSpec) (*Cell, error) {
 func (s *Set) reach(ctx context.Context, spec CellSpec) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opt.ConnectTimeout)
 	defer cancel()
-	conn, err := pgconn.Connect(ctx, spec.URL)
+	// Parsed as the pool parses it (pgx.ParseConfig): pgx's own settings in the URL, such as
+	// default_query_exec_mode for a cell behind pgbouncer, are not sent to the server, which
+	// would refuse them as startup parameters ("unsupported startup parameter").
+	conn, err := pgx.Connect(ctx, spec.URL)
 	if err != nil {
 		return err
 	}

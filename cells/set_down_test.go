@@ -174,3 +174,26 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// A cell URL may carry pgx's own settings, as one behind pgbouncer does
+// (default_query_exec_mode): the check that the cell answers at start reads them as the pool does
+// and does not send them to the server — which refused them as startup parameters, so the cell
+// started down and stayed down for the whole run (the two-cell chaos run's cell b).
+func TestOpen_ACellURLWithPgxSettingsIsReached(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	logs := make(chan slog.Record, 100)
+	s, err := lateCells(t, url+sep+"default_query_exec_mode=exec", logs)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	b, _ := s.Cell("b")
+	if err := b.Err(); err != nil {
+		t.Fatalf("cell b started down: %v", err)
+	}
+	claimIn(t, s, "globex", "k1")
+}
