@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*report.Report, error) {
 	r.Components = append([]report.Component(nil), w.components...)
 	w.mu.Unlock()
 	r.Paths = w.paths(invs)
-	walked := pathsWalked(r.Paths)
+	walked := cellsWalked(pathsWalked(r.Paths), invs)
 	r.Invariants = append(r.Invariants, walked)
 	r.Passed = r.Passed && walked.OK
 	w.fillSeries(r)

@@ -470,7 +470,8 @@ func (w *world) adjustmentRows(ctx context.Context, tenant, key string) (int, er
 // Paths are the paths of the world a run must walk, as report.json's "paths" names them.
 var Paths = []string{PathHTTP, PathGRPC, PathOutbox, PathCheckout, PathLikes, PathAdjustments, PathConsumer, PathPurgedRetried}
 
-// InvPathsWalked: a run that skipped a path proves nothing about it.
+// InvPathsWalked: a run that skipped a path proves nothing about it; with cells, nor one in which
+// a cell served nothing (cellsWalked).
 const InvPathsWalked = "every path of the world walked (each of report.json's paths > 0)"
 
 // pathsWalked checks that every path saw at least one logical operation.
@@ -480,6 +481,24 @@ func pathsWalked(p map[string]int) report.Invariant {
 		c.inv.Checked++
 		if p[name] == 0 {
 			c.fail("%s: walked 0 times", name)
+		}
+	}
+	return c.inv
+}
+
+// cellsWalked adds each cell to walked (pathsWalked's invariant) in a run with cells: a cell none
+// of whose tenants' keys the client saw answered 2xx checked nothing — every invariant held there
+// because nothing reached it — so it fails the run like a path walked zero times. (A cell that
+// stayed down all run, its tenants answered 503, passed every invariant before.)
+func cellsWalked(walked report.Invariant, invs []report.Invariant) report.Invariant {
+	c := &check{inv: walked}
+	for _, inv := range invs {
+		if inv.Name != InvNoLostKey || inv.Cell == "" {
+			continue
+		}
+		c.inv.Checked++
+		if inv.Checked == 0 {
+			c.fail("cell %s: no key of its tenants answered 2xx — it served nothing, so nothing was checked there", inv.Cell)
 		}
 	}
 	return c.inv

@@ -187,3 +187,27 @@ func TestPathsWalked_APathWalkedZeroTimesFailsTheRun(t *testing.T) {
 		t.Fatalf("two paths not walked: %+v", inv)
 	}
 }
+
+// With cells, a cell none of whose tenants' keys was answered 2xx walked nothing: it fails the
+// paths-walked invariant naming the cell, while a cell that answered one key passes.
+func TestCellsWalked_ACellThatServedNothingFailsTheRun(t *testing.T) {
+	walked := pathsWalked(map[string]int{})
+	base := walked.Checked
+	invs := []report.Invariant{
+		{Name: InvNoLostKey, Cell: "a", OK: true, Checked: 12},
+		{Name: InvOneCharge, Cell: "b", OK: true, Checked: 0},
+		{Name: InvNoLostKey, Cell: "b", OK: true, Checked: 0},
+	}
+	got := cellsWalked(report.Invariant{Name: InvPathsWalked, OK: true}, invs)
+	if got.OK || len(got.Violations) != 1 || !strings.Contains(got.Violations[0], "cell b: no key of its tenants answered 2xx") || got.Checked != 2 {
+		t.Fatalf("cell b served nothing: %+v", got)
+	}
+	invs[2].Checked = 1
+	if got := cellsWalked(report.Invariant{Name: InvPathsWalked, OK: true}, invs); !got.OK {
+		t.Fatalf("both cells served: %+v", got)
+	}
+	// Without cells (Cell ""), nothing is added.
+	if got := cellsWalked(walked, []report.Invariant{{Name: InvNoLostKey, Checked: 0}}); got.Checked != base || len(got.Violations) != len(walked.Violations) {
+		t.Fatalf("without cells: %+v, want %+v", got, walked)
+	}
+}
