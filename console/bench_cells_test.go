@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"maps"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -21,14 +20,7 @@ import (
 // id) — Server.searchKeys both, on the console's tenant handles. Interleaved; reported as the
 // ratio of the two-cell p50 (and p99) to the one-database one.
 func BenchmarkKeySearchAcrossCells(b *testing.B) {
-	rows := 1_000_000
-	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 20*PageSize {
-			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 20*PageSize)
-		}
-		rows = n
-	}
+	rows := benchRows(b, 20*PageSize)
 	const samples = 300
 	epoch := time.Now().UTC().Truncate(time.Second) // every database's rows counted back from it
 	seed := func(db *gorm.DB, tenants string) {

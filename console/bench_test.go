@@ -16,19 +16,25 @@ import (
 	"github.com/idemops/idemops/internal/testinfra/pgtest"
 )
 
+// benchRows is the benchmark's key count: 1M, or IDEMOPS_BENCH_ROWS (no fewer than least).
+func benchRows(b *testing.B, least int) int {
+	v := os.Getenv("IDEMOPS_BENCH_ROWS")
+	if v == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, least)
+	}
+	return n
+}
+
 // BenchmarkKeySearchKeysetDeepPage compares page 1 of the key search with page 20,000 over 1M
 // keys (IDEMOPS_BENCH_ROWS overrides the size; the deep page is then the last full one). The
 // keyset (created_at, id) makes both an index descent plus 50 rows, so the ratio of their
 // latencies should stay near 1 (target ≤ 1.5) and p99 ≤ 10 ms.
 func BenchmarkKeySearchKeysetDeepPage(b *testing.B) {
-	rows := 1_000_000
-	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 2*PageSize {
-			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 2*PageSize)
-		}
-		rows = n
-	}
+	rows := benchRows(b, 2*PageSize)
 	const samples = 200
 	deepPage := min(20_000, rows/PageSize)
 	db := pgtest.New(b)
