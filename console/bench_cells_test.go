@@ -24,18 +24,7 @@ func BenchmarkKeySearchAcrossCells(b *testing.B) {
 	const samples = 300
 	epoch := time.Now().UTC().Truncate(time.Second) // every database's rows counted back from it
 	seed := func(db *gorm.DB, tenants string) {
-		// Row i is tenant i%10's, i seconds before epoch: the one database takes every row, each
-		// cell the rows of its tenants, so both hold the same keys at the same times.
-		if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
-				request, state, downstream_key, amount_minor, currency, created_at, updated_at)
-			SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
-				md5(i::text) || md5('x' || i), md5('f' || i), 1,
-				jsonb_build_object('amount', i % 10000, 'currency', 'USD'),
-				(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
-				md5('d' || i), i % 10000, 'USD', ?::timestamptz - i * interval '1 second', now()
-			FROM generate_series(1, ?) AS i WHERE (i % 10)::text ~ ?`, epoch, rows, tenants).Error; err != nil {
-			b.Fatal(err)
-		}
+		seedTenTenants(b, db, rows, epoch, tenants)
 		if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
 			b.Fatal(err)
 		}

@@ -29,6 +29,23 @@ func benchRows(b *testing.B, least int) int {
 	return n
 }
 
+// seedTenTenants inserts rows keys: key i is tenant-(i%10)'s, i seconds before epoch — only the
+// tenants whose digit matches tenants (a regular expression; "" for all ten) — so databases
+// seeded with the same epoch hold the same keys at the same times.
+func seedTenTenants(b *testing.B, db *gorm.DB, rows int, epoch time.Time, tenants string) {
+	b.Helper()
+	if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
+			request, state, downstream_key, amount_minor, currency, created_at, updated_at)
+		SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
+			md5(i::text) || md5('x' || i), md5('f' || i), 1,
+			jsonb_build_object('amount', i % 10000, 'currency', 'USD'),
+			(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
+			md5('d' || i), i % 10000, 'USD', ?::timestamptz - i * interval '1 second', now()
+		FROM generate_series(1, ?) AS i WHERE (i % 10)::text ~ ?`, epoch, rows, tenants).Error; err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkKeySearchKeysetDeepPage compares page 1 of the key search with page 20,000 over 1M
 // keys (IDEMOPS_BENCH_ROWS overrides the size; the deep page is then the last full one). The
 // keyset (created_at, id) makes both an index descent plus 50 rows, so the ratio of their
@@ -121,14 +138,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 // operator and as one limited to three tenants, plus missing keys. Target p99 ≤ 5 ms. It fails
 // if the plan is not an index scan of the key column (migration 00035).
 func BenchmarkFindByKey(b *testing.B) {
-	rows := 1_000_000
-	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 100 {
-			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ 100", v)
-		}
-		rows = n
-	}
+	rows := benchRows(b, 100)
 	const samples = 300
 	db := pgtest.New(b)
 	ctx := context.Background()
@@ -199,28 +209,12 @@ func BenchmarkFindByKey(b *testing.B) {
 // tenants set per statement, the policies applied). Both pages, first and a filtered one,
 // interleaved. Target: p50 with row-level security ≤ 1.1× the baseline.
 func BenchmarkKeySearchRowLevelSecurity(b *testing.B) {
-	rows := 1_000_000
-	if v := os.Getenv("IDEMOPS_BENCH_ROWS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 60*PageSize {
-			b.Fatalf("IDEMOPS_BENCH_ROWS=%q: want a number ≥ %d", v, 60*PageSize)
-		}
-		rows = n
-	}
+	rows := benchRows(b, 60*PageSize)
 	const samples = 300
 	db := pgtest.New(b)
 	rls := pgtest.Tenant(b, db)
 	start := time.Now()
-	if err := db.Exec(`INSERT INTO idempotency_keys (tenant, operation, key, key_digest, fingerprint, fingerprint_version,
-			request, state, downstream_key, amount_minor, currency, created_at, updated_at)
-		SELECT 'tenant-' || (i % 10), (ARRAY['payment.charge','order.create','refund.create'])[1 + i % 3], 'key-' || i,
-			md5(i::text) || md5('x' || i), md5('f' || i), 1,
-			jsonb_build_object('amount', i % 10000, 'currency', 'USD'),
-			(ARRAY['completed','completed','completed','failed_final','failed_retryable'])[1 + i % 5],
-			md5('d' || i), i % 10000, 'USD', now() - i * interval '1 second', now()
-		FROM generate_series(1, ?) AS i`, rows).Error; err != nil {
-		b.Fatal(err)
-	}
+	seedTenTenants(b, db, rows, time.Now(), "")
 	if err := db.Exec(`ANALYZE idempotency_keys`).Error; err != nil {
 		b.Fatal(err)
 	}
