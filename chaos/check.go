@@ -308,6 +308,10 @@ func (w *world) invariantsIn(ctx context.Context, c *cell, mark *audit.Head, eve
 		inv.OK, inv.Violations = false, []string{err.Error()}
 	case !res.OK():
 		inv.OK, inv.Violations = false, []string{fmt.Sprintf("row %d: %s", res.BadSeq, res.Reason)}
+	case c != w.pgs[0] && res.Rows > 0:
+		// The chain is the control cell's alone (a cell's jobs append there, cmd/idemops/cells.go):
+		// in any other cell it stays empty, and a row there is an action audited in the wrong place.
+		inv.OK, inv.Violations = false, []string{fmt.Sprintf("%d rows in %s's audit_log: the audit chain is the control cell's alone", res.Rows, c.label())}
 	case mark == nil:
 		inv.OK, inv.Violations = false, []string{"no checkpoint was recorded mid-run"}
 	}

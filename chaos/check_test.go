@@ -10,6 +10,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/idemops/idemops/audit"
 	"github.com/idemops/idemops/chaos/report"
 	"github.com/idemops/idemops/claim"
 	"github.com/idemops/idemops/demo"
@@ -101,8 +102,9 @@ func TestInvariants_PlantedViolationsFailNamingTheKey(t *testing.T) {
 
 // With cells every invariant is checked once in each cell, named by it: a key of cell b's tenant
 // found in cell a is lost to cell b (named with the cell it is in), a key whose adjustment was
-// applied once in each cell is a double, and an effect is stray only when no cell holds its
-// payment — each violation in its own cell's row, the other cell's row clean.
+// applied once in each cell is a double, an effect is stray only when no cell holds its payment,
+// and a row in cell b's audit_log is one too many (the chain is the control cell's) — each
+// violation in its own cell's row, the other cell's row clean.
 func TestInvariants_PerCellNameTheCellAndCountExecutionsInEveryCell(t *testing.T) {
 	ctx := context.Background()
 	dbA, dbB := pgtest.New(t), pgtest.New(t)
@@ -133,6 +135,10 @@ func TestInvariants_PerCellNameTheCellAndCountExecutionsInEveryCell(t *testing.T
 	pgtest.Exec(t, dbB, `INSERT INTO payments (id, tenant, merchant_order_no, amount_minor, currency, payee, status) VALUES ('pay_in_b', 'acme', 'o-1', 1, 'CNY', 'x', 'succeeded')`)
 	pgtest.Exec(t, dbA, `INSERT INTO fulfillments (payment_id, tenant, amount_minor, currency) VALUES ('pay_in_b', 'acme', 1, 'CNY')`)
 	pgtest.Exec(t, dbB, `INSERT INTO fulfillments (payment_id, tenant, amount_minor, currency) VALUES ('pay_ghost', 'globex', 1, 'CNY')`)
+	// An action audited in cell b: the chain is the control cell's alone.
+	if err := audit.New(dbB, []byte("chaos-check-test-secret")).Append(ctx, dbB, audit.Entry{Actor: "test", Action: "key.release", Target: "x"}); err != nil {
+		t.Fatal(err)
+	}
 
 	w := &world{db: dbA, store: storeA, sim: client, traffic: tr, start: time.Now(),
 		pgs: []*cell{{name: "a", tenants: []string{"acme"}, db: dbA}, {name: "b", tenants: []string{"globex"}, db: dbB}}}
@@ -155,6 +161,8 @@ func TestInvariants_PerCellNameTheCellAndCountExecutionsInEveryCell(t *testing.T
 		{"b|" + InvNoLostKey, "key in cell a, not in its tenant's cell b"},
 		{"a|" + InvAdjustments, "2 adjustment rows for one key"},
 		{"b|" + InvConsumerOnce, "1 fulfillment or shipping rows name no payment"},
+		{"b|" + InvAudit, "1 rows in cell b's audit_log: the audit chain is the control cell's alone"},
+		{"a|" + InvAudit, "no checkpoint"},
 	} {
 		inv := got[want.inv]
 		if inv.OK || len(inv.Violations) != 1 || !strings.Contains(inv.Violations[0], want.says) {
