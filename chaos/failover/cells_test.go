@@ -56,13 +56,18 @@ import (
 // A Go execution trace of the proof found nothing cell a's failure does to cell b inside this
 // process (no lock, dial storm or GC: cell b's slow claims wait on cell b's server). With the
 // kill's side effects gone, 20 consecutive runs of the proof alone on a quiet machine read
-// 0.47-1.18× (median 0.88×; notes/36-p99c.md). But the first quiet make test with the bound
-// asserted failed it: right after phase 1, alone, 1.42× (kill window 3.7 ms against 2.6 ms idle,
-// cell a's claims back after 8.7 s instead of ~6) — what phase 1 leaves the machine doing (its
-// dirty pages written back, its servers torn down) is not yet known. A p99 over ~1,900 claims
-// also moves by ~8% (sd) between windows of the same load. So make test asserts cell b's errors
-// (0), doubles and losses, and that the read sees the hurt tenant, and logs the p99 ratio; the
-// bound itself is asserted when IDEMOPS_CELLS_P99_STRICT=1 (make test-cells).
+// 0.47-1.18× (median 0.88×; notes/36-p99c.md), but one quiet make test read 1.42× with windows of
+// 1,400 claims (kill window 3.7 ms against 2.6 ms idle; cell a's claims back after 8.7 s, not ~6:
+// the whole machine was slow then). Sampled through 14 more make tests (load, CPU and I/O
+// pressure, dirty pages, the busiest processes each second), phase 1 leaves nothing running into
+// phase 2: the pgha nodes live in /dev/shm and run without fsync, dirty pages stay under 90 MB,
+// and the disk writes ~45 MB through all of phase 2 (busy 30-200 ms of it). What is left are
+// bursts of the machine's own, a second or so long, where cell b's per-second p99 reads 6-20 ms,
+// in any window. So each window carries 2,800 of cell b's claims (~11 s): a burst moves a p99
+// read over twice the claims half as far, and the kill window now spans cell a's failover and
+// ~5 s after it. Windows of 1,400 read 0.95-1.11× in 6 quiet make tests, windows of 2,800
+// 0.75-1.05× in 6 (and 1.26× in one run beside a compile started by hand: the bound is for a
+// quiet machine, which make test's phase 2 is). make test asserts the bound.
 //
 // The phases are counted in claims, not timed: a phase ends when the traffic has carried its
 // claims (each worker sends one attempt per cellsRateEvery, so a count is a duration at that
@@ -73,7 +78,7 @@ const (
 	// Cell b's measured tenants send twice the claims of the others: a p99 read over ~700 claims
 	// (the 7th slowest) swung 0.46-1.50× between two idle windows at load 7-12.
 	cellsMeasuredWorkers = 2
-	cellsMinClaims       = 1400 // cell b's claims in the kill window and in the idle windows, at least, to read a p99
+	cellsMinClaims       = 2800 // cell b's claims in the kill window and in the idle windows, at least, to read a p99
 	cellsP99Bound        = 1.2
 	// The tenant of cell b whose claims are slowed on purpose in the kill window: its read must fail.
 	cellsHurt        = "hooli"
@@ -92,10 +97,8 @@ type cellsPhases struct {
 	moved  int // the moved tenant's, in its new cell
 }
 
-func strictP99() bool { return os.Getenv("IDEMOPS_CELLS_P99_STRICT") == "1" }
-
 // phases: the kill window and each idle window carry cellsMinClaims of cell b's two measured
-// tenants (~5.6 s at their pace; the kill window lasts until cell a is back and settled, ~8 s,
+// tenants (~11 s at their pace; the kill window lasts until cell a is back and settled, ~8 s,
 // if that is longer); 4 s of warm-up (the first second of traffic on fresh pools ran at
 // 2-3× the later p99), cell a given 2 s of claims after its recovery inside the kill window, and
 // the moved tenant 2 s in its new cell.
@@ -756,6 +759,9 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	t.Logf("cell b: %s; idle windows %.1f s before and %.1f s after", read, before.to.Sub(before.from).Seconds(), after.to.Sub(after.from).Seconds())
 	t.Logf("cell b's claim p99 per second from the first idle window (kill at %.0f s, second idle window from %.0f s): %s",
 		killedAt.Sub(before.from).Seconds(), after.from.Sub(before.from).Seconds(), tr.perSecond(measured, before.from, after.to))
+	t.Logf("the windows by the wall clock: first idle %s, kill %s, cell a back %s, second idle %s–%s",
+		before.from.Format("15:04:05.000"), killedAt.Format("15:04:05.000"), back.Format("15:04:05.000"),
+		after.from.Format("15:04:05.000"), after.to.Format("15:04:05.000"))
 	t.Logf("%s, %d%% of its claims slowed by %s in the kill window: %s", cellsHurt, cellsHurtPercent, hurt, control)
 	t.Logf("this process's 5-ms ticks late by: %s before, %s in the kill window, %s after", stalls.in(before), stalls.in(kill), stalls.in(after))
 	for i, err := range bErrs {
@@ -770,10 +776,7 @@ func TestCells_AFailoverStaysInItsCellAndAMovedTenantLosesNothing(t *testing.T) 
 	if read.idleN < cellsMinClaims || read.killN < cellsMinClaims {
 		t.Errorf("too few claims to read a p99: %d idle, %d in the kill window", read.idleN, read.killN)
 	}
-	if ratio > cellsP99Bound && !strictP99() {
-		t.Logf("NOT ASSERTED in make test (IDEMOPS_CELLS_P99_STRICT unset; make test-cells sets it): cell b's claim p99 is %.2f× idle, over the issue's %.1f×",
-			ratio, cellsP99Bound)
-	} else if ratio > cellsP99Bound {
+	if ratio > cellsP99Bound {
 		t.Errorf("cell b's claim p99 is %.2f× idle, want ≤ %.1f×", ratio, cellsP99Bound)
 	}
 	if control.ratio() <= cellsP99Bound {
