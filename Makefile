@@ -37,14 +37,16 @@ chaos: prereqs
 ## test: all tests against one private PostgreSQL cluster and one RabbitMQ broker shared by every
 ## package; the HA failover test and the cells proof (chaos/failover) run last, alone, one after
 ## the other: on 2 cores, killing a primary while every other package's tests compete for the CPU
-## measures the machine, not the failover. Four packages at a time and four parallel tests in
-## each, not the default two (one per core): they mostly wait on PostgreSQL, RabbitMQ or a timer,
-## and two at a time left the cores idle (browser walks, which compute, keep to two a package:
-## browsertest.Slot). The two longest packages, console and cmd/idemops, are named first so that
-## they start first: listed in import-path order, console started a third of the way in and ran
-## alone at the end (phase 1 with everything else stopped: 156 s that way, 147 s this way)
+## measures the machine, not the failover; verbose, so that every run shows their lines
+## ("failover: …", "cells: …" with cell b's p99 through the kill) and how they were read. Four
+## packages at a time and four parallel tests in each, not the default two (one per core): they
+## mostly wait on PostgreSQL, RabbitMQ or a timer, and two at a time left the cores idle (browser
+## walks, which compute, keep to two a package: browsertest.Slot). The two longest packages,
+## console and cmd/idemops, are named first so that they start first: listed in import-path
+## order, console started a third of the way in and ran alone at the end (phase 1 with everything
+## else stopped: 156 s that way, 147 s this way)
 test: prereqs
-	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m ./console/ ./cmd/idemops/ $$($(GO) list $(PKGS) | grep -v -e /chaos/failover$$ -e /console$$ -e /cmd/idemops$$) && $(GO) test -count=1 -timeout 8m ./chaos/failover/'
+	$(GO) run ./cmd/withpg -- sh -c '$(GO) test -count=1 -p 4 -parallel 4 -timeout 10m ./console/ ./cmd/idemops/ $$($(GO) list $(PKGS) | grep -v -e /chaos/failover$$ -e /console$$ -e /cmd/idemops$$) && $(GO) test -count=1 -v -timeout 8m ./chaos/failover/'
 
 ## screenshots: the console's browser walks with their screenshots (every page they check, both
 ## languages, 1400/1024/390 px, and axe-results.json) saved to screenshots/ (git-ignored);
