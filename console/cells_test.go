@@ -623,6 +623,29 @@ func TestCells_ACellDownDoesNotStopTheOthers(t *testing.T) {
 	}
 }
 
+// electLeaderInEachCell starts a daemon replica in each cell — replica-a in cell a (the bundle's
+// daemon), replica-b in cell b — waits until each is its cell's leader, and returns the two
+// leaders' ids, cell a's first.
+func (b *cellsBundle) electLeaderInEachCell() (leaderA, leaderB string) {
+	b.t.Helper()
+	b.runJobs()
+	startReplica(b.t, b.cb, "replica-b", map[daemon.Job]string{replay.NewBulkJob(b.srv.cells.byName["b"].replays): replay.BulkJobSpec})
+	pgtest.Await(b.t, b.cb, 10*time.Second, "cell b's leader", func() bool {
+		var n int64
+		b.cb.Raw(`SELECT count(*) FROM daemon_leader`).Scan(&n)
+		return n == 1
+	}, "daemon_leader")
+	for _, l := range []struct {
+		db *gorm.DB
+		id *string
+	}{{b.db, &leaderA}, {b.cb, &leaderB}} {
+		if err := l.db.Raw(`SELECT leader_id FROM daemon_leader`).Scan(l.id).Error; err != nil || *l.id == "" {
+			b.t.Fatalf("a cell's leader: %q (%v)", *l.id, err)
+		}
+	}
+	return leaderA, leaderB
+}
+
 // TestCells_JobsShowEachCellsDaemon: one leader per cell — the jobs page and /api/v1/jobs show
 // each cell's leader, schedules and failed last runs, and the dashboard's failed jobs count
 // every cell's.
@@ -630,13 +653,7 @@ func TestCells_JobsShowEachCellsDaemon(t *testing.T) {
 	b := setupCells(t)
 	b.addOperator("root", access.RoleAdmin, "*")
 	root, tok := b.signIn("root"), b.token("root")
-	b.runJobs()
-	startReplica(t, b.cb, "replica-b", map[daemon.Job]string{replay.NewBulkJob(b.srv.cells.byName["b"].replays): replay.BulkJobSpec})
-	pgtest.Await(t, b.cb, 10*time.Second, "cell b's leader", func() bool {
-		var n int64
-		b.cb.Raw(`SELECT count(*) FROM daemon_leader`).Scan(&n)
-		return n == 1
-	}, "daemon_leader")
+	b.electLeaderInEachCell()
 	// Cell b's bulk replay schedule last failed.
 	if err := b.cb.Exec(`INSERT INTO job_runs (schedule, job, trigger, replica, status, deadline_at, finished_at, error)
 		SELECT name, job, 'run_now', 'replica-b', 'failed', now(), now(), 'boom' FROM schedules WHERE job = ?`, replay.BulkJobName).Error; err != nil {
