@@ -186,8 +186,8 @@ func TestOutbox_BackoffAndCapLeaveAFailedRowVisible(t *testing.T) {
 	enqueue(t, db, "dk-1")
 	down := newDownstream(true)
 	down.failWith = errors.New("503 from downstream\nretry later")
-	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) {
-		c.MaxAttempts, c.BaseBackoff, c.MaxBackoff = 3, 200*time.Millisecond, 400*time.Millisecond
+	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) { // a claim no stall lets lapse: 3 attempts are 3 sends
+		c.MaxAttempts, c.BaseBackoff, c.MaxBackoff, c.SendLease = 3, 200*time.Millisecond, 400*time.Millisecond, time.Minute
 	})
 
 	stats, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{})
@@ -234,17 +234,24 @@ func TestOutbox_BackoffAndCapLeaveAFailedRowVisible(t *testing.T) {
 	}
 }
 
+// A permanent error is sent once and fails the row at once. The claim holds for longer than any
+// stall of a loaded machine: with the shared 300 ms, a stall between the claim and the send's fence
+// let the claim lapse, the row was claimed again, and it failed on its second attempt (one send).
 func TestOutbox_PermanentErrorFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	enqueue(t, db, "dk-1")
 	down := newDownstream(true)
 	down.failWith = daemon.Permanent(errors.New("400 invalid address"))
-	if _, err := newRelay(t, db, down, nil).RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
+	r := newRelay(t, db, down, func(c *daemon.OutboxConfig) { c.SendLease = time.Minute })
+	if _, err := r.RunOnce(context.Background(), nil, daemon.NopProgress{}); err != nil {
 		t.Fatal(err)
 	}
-	if row := outboxRow(t, db); row.State != "failed" || row.Attempts != 1 || !strings.Contains(*row.LastError, "400 invalid address") {
+	if row := outboxRow(t, db); row.State != "failed" || row.Attempts != 1 || row.LastError == nil || !strings.Contains(*row.LastError, "400 invalid address") {
 		t.Fatalf("row %+v", row)
+	}
+	if sends, _, _ := down.counts("dk-1"); sends != 1 {
+		t.Fatalf("sent %d times, want once", sends)
 	}
 }
 
